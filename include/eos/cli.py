@@ -1,0 +1,119 @@
+"""The ``eos`` command: thin argument parsing over the library; errors become one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from eos.errors import EosError
+
+
+def _pipeline_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--pipeline", help="pipeline name, looked up in include/pipelines/")
+    group.add_argument("--config", help="path to a pipeline config file")
+
+
+def _config(args: argparse.Namespace):  # noqa: ANN202
+    from eos.config import load_pipeline
+
+    return load_pipeline(args.pipeline, args.config)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from eos import broker
+
+    if args.action == "start":
+        topics = list(args.topic or [])
+        state = broker.start(topics=topics)
+        print(f"embedded broker running at {state['bootstrap']} (pid {state['pid']})")
+        print(f"export KAFKA_BOOTSTRAP_SERVERS={state['bootstrap']}  # optional: found via state file")
+        return 0
+    if args.action == "stop":
+        print("embedded broker stopped" if broker.stop() else "no embedded broker was running")
+        return 0
+    state = broker.status()
+    if state is None:
+        print("no embedded broker is running (start one with `eos broker start`)")
+        return 1
+    print(json.dumps(state, indent=2))
+    return 0 if state["reachable"] else 1
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from eos.kafka import client_settings
+    from eos.produce import GeneratorSpec, produce
+
+    config = _config(args)
+    spec = GeneratorSpec(
+        events=args.events,
+        keys=args.keys,
+        interval_ms=args.interval_ms,
+        disorder_ms=args.disorder_ms,
+        late_fraction=args.late_fraction,
+        bad_fraction=args.bad_fraction,
+        seed=args.seed,
+        key_field=config.event.key,
+        time_field=config.event.time,
+        value_field=config.event.value,
+    )
+    summary = produce(spec, config.kafka.topic, client_settings(config.kafka.client), args.rate)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.kinds.items()))
+    rate = summary.records / summary.seconds if summary.seconds else 0.0
+    print(
+        f"produced {summary.records} records to '{config.kafka.topic}' in {summary.seconds:.1f}s "
+        f"({rate:,.0f} rec/s): {kinds}"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eos", description="Exactly-once micro-batches: Kafka -> Spark -> Delta Lake"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("broker", help="the embedded Kafka-protocol broker")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--topic", action="append", help="create this topic at start (repeatable)")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("produce", help="produce deterministic sample events")
+    _pipeline_args(p)
+    p.add_argument("--events", type=int, required=True)
+    p.add_argument("--keys", type=int, default=100)
+    p.add_argument("--interval-ms", type=int, default=10, help="event-time step between events")
+    p.add_argument("--disorder-ms", type=int, default=0)
+    p.add_argument("--late-fraction", type=float, default=0.0)
+    p.add_argument("--bad-fraction", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rate", type=float, default=0.0, help="records per second, 0 = unthrottled")
+    p.set_defaults(func=cmd_produce)
+
+    _register_protocol_commands(sub)
+    return parser
+
+
+def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands of the exactly-once core (run, status, ...); see eos.commands."""
+    from eos.commands import register
+
+    register(sub, _pipeline_args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except EosError as error:
+        print(f"eos: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Kafka client settings and the broker facts the planner relies on (watermarks, partitions).
+
+Bootstrap resolution is the same everywhere: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the
+embedded broker's published address, else an error that says how to start one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import confluent_kafka as ck
+
+from eos.errors import KafkaUnavailable, TopicMissing
+
+_ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
+_SECRET = re.compile(r"password|secret|key\b|token|\.pem|credentials", re.IGNORECASE)
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+METADATA_TIMEOUT_S = 10.0
+
+
+def bootstrap_servers() -> str:
+    explicit = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if explicit:
+        return explicit
+    from eos.broker import read_state
+
+    state = read_state()
+    if state is not None:
+        return state["bootstrap"]
+    raise KafkaUnavailable(
+        "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port, "
+        "or start the embedded broker with `eos broker start`"
+    )
+
+
+def _expand(value: Any) -> Any:
+    """``${VAR}`` in a config value is read from the environment, so secrets stay out of files."""
+    if not isinstance(value, str):
+        return value
+
+    def lookup(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise KafkaUnavailable(f"Kafka client setting refers to ${{{name}}}, which is not set")
+        return os.environ[name]
+
+    return _ENV_REF.sub(lookup, value)
+
+
+def env_client_settings() -> dict[str, str]:
+    """``KAFKA_SASL_PASSWORD`` -> ``sasl.password``; only security, SASL and SSL settings."""
+    settings = {}
+    for name, value in os.environ.items():
+        if not name.startswith("KAFKA_"):
+            continue
+        rest = name[len("KAFKA_") :]
+        if rest.startswith(_ENV_PREFIXES):
+            settings[rest.lower().replace("_", ".")] = value
+    return settings
+
+
+def client_settings(client: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Settings shared by every client of a pipeline: bootstrap, config pass-through, env."""
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers()}
+    settings.update({k: _expand(v) for k, v in (client or {}).items()})
+    settings.update(env_client_settings())
+    return settings
+
+
+def redact(settings: dict[str, Any]) -> dict[str, Any]:
+    """What may be logged: every secret-looking value replaced."""
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in settings.items()}
+
+
+def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
+    """A consumer that only ever uses assign(): offsets live in Delta, never in Kafka."""
+    conf = {
+        **settings,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "error",
+        **extra,
+    }
+    return ck.Consumer(conf)
+
+
+def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:
+    """Partition ids of ``topic``; a clear error when the broker or the topic is not there."""
+    try:
+        metadata = c.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    except ck.KafkaException as error:
+        raise KafkaUnavailable(
+            f"Kafka at {bootstrap} did not answer a metadata request within "
+            f"{METADATA_TIMEOUT_S:.0f}s ({error.args[0].str()}); is the broker running?"
+        ) from None
+    entry = metadata.topics.get(topic)
+    if entry is None or entry.error is not None or not entry.partitions:
+        reason = entry.error.str() if entry is not None and entry.error else "no partitions"
+        raise TopicMissing(f"topic '{topic}' does not exist on Kafka at {bootstrap} ({reason})")
+    return sorted(entry.partitions)
+
+
+def watermarks(c: ck.Consumer, topic: str, partition: int, bootstrap: str) -> tuple[int, int]:
+    """(log start, high watermark) of one partition, asked of the broker, never cached."""
+    try:
+        return c.get_watermark_offsets(
+            ck.TopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
+        )
+    except ck.KafkaException as error:
+        raise KafkaUnavailable(
+            f"Kafka at {bootstrap} did not return watermarks of {topic}[{partition}] "
+            f"({error.args[0].str()})"
+        ) from None
+
+
+def topic_watermarks(settings: dict[str, Any], topic: str) -> dict[int, tuple[int, int]]:
+    """(log start, high watermark) per partition of ``topic``."""
+    bootstrap = settings["bootstrap.servers"]
+    c = consumer(settings, group="eos-metadata")
+    try:
+        return {p: watermarks(c, topic, p, bootstrap) for p in describe_topic(c, topic, bootstrap)}
+    finally:
+        c.close()
