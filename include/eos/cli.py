@@ -16,7 +16,7 @@ def _pipeline_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config", help="path to a pipeline config file")
 
 
-def _config(args: argparse.Namespace):  # noqa: ANN202
+def _config(args: argparse.Namespace):
     from eos.config import load_pipeline
 
     return load_pipeline(args.pipeline, args.config)

@@ -86,6 +86,7 @@ class TablesConfig(_Strict):
 class SparkConfig(_Strict):
     master: str = "local[2]"
     shuffle_partitions: int = Field(default=2, gt=0)
+    driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
 
 

@@ -162,7 +162,7 @@ def _throttle(started: float, sent: int, rate: float) -> None:
         time.sleep(ahead)
 
 
-def _progress_bar(total: int, topic: str, enabled: bool):  # noqa: ANN202 - tqdm type
+def _progress_bar(total: int, topic: str, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(

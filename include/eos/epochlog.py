@@ -1,0 +1,65 @@
+"""The epoch log: a write-ahead, append-only record of plans and phase transitions.
+
+It is for people and for reusing plans; it is never the authority on what is committed (that is
+each sink's Delta ``txn`` version).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from eos.tables import EPOCHS_SCHEMA, Tables
+
+PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
+
+
+def append(
+    tables: Tables,
+    epoch: int,
+    phase: str,
+    *,
+    run_id: str | None = None,
+    plan_hash: str | None = None,
+    plan: str | None = None,
+    duration_ms: float | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    row = {
+        "epoch": epoch,
+        "phase": phase,
+        "run_id": run_id,
+        "plan_hash": plan_hash,
+        "plan": plan,
+        "at": datetime.now(UTC),
+        "duration_ms": duration_ms,
+        "details": json.dumps(details, sort_keys=True, default=str) if details else None,
+    }
+    write_deltalake(tables.epochs, pa.Table.from_pylist([row], schema=EPOCHS_SCHEMA), mode="append")
+
+
+def rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
+    """Log rows in the order they were logged (by time, then plan hash for ties)."""
+    filters = [("epoch", "=", int(epoch))] if epoch is not None else None
+    data = DeltaTable(tables.epochs).to_pyarrow_table(filters=filters).to_pylist()
+    return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
+
+
+def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:
+    """The plan of ``epoch``: the first one logged wins, so racing planners agree on it."""
+    for row in rows(tables, epoch):
+        if row["phase"] == PLANNED:
+            return row
+    return None
+
+
+def plan_row_for_run(tables: Tables, run_id: str) -> dict[str, Any] | None:
+    """The plan a DAG run logged first: a run keeps its epoch, even when cleared much later."""
+    for row in rows(tables):
+        if row["phase"] == PLANNED and row["run_id"] == run_id:
+            return row
+    return None

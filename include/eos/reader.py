@@ -1,0 +1,164 @@
+"""Kafka range reader: a PySpark Python Data Source that reads exactly a plan's ranges.
+
+Registered as ``eos_kafka``. One input split per partition range, large ranges cut into several
+so both cores work. A split stops by offset, not by count: offsets may have gaps (compaction,
+transaction markers), and nothing at or beyond ``until`` is ever returned.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+RAW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp_ms", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+RAW_DDL = (
+    "topic string, partition int, offset long, timestamp_ms long, key binary, value binary"
+)
+BATCH_RECORDS = 10_000
+
+
+@dataclass(frozen=True)
+class KafkaSplit(InputPartition):
+    partition: int
+    start: int
+    until: int
+
+
+def splits_of(ranges: list[dict[str, int]], split_records: int) -> list[KafkaSplit]:
+    """Cut each non-empty ``[start, until)`` into pieces of at most ``split_records`` offsets."""
+    splits = []
+    for r in sorted(ranges, key=lambda r: r["partition"]):
+        for lo in range(r["start"], r["until"], split_records):
+            splits.append(KafkaSplit(r["partition"], lo, min(lo + split_records, r["until"])))
+    return splits
+
+
+class KafkaRangeReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.topic = options["topic"]
+        self.ranges = json.loads(options["ranges"])
+        self.split_records = int(options.get("split_records", 250_000))
+        self.timeout_s = int(options.get("read_timeout_ms", 60_000)) / 1000
+        self.config_path = options.get("config")
+        self.bootstrap = options.get("bootstrap")
+
+    def partitions(self) -> list[InputPartition]:
+        splits = splits_of(self.ranges, self.split_records)
+        return splits or [KafkaSplit(-1, 0, 0)]
+
+    def _settings(self) -> dict[str, Any]:
+        # Secrets are resolved here, on the executor, from the config file and the environment:
+        # they never travel in data source options, which Spark may print in plans.
+        from eos.config import load_config
+        from eos.kafka import client_settings
+
+        client = load_config(self.config_path).kafka.client if self.config_path else {}
+        settings = client_settings(client)
+        if self.bootstrap:
+            settings["bootstrap.servers"] = self.bootstrap
+        return settings
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        split: KafkaSplit = partition  # type: ignore[assignment]
+        if split.until <= split.start:
+            return
+        yield from read_split(self.topic, split, self._settings(), self.timeout_s)
+
+
+def read_split(
+    topic: str, split: KafkaSplit, settings: dict[str, Any], timeout_s: float
+) -> Iterator[pa.RecordBatch]:
+    """Yield Arrow batches of exactly the records in ``[split.start, split.until)``."""
+    import confluent_kafka as ck
+
+    from eos.errors import DataLoss, KafkaUnavailable
+    from eos.kafka import consumer, watermarks
+
+    bootstrap = settings["bootstrap.servers"]
+    c = consumer(settings, group=f"eos-reader-{topic}", **{"enable.partition.eof": True})
+    try:
+        low, high = watermarks(c, topic, split.partition, bootstrap)
+        if split.start < low:
+            raise DataLoss(
+                f"topic '{topic}' partition {split.partition}: offsets [{split.start},{low}) "
+                f"of the planned range [{split.start},{split.until}) are gone from Kafka "
+                "(retention); the epoch cannot be computed without losing data"
+            )
+        if split.until > high:
+            raise DataLoss(
+                f"topic '{topic}' partition {split.partition}: planned until {split.until} is "
+                f"beyond the high watermark {high}; the partition was truncated"
+            )
+        c.assign([ck.TopicPartition(topic, split.partition, split.start)])
+        columns: dict[str, list[Any]] = {name: [] for name in RAW_SCHEMA.names}
+        last_progress = time.monotonic()
+        done = False
+        while not done:
+            messages = c.consume(num_messages=BATCH_RECORDS, timeout=1.0)
+            if messages:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > timeout_s:
+                raise KafkaUnavailable(
+                    f"no progress reading '{topic}' partition {split.partition} "
+                    f"[{split.start},{split.until}) from {bootstrap} for {timeout_s:.0f}s"
+                )
+            for m in messages:
+                error = m.error()
+                if error is not None:
+                    if error.code() == ck.KafkaError._PARTITION_EOF:
+                        # The log (or, read_committed, its stable part) ends at m.offset(). At or
+                        # past `until`, what is left of the range were gaps or markers; below
+                        # it, an open transaction is still pending: keep waiting for it.
+                        done = m.offset() >= split.until
+                        continue
+                    raise KafkaUnavailable(
+                        f"error reading '{topic}' partition {split.partition}: {error.str()}"
+                    )
+                offset = m.offset()
+                if offset >= split.until:
+                    done = True
+                    break
+                columns["topic"].append(topic)
+                columns["partition"].append(split.partition)
+                columns["offset"].append(offset)
+                columns["timestamp_ms"].append(m.timestamp()[1])
+                columns["key"].append(m.key())
+                columns["value"].append(m.value())
+                if offset == split.until - 1:
+                    done = True
+                    break
+            if len(columns["offset"]) >= BATCH_RECORDS or (done and columns["offset"]):
+                yield pa.RecordBatch.from_pydict(columns, schema=RAW_SCHEMA)
+                columns = {name: [] for name in RAW_SCHEMA.names}
+    finally:
+        c.close()
+
+
+class KafkaRangeDataSource(DataSource):
+    """``spark.read.format("eos_kafka").option("ranges", json).option("topic", t).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "eos_kafka"
+
+    def schema(self) -> StructType | str:
+        return RAW_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaRangeReader(dict(self.options))

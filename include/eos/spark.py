@@ -1,0 +1,72 @@
+"""How precommit is launched: ``spark-submit`` of ``spark_apps/precommit.py``, the same way from
+``eos run`` and from the DAG's SparkSubmitOperator, so both run exactly one code path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from eos.config import PROJECT_ROOT, PipelineConfig
+from eos.errors import EosError
+
+PRECOMMIT_APP = PROJECT_ROOT / "spark_apps" / "precommit.py"
+
+
+def spark_conf(config: PipelineConfig) -> dict[str, str]:
+    return {
+        "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": config.spark.driver_memory,
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        **config.spark.conf,
+    }
+
+
+def app_args(config: PipelineConfig, epoch: int | str, plan_hash: str | None = None) -> list[str]:
+    args = ["--config", str(config.source_path), "--epoch", str(epoch)]
+    if plan_hash:
+        args += ["--plan-hash", plan_hash]
+    return args
+
+
+def submit_env() -> dict[str, str]:
+    """Spark's Python workers must run this interpreter, not whatever python3 is on PATH."""
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+def spark_submit_binary() -> str:
+    local = Path(sys.executable).parent / "spark-submit"
+    return str(local) if local.exists() else "spark-submit"
+
+
+def submit_command(config: PipelineConfig, epoch: int, plan_hash: str | None = None) -> list[str]:
+    master = os.environ.get("EOS_SPARK_MASTER", config.spark.master)
+    cmd = [spark_submit_binary(), "--master", master, "--name", f"eos-precommit-{config.name}"]
+    for key, value in spark_conf(config).items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, str(PRECOMMIT_APP), *app_args(config, epoch, plan_hash)]
+
+
+def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None) -> str:
+    """Run the Spark app for epoch N and return its result line; raise with its error if it fails."""
+    proc = subprocess.run(
+        submit_command(config, epoch, plan_hash),
+        env=submit_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    result = [line for line in proc.stdout.splitlines() if line.startswith("phase=precommit")]
+    if proc.returncode != 0:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("eos: error")]
+        detail = errors[-1] if errors else "\n".join(proc.stderr.splitlines()[-15:])
+        raise EosError(f"precommit of epoch {epoch} failed (spark-submit exit "
+                       f"{proc.returncode}): {detail}")
+    return result[-1] if result else ""

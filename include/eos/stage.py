@@ -1,0 +1,350 @@
+"""Task ``precommit``: compute epoch N with Spark and stage every row of it in one Delta commit.
+
+Staged rows are a pure function of the plan and epoch N-1's committed state, so a rerun, a retry
+or a zombie attempt writes the same rows: recovery never produces a different result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eos import epochlog
+from eos.config import PipelineConfig
+from eos.errors import ProtocolViolation
+from eos.events import NEG_INF, Event, advance_watermark, idle_watermark, parse_event
+from eos.phaselog import log_phase, timed
+from eos.plan import Plan, plan_of
+from eos.tables import (
+    DEC,
+    STAGING_SCHEMA,
+    Tables,
+    ensure_tables,
+    read_epoch,
+    replace_epoch,
+    txn_version,
+)
+
+PARSED_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kafka_timestamp_ms", pa.int64()),
+        ("key", pa.string()),
+        ("event_ms", pa.int64()),
+        ("value", DEC),
+        ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()),
+        ("reason", pa.string()),
+    ]
+)
+PARSED_DDL = (
+    "partition int, offset long, kafka_timestamp_ms long, key string, event_ms long, "
+    "value decimal(38,9), raw_key binary, raw_value binary, reason string"
+)
+STATE_COLUMNS = ["key", "window_start_ms", "count", "sum", "min", "max"]
+
+
+@dataclass(frozen=True)
+class EpochState:
+    """What epoch N resumes from: epoch N-1's open windows and its watermark."""
+
+    windows: pa.Table
+    watermark_ms: int
+    max_event_ms: int | None
+
+
+@dataclass
+class StageResult:
+    epoch: int
+    plan_hash: str
+    outcome: str  # staged | reused | already committed
+    counts: dict[str, int] = field(default_factory=dict)
+    watermark_ms: int | None = None
+    staging_version: int | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def spark_session(config: PipelineConfig):
+    """The session for precommit; under spark-submit, submit's own settings take precedence."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(f"eos-precommit-{config.name}")
+        .master(os.environ.get("EOS_SPARK_MASTER", config.spark.master))
+        .config("spark.sql.shuffle.partitions", str(config.spark.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    for key, value in config.spark.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    from eos.reader import KafkaRangeDataSource
+
+    spark.dataSource.register(KafkaRangeDataSource)
+    return spark
+
+
+def parse_records(config: PipelineConfig):
+    """mapInArrow function: raw Kafka records -> parsed events or quarantine reasons."""
+    event = config.event
+
+    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            out: dict[str, list[Any]] = {name: [] for name in PARSED_SCHEMA.names}
+            cols = batch.to_pydict()
+            for i in range(batch.num_rows):
+                value, kafka_ts = cols["value"][i], cols["timestamp_ms"][i]
+                parsed = parse_event(
+                    value, kafka_ts, event.key, event.time, event.value, event.max_future
+                )
+                out["partition"].append(cols["partition"][i])
+                out["offset"].append(cols["offset"][i])
+                out["kafka_timestamp_ms"].append(kafka_ts)
+                if isinstance(parsed, Event):
+                    out["key"].append(parsed.key)
+                    out["event_ms"].append(parsed.ts_ms)
+                    out["value"].append(parsed.value)
+                    out["raw_key"].append(None)
+                    out["raw_value"].append(None)
+                    out["reason"].append(None)
+                else:
+                    out["key"].append(None)
+                    out["event_ms"].append(None)
+                    out["value"].append(None)
+                    out["raw_key"].append(cols["key"][i])
+                    out["raw_value"].append(value)
+                    out["reason"].append(parsed.reason)
+            yield pa.RecordBatch.from_pydict(out, schema=PARSED_SCHEMA)
+
+    return parse
+
+
+def staged_epoch(tables: Tables, epoch: int, plan_hash: str) -> pa.Table | None:
+    """Epoch N's staged rows if a complete attempt for this plan is there, else None.
+
+    One Delta commit holds the whole epoch, so the watermark row being present means every row is.
+    """
+    rows = read_epoch(tables.staging, epoch)
+    complete = pc.and_(
+        pc.and_(pc.equal(rows["kind"], "state"), pc.is_null(rows["key"])),
+        pc.equal(rows["plan_hash"], plan_hash),
+    )
+    if not pc.any(complete).as_py():
+        return None
+    return rows.filter(pc.equal(rows["plan_hash"], plan_hash))
+
+
+def resume_state(tables: Tables, epoch: int) -> EpochState:
+    """Epoch N-1's open windows and watermark: the committed state epoch N starts from."""
+    previous = epoch - 1
+    if previous < 0:
+        empty = pa.Table.from_pylist([], schema=pa.schema([STAGING_SCHEMA.field(c) for c in STATE_COLUMNS]))
+        return EpochState(empty, NEG_INF, None)
+    staged = staged_epoch(tables, previous, plan_of(tables, previous).hash)
+    if staged is None:
+        raise ProtocolViolation(
+            f"the state of committed epoch {previous} is missing from staging; epoch {epoch} "
+            "cannot resume without it"
+        )
+    state = staged.filter(pc.equal(staged["kind"], "state"))
+    mark = state.filter(pc.is_null(state["key"])).to_pylist()[0]
+    windows = state.filter(pc.is_valid(state["key"])).select(STATE_COLUMNS)
+    return EpochState(windows, mark["watermark_ms"], mark["max_event_ms"])
+
+
+def _conform(columns: dict[str, Any], n: int) -> pa.Table:
+    """A staging-schema table from the given columns; every other column null."""
+    arrays = []
+    for f in STAGING_SCHEMA:
+        value = columns.get(f.name)
+        if value is None:
+            arrays.append(pa.nulls(n, f.type))
+        elif isinstance(value, pa.ChunkedArray | pa.Array):
+            arrays.append(value.cast(f.type))
+        else:
+            arrays.append(pa.array(value, f.type) if isinstance(value, list) else
+                          pa.array([value] * n, f.type))
+    return pa.Table.from_arrays(arrays, schema=STAGING_SCHEMA)
+
+
+def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
+                  timings: dict[str, float]) -> tuple[pa.Table, pa.Table]:
+    """Spark part: read the plan's ranges, parse, window, combine with state.
+
+    Returns (windows with their max event time, late and quarantined records).
+    """
+    import json
+
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    size = config.window.size
+    wm_prev = state.watermark_ms
+    ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
+    raw = (
+        spark.read.format("eos_kafka")
+        .option("topic", plan.topic)
+        .option("ranges", json.dumps(ranges))
+        .option("split_records", str(config.kafka.split_records))
+        .option("read_timeout_ms", str(config.kafka.read_timeout))
+        .option("config", config.source_path or "")
+        .load()
+    )
+    parsed = raw.mapInArrow(parse_records(config), PARSED_DDL).withColumn(
+        "window_start_ms", F.col("event_ms") - F.pmod(F.col("event_ms"), F.lit(size))
+    )
+    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        with timed() as took:
+            parsed.count()
+        timings["read_parse"] = took["ms"]
+        # Late iff the event's window was already emitted: its end <= the previous watermark.
+        is_late = F.col("window_start_ms") + F.lit(size) <= F.lit(wm_prev)
+        good = parsed.where(F.col("reason").isNull())
+        partials = (
+            good.where(~is_late)
+            .groupBy("key", "window_start_ms")
+            .agg(
+                F.count(F.lit(1)).alias("count"),
+                F.sum("value").alias("sum"),
+                F.min("value").alias("min"),
+                F.max("value").alias("max"),
+                F.max("event_ms").alias("max_event_ms"),
+            )
+        )
+        previous = spark.createDataFrame(state.windows).withColumn(
+            "max_event_ms", F.lit(None).cast("long")
+        )
+        with timed() as took:
+            windows = (
+                partials.unionByName(previous)
+                .groupBy("key", "window_start_ms")
+                .agg(
+                    F.sum("count").alias("count"),
+                    F.sum("sum").cast("decimal(38,9)").alias("sum"),
+                    F.min("min").alias("min"),
+                    F.max("max").alias("max"),
+                    F.max("max_event_ms").alias("max_event_ms"),
+                )
+                .toArrow()
+            )
+        timings["aggregate"] = took["ms"]
+        with timed() as took:
+            side = (
+                parsed.where(F.col("reason").isNotNull() | is_late)
+                .withColumn(
+                    "kind", F.when(F.col("reason").isNotNull(), "quarantine").otherwise("late")
+                )
+                .toArrow()
+            )
+        timings["side_rows"] = took["ms"]
+    finally:
+        parsed.unpersist()
+    return windows, side
+
+
+def build_staging_rows(config: PipelineConfig, plan: Plan, state: EpochState,
+                       windows: pa.Table, side: pa.Table) -> tuple[pa.Table, int]:
+    """All staged rows of epoch N and its watermark: the watermark rule lives here, once."""
+    size = config.window.size
+    window_max = pc.max(windows["max_event_ms"]).as_py() if windows.num_rows else None
+    candidates = [m for m in (state.max_event_ms, window_max) if m is not None]
+    max_event = max(candidates) if candidates else None
+    watermark = advance_watermark(state.watermark_ms, max_event, config.window.allowed_lateness)
+    if plan.records == 0:
+        watermark = idle_watermark(watermark, plan.clock_ms, config.window.idle_timeout)
+    ends = pc.add(windows["window_start_ms"], size)
+    emit = pc.less_equal(ends, watermark)
+    common = {"epoch": plan.epoch, "plan_hash": plan.hash}
+    parts = []
+    for kind, mask in (("output", emit), ("state", pc.invert(emit))):
+        chosen = windows.filter(mask)
+        cols = {c: chosen[c] for c in STATE_COLUMNS}
+        parts.append(_conform({**common, **cols, "kind": kind}, chosen.num_rows))
+    parts.append(_conform({**common, "kind": "state", "watermark_ms": watermark,
+                           "max_event_ms": max_event}, 1))
+    parts.append(_conform({
+        **common, "kind": "offsets",
+        "partition": [r.partition for r in plan.ranges],
+        "offset": [r.start for r in plan.ranges],
+        "until": [r.until for r in plan.ranges],
+    }, len(plan.ranges)))
+    side_cols = ["kind", "partition", "offset", "kafka_timestamp_ms", "key", "event_ms", "value",
+                 "window_start_ms", "raw_key", "raw_value", "reason"]
+    parts.append(_conform({**common, **{c: side[c] for c in side_cols}}, side.num_rows))
+    rows = pa.concat_tables(parts)
+    order = [("kind", "ascending"), ("key", "ascending"), ("window_start_ms", "ascending"),
+             ("partition", "ascending"), ("offset", "ascending")]
+    return rows.sort_by(order), watermark
+
+
+def count_kinds(rows: pa.Table) -> dict[str, int]:
+    counts = {k: 0 for k in ("output", "state", "late", "quarantine", "offsets")}
+    for item in pc.value_counts(rows["kind"]).to_pylist():
+        counts[item["values"]] = item["counts"]
+    counts["state"] -= 1  # the watermark row is not a window
+    return counts
+
+
+def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
+              expected_hash: str | None = None) -> StageResult:
+    """Stage epoch N, or do nothing when it is committed or already staged for the same plan."""
+    with timed() as total:
+        tables = ensure_tables(config)
+        plan = plan_of(tables, epoch)
+        if expected_hash and expected_hash != plan.hash:
+            raise ProtocolViolation(
+                f"epoch {epoch}: asked to stage plan {expected_hash} but the log's plan is "
+                f"{plan.hash}; refusing to stage a plan the log does not hold"
+            )
+        result = StageResult(epoch, plan.hash, "staged")
+        if txn_version(tables.target, config.app_id) >= epoch:
+            result.outcome = "already committed"
+        elif (existing := staged_epoch(tables, epoch, plan.hash)) is not None:
+            result.outcome = "reused"
+            result.counts = count_kinds(existing)
+        else:
+            _stage(config, tables, plan, spark, result)
+    result.timings_ms["total"] = total["ms"]
+    log_phase(
+        "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
+        ranges=plan.describe_ranges(), rows=result.counts, watermark_ms=result.watermark_ms,
+        staging_version=result.staging_version, durations_ms=result.timings_ms,
+    )
+    return result
+
+
+def _stage(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
+           result: StageResult) -> None:
+    if txn_version(tables.target, config.app_id) < plan.epoch - 1:
+        raise ProtocolViolation(
+            f"epoch {plan.epoch - 1} is not committed; epochs are staged and committed in order"
+        )
+    state = resume_state(tables, plan.epoch)
+    timings = result.timings_ms
+    with timed() as took:
+        session = spark or spark_session(config)
+    timings["spark_start"] = took["ms"]
+    windows, side = compute_epoch(session, config, plan, state, timings)
+    rows, watermark = build_staging_rows(config, plan, state, windows, side)
+    with timed() as took:
+        result.staging_version = replace_epoch(tables.staging, rows, plan.epoch)
+    timings["staging_write"] = took["ms"]
+    result.counts = count_kinds(rows)
+    result.watermark_ms = watermark
+    epochlog.append(
+        tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
+        duration_ms=sum(timings.values()),
+        details={"rows": result.counts, "watermark_ms": watermark,
+                 "staging_version": result.staging_version, "timings_ms": timings},
+    )

@@ -1,0 +1,194 @@
+"""The pipeline's Delta tables (epochs, staging, target, late, quarantine) and their schemas.
+
+Every transactional step goes through delta-rs. The ``txn`` version a sink carries for the
+pipeline's app id is the authority on which epochs that sink has committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from eos.config import PipelineConfig
+from eos.errors import EosError
+
+TS = pa.timestamp("us", tz="UTC")
+DEC = pa.decimal128(38, 9)
+NO_EPOCH = -1
+
+EPOCHS_SCHEMA = pa.schema(
+    [
+        ("epoch", pa.int64()),
+        ("phase", pa.string()),
+        ("run_id", pa.string()),
+        ("plan_hash", pa.string()),
+        ("plan", pa.string()),
+        ("at", TS),
+        ("duration_ms", pa.float64()),
+        ("details", pa.string()),
+    ]
+)
+
+# One wide schema for every kind of staged row, so an epoch is a single Delta commit.
+STAGING_SCHEMA = pa.schema(
+    [
+        ("epoch", pa.int64()),
+        ("kind", pa.string()),  # output | state | offsets | late | quarantine
+        ("plan_hash", pa.string()),
+        ("key", pa.string()),
+        ("window_start_ms", pa.int64()),
+        ("count", pa.int64()),
+        ("sum", DEC),
+        ("min", DEC),
+        ("max", DEC),
+        ("watermark_ms", pa.int64()),  # state row with null key: the watermark after this epoch
+        ("max_event_ms", pa.int64()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),  # offsets rows: from; late/quarantine rows: the record's offset
+        ("until", pa.int64()),
+        ("kafka_timestamp_ms", pa.int64()),
+        ("event_ms", pa.int64()),
+        ("value", DEC),
+        ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()),
+        ("reason", pa.string()),
+    ]
+)
+
+LATE_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("event_time", TS),
+        ("value", DEC),
+        ("window_start", TS),
+        ("window_end", TS),
+        ("watermark", TS),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kafka_timestamp", TS),
+        ("epoch", pa.int64()),
+    ]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("reason", pa.string()),
+        ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kafka_timestamp", TS),
+        ("epoch", pa.int64()),
+    ]
+)
+
+_AGG_TYPES = {"count": pa.int64(), "sum": DEC, "min": DEC, "max": DEC, "avg": pa.float64()}
+
+
+def target_schema(config: PipelineConfig) -> pa.Schema:
+    aggregates = [(name, _AGG_TYPES[name]) for name in _AGG_TYPES if name in config.aggregations]
+    return pa.schema(
+        [("key", pa.string()), ("window_start", TS), ("window_end", TS)]
+        + aggregates
+        + [("epoch", pa.int64())]
+    )
+
+
+@dataclass(frozen=True)
+class Tables:
+    root: Path
+
+    @property
+    def epochs(self) -> str:
+        return str(self.root / "epochs")
+
+    @property
+    def staging(self) -> str:
+        return str(self.root / "staging")
+
+    @property
+    def target(self) -> str:
+        return str(self.root / "target")
+
+    @property
+    def late(self) -> str:
+        return str(self.root / "late")
+
+    @property
+    def quarantine(self) -> str:
+        return str(self.root / "quarantine")
+
+    def sinks(self) -> list[tuple[str, str]]:
+        """(name, path) in commit order: side sinks first, the target last."""
+        return [("late", self.late), ("quarantine", self.quarantine), ("target", self.target)]
+
+
+def tables_for(config: PipelineConfig) -> Tables:
+    return Tables(config.root)
+
+
+def ensure_tables(config: PipelineConfig) -> Tables:
+    """Create any missing table. Idempotent: creating an existing table is a no-op."""
+    tables = tables_for(config)
+    try:
+        tables.root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise EosError(f"cannot create table root {tables.root}: {error.strerror}") from None
+    specs = [
+        (tables.epochs, EPOCHS_SCHEMA, None),
+        (tables.staging, STAGING_SCHEMA, ["epoch"]),
+        (tables.target, target_schema(config), None),
+        (tables.late, LATE_SCHEMA, None),
+        (tables.quarantine, QUARANTINE_SCHEMA, None),
+    ]
+    for path, schema, partitions in specs:
+        if not DeltaTable.is_deltatable(path):
+            try:
+                DeltaTable.create(path, schema=schema, partition_by=partitions, mode="ignore")
+            except OSError as error:
+                raise EosError(f"cannot create Delta table at {path}: {error}") from None
+    return tables
+
+
+def open_table(path: str) -> DeltaTable | None:
+    try:
+        return DeltaTable(path)
+    except TableNotFoundError:
+        return None
+
+
+def txn_version(path: str, app_id: str) -> int:
+    """The last epoch this sink committed for ``app_id``; -1 if none."""
+    table = open_table(path)
+    if table is None:
+        return NO_EPOCH
+    version = table.transaction_version(app_id)
+    return NO_EPOCH if version is None else int(version)
+
+
+def append_with_txn(path: str, data: pa.Table, app_id: str, epoch: int) -> int:
+    """Append ``data`` and ``txn(app_id, epoch)`` in one Delta commit; return the new version."""
+    write_deltalake(
+        path,
+        data,
+        mode="append",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, epoch)]),
+    )
+    return DeltaTable(path).version()
+
+
+def replace_epoch(path: str, data: pa.Table, epoch: int) -> int:
+    """Replace exactly epoch ``epoch`` of a table partitioned by epoch, in one Delta commit."""
+    write_deltalake(
+        path, data, mode="overwrite", predicate=f"epoch = {int(epoch)}", partition_by=["epoch"]
+    )
+    return DeltaTable(path).version()
+
+
+def read_epoch(path: str, epoch: int, columns: list[str] | None = None) -> pa.Table:
+    table = DeltaTable(path)
+    return table.to_pyarrow_table(columns=columns, filters=[("epoch", "=", int(epoch))])
