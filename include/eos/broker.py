@@ -7,6 +7,7 @@ data directory; every other client (planner, Spark reader, producer, tests) conn
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,10 +148,8 @@ def stop(base: Path | None = None, timeout: float = 15.0) -> bool:
 
 def _reap(pid: int) -> None:
     """Collect the exit status when the broker is our own child, so it is not left a zombie."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def status(base: Path | None = None) -> dict[str, Any] | None:

@@ -29,7 +29,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
         topics = list(args.topic or [])
         state = broker.start(topics=topics)
         print(f"embedded broker running at {state['bootstrap']} (pid {state['pid']})")
-        print(f"export KAFKA_BOOTSTRAP_SERVERS={state['bootstrap']}  # optional: found via state file")
+        print(f"clients find it through {broker.state_path()}; other tools can use "
+              f"KAFKA_BOOTSTRAP_SERVERS={state['bootstrap']}")
         return 0
     if args.action == "stop":
         print("embedded broker stopped" if broker.stop() else "no embedded broker was running")

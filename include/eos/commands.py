@@ -1,10 +1,118 @@
-"""Protocol commands of the ``eos`` CLI (run, status); filled in by the core."""
+"""Protocol commands of the ``eos`` CLI: run epochs, inspect them, verify them."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
+import uuid
 from collections.abc import Callable
+from typing import Any
+
+from eos.config import PipelineConfig
+
+
+def _config(args: argparse.Namespace) -> PipelineConfig:
+    from eos.config import load_pipeline
+
+    return load_pipeline(args.pipeline, args.config)
+
+
+def run_epoch(config: PipelineConfig, run_id: str) -> dict[str, Any]:
+    """begin -> precommit (spark-submit, as the DAG runs it) -> commit, for one epoch."""
+    from eos.commit import commit
+    from eos.plan import begin
+    from eos.spark import run_precommit
+
+    started = time.monotonic()
+    plan = begin(config, run_id=run_id)
+    run_precommit(config, plan.epoch, plan.hash)
+    result = commit(config, plan.epoch)
+    return {
+        "epoch": plan.epoch,
+        "plan_hash": plan.hash,
+        "records": plan.records,
+        "outcome": result.outcome,
+        "rows": result.rows,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    session = uuid.uuid4().hex[:8]
+    for i in range(args.epochs):
+        line = run_epoch(config, run_id=f"cli-{session}-{i}")
+        rows = line["rows"]
+        print(
+            f"epoch {line['epoch']:>4}  plan {line['plan_hash']}  records {line['records']:>8}  "
+            f"output {rows.get('target', 0):>6}  late {rows.get('late', 0):>5}  "
+            f"quarantine {rows.get('quarantine', 0):>5}  {line['outcome']}  {line['seconds']}s",
+            flush=True,
+        )
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from eos.status import render_status
+
+    print(render_status(_config(args), limit=args.limit))
+    return 0
+
+
+def cmd_phase(args: argparse.Namespace) -> int:
+    """Run one phase by hand: what an operator does to recover without Airflow."""
+    from eos.commit import abort, commit
+    from eos.plan import begin
+    from eos.spark import run_precommit
+
+    config = _config(args)
+    if args.command == "begin":
+        plan = begin(config, run_id=args.run_id)
+        print(json.dumps({"epoch": plan.epoch, "plan_hash": plan.hash,
+                          "ranges": plan.describe_ranges()}))
+    elif args.command == "precommit":
+        print(run_precommit(config, args.epoch))
+    elif args.command == "commit":
+        print(commit(config, args.epoch).outcome)
+    else:
+        print(abort(config, args.epoch, reason=args.reason))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from eos.audit import audit
+
+    report = audit(_config(args))
+    print(report.render())
+    return 0 if report.ok else 1
 
 
 def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
-    return None
+    p = sub.add_parser("run", help="run K epochs: begin -> precommit (spark-submit) -> commit")
+    pipeline_args(p)
+    p.add_argument("--epochs", type=int, default=1)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="the epoch log, committed offsets and lag")
+    pipeline_args(p)
+    p.add_argument("--limit", type=int, default=20, help="most recent epochs to show")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("begin", help="plan (or reuse the plan of) the next epoch")
+    pipeline_args(p)
+    p.add_argument("--run-id", default=None)
+    p.set_defaults(func=cmd_phase)
+    for name, helptext in (("precommit", "stage epoch N with spark-submit"),
+                           ("commit", "promote staged epoch N (idempotent)"),
+                           ("abort", "discard staged epoch N")):
+        p = sub.add_parser(name, help=helptext)
+        pipeline_args(p)
+        p.add_argument("--epoch", type=int, required=True)
+        if name == "abort":
+            p.add_argument("--reason", default="aborted by hand")
+        p.set_defaults(func=cmd_phase)
+
+    p = sub.add_parser("verify", help="audit committed tables against Kafka from scratch")
+    pipeline_args(p)
+    p.set_defaults(func=cmd_verify)

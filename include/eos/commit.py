@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eos import epochlog
+from eos import epochlog, faults
 from eos.config import PipelineConfig
 from eos.errors import ProtocolViolation
 from eos.phaselog import log_phase, timed
@@ -48,6 +48,12 @@ def _ts(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.multiply(column, MS_TO_US).cast(pa.timestamp("us", tz="UTC"))
 
 
+def exact_double(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Decimal -> nearest double. Arrow's direct cast scales in floating point and can be off by
+    one ulp (291.14 -> 291.14000000000004); going through the decimal text rounds correctly."""
+    return column.cast(pa.string()).cast(pa.float64())
+
+
 def target_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
     rows = staged.filter(pc.equal(staged["kind"], "output"))
     start = rows["window_start_ms"]
@@ -60,7 +66,7 @@ def target_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Tabl
         "sum": rows["sum"],
         "min": rows["min"],
         "max": rows["max"],
-        "avg": pc.divide(rows["sum"].cast(pa.float64()), rows["count"].cast(pa.float64())),
+        "avg": pc.divide(exact_double(rows["sum"]), rows["count"].cast(pa.float64())),
         "epoch": pa.array([epoch] * rows.num_rows, pa.int64()),
     }
     schema = target_schema(config)
@@ -158,6 +164,7 @@ def _promote(config: PipelineConfig, tables: Tables, epoch: int, plan_hash: str,
             result.skipped.append(name)
             continue
         result.versions[name] = append_with_txn(path, data, config.app_id, epoch)
+        faults.hit("commit.after_target" if name == "target" else "commit.between_sinks")
     epochlog.append(
         tables, epoch, epochlog.COMMITTED, plan_hash=plan_hash,
         details={"rows": result.rows, "delta_versions": result.versions,

@@ -61,9 +61,11 @@ def env_client_settings() -> dict[str, str]:
     return settings
 
 
-def client_settings(client: dict[str, Any] | None = None) -> dict[str, Any]:
+def client_settings(
+    client: dict[str, Any] | None = None, bootstrap: str | None = None
+) -> dict[str, Any]:
     """Settings shared by every client of a pipeline: bootstrap, config pass-through, env."""
-    settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers()}
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap or bootstrap_servers()}
     settings.update({k: _expand(v) for k, v in (client or {}).items()})
     settings.update(env_client_settings())
     return settings

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from eos import epochlog
+from eos import epochlog, faults
 from eos.config import PipelineConfig
 from eos.errors import DataLoss, ProtocolViolation
 from eos.kafka import client_settings, redact, topic_watermarks
@@ -81,7 +81,7 @@ def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
 
 
 def last_committed_epoch(config: PipelineConfig, tables: Tables) -> int:
-    """The target's ``txn`` version; side sinks may be one ahead (they commit first), never behind."""
+    """The target's ``txn`` version. Side sinks commit first: one epoch ahead, never behind."""
     committed = txn_version(tables.target, config.app_id)
     for name, path in tables.sinks()[:-1]:
         version = txn_version(path, config.app_id)
@@ -149,6 +149,7 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
                 tables, fresh.epoch, epochlog.PLANNED, run_id=run_id,
                 plan_hash=fresh.hash, plan=fresh.to_json(),
             )
+            faults.hit("begin.after_log")
             # Racing planners each append; the first plan logged wins for everyone.
             plan = Plan.from_json(epochlog.first_plan_row(tables, fresh.epoch)["plan"])
             how = "planned" if plan == fresh else "reused (a concurrent plan won)"

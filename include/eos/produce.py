@@ -11,7 +11,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,9 @@ class ProduceSummary:
     seconds: float = 0.0
 
 
-def _bad_record(rng: random.Random, spec: GeneratorSpec, event: dict[str, Any]) -> tuple[str, bytes]:
+def _bad_record(
+    rng: random.Random, spec: GeneratorSpec, event: dict[str, Any]
+) -> tuple[str, bytes]:
     kind = BAD_KINDS[rng.randrange(len(BAD_KINDS))]
     if kind == "malformed_json":
         return kind, json.dumps(event).encode()[: rng.randrange(1, 20)]
@@ -102,7 +104,19 @@ def produce(
     rate: float = 0.0,
     progress: bool = True,
 ) -> ProduceSummary:
-    """Produce ``spec``'s records to ``topic`` with an idempotent producer; raise on any loss."""
+    """Produce ``spec``'s records to ``topic``; raise on any loss."""
+    return send(generate(spec), spec.events, topic, settings, rate, progress)
+
+
+def send(
+    records: Iterable[GeneratedRecord],
+    total: int,
+    topic: str,
+    settings: dict[str, Any],
+    rate: float = 0.0,
+    progress: bool = True,
+) -> ProduceSummary:
+    """Produce records in order with an idempotent producer; raise unless all are acknowledged."""
     producer = ck.Producer(
         {
             **settings,
@@ -120,9 +134,9 @@ def produce(
             failures.append(err.str())
 
     summary = ProduceSummary()
-    bar = _progress_bar(spec.events, topic, progress)
+    bar = _progress_bar(total, topic, progress)
     started = time.monotonic()
-    for record in generate(spec):
+    for record in records:
         while True:
             try:
                 producer.produce(

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -68,11 +69,9 @@ class KafkaRangeReader(DataSourceReader):
         from eos.config import load_config
         from eos.kafka import client_settings
 
-        client = load_config(self.config_path).kafka.client if self.config_path else {}
-        settings = client_settings(client)
-        if self.bootstrap:
-            settings["bootstrap.servers"] = self.bootstrap
-        return settings
+        has_file = bool(self.config_path) and Path(self.config_path).is_file()
+        client = load_config(self.config_path).kafka.client if has_file else {}
+        return client_settings(client, bootstrap=self.bootstrap)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         split: KafkaSplit = partition  # type: ignore[assignment]
@@ -87,6 +86,7 @@ def read_split(
     """Yield Arrow batches of exactly the records in ``[split.start, split.until)``."""
     import confluent_kafka as ck
 
+    from eos import faults
     from eos.errors import DataLoss, KafkaUnavailable
     from eos.kafka import consumer, watermarks
 
@@ -145,6 +145,7 @@ def read_split(
                     break
             if len(columns["offset"]) >= BATCH_RECORDS or (done and columns["offset"]):
                 yield pa.RecordBatch.from_pydict(columns, schema=RAW_SCHEMA)
+                faults.hit("precommit.mid_read")
                 columns = {name: [] for name in RAW_SCHEMA.names}
     finally:
         c.close()

@@ -55,7 +55,7 @@ def submit_command(config: PipelineConfig, epoch: int, plan_hash: str | None = N
 
 
 def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None) -> str:
-    """Run the Spark app for epoch N and return its result line; raise with its error if it fails."""
+    """Run the Spark app for epoch N; return its result line, or raise with its error."""
     proc = subprocess.run(
         submit_command(config, epoch, plan_hash),
         env=submit_env(),

@@ -15,10 +15,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eos import epochlog
+from eos import epochlog, faults
 from eos.config import PipelineConfig
 from eos.errors import ProtocolViolation
 from eos.events import NEG_INF, Event, advance_watermark, idle_watermark, parse_event
+from eos.kafka import client_settings
 from eos.phaselog import log_phase, timed
 from eos.plan import Plan, plan_of
 from eos.tables import (
@@ -148,7 +149,8 @@ def resume_state(tables: Tables, epoch: int) -> EpochState:
     """Epoch N-1's open windows and watermark: the committed state epoch N starts from."""
     previous = epoch - 1
     if previous < 0:
-        empty = pa.Table.from_pylist([], schema=pa.schema([STAGING_SCHEMA.field(c) for c in STATE_COLUMNS]))
+        schema = pa.schema([STAGING_SCHEMA.field(c) for c in STATE_COLUMNS])
+        empty = pa.Table.from_pylist([], schema=schema)
         return EpochState(empty, NEG_INF, None)
     staged = staged_epoch(tables, previous, plan_of(tables, previous).hash)
     if staged is None:
@@ -191,6 +193,8 @@ def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSt
     size = config.window.size
     wm_prev = state.watermark_ms
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
+    # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
+    bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
     raw = (
         spark.read.format("eos_kafka")
         .option("topic", plan.topic)
@@ -198,6 +202,7 @@ def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSt
         .option("split_records", str(config.kafka.split_records))
         .option("read_timeout_ms", str(config.kafka.read_timeout))
         .option("config", config.source_path or "")
+        .option("bootstrap", bootstrap)
         .load()
     )
     parsed = raw.mapInArrow(parse_records(config), PARSED_DDL).withColumn(
@@ -337,8 +342,10 @@ def _stage(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
     timings["spark_start"] = took["ms"]
     windows, side = compute_epoch(session, config, plan, state, timings)
     rows, watermark = build_staging_rows(config, plan, state, windows, side)
+    faults.hit("precommit.before_write")
     with timed() as took:
         result.staging_version = replace_epoch(tables.staging, rows, plan.epoch)
+    faults.hit("precommit.after_write")
     timings["staging_write"] = took["ms"]
     result.counts = count_kinds(rows)
     result.watermark_ms = watermark

@@ -92,9 +92,8 @@ _AGG_TYPES = {"count": pa.int64(), "sum": DEC, "min": DEC, "max": DEC, "avg": pa
 def target_schema(config: PipelineConfig) -> pa.Schema:
     aggregates = [(name, _AGG_TYPES[name]) for name in _AGG_TYPES if name in config.aggregations]
     return pa.schema(
-        [("key", pa.string()), ("window_start", TS), ("window_end", TS)]
-        + aggregates
-        + [("epoch", pa.int64())]
+        [("key", pa.string()), ("window_start", TS), ("window_end", TS), *aggregates,
+         ("epoch", pa.int64())]
     )
 
 

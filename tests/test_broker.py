@@ -1,0 +1,140 @@
+"""Broker conformance: the semantics the pipeline relies on, over TCP.
+
+Runs against the embedded broker, and unchanged against any broker in KAFKA_BOOTSTRAP_SERVERS.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from eos import broker as embedded
+from eos.audit import read_range
+from eos.errors import KafkaUnavailable, TopicMissing
+from eos.kafka import client_settings, topic_watermarks
+from eos.produce import GeneratorSpec, generate, produce
+from support import unique_topic
+
+pytestmark = pytest.mark.integration
+
+
+def _produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, partition=partition)
+    assert p.flush(30) == 0
+
+
+def test_high_watermark_is_exact_after_flush(kafka: str) -> None:
+    topic = unique_topic()
+    _produce(kafka, topic, 1234)
+    marks = topic_watermarks(client_settings(), topic)
+    assert marks[0] == (0, 1234)
+
+
+def test_range_read_is_exact_and_stops_at_until(kafka: str) -> None:
+    topic = unique_topic()
+    _produce(kafka, topic, 500)
+    records = read_range(client_settings(), topic, 0, 120, 380)
+    assert [r.offset for r in records] == list(range(120, 380))
+    assert [r.value for r in records] == [b"v%d" % i for i in range(120, 380)]
+    tail = read_range(client_settings(), topic, 0, 490, 500)
+    assert [r.offset for r in tail] == list(range(490, 500))
+
+
+def test_nothing_at_or_beyond_high_watermark(kafka: str) -> None:
+    topic = unique_topic()
+    _produce(kafka, topic, 50)
+    c = ck.Consumer({"bootstrap.servers": kafka, "group.id": "conf", "enable.partition.eof": True,
+                     "auto.offset.reset": "error"})
+    c.assign([ck.TopicPartition(topic, 0, 40)])
+    offsets = []
+    while True:
+        m = c.poll(5.0)
+        assert m is not None, "no EOF within 5s"
+        if m.error():
+            assert m.error().code() == ck.KafkaError._PARTITION_EOF
+            assert m.offset() == 50
+            break
+        offsets.append(m.offset())
+    c.close()
+    assert offsets == list(range(40, 50))
+
+
+def test_read_committed_hides_aborted_transactions(kafka: str) -> None:
+    topic = unique_topic()
+    _produce(kafka, topic, 1)  # the topic must exist before a transaction writes to it
+    tx = ck.Producer({"bootstrap.servers": kafka, "transactional.id": f"tx-{topic}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for i in range(5):
+        tx.produce(topic, value=b"aborted-%d" % i, partition=0)
+    tx.abort_transaction(30)
+    tx.begin_transaction()
+    for i in range(5):
+        tx.produce(topic, value=b"committed-%d" % i, partition=0)
+    tx.commit_transaction(30)
+    high = topic_watermarks(client_settings(), topic)[0][1]
+    values = [r.value for r in read_range(client_settings(), topic, 0, 0, high)]
+    assert values == [b"v0"] + [b"committed-%d" % i for i in range(5)]
+
+
+def test_missing_topic_and_unreachable_broker_have_clear_errors(kafka: str) -> None:
+    with pytest.raises(TopicMissing, match="topic 'no-such-topic-x' does not exist"):
+        topic_watermarks(client_settings(), "no-such-topic-x")
+    with pytest.raises(KafkaUnavailable, match="did not answer"):
+        topic_watermarks({"bootstrap.servers": "127.0.0.1:1", "socket.timeout.ms": 2000},
+                         "anything")
+
+
+def test_no_broker_configured_says_how_to_start_one(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("EOS_DATA_DIR", str(tmp_path))
+    with pytest.raises(KafkaUnavailable, match="eos broker start"):
+        client_settings()
+
+
+def test_produced_records_read_back_exactly(kafka: str) -> None:
+    """Acceptance: 100000 events with 1% bad records, seed 7, all read back, nothing more."""
+    topic = unique_topic("clicks")
+    spec = GeneratorSpec(events=100_000, bad_fraction=0.01, seed=7)
+    summary = produce(spec, topic, client_settings(), progress=False)
+    assert summary.records == 100_000
+    assert 500 < sum(summary.kinds[k] for k in summary.kinds if k != "good") < 1500
+    marks = topic_watermarks(client_settings(), topic)
+    assert sum(high for _, high in marks.values()) == 100_000
+    read = Counter()
+    for partition, (low, high) in marks.items():
+        read.update(r.value for r in read_range(client_settings(), topic, partition, low, high))
+    assert read == Counter(r.value for r in generate(spec))
+
+
+@pytest.mark.skipif(bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="embedded only")
+def test_broker_cli_start_stop_leaves_no_process(tmp_path: Path) -> None:
+    env = {**os.environ, "EOS_DATA_DIR": str(tmp_path)}
+    eos = [sys.executable, "-m", "eos.cli"]
+    out = subprocess.run([*eos, "broker", "start", "--topic", "x"], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert "embedded broker running at 127.0.0.1:" in out
+    state = embedded.read_state(tmp_path)
+    assert state is not None
+    status = subprocess.run([*eos, "broker", "status"], env=env, capture_output=True, text=True)
+    assert status.returncode == 0 and '"reachable": true' in status.stdout
+    subprocess.run([*eos, "broker", "stop"], env=env, check=True, capture_output=True)
+    assert not embedded._alive(state["pid"]) or _is_zombie(state["pid"])
+    assert not embedded.state_path(tmp_path).exists()
+    status = subprocess.run([*eos, "broker", "status"], env=env, capture_output=True, text=True)
+    assert status.returncode == 1
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True

@@ -1,0 +1,228 @@
+"""The exactly-once core against a real broker, real Spark and real Delta tables.
+
+Ground truth is computed independently: the records the generator produced (checked to be exactly
+what Kafka holds) are replayed through the plain-Python reference model of ``eos.audit`` using the
+epoch boundaries in the log, and compared with every committed table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from eos.audit import audit, read_range
+from eos.commit import abort, commit
+from eos.config import PipelineConfig
+from eos.errors import KafkaUnavailable, TopicMissing
+from eos.kafka import client_settings, topic_watermarks
+from eos.plan import Plan, begin
+from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
+from eos.stage import precommit, staged_epoch
+from eos.tables import ensure_tables, tables_for, txn_version
+from support import write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def run_epoch(config: PipelineConfig, spark: Any, run_id: str) -> Plan:
+    plan = begin(config, run_id=run_id)
+    precommit(config, plan.epoch, spark=spark)
+    commit(config, plan.epoch)
+    return plan
+
+
+def run_until_caught_up(config: PipelineConfig, spark: Any, tag: str) -> list[Plan]:
+    plans: list[Plan] = []
+    while True:
+        plans.append(run_epoch(config, spark, f"{tag}-{len(plans)}"))
+        if plans[-1].records == 0:
+            return plans
+
+
+def table_versions(config: PipelineConfig) -> dict[str, int]:
+    t = tables_for(config)
+    paths = {"epochs": t.epochs, "staging": t.staging, **dict(t.sinks())}
+    return {name: DeltaTable(path).version() for name, path in paths.items()}
+
+
+def topic_contents(config: PipelineConfig) -> Counter:
+    settings = client_settings(config.kafka.client)
+    found: Counter = Counter()
+    for p, (low, high) in topic_watermarks(settings, config.kafka.topic).items():
+        found.update(r.value for r in read_range(settings, config.kafka.topic, p, low, high))
+    return found
+
+
+def target_windows(config: PipelineConfig) -> Counter:
+    rows = DeltaTable(tables_for(config).target).to_pyarrow_table().to_pylist()
+    return Counter(tuple(v for k, v in sorted(r.items()) if k != "epoch") for r in rows)
+
+
+SPEC = GeneratorSpec(events=6000, keys=40, interval_ms=20, disorder_ms=1500, late_fraction=0.03,
+                     late_delay_ms=30_000, bad_fraction=0.02, seed=42)
+
+
+@pytest.fixture(scope="module")
+def committed_pipeline(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any):
+    """A pipeline run over several capped epochs with disorder, late and bad records."""
+    config = write_pipeline(tmp_path_factory.mktemp("core"), epoch={"max_records": 1500})
+    send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
+    plans = run_until_caught_up(config, spark, "core")
+    return config, plans
+
+
+def test_committed_tables_equal_ground_truth(committed_pipeline: tuple) -> None:
+    config, plans = committed_pipeline
+    assert len(plans) >= 5, "the cap must split the data into several epochs"
+    produced = list(generate(SPEC))
+    assert topic_contents(config) == Counter(r.value for r in produced)
+    report = audit(config)
+    assert report.ok, report.render()
+    t = tables_for(config)
+    quarantine = DeltaTable(t.quarantine).to_pyarrow_table().to_pylist()
+    bad = [r.value for r in produced if r.kind in BAD_KINDS]
+    assert Counter(r["raw_value"] for r in quarantine) == Counter(bad)
+    assert all(r["reason"] for r in quarantine)
+    late = DeltaTable(t.late).to_pyarrow_table()
+    assert late.num_rows > 0, "the data set must exercise the late path"
+    late_sources = {(r["partition"], r["offset"]) for r in late.to_pylist()}
+    assert len(late_sources) == late.num_rows
+    # Conservation: every good record is in exactly one committed window, the open state, or late.
+    target = DeltaTable(t.target).to_pyarrow_table()
+    last = staged_epoch(t, plans[-1].epoch, plans[-1].hash)
+    open_state = last.filter(pc.and_(pc.equal(last["kind"], "state"), pc.is_valid(last["key"])))
+    counted = pc.sum(target["count"]).as_py() + (pc.sum(open_state["count"]).as_py() or 0)
+    assert counted + late.num_rows + len(quarantine) == SPEC.events
+    assert report.counts["target"][0] == target.num_rows > 0
+
+
+def test_offsets_reach_high_watermarks(committed_pipeline: tuple) -> None:
+    config, plans = committed_pipeline
+    marks = topic_watermarks(client_settings(), config.kafka.topic)
+    final = {r.partition: r.until for r in plans[-1].ranges}
+    assert final == {p: high for p, (_, high) in marks.items()}
+    for before, after in itertools.pairwise(plans):
+        assert {r.partition: r.until for r in before.ranges} == {
+            r.partition: r.start for r in after.ranges
+        }
+
+
+def test_every_epoch_commits_once_with_its_txn(committed_pipeline: tuple) -> None:
+    config, plans = committed_pipeline
+    history = DeltaTable(tables_for(config).target).history()
+    writes = [h for h in history if h["operation"] == "WRITE"]
+    assert len(writes) == len(plans)
+    assert txn_version(tables_for(config).target, config.app_id) == plans[-1].epoch
+
+
+def test_rerunning_committed_epochs_changes_nothing(committed_pipeline: tuple, spark: Any) -> None:
+    config, plans = committed_pipeline
+    before = table_versions(config)
+    for i, plan in enumerate(plans):
+        again = begin(config, run_id=f"core-{i}")
+        assert again == plan
+        assert precommit(config, plan.epoch, spark=spark).outcome == "already committed"
+        assert commit(config, plan.epoch).outcome == "already committed"
+        assert abort(config, plan.epoch).startswith("already committed")
+    assert table_versions(config) == before
+
+
+def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: Any) -> None:
+    """The second attempt runs through spark-submit, exactly as the DAG runs it."""
+    config = write_pipeline(tmp_path)
+    spec = GeneratorSpec(events=3000, keys=30, disorder_ms=800, bad_fraction=0.05, seed=9)
+    send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
+    plan = begin(config, run_id="twice")
+    first = precommit(config, plan.epoch, spark=spark)
+    assert first.outcome == "staged"
+    rows_a = staged_epoch(tables_for(config), plan.epoch, plan.hash)
+    assert abort(config, plan.epoch, "test") == "aborted"
+    assert staged_epoch(tables_for(config), plan.epoch, plan.hash) is None
+    cli = [sys.executable, "-m", "eos.cli", "precommit", "--config", str(config.source_path),
+           "--epoch", str(plan.epoch)]
+    proc = subprocess.run(cli, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "outcome=staged" in proc.stdout
+    rows_b = staged_epoch(tables_for(config), plan.epoch, plan.hash)
+    assert rows_a.to_pylist() == rows_b.to_pylist()
+    assert precommit(config, plan.epoch, spark=spark).outcome == "reused"
+
+
+@pytest.mark.parametrize("epochs", [1, 3, 10])
+def test_any_split_into_epochs_gives_the_same_target(
+    tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any, epochs: int,
+    split_results: dict[int, Counter],
+) -> None:
+    """Disorder inside the allowed lateness: no event is late, so epoch boundaries don't matter.
+
+    Records arrive in ``epochs`` chunks with an epoch after each (uncapped), as a live topic would.
+    """
+    spec = GeneratorSpec(events=4000, keys=25, interval_ms=15, disorder_ms=1500, seed=77)
+    records = list(generate(spec))
+    config = write_pipeline(tmp_path_factory.mktemp(f"split{epochs}"))
+    chunk = math.ceil(len(records) / epochs)
+    plans = []
+    for i in range(epochs):
+        part = records[i * chunk : (i + 1) * chunk]
+        send(part, len(part), config.kafka.topic, client_settings(), progress=False)
+        plans.append(run_epoch(config, spark, f"split-{i}"))
+    assert sum(p.records for p in plans) == spec.events
+    assert DeltaTable(tables_for(config).late).to_pyarrow_table().num_rows == 0
+    assert audit(config).ok
+    split_results[epochs] = target_windows(config)
+    assert sum(split_results[epochs].values()) > 0
+    reference = next(iter(split_results.values()))
+    assert split_results[epochs] == reference
+
+
+@pytest.fixture(scope="module")
+def split_results() -> dict[int, Counter]:
+    return {}
+
+
+def test_fresh_process_resumes_from_committed_state(tmp_path: Path, kafka: str) -> None:
+    """`eos run` in new processes (spark-submit each epoch) resumes offsets and open windows."""
+    config = write_pipeline(tmp_path, window={"size": "5s", "allowed_lateness": "1s"})
+    spec = GeneratorSpec(events=2000, keys=10, interval_ms=10, disorder_ms=500, seed=3)
+    records = list(generate(spec))
+    eos = [sys.executable, "-m", "eos.cli"]
+    for half in (records[:1000], records[1000:]):
+        send(half, len(half), config.kafka.topic, client_settings(), progress=False)
+        out = subprocess.run([*eos, "run", "--config", str(config.source_path), "--epochs", "1"],
+                             capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "committed" in out.stdout
+    verify = subprocess.run([*eos, "verify", "--config", str(config.source_path)],
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "verdict: OK" in verify.stdout
+    status = subprocess.run([*eos, "status", "--config", str(config.source_path)],
+                            capture_output=True, text=True, check=True)
+    assert "last committed epoch: 1" in status.stdout and "lag" in status.stdout
+
+
+def test_missing_topic_fails_before_anything_is_written(tmp_path: Path, kafka: str) -> None:
+    config = write_pipeline(tmp_path, kafka={"topic": "never-produced-topic-zz"})
+    with pytest.raises(TopicMissing, match="never-produced-topic-zz"):
+        begin(config, run_id="missing")
+    tables = ensure_tables(config)
+    assert DeltaTable(tables.epochs).to_pyarrow_table().num_rows == 0
+
+
+def test_unreachable_kafka_fails_clearly_and_stages_nothing(
+    tmp_path: Path, kafka: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write_pipeline(tmp_path)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    with pytest.raises(KafkaUnavailable, match=r"127\.0\.0\.1:1 did not answer"):
+        begin(config, run_id="down")
+    tables = ensure_tables(config)
+    assert DeltaTable(tables.staging).to_pyarrow_table().num_rows == 0
