@@ -88,7 +88,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from eos.config import load_pipeline
+    from eos.demo import demo
+
+    config = load_pipeline(args.pipeline if args.config is None else None, args.config)
+    return demo(config, events=args.events, via=args.via)
+
+
 def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    p = sub.add_parser("demo", help="the main job: broker, sample events, epochs, audit")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--pipeline", default="clicks")
+    group.add_argument("--config")
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--via", choices=["airflow", "cli"], default="airflow")
+    p.set_defaults(func=cmd_demo)
+
     p = sub.add_parser("run", help="run K epochs: begin -> precommit (spark-submit) -> commit")
     pipeline_args(p)
     p.add_argument("--epochs", type=int, default=1)
