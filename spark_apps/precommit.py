@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from eos.config import load_pipeline
-from eos.errors import EosError
+from eos.errors import EosError, describe_failure
 from eos.phaselog import configure, log_phase
 from eos.stage import precommit
 
@@ -26,6 +26,9 @@ def main(argv: list[str]) -> int:
     except EosError as error:
         print(f"eos: error: {error}", file=sys.stderr, flush=True)
         return 2
+    except Exception as error:  # a Spark job failure wraps the executor's error in Java's
+        print(f"eos: error: {describe_failure(error)}", file=sys.stderr, flush=True)
+        raise
     print(
         log_phase(
             "precommit", epoch=result.epoch, plan_hash=result.plan_hash, outcome=result.outcome,

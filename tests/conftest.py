@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from eos import broker as embedded
+
 from support import write_pipeline
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
+
 from eos import broker as embedded
 from eos.audit import read_range
 from eos.errors import KafkaUnavailable, TopicMissing
 from eos.kafka import client_settings, topic_watermarks
 from eos.produce import GeneratorSpec, generate, produce
+
 from support import unique_topic
 
 pytestmark = pytest.mark.integration

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
+
 from eos.audit import audit, read_range
 from eos.commit import abort, commit
 from eos.config import PipelineConfig
@@ -27,6 +28,7 @@ from eos.plan import Plan, begin
 from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
 from eos.stage import precommit, staged_epoch
 from eos.tables import ensure_tables, tables_for, txn_version
+
 from support import write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -207,9 +207,11 @@ def audit(config: PipelineConfig) -> AuditReport:
     _compare(report, "target", expected.target, target)
     _compare(report, "late", expected.late, late)
     _compare(report, "quarantine", expected.quarantine, quarantine)
-    writes = [h for h in DeltaTable(tables.target).history() if h.get("operation") == "WRITE"]
-    if len(writes) != committed + 1:
-        report.problems.append(
-            f"target: {len(writes)} write commits for {committed + 1} epochs (expected one each)"
-        )
+    for name, path in tables.sinks():
+        writes = [h for h in DeltaTable(path).history() if h.get("operation") == "WRITE"]
+        if len(writes) != committed + 1:
+            report.problems.append(
+                f"{name}: {len(writes)} write commits for {committed + 1} epochs "
+                "(expected exactly one each)"
+            )
     return report

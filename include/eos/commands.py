@@ -96,7 +96,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo(config, events=args.events, via=args.via)
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from eos.chaos import chaos
+
+    report = chaos(_config(args), epochs=args.epochs, seed=args.seed, fault_rate=args.fault_rate,
+                   events_per_epoch=args.events_per_epoch)
+    print(report.render())
+    return 0 if report.audit_ok and not report.problems else 1
+
+
 def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    p = sub.add_parser("chaos", help="epochs with random injected crashes, then an audit")
+    pipeline_args(p)
+    p.add_argument("--epochs", type=int, default=50)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fault-rate", type=float, default=0.3, help="chance a phase attempt crashes")
+    p.add_argument("--events-per-epoch", type=int, default=400)
+    p.set_defaults(func=cmd_chaos)
+
     p = sub.add_parser("demo", help="the main job: broker, sample events, epochs, audit")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--pipeline", default="clicks")

@@ -65,8 +65,10 @@ def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = No
     )
     result = [line for line in proc.stdout.splitlines() if line.startswith("phase=precommit")]
     if proc.returncode != 0:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("eos: error")]
-        detail = errors[-1] if errors else "\n".join(proc.stderr.splitlines()[-15:])
+        # spark-submit merges the Python driver's stderr into its stdout: look in both.
+        output = proc.stdout.splitlines() + proc.stderr.splitlines()
+        errors = [line for line in output if line.startswith("eos: error")]
+        detail = errors[-1][len("eos: error: "):] if errors else "\n".join(output[-15:])
         raise EosError(f"precommit of epoch {epoch} failed (spark-submit exit "
                        f"{proc.returncode}): {detail}")
     return result[-1] if result else ""
