@@ -31,7 +31,7 @@ from eos.kafka import client_settings
 from eos.plan import begin, plan_of
 from eos.produce import GeneratorSpec, generate, send
 from eos.stage import precommit, staged_epoch
-from eos.tables import ensure_tables, tables_for, txn_version
+from eos.tables import ensure_tables, replace_epoch, tables_for, txn_version
 
 from support import write_pipeline
 
@@ -172,6 +172,23 @@ def test_clearing_a_committed_run_changes_nothing(pipeline: PipelineConfig, spar
     assert staged.returncode == 0 and "outcome=already committed" in staged.stdout
     assert eos_cli(pipeline, "commit", "--epoch", "0").stdout.strip() == "already committed"
     assert versions(pipeline) == before
+
+
+def test_zombie_precommit_after_commit_changes_nothing(pipeline: PipelineConfig,
+                                                     spark: Any) -> None:
+    """A stale attempt of epoch 0 whose Spark job outlived its task writes after the commit."""
+    plan = begin(pipeline, run_id="r0")
+    tables = tables_for(pipeline)
+    precommit(pipeline, 0, spark=spark)
+    zombie_rows = staged_epoch(tables, 0, plan.hash)
+    commit(pipeline, 0)
+    target_before = DeltaTable(tables.target).to_pyarrow_table().to_pylist()
+    replace_epoch(tables.staging, zombie_rows, 0)  # the zombie's late write lands
+    assert staged_epoch(tables, 0, plan.hash).to_pylist() == zombie_rows.to_pylist()
+    assert DeltaTable(tables.target).to_pyarrow_table().to_pylist() == target_before
+    # A zombie that is still computing discards its result at the pre-write check.
+    assert precommit(pipeline, 0, spark=spark).outcome == "already committed"
+    finish_and_audit(pipeline, spark, "zombie")
 
 
 def test_kafka_unreachable_during_precommit(pipeline: PipelineConfig, spark: Any) -> None:

@@ -343,6 +343,11 @@ def _stage(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
     windows, side = compute_epoch(session, config, plan, state, timings)
     rows, watermark = build_staging_rows(config, plan, state, windows, side)
     faults.hit("precommit.before_write")
+    if txn_version(tables.target, config.app_id) >= plan.epoch:
+        # Another attempt committed this epoch while we computed: we are the zombie; step aside.
+        # (A zombie past this check rewrites identical rows: the result is deterministic.)
+        result.outcome = "already committed (late attempt discarded)"
+        return
     with timed() as took:
         result.staging_version = replace_epoch(tables.staging, rows, plan.epoch)
     faults.hit("precommit.after_write")
