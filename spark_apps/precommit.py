@@ -7,7 +7,7 @@ import sys
 
 from eos.config import load_pipeline
 from eos.errors import EosError, describe_failure
-from eos.phaselog import configure, log_phase
+from eos.phaselog import configure
 from eos.stage import precommit
 
 
@@ -22,21 +22,13 @@ def main(argv: list[str]) -> int:
     configure()
     try:
         config = load_pipeline(args.pipeline, args.config)
-        result = precommit(config, args.epoch, expected_hash=args.plan_hash)
+        precommit(config, args.epoch, expected_hash=args.plan_hash)
     except EosError as error:
         print(f"eos: error: {error}", file=sys.stderr, flush=True)
         return 2
     except Exception as error:  # a Spark job failure wraps the executor's error in Java's
         print(f"eos: error: {describe_failure(error)}", file=sys.stderr, flush=True)
         raise
-    print(
-        log_phase(
-            "precommit", epoch=result.epoch, plan_hash=result.plan_hash, outcome=result.outcome,
-            rows=result.counts, staging_version=result.staging_version,
-            durations_ms=result.timings_ms,
-        ),
-        flush=True,
-    )
     return 0
 
 

@@ -105,7 +105,18 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 0 if report.audit_ok and not report.problems else 1
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from eos.ui import start_ui
+
+    return start_ui(args.pipeline or None, port=args.port)
+
+
 def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    p = sub.add_parser("ui", help="Airflow standalone with this project's DAGs and the broker")
+    p.add_argument("--pipeline", action="append", help="pipelines whose topics to create")
+    p.add_argument("--port", type=int, default=8080)
+    p.set_defaults(func=cmd_ui)
+
     p = sub.add_parser("chaos", help="epochs with random injected crashes, then an audit")
     pipeline_args(p)
     p.add_argument("--epochs", type=int, default=50)

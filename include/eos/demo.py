@@ -51,7 +51,10 @@ def run_until_caught_up(config: PipelineConfig, via: str, max_epochs: int) -> li
 def _airflow_runner(config: PipelineConfig):
     from eos.dag_runs import DagRunner
 
-    return DagRunner(config).run_next
+    runner = DagRunner(config)
+    print(f"      Airflow home {runner.home} (SQLite); task logs: {runner.home / 'dag-runs.log'}",
+          flush=True)
+    return runner.run_next
 
 
 def summary(config: PipelineConfig) -> str:

@@ -14,13 +14,19 @@ from eos.errors import EosError
 PRECOMMIT_APP = PROJECT_ROOT / "spark_apps" / "precommit.py"
 
 
+def worker_python() -> str:
+    """The interpreter Spark's Python workers run: ``PYSPARK_PYTHON`` when set (a cluster's
+    workers have their own path, e.g. docker-compose sets ``python3``), else this one."""
+    return os.environ.get("PYSPARK_PYTHON") or sys.executable
+
+
 def spark_conf(config: PipelineConfig) -> dict[str, str]:
     return {
         "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.driver.memory": config.spark.driver_memory,
-        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.python": worker_python(),
         "spark.pyspark.driver.python": sys.executable,
         **config.spark.conf,
     }
@@ -36,7 +42,7 @@ def app_args(config: PipelineConfig, epoch: int | str, plan_hash: str | None = N
 def submit_env() -> dict[str, str]:
     """Spark's Python workers must run this interpreter, not whatever python3 is on PATH."""
     env = dict(os.environ)
-    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_PYTHON"] = worker_python()
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return env
 
@@ -63,7 +69,7 @@ def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = No
         text=True,
         check=False,
     )
-    result = [line for line in proc.stdout.splitlines() if line.startswith("phase=precommit")]
+    result = [line for line in proc.stdout.splitlines() if "phase=precommit " in line]
     if proc.returncode != 0:
         # spark-submit merges the Python driver's stderr into its stdout: look in both.
         output = proc.stdout.splitlines() + proc.stderr.splitlines()
@@ -71,4 +77,4 @@ def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = No
         detail = errors[-1][len("eos: error: "):] if errors else "\n".join(output[-15:])
         raise EosError(f"precommit of epoch {epoch} failed (spark-submit exit "
                        f"{proc.returncode}): {detail}")
-    return result[-1] if result else ""
+    return result[-1][result[-1].index("phase=precommit "):] if result else ""

@@ -1,0 +1,211 @@
+"""One Airflow DAG per pipeline: one DAG run is one checkpoint epoch.
+
+``begin`` (plan or reuse epoch N) -> ``precommit`` (spark-submit stages N) -> ``commit``
+(promote N; idempotent, retried until it succeeds), and ``abort`` when precommit failed.
+The DAG only wires the library's phases together: every decision lives in eos.plan, eos.stage
+and eos.commit. Building a DAG does no I/O beyond reading the pipeline's YAML: no Kafka, no
+Spark, no Delta at parse time (the library modules that touch them are imported inside tasks).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, TriggerRule, task
+
+from eos.config import PipelineConfig, list_pipelines, load_config
+from eos.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
+
+SPARK_CONN_ID = "spark_default"
+PIPELINES_DIR_ENV = "EOS_PIPELINES_DIR"  # build DAGs from another directory of pipeline YAMLs
+START_DATE = datetime(2025, 1, 1)  # naive: Airflow reads it in its default timezone (UTC)
+BEGIN_XCOM = "ti.xcom_pull(task_ids='begin')"
+
+log = logging.getLogger(__name__)
+
+OPERATOR_NOTES = """
+### Operating notes
+- One run is one epoch: `begin` logs the plan (offset ranges) before anything reads Kafka, and a
+  run keeps its epoch forever: clearing a run, committed or not, re-finds the same epoch and plan.
+- Clearing a committed run is harmless: every task is a no-op (the target's Delta `txn` version is
+  the authority). `commit` still emits an asset event, with `outcome: already committed`.
+- After a failed run, later runs wait (`depends_on_past`, `wait_for_downstream`) and the first of
+  them holds the only active slot (`max_active_runs=1`), so a cleared failed run stays queued
+  behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
+  skipped), then clear the failed run. It reprocesses its own epoch with the same plan.
+"""
+
+
+def dag_id(config: PipelineConfig) -> str:
+    return f"eos_{config.name}"
+
+
+def target_asset(config: PipelineConfig) -> Asset:
+    """The committed result table, published when an epoch commits (uri file://<abs path>).
+
+    Same path as ``eos.tables.tables_for(config).target`` (a test checks it), spelled out here so
+    that parsing the DAG file does not import deltalake and pyarrow.
+    """
+    target = (config.root / "target").resolve()
+    return Asset(name=f"eos_{config.name}_target", uri=f"file://{target}", group="eos")
+
+
+def pipeline_configs() -> list[PipelineConfig]:
+    """Every pipeline config: ``include/pipelines/*.yaml``, or ``$EOS_PIPELINES_DIR/*.yaml``."""
+    override = os.environ.get(PIPELINES_DIR_ENV)
+    paths: Iterable[Path] = sorted(Path(override).glob("*.yaml")) if override else list_pipelines()
+    return [load_config(path) for path in paths]
+
+
+def _plan_of_run(context: Any) -> dict[str, Any] | None:
+    """What ``begin`` returned for this run (epoch, plan_hash, records, ranges), if it ran."""
+    return context["ti"].xcom_pull(task_ids="begin")
+
+
+def _phase_logging() -> None:
+    """Send the library's ``phase=...`` lines (logger "eos") to the task log."""
+    from eos.phaselog import configure
+
+    configure()
+
+
+def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    """The DAG of one pipeline; ``dag_kwargs`` override DAG arguments (tests, special setups)."""
+    asset = target_asset(config)
+    short = timedelta(minutes=10)
+
+    default_args = {
+        "owner": "eos",
+        # A run starts only after the previous one succeeded: epochs commit in order. With
+        # wait_for_downstream, epoch N+1 is not even planned while run N's precommit or commit
+        # has not succeeded.
+        "depends_on_past": True,
+        "wait_for_downstream": True,
+        "retries": 3,
+        "retry_delay": timedelta(seconds=10),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=5),
+        "execution_timeout": short,
+    }
+    kwargs: dict[str, Any] = {
+        "dag_id": dag_id(config),
+        "description": f"exactly-once micro-batches of '{config.kafka.topic}' into "
+        f"{config.root}: one run = one epoch",
+        "schedule": config.schedule,
+        "start_date": START_DATE,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": default_args,
+        "tags": ["eos", config.name],
+        "doc_md": (__doc__ or "") + OPERATOR_NOTES,
+        **dag_kwargs,
+    }
+
+    with DAG(**kwargs) as dag:
+
+        @task(task_id="begin")
+        def begin(**context: Any) -> dict[str, Any]:
+            """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
+            from eos.plan import begin as plan_epoch
+            from eos.plan import plan_summary
+
+            _phase_logging()
+            plan = plan_epoch(config, run_id=context["run_id"])
+            summary = plan_summary(plan)
+            log.info("eos begin: %s", summary)
+            return summary
+
+        precommit = SparkSubmitOperator(
+            task_id="precommit",
+            application=str(PRECOMMIT_APP),
+            application_args=app_args(
+                config, f"{{{{ {BEGIN_XCOM}['epoch'] }}}}", f"{{{{ {BEGIN_XCOM}['plan_hash'] }}}}"
+            ),
+            conf=spark_conf(config),
+            conn_id=SPARK_CONN_ID,
+            spark_binary=spark_submit_binary(),
+            env_vars={k: v for k, v in submit_env().items() if k.startswith("PYSPARK_")},
+            name=f"eos-precommit-{config.name}",
+            retries=2,
+            retry_delay=timedelta(seconds=30),
+            execution_timeout=timedelta(minutes=30),
+            doc_md="Stage epoch N in one Delta commit (no-op when staged for the same plan "
+            "hash or already committed). Needs connection `spark_default` naming the master, "
+            'e.g. AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
+        )
+
+        @task(
+            task_id="commit",
+            outlets=[asset],
+            # Commit must eventually succeed: idempotent, so retried for a long time.
+            retries=100,
+            retry_delay=timedelta(seconds=15),
+            retry_exponential_backoff=True,
+            max_retry_delay=timedelta(minutes=10),
+            execution_timeout=short,
+        )
+        def commit(**context: Any) -> dict[str, Any]:
+            """Promote staged epoch N into every sink (no-op when already committed)."""
+            from eos.commit import commit as commit_epoch
+            from eos.errors import EosError, ProtocolViolation
+
+            _phase_logging()
+            planned = _plan_of_run(context)
+            if not planned:
+                raise EosError("this run has no plan from begin: clear the run from begin")
+            result = commit_epoch(config, planned["epoch"])
+            if result.plan_hash != planned["plan_hash"]:
+                raise ProtocolViolation(
+                    f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
+                    f"planned {planned['plan_hash']}"
+                )
+            summary = {
+                "epoch": result.epoch,
+                "plan_hash": result.plan_hash,
+                "outcome": result.outcome,
+                "ranges": planned["ranges"],
+                "rows": result.rows,
+                "delta_versions": result.versions,
+                "skipped_sinks": result.skipped,
+                "duration_ms": result.duration_ms,
+            }
+            context["outlet_events"][asset].extra = {
+                "epoch": result.epoch,
+                "plan_hash": result.plan_hash,
+                "outcome": result.outcome,
+                "target_version": result.versions.get("target"),
+            }
+            log.info("eos commit: %s", summary)
+            return summary
+
+        @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=short)
+        def abort(**context: Any) -> str:
+            """Discard epoch N's staged rows after precommit failed; the run still fails."""
+            from eos.commit import abort as abort_epoch
+
+            _phase_logging()
+            planned = _plan_of_run(context)
+            if not planned:
+                log.info("eos abort: begin produced no plan in this run, nothing was staged")
+                return "nothing to abort"
+            reason = f"precommit failed in run {context['run_id']}"
+            outcome = abort_epoch(config, planned["epoch"], reason)
+            log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
+                     planned["epoch"], planned["plan_hash"], outcome)
+            return outcome
+
+        begin() >> precommit >> [commit(), abort()]
+
+    return dag
+
+
+def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG]:
+    """``{dag_id: DAG}`` for every pipeline config, for a DAG file's globals()."""
+    configs = pipeline_configs() if configs is None else configs
+    return {dag_id(config): build_dag(config) for config in configs}

@@ -1,0 +1,108 @@
+"""``eos ui``: the pipelines' DAGs in a local Airflow (``airflow standalone``: UI and API server,
+scheduler, DAG processor, triggerer; SQLite metadata DB) next to the embedded Kafka broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from eos.config import PROJECT_ROOT, PipelineConfig, list_pipelines, load_config, load_pipeline
+
+AIRFLOW_HOME = PROJECT_ROOT / "airflow_home"  # gitignored
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+
+
+def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
+                port: int = 8080) -> dict[str, str]:
+    """The environment ``airflow standalone`` runs in; settings already in the env win."""
+    port = int(os.environ.get("AIRFLOW__API__PORT") or port)
+    masters = {config.spark.master for config in configs}
+    master = os.environ.get("EOS_SPARK_MASTER") or (
+        masters.pop() if len(masters) == 1 else "local[2]"
+    )
+    env = {
+        # Without a spark_default connection, SparkSubmitOperator would submit to yarn.
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master}),
+        "AIRFLOW__API__PORT": str(port),
+        # LocalExecutor forks this many workers up front; the tasks here are few and Spark-heavy.
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        # Task processes report to the API server; its default URL assumes port 8080.
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    # Every component (and every task) must run this interpreter: the project's venv.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
+             port: int = 8080) -> int:
+    """Run Airflow in the foreground until Ctrl-C; return its exit code.
+
+    The embedded broker is started with the named pipelines' topics (all pipelines when none is
+    named) unless ``KAFKA_BOOTSTRAP_SERVERS`` names another broker; it is stopped afterwards
+    only if this call started it. Every pipeline's DAG is shown, named or not.
+    """
+    from eos import broker
+
+    configs = ([load_pipeline(name) for name in pipeline_names] if pipeline_names
+               else [load_config(path) for path in list_pipelines()])
+    home.mkdir(parents=True, exist_ok=True)
+    env = airflow_env(configs, home, port)
+
+    started_broker = False
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        started_broker = broker.read_state() is None
+        state = broker.start(topics=sorted({config.kafka.topic for config in configs}))
+        print(f"embedded Kafka broker at {state['bootstrap']} (pid {state['pid']})")
+
+    print(f"Airflow UI: http://localhost:{env['AIRFLOW__API__PORT']}  (AIRFLOW_HOME={home})")
+    print(f"login: admin, password in {home / PASSWORDS_FILE} (written on the first start)")
+    print("DAGs: " + ", ".join(f"eos_{config.name}" for config in configs)
+          + " (new DAGs start paused: unpause or trigger them in the UI); Ctrl-C stops")
+    airflow = Path(sys.executable).parent / "airflow"
+    # Airflow runs in a process group of its own, with SIGINT handled (a shell may have ignored
+    # it); Ctrl-C or SIGTERM here stops that whole group (see _stop_group).
+    proc = subprocess.Popen(
+        [str(airflow) if airflow.exists() else "airflow", "standalone"], env=env,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _stop_group(proc)
+        if started_broker:
+            broker.stop()
+    return code
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT every Airflow process, as Ctrl-C in a terminal would; escalate if any is left.
+
+    Escalation is needed: in Airflow 3.1 the scheduler can hang on exit waiting for its
+    LocalExecutor workers, which ignore SIGINT and survive SIGTERM.
+    """
+    for sig, grace_s in ((signal.SIGINT, 30.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        deadline = time.monotonic() + grace_s
+        try:
+            os.killpg(proc.pid, sig)
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the group leader
+                os.killpg(proc.pid, 0)
+                time.sleep(0.5)
+        except ProcessLookupError:
+            break
+    proc.poll()

@@ -1,0 +1,282 @@
+"""The Airflow DAGs: their shape, and real DAG runs (begin -> spark-submit precommit -> commit).
+
+The runs use Airflow 3's ``DAG.test()`` on a SQLite metadata DB (see conftest_airflow), the
+embedded Kafka-protocol broker, real ``spark-submit`` and real Delta tables. What they prove:
+three runs commit three epochs in order (target ``txn`` 0, 1, 2) and publish the target asset;
+a run whose precommit dies is aborted without touching the target, and clearing and rerunning it
+commits the same epoch (same plan hash) with the same result as a run that never failed;
+clearing a committed run changes no table at all.
+"""
+
+from __future__ import annotations
+
+# Must come first: it points Airflow at a throwaway AIRFLOW_HOME before airflow is imported.
+import conftest_airflow as af  # isort: skip
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from eos import epochlog
+from eos.audit import audit
+from eos.config import PipelineConfig, load_config, pipeline_path
+from eos.kafka import client_settings
+from eos.produce import GeneratorSpec, produce
+from eos.tables import tables_for
+
+from support import unique_topic, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+# Fixtures shared through conftest_airflow (tests/conftest.py belongs to the core tests).
+airflow_db = af.airflow_db
+pipelines_dir = af.pipelines_dir
+
+EVENTS = 2400  # epoch.max_records 1000: epochs of 1000, 1000 and 400 records
+SPEC = GeneratorSpec(
+    events=EVENTS, keys=20, interval_ms=250, late_fraction=0.02, late_delay_ms=30_000,
+    bad_fraction=0.02, seed=20260101,
+)
+SUCCESS = {"begin": "success", "precommit": "success", "commit": "success", "abort": "skipped"}
+
+
+def make_pipeline(pipelines_dir: Path, data_dir: Path, prefix: str) -> PipelineConfig:
+    """A pipeline on a fresh topic holding SPEC's records; dags/ builds ``eos_<name>`` for it."""
+    name = f"{prefix}_{unique_topic('')[1:]}"
+    config = write_pipeline(
+        pipelines_dir,
+        name=name,
+        kafka={"topic": unique_topic(prefix), "read_timeout": "30s"},
+        window={"size": "10s", "allowed_lateness": "2s"},
+        epoch={"max_records": 1000, "staging_retention": 3},
+        tables={"root": str(data_dir / name)},
+    )
+    produce(SPEC, config.kafka.topic, client_settings(config.kafka.client), progress=False)
+    return config
+
+
+def txn_by_version(path: str, app_id: str) -> list[int | None]:
+    """The ``txn`` version of ``app_id`` at every Delta version of a table."""
+    last = DeltaTable(path).version()
+    return [DeltaTable(path, version=v).transaction_version(app_id) for v in range(last + 1)]
+
+
+def version_with_txn(path: str, app_id: str, epoch: int) -> int:
+    return txn_by_version(path, app_id).index(epoch)
+
+
+def sorted_rows(path: str, version: int | None = None) -> list[dict[str, Any]]:
+    table: pa.Table = DeltaTable(path, version=version).to_pyarrow_table()
+    return sorted(table.to_pylist(), key=lambda row: json.dumps(row, sort_keys=True, default=str))
+
+
+def table_versions(config: PipelineConfig) -> dict[str, int]:
+    tables = tables_for(config)
+    paths = {"epochs": tables.epochs, "staging": tables.staging, **dict(tables.sinks())}
+    return {name: DeltaTable(path).version() for name, path in paths.items()}
+
+
+def run_id_of(index: int) -> str:
+    return f"manual__{af.logical_date(index).isoformat()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) the DAG file
+
+
+def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EOS_PIPELINES_DIR", raising=False)
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from eos.dag_factory import target_asset
+
+    dag = af.load_dag("eos_clicks")
+    config = load_config(pipeline_path("clicks"))
+    tasks = dag.task_dict
+    assert set(tasks) == {"begin", "precommit", "commit", "abort"}
+    assert tasks["begin"].downstream_task_ids == {"precommit"}
+    assert tasks["precommit"].upstream_task_ids == {"begin"}
+    assert tasks["precommit"].downstream_task_ids == {"commit", "abort"}
+    assert tasks["commit"].upstream_task_ids == {"precommit"}
+    assert tasks["abort"].upstream_task_ids == {"precommit"}
+    assert tasks["abort"].trigger_rule == "one_failed"
+    assert tasks["commit"].trigger_rule == "all_success"
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
+    assert dag.timetable.summary == config.schedule
+
+    precommit = tasks["precommit"]
+    assert isinstance(precommit, SparkSubmitOperator)
+    assert precommit.application.endswith("spark_apps/precommit.py")
+    assert "{{ ti.xcom_pull(task_ids='begin')['epoch'] }}" in precommit.application_args
+    assert "{{ ti.xcom_pull(task_ids='begin')['plan_hash'] }}" in precommit.application_args
+    assert precommit.conf["spark.pyspark.python"] == sys.executable
+    assert precommit.env_vars["PYSPARK_PYTHON"] == sys.executable
+    for task in tasks.values():
+        assert task.depends_on_past, task.task_id
+        assert task.execution_timeout is not None, task.task_id
+    for task_id in ("begin", "precommit", "commit"):
+        assert tasks[task_id].retries > 0, task_id
+    assert tasks["begin"].retry_exponential_backoff
+    assert tasks["commit"].retry_exponential_backoff
+    assert tasks["commit"].retries >= 50  # commit must eventually succeed
+
+    (outlet,) = tasks["commit"].outlets
+    assert outlet == target_asset(config)
+    assert outlet.uri == f"file://{Path(tables_for(config).target).resolve()}"
+
+
+def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
+    """The dag processor re-parses dags/ constantly: no heavy imports, no tables created."""
+    probe = (
+        "import sys\n"
+        "from airflow.models.dagbag import DagBag\n"
+        "before = set(sys.modules)\n"
+        f"bag = DagBag(dag_folder={str(af.DAGS_DIR)!r}, include_examples=False)\n"
+        "assert not bag.import_errors, bag.import_errors\n"
+        "assert 'eos_clicks' in bag.dag_ids, bag.dag_ids\n"
+        "heavy = ('confluent_kafka', 'deltalake', 'pyarrow', 'pyspark')\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in heavy))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "EOS_PIPELINES_DIR"}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) three real DAG runs, three epochs
+
+
+@pytest.fixture(scope="module")
+def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str) -> dict:
+    """A pipeline driven by three successful DAG runs: the result a failure must reproduce."""
+    config = make_pipeline(pipelines_dir, data_dir, "afref")
+    dag = af.load_dag(f"eos_{config.name}")
+    runs = [af.run_dag(dag, i) for i in range(3)]
+    return {"config": config, "dag": dag, "runs": runs}
+
+
+@pytest.mark.timeout(900)
+def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
+    config: PipelineConfig = reference["config"]
+    tables = tables_for(config)
+    for index, run in enumerate(reference["runs"]):
+        assert run.state == "success", (index, af.task_states(run))
+        assert af.task_states(run) == SUCCESS
+        assert run.run_id == run_id_of(index)
+
+    # The target: created, then one commit per epoch, each carrying txn(app id, N).
+    assert txn_by_version(tables.target, config.app_id) == [None, 0, 1, 2]
+    operations = [h["operation"] for h in reversed(DeltaTable(tables.target).history())]
+    assert operations == ["CREATE TABLE", "WRITE", "WRITE", "WRITE"]
+    assert DeltaTable(tables.target).transaction_version(config.app_id) == 2
+
+    # Run i planned epoch i; the ranges tile every produced record once.
+    plans = [epochlog.plan_row_for_run(tables, run_id_of(i)) for i in range(3)]
+    assert [row["epoch"] for row in plans] == [0, 1, 2]
+    records = [json.loads(row["plan"])["ranges"] for row in plans]
+    assert [sum(r["until"] - r["start"] for r in ranges) for ranges in records] == [1000, 1000, 400]
+
+    # precommit was spark-submitted with the epoch and plan hash begin returned.
+    args = af.rendered_fields(reference["runs"][1], "precommit")["application_args"]
+    assert args[args.index("--epoch") + 1] == "1"
+    assert args[args.index("--plan-hash") + 1] == plans[1]["plan_hash"]
+
+    # Every committed epoch published the target asset.
+    events = af.asset_events(f"file://{Path(tables.target).resolve()}")
+    assert [(e["epoch"], e["outcome"]) for e in events] == [
+        (0, "committed"), (1, "committed"), (2, "committed")
+    ]
+    assert [e["plan_hash"] for e in events] == [row["plan_hash"] for row in plans]
+
+    # Independent check: re-read the committed ranges from Kafka and recompute every sink.
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.records == EVENTS
+    assert report.counts["target"][1] > 0
+    assert report.counts["late"][1] > 0
+    assert report.counts["quarantine"][1] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) precommit dies: abort, clear and rerun the same run, clear a committed run
+
+
+@pytest.mark.timeout(900)
+def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
+    reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    config = make_pipeline(pipelines_dir, data_dir, "affail")
+    tables = tables_for(config)
+    dag = af.load_dag(f"eos_{config.name}")
+    assert af.task_states(af.run_dag(dag, 0)) == SUCCESS
+    target_before = DeltaTable(tables.target).version()
+
+    # Run 1: the Spark app stages epoch 1 and is SIGKILLed before it exits (only the
+    # spark-submit child sees the fault; no retry, so precommit fails and abort runs).
+    precommit = dag.get_task("precommit")
+    original = (precommit.retries, dict(precommit.env_vars))
+    precommit.retries = 0
+    precommit.env_vars = {
+        **original[1],
+        "EOS_FAULTS": "precommit.after_write:1",
+        "EOS_FAULTS_DIR": str(tmp_path / "faults"),
+    }
+    failed = af.run_dag(dag, 1)
+    precommit.retries, precommit.env_vars = original
+    states = af.task_states(failed)
+    assert failed.state == "failed", states
+    assert states == {"begin": "success", "precommit": "failed", "commit": "upstream_failed",
+                      "abort": "success"}
+    assert (tmp_path / "faults" / "precommit.after_write.hits").read_text() == "x"
+
+    planned = epochlog.plan_row_for_run(tables, run_id_of(1))
+    assert planned["epoch"] == 1
+    # The target is untouched; abort removed what the killed attempt had staged.
+    assert DeltaTable(tables.target).version() == target_before
+    assert DeltaTable(tables.target).transaction_version(config.app_id) == 0
+    assert DeltaTable(tables.staging).to_pyarrow_table(filters=[("epoch", "=", 1)]).num_rows == 0
+    staging_ops = [h["operation"] for h in DeltaTable(tables.staging).history(2)]
+    assert staging_ops[0] == "DELETE" and staging_ops[1] == "WRITE", staging_ops
+    aborted = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.ABORTED]
+    assert len(aborted) == 1
+    assert run_id_of(1) in aborted[0]["details"]
+
+    # Clear and rerun the same run (same run id): it re-finds epoch 1 and its plan, and commits.
+    rerun = af.run_dag(dag, 1)
+    assert rerun.run_id == failed.run_id
+    assert af.task_states(rerun) == SUCCESS
+    assert txn_by_version(tables.target, config.app_id) == [None, 0, 1]
+    committed = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.COMMITTED]
+    assert [r["plan_hash"] for r in committed] == [planned["plan_hash"]]
+    assert epochlog.first_plan_row(tables, 1)["plan_hash"] == planned["plan_hash"]
+
+    # Same result as the pipeline whose runs never failed, sink by sink, after epoch 1.
+    ref = tables_for(reference["config"])
+    ref_app = reference["config"].app_id
+    for name, path in tables.sinks():
+        ref_path = dict(ref.sinks())[name]
+        ref_version = version_with_txn(ref_path, ref_app, 1)
+        assert sorted_rows(path) == sorted_rows(ref_path, ref_version), name
+    assert audit(config).ok
+
+    # Clearing a committed run changes nothing: every task is a no-op for its epoch.
+    versions = table_versions(config)
+    for index in (1, 0):
+        again = af.run_dag(dag, index)
+        assert af.task_states(again) == SUCCESS
+        assert table_versions(config) == versions
+    assert [r["phase"] for r in epochlog.rows(tables, 1)].count(epochlog.COMMITTED) == 1
+    events = af.asset_events(f"file://{Path(tables.target).resolve()}")
+    assert [(e["epoch"], e["outcome"]) for e in events] == [
+        (0, "committed"), (1, "committed"), (1, "already committed"), (0, "already committed")
+    ]
