@@ -20,6 +20,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, TriggerRule, task
 
 from eos.config import PipelineConfig, list_pipelines, load_config
+from eos.layout import tables_for
 from eos.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 
 SPARK_CONN_ID = "spark_default"
@@ -47,12 +48,8 @@ def dag_id(config: PipelineConfig) -> str:
 
 
 def target_asset(config: PipelineConfig) -> Asset:
-    """The committed result table, published when an epoch commits (uri file://<abs path>).
-
-    Same path as ``eos.tables.tables_for(config).target`` (a test checks it), spelled out here so
-    that parsing the DAG file does not import deltalake and pyarrow.
-    """
-    target = (config.root / "target").resolve()
+    """The committed result table, published when an epoch commits (uri file://<abs path>)."""
+    target = Path(tables_for(config).target).resolve()
     return Asset(name=f"eos_{config.name}_target", uri=f"file://{target}", group="eos")
 
 

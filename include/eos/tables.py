@@ -6,15 +6,13 @@ pipeline's app id is the authority on which epochs that sink has committed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from eos.config import PipelineConfig
 from eos.errors import EosError
+from eos.layout import Tables, tables_for
 
 TS = pa.timestamp("us", tz="UTC")
 DEC = pa.decimal128(38, 9)
@@ -95,39 +93,6 @@ def target_schema(config: PipelineConfig) -> pa.Schema:
         [("key", pa.string()), ("window_start", TS), ("window_end", TS), *aggregates,
          ("epoch", pa.int64())]
     )
-
-
-@dataclass(frozen=True)
-class Tables:
-    root: Path
-
-    @property
-    def epochs(self) -> str:
-        return str(self.root / "epochs")
-
-    @property
-    def staging(self) -> str:
-        return str(self.root / "staging")
-
-    @property
-    def target(self) -> str:
-        return str(self.root / "target")
-
-    @property
-    def late(self) -> str:
-        return str(self.root / "late")
-
-    @property
-    def quarantine(self) -> str:
-        return str(self.root / "quarantine")
-
-    def sinks(self) -> list[tuple[str, str]]:
-        """(name, path) in commit order: side sinks first, the target last."""
-        return [("late", self.late), ("quarantine", self.quarantine), ("target", self.target)]
-
-
-def tables_for(config: PipelineConfig) -> Tables:
-    return Tables(config.root)
 
 
 def ensure_tables(config: PipelineConfig) -> Tables:
