@@ -6,6 +6,7 @@ The broker is the embedded one (``eos.broker``, the same code as ``eos broker st
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,9 @@ from eos import broker as embedded
 from support import write_pipeline
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
+# pytest has closed the captured streams: keep it quiet instead of printing a logging error.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
