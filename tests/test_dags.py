@@ -101,10 +101,10 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     config = load_config(pipeline_path("clicks"))
     tasks = dag.task_dict
     assert set(tasks) == {"begin", "precommit", "commit", "abort"}
-    assert tasks["begin"].downstream_task_ids == {"precommit"}
+    assert tasks["begin"].downstream_task_ids == {"precommit", "commit"}
     assert tasks["precommit"].upstream_task_ids == {"begin"}
     assert tasks["precommit"].downstream_task_ids == {"commit", "abort"}
-    assert tasks["commit"].upstream_task_ids == {"precommit"}
+    assert tasks["commit"].upstream_task_ids == {"begin", "precommit"}
     assert tasks["abort"].upstream_task_ids == {"precommit"}
     assert tasks["abort"].trigger_rule == "one_failed"
     assert tasks["commit"].trigger_rule == "all_success"

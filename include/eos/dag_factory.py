@@ -80,8 +80,9 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     default_args = {
         "owner": "eos",
         # A run starts only after the previous one succeeded: epochs commit in order. With
-        # wait_for_downstream, epoch N+1 is not even planned while run N's precommit or commit
-        # has not succeeded.
+        # wait_for_downstream, run N+1's begin waits for run N's begin and its direct downstream
+        # tasks, which is why commit is wired directly below begin too (see the end of build_dag):
+        # epoch N+1 is not planned while run N's commit has not succeeded.
         "depends_on_past": True,
         "wait_for_downstream": True,
         "retries": 3,
@@ -197,7 +198,14 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                      planned["epoch"], planned["plan_hash"], outcome)
             return outcome
 
-        begin() >> precommit >> [commit(), abort()]
+        planned = begin()
+        committed = commit()
+        planned >> precommit >> [committed, abort()]
+        # Redundant for this run's order, essential across runs: wait_for_downstream only waits
+        # for the previous run's *direct* downstream tasks of begin. Without this edge a backfill
+        # (which ignores max_active_runs) started run N+1's begin while run N's commit was
+        # pending, and N+1 adopted epoch N's plan instead of planning N+1.
+        planned >> committed
 
     return dag
 

@@ -53,7 +53,8 @@ class DagRunner:
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
         env = airflow_env([config], self.home)
-        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{self.home / 'airflow.db'}"
+        database = self.home / "airflow.db"
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{database}?timeout=60"
         # Airflow reads its settings once, at first import: they must be in place before it.
         os.environ.update(env)
         import airflow.settings

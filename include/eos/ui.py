@@ -29,6 +29,9 @@ def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
         # Without a spark_default connection, SparkSubmitOperator would submit to yarn.
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master}),
         "AIRFLOW__API__PORT": str(port),
+        # SQLite: wait for the lock instead of failing `airflow backfill create` while the
+        # scheduler writes.
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
         # LocalExecutor forks this many workers up front; the tasks here are few and Spark-heavy.
         "AIRFLOW__CORE__PARALLELISM": "4",
         # Task processes report to the API server; its default URL assumes port 8080.
