@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 import yaml
+
 from eos.config import PipelineConfig, load_config
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from eos.config import list_pipelines, load_config, load_pipeline, parse_duration_ms
 from eos.errors import ConfigError
 

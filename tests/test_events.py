@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from eos.events import (
     NEG_INF,
     Event,
@@ -14,8 +17,6 @@ from eos.events import (
     window_start,
 )
 from eos.produce import BAD_KINDS, GeneratorSpec, generate
-from hypothesis import given
-from hypothesis import strategies as st
 
 KTS = 1_767_225_600_000
 

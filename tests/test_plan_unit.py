@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from eos.plan import PartitionRange, Plan, cap_fairly
-from eos.reader import splits_of
 from hypothesis import given
 from hypothesis import strategies as st
+
+from eos.plan import PartitionRange, Plan, cap_fairly
+from eos.reader import splits_of
 
 
 @given(st.dictionaries(st.integers(0, 15), st.integers(0, 10_000), max_size=8),
