@@ -1,0 +1,116 @@
+"""The benchmark's world: a temp ``EOS_DATA_DIR``, the embedded broker, one shared Spark session.
+
+Everything runs on the embedded default, as ``./dev demo`` does: the broker is started with
+``eos.broker.start`` under a temporary data directory and stopped at the end, unless
+``KAFKA_BOOTSTRAP_SERVERS`` names another broker (then that one is used and left alone). The
+Spark session is ``eos.stage.spark_session`` (``local[2]``), created once and shared by every
+epoch, as the test suite does; the cost of starting Spark for each epoch the way production does
+(``spark-submit``) is measured separately.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.memory import TreeSampler
+from eos.config import PipelineConfig, load_config
+
+
+@dataclass
+class Env:
+    workdir: Path
+    bootstrap: str
+    spark: Any
+    sampler: TreeSampler
+    spark_start_s: float | None = None  # first in-process session creation (JVM + context)
+    notes: list[str] = field(default_factory=list)
+
+    def settings(self) -> dict[str, Any]:
+        from eos.kafka import client_settings
+
+        return client_settings()
+
+    def config(
+        self,
+        name: str,
+        topic: str,
+        *,
+        window: str = "60s",
+        lateness: str = "10s",
+        max_records: int = 250_000,
+        split_records: int = 250_000,
+        retention: int = 3,
+    ) -> PipelineConfig:
+        """A pipeline config file under the work dir (spark-submit needs a real file)."""
+        data = {
+            "name": name,
+            "kafka": {"topic": topic, "read_timeout": "60s", "split_records": split_records},
+            "event": {"key": "key", "time": "ts", "value": "value"},
+            "window": {"size": window, "allowed_lateness": lateness},
+            "epoch": {"max_records": max_records, "staging_retention": retention},
+            "tables": {"root": str(self.workdir / "tables" / name)},
+            "spark": {"master": "local[2]", "shuffle_partitions": 2,
+                      "conf": {"spark.ui.showConsoleProgress": "false"}},
+        }
+        path = self.workdir / "configs" / f"{name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(data))
+        return load_config(path)
+
+
+@contextlib.contextmanager
+def environment(
+    workdir: Path | None = None, spark: Any = None, keep: bool = False
+) -> Iterator[Env]:
+    """Set up (and tear down) broker, data dir and Spark; reuse a given session if any."""
+    from eos import broker
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    owned_dir = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="eos-bench-")) if owned_dir else Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    previous_data_dir = os.environ.get("EOS_DATA_DIR")
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    started_broker = False
+    own_spark = spark is None
+    with TreeSampler() as sampler:
+        try:
+            if external:
+                bootstrap = external
+            elif spark is not None and previous_data_dir and broker.read_state() is not None:
+                # Inside the test suite: its session-wide broker is already serving.
+                bootstrap = broker.read_state()["bootstrap"]
+            else:
+                os.environ["EOS_DATA_DIR"] = str(root / "data")
+                bootstrap = broker.start()["bootstrap"]
+                started_broker = True
+            env = Env(root, bootstrap, spark, sampler)
+            if own_spark:
+                from eos.stage import spark_session
+
+                started = time.perf_counter()
+                env.spark = spark_session(env.config("bench-session", "bench-session"))
+                env.spark_start_s = time.perf_counter() - started
+            yield env
+        finally:
+            if own_spark and "env" in locals() and env.spark is not None:
+                env.spark.stop()
+            if started_broker:
+                broker.stop()
+            if previous_data_dir is None:
+                os.environ.pop("EOS_DATA_DIR", None)
+            else:
+                os.environ["EOS_DATA_DIR"] = previous_data_dir
+            if owned_dir and not keep:
+                shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,460 @@
+"""One function per measurement. Each returns plain dicts of seconds, counts and rates.
+
+The exactly-once (EO) path is the library's, called in-process exactly as the test suite does:
+``eos.plan.begin`` -> ``eos.stage.precommit(config, epoch, spark=session)`` ->
+``eos.commit.commit``.
+The at-least-once (ALO) baseline runs the same Spark read and aggregation
+(``eos.stage.compute_epoch`` with an empty state) over the same offset ranges and appends the
+result straight to a Delta table: no epoch log, no staging, no commit phase, no state carried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from bench.env import Env
+from eos.config import PipelineConfig
+from eos.plan import Plan
+
+# The demo's shape of traffic: 1% deliberately late, 0.5% malformed, a little disorder.
+TRAFFIC = {"interval_ms": 10, "disorder_ms": 2000, "late_fraction": 0.01,
+           "late_delay_ms": 300_000, "bad_fraction": 0.005, "seed": 7}
+
+
+def now() -> float:
+    return time.perf_counter()
+
+
+# --------------------------------------------------------------------------- producing
+
+
+# The embedded broker is librdkafka's mock cluster, which keeps at most 5 MiB per partition
+# (rdkafka_mock.c: mpart->max_size) and silently drops the oldest message sets beyond that:
+# about 58,000 of these ~90-byte records per partition, 230,000 over the 4 partitions. So the
+# input is streamed: the benchmark produces one epoch's worth, runs that epoch, produces the next.
+MAX_RETAINED_EVENTS = 200_000
+
+
+def generator(events: int, keys: int = 1000, **traffic: Any) -> Iterator[Any]:
+    from eos.produce import GeneratorSpec, generate
+
+    return generate(GeneratorSpec(events=events, keys=keys, **{**TRAFFIC, **traffic}))
+
+
+def send_chunk(env: Env, topic: str, records: Iterator[Any], count: int) -> float:
+    """Produce the next ``count`` records of ``records``; return the seconds it took."""
+    from eos.produce import send
+
+    started = now()
+    summary = send(itertools.islice(records, count), count, topic, env.settings(),
+                   progress=False)
+    if summary.records != count:
+        raise AssertionError(f"produced {summary.records} records, wanted {count}")
+    return now() - started
+
+
+def produce_topic(env: Env, topic: str, events: int, keys: int = 1000, **traffic: Any) -> dict:
+    """Produce ``events`` generated events to ``topic`` (eos.produce, idempotent producer)."""
+    if events > MAX_RETAINED_EVENTS:
+        raise ValueError(f"the embedded broker cannot retain {events:,} events; stream them")
+    seconds = send_chunk(env, topic, generator(events, keys, **traffic), events)
+    return {"events": events, "seconds": seconds, "rate": events / seconds}
+
+
+# --------------------------------------------------------------------------- exactly-once
+
+
+@dataclass
+class EpochTiming:
+    epoch: int
+    records: int
+    begin: float
+    precommit: float
+    commit: float
+    read_parse: float = 0.0
+    aggregate: float = 0.0  # windows job + late/quarantine job (both on the cached parse)
+    staging_write: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def precommit_other(self) -> float:
+        """Precommit wall time that is not data work: plan/state reads, checks, staging rows
+        building, epoch-log append, Spark planning."""
+        return max(0.0, self.precommit - self.read_parse - self.aggregate - self.staging_write)
+
+    @property
+    def total(self) -> float:
+        return self.begin + self.precommit + self.commit
+
+
+def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, EpochTiming]:
+    """One epoch through the exactly-once path, timed phase by phase."""
+    from eos.commit import commit
+    from eos.plan import begin
+    from eos.stage import precommit
+
+    t0 = now()
+    plan = begin(config, run_id=run_id)
+    t1 = now()
+    staged = precommit(config, plan.epoch, spark=spark)
+    t2 = now()
+    commit(config, plan.epoch)
+    t3 = now()
+    ms = staged.timings_ms
+    timing = EpochTiming(
+        epoch=plan.epoch, records=plan.records, begin=t1 - t0, precommit=t2 - t1, commit=t3 - t2,
+        read_parse=ms.get("read_parse", 0.0) / 1000,
+        aggregate=(ms.get("aggregate", 0.0) + ms.get("side_rows", 0.0)) / 1000,
+        staging_write=ms.get("staging_write", 0.0) / 1000,
+        counts=dict(staged.counts),
+    )
+    return plan, timing
+
+
+@dataclass
+class EORun:
+    epochs: list[EpochTiming]
+    plans: list[Plan]
+    empty: EpochTiming | None  # the epoch that found nothing left: pure fixed overhead
+    peak_rss_mb: float | None = None
+
+    def phase_seconds(self) -> dict[str, float]:
+        keys = ("begin", "read_parse", "aggregate", "staging_write", "precommit_other", "commit")
+        out = {k: sum(getattr(e, k) for e in self.epochs) for k in keys}
+        out["total"] = sum(e.total for e in self.epochs)
+        return out
+
+
+def run_eo(env: Env, config: PipelineConfig, tag: str, max_epochs: int = 10_000) -> EORun:
+    """Epochs until the pipeline has caught up; the final empty epoch is kept apart."""
+    env.sampler.reset()
+    epochs, plans, empty = [], [], None
+    for i in range(max_epochs):
+        plan, timing = eo_epoch(config, env.spark, f"{tag}-{i}")
+        if plan.records == 0:
+            empty = timing
+            break
+        epochs.append(timing)
+        plans.append(plan)
+    return EORun(epochs, plans, empty, env.sampler.peak_mb())
+
+
+# --------------------------------------------------------------------------- at-least-once
+
+
+@dataclass
+class ALORun:
+    seconds: float = 0.0
+    read_parse: float = 0.0
+    aggregate: float = 0.0
+    write: float = 0.0
+    output_rows: int = 0
+    peak_rss_mb: float | None = None
+
+    @property
+    def other(self) -> float:
+        """Spark planning and the empty state's DataFrame: neither read, aggregate nor write."""
+        return max(0.0, self.seconds - self.read_parse - self.aggregate - self.write)
+
+    def add(self, other: ALORun) -> None:
+        self.seconds += other.seconds
+        self.read_parse += other.read_parse
+        self.aggregate += other.aggregate
+        self.write += other.write
+        self.output_rows += other.output_rows
+
+
+def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun:
+    """The same Spark read + aggregation over the same range, appended straight to Delta."""
+    import pyarrow.compute as pc
+    from deltalake import write_deltalake
+
+    from eos.commit import target_rows
+    from eos.events import NEG_INF
+    from eos.stage import STATE_COLUMNS, EpochState, compute_epoch
+    from eos.tables import STAGING_SCHEMA
+
+    # ALO carries no state: every epoch starts from nothing, as if it were epoch 0.
+    state_schema = pa.schema([STAGING_SCHEMA.field(c) for c in STATE_COLUMNS])
+    empty_state = EpochState(state_schema.empty_table(), NEG_INF, None)
+    timings: dict[str, float] = {}
+    t0 = now()
+    windows, side = compute_epoch(env.spark, config, plan, empty_state, timings)
+    t1 = now()
+    as_output = windows.append_column("kind", pa.array(["output"] * windows.num_rows))
+    write_deltalake(f"{path}/target", target_rows(config, as_output, plan.epoch), mode="append")
+    if side.num_rows:
+        quarantined = side.filter(pc.equal(side["kind"], "quarantine"))
+        write_deltalake(f"{path}/quarantine", quarantined, mode="append")
+    t2 = now()
+    return ALORun(
+        seconds=t2 - t0,
+        read_parse=timings.get("read_parse", 0.0) / 1000,
+        aggregate=(timings.get("aggregate", 0.0) + timings.get("side_rows", 0.0)) / 1000,
+        write=t2 - t1,
+        output_rows=windows.num_rows,
+    )
+
+
+def run_alo(env: Env, config: PipelineConfig, plans: list[Plan], path: str) -> ALORun:
+    env.sampler.reset()
+    total = ALORun()
+    for plan in plans:
+        total.add(alo_epoch(env, config, plan, path))
+    total.peak_rss_mb = env.sampler.peak_mb()
+    return total
+
+
+# --------------------------------------------------------------------------- read stage
+
+
+def spark_read_only(env: Env, config: PipelineConfig, plans: list[Plan]) -> float:
+    """Seconds for Spark to read the same ranges through ``eos_kafka`` and count them."""
+    from eos.kafka import client_settings
+
+    bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
+    seconds = 0.0
+    for plan in plans:
+        ranges = [{"partition": r.partition, "start": r.start, "until": r.until}
+                  for r in plan.ranges]
+        t0 = now()
+        n = (
+            env.spark.read.format("eos_kafka")
+            .option("topic", plan.topic)
+            .option("ranges", json.dumps(ranges))
+            .option("split_records", str(config.kafka.split_records))
+            .option("read_timeout_ms", str(config.kafka.read_timeout))
+            .option("config", config.source_path or "")
+            .option("bootstrap", bootstrap)
+            .load()
+            .count()
+        )
+        seconds += now() - t0
+        if n != plan.records:
+            raise AssertionError(f"spark read {n} records for a plan of {plan.records}")
+    return seconds
+
+
+def bare_consume(settings: dict[str, Any], topic: str, partition: int, start: int,
+                 until: int) -> int:
+    """The ceiling: a plain confluent-kafka consumer reading ``[start, until)`` in batches.
+
+    It asks for at most the records still missing, so it never waits out a poll timeout at the
+    end of the range; it only counts records (no copying into columns, no Arrow)."""
+    import confluent_kafka as ck
+
+    from eos.kafka import consumer
+
+    if until <= start:
+        return 0
+    c = consumer(settings, group=f"bench-bare-{topic}")
+    seen, last = 0, start - 1
+    try:
+        c.assign([ck.TopicPartition(topic, partition, start)])
+        while last < until - 1:
+            batch = c.consume(num_messages=min(10_000, until - 1 - last), timeout=1.0)
+            for m in batch:
+                if m.error() is not None:
+                    continue
+                offset = m.offset()
+                if offset >= until:
+                    last = until - 1
+                    break
+                seen += 1
+                last = offset
+    finally:
+        c.close()
+    return seen
+
+
+def bare_read(env: Env, plans: list[Plan]) -> float:
+    """Seconds for one plain consumer (one process, one core) to read the same ranges."""
+    settings = env.settings()
+    seconds = 0.0
+    for plan in plans:
+        t0 = now()
+        n = sum(bare_consume(settings, plan.topic, r.partition, r.start, r.until)
+                for r in plan.ranges)
+        seconds += now() - t0
+        if n != plan.records:
+            raise AssertionError(f"bare consumer read {n} records for a plan of {plan.records}")
+    return seconds
+
+
+# --------------------------------------------------------------------------- commit latency
+
+
+def _fabricated_windows(n_rows: int, size_ms: int) -> pa.Table:
+    from decimal import Decimal
+
+    from eos.produce import BASE_TIME_MS
+    from eos.tables import DEC
+
+    keys = [f"k{i:07d}" for i in range(n_rows)]
+    starts = [BASE_TIME_MS + (i % 60) * size_ms for i in range(n_rows)]
+    value = pa.array([Decimal("12.5")] * n_rows, DEC)
+    return pa.table({
+        "key": pa.array(keys, pa.string()),
+        "window_start_ms": pa.array(starts, pa.int64()),
+        "count": pa.array([3] * n_rows, pa.int64()),
+        "sum": pa.array([Decimal("37.5")] * n_rows, DEC),
+        "min": value,
+        "max": value,
+        "max_event_ms": pa.array([BASE_TIME_MS + 1000 * size_ms] * n_rows, pa.int64()),
+    })
+
+
+def _empty_side() -> pa.Table:
+    from eos.tables import DEC
+
+    return pa.schema([
+        ("kind", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+        ("kafka_timestamp_ms", pa.int64()), ("key", pa.string()), ("event_ms", pa.int64()),
+        ("value", DEC), ("window_start_ms", pa.int64()), ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()), ("reason", pa.string()),
+    ]).empty_table()
+
+
+def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> None:
+    """Pre-commit epoch N holding exactly ``n_rows`` closed windows (output rows), as precommit
+    would stage them: plan in the epoch log, one staging commit with output, state, offsets."""
+    from eos import epochlog
+    from eos.plan import PartitionRange
+    from eos.stage import build_staging_rows, resume_state
+    from eos.tables import ensure_tables, replace_epoch
+
+    tables = ensure_tables(config)
+    plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 0),))
+    epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=plan.hash, plan=plan.to_json())
+    state = resume_state(tables, epoch)
+    windows = _fabricated_windows(n_rows, config.window.size)
+    rows, _ = build_staging_rows(config, plan, state, windows, _empty_side())
+    replace_epoch(tables.staging, rows, epoch)
+
+
+def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
+    """Time ``eos.commit.commit`` of epochs of ``n_rows`` output rows, and the three sink appends
+    alone (the same rows, ``append_with_txn`` to scratch tables, as commit does them)."""
+    from eos.commit import commit, late_rows, quarantine_rows, target_rows
+    from eos.stage import staged_epoch
+    from eos.tables import (
+        LATE_SCHEMA,
+        QUARANTINE_SCHEMA,
+        append_with_txn,
+        ensure_tables,
+        target_schema,
+    )
+
+    config = env.config(f"commit-{n_rows}", f"bench-commit-{n_rows}")
+    scratch = env.workdir / "tables" / f"commit-{n_rows}-appends"
+    from deltalake import DeltaTable
+
+    for name, schema in (("late", LATE_SCHEMA), ("quarantine", QUARANTINE_SCHEMA),
+                         ("target", target_schema(config))):
+        DeltaTable.create(str(scratch / name), schema=schema, mode="ignore")
+    commits, appends = [], []
+    for epoch in range(reps):
+        stage_fabricated_epoch(config, epoch, n_rows)
+        t0 = now()
+        result = commit(config, epoch)
+        commits.append(now() - t0)
+        if result.rows.get("target") != n_rows:
+            raise AssertionError(f"commit promoted {result.rows} rows, wanted {n_rows}")
+        from eos.plan import plan_of
+
+        tables = ensure_tables(config)
+        staged = staged_epoch(tables, epoch, plan_of(tables, epoch).hash)
+        data = {"late": late_rows(config, staged, epoch, 0),
+                "quarantine": quarantine_rows(staged, epoch),
+                "target": target_rows(config, staged, epoch)}
+        t0 = now()
+        for name in ("late", "quarantine", "target"):
+            append_with_txn(str(scratch / name), data[name], config.app_id, epoch)
+        appends.append(now() - t0)
+    return {"commit": commits, "appends": appends}
+
+
+# --------------------------------------------------------------------------- spark-submit
+
+
+_DURATIONS = re.compile(r"durations_ms=(\{[^}]*\})")
+
+
+def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
+    """What production pays per epoch to start Spark: ``eos.spark.run_precommit`` (spark-submit
+    of ``spark_apps/precommit.py``) on a caught-up pipeline.
+
+    * ``committed``: an already committed epoch: JVM + Python driver start and exit, no session.
+    * ``empty``: a new, empty epoch: the same plus SparkSession creation, an empty Spark job and
+      the staging write; ``session`` is the SparkSession creation time the app itself logs.
+    """
+    from eos.commit import commit
+    from eos.plan import begin, last_committed_epoch
+    from eos.spark import run_precommit
+    from eos.tables import ensure_tables
+
+    out: dict[str, list[float]] = {"committed": [], "empty": [], "session": [],
+                                   "empty_inside": []}
+    for i in range(reps):
+        last = last_committed_epoch(config, ensure_tables(config))
+        t0 = now()
+        run_precommit(config, last)
+        out["committed"].append(now() - t0)
+        plan = begin(config, run_id=f"submit-{i}")
+        if plan.records:
+            raise AssertionError("spark-submit probe expects a caught-up pipeline")
+        t0 = now()
+        line = run_precommit(config, plan.epoch, plan.hash)
+        out["empty"].append(now() - t0)
+        commit(config, plan.epoch)
+        match = _DURATIONS.search(line)
+        if match:
+            durations = json.loads(match.group(1))
+            out["session"].append(durations.get("spark_start", 0.0) / 1000)
+            out["empty_inside"].append(durations.get("total", 0.0) / 1000)
+    return out
+
+
+# --------------------------------------------------------------------------- fixed overhead
+
+
+def empty_epochs(env: Env, config: PipelineConfig, count: int, tag: str) -> list[EpochTiming]:
+    """``count`` epochs on a caught-up pipeline: everything but the data work."""
+    out = []
+    for i in range(count):
+        plan, timing = eo_epoch(config, env.spark, f"{tag}-{i}")
+        if plan.records:
+            raise AssertionError("empty-epoch probe expects a caught-up pipeline")
+        out.append(timing)
+    return out
+
+
+# --------------------------------------------------------------------------- state size
+
+
+def key_scaling(env: Env, keys: int, events: int, epochs: int, rep: int,
+                topic: str) -> dict[str, Any]:
+    """State grows with the number of keys: one 1-hour window that never closes, so after each
+    epoch the state holds one row per distinct key seen. Returns the last epoch's figures."""
+    config = env.config(f"keys-{keys}-{rep}", topic, window="1h", lateness="0s",
+                        max_records=max(1, events // epochs))
+    run = run_eo(env, config, f"keys-{keys}-{rep}")
+    if sum(e.records for e in run.epochs) != events:
+        raise AssertionError(f"state-size run read {sum(e.records for e in run.epochs)} of "
+                             f"{events} events: did the broker drop some?")
+    last = run.epochs[-1]
+    return {
+        "keys": keys, "events": events, "epochs": len(run.epochs),
+        "state_rows": last.counts.get("state", 0),
+        "precommit": last.precommit, "read_parse": last.read_parse,
+        "aggregate": last.aggregate, "staging_write": last.staging_write,
+        "precommit_other": last.precommit_other, "commit": last.commit, "begin": last.begin,
+    }

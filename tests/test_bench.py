@@ -1,0 +1,49 @@
+"""Smoke test of the benchmarks: the smallest mode runs end to end and prints every figure.
+
+No timing thresholds: the figures depend on the machine and on whatever else runs on it. This
+only proves that ``python -m bench`` works and that its table is complete.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
+
+from bench.__main__ import options_from, parse_args
+from bench.report import FIGURES, NA, plot, render
+from bench.run import run
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_quick_benchmark_prints_every_figure(
+    kafka: str, spark: Any, data_dir: Path, tmp_path: Path
+) -> None:
+    argv = ["--quick", "--events", "2500", "--keys", "50", "500", "--key-events", "2000",
+            "--epochlog-epochs", "3", "--warmup-events", "0", "--no-proposals",
+            "--workdir", str(tmp_path / "bench")]
+    opts = options_from(parse_args(argv), argv)
+    results = run(opts, spark=spark, log=lambda _msg: None)
+    table = render(results)
+
+    lines = table.splitlines()
+    for figure in FIGURES:
+        found = [line for line in lines if line.startswith(figure)]
+        assert found, f"figure {figure!r} missing from the table:\n{table}"
+        assert NA not in found[0], f"figure {figure!r} has no value: {found[0]}"
+    for section in ("== goals ==", "== one epoch, phase by phase ==", "== state size vs keys",
+                    "== per-record cost", "== Spark read+parse"):
+        assert section in table
+    assert results["sizes"][0]["events"] == 2500
+    assert [k["keys"] for k in results["keys"]] == [50, 500]
+    assert results["hotpath_identical"], "the prototypes produced different batches"
+
+    png = tmp_path / "scaling.png"
+    plot(results, png)
+    assert png.stat().st_size > 0
+    assert "| figure |" in render(results, markdown=True)
