@@ -218,25 +218,12 @@ def run_alo(env: Env, config: PipelineConfig, plans: list[Plan], path: str) -> A
 
 def spark_read_only(env: Env, config: PipelineConfig, plans: list[Plan]) -> float:
     """Seconds for Spark to read the same ranges through ``eos_kafka`` and count them."""
-    from eos.kafka import client_settings
+    from eos.stage import read_ranges
 
-    bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
     seconds = 0.0
     for plan in plans:
-        ranges = [{"partition": r.partition, "start": r.start, "until": r.until}
-                  for r in plan.ranges]
         t0 = now()
-        n = (
-            env.spark.read.format("eos_kafka")
-            .option("topic", plan.topic)
-            .option("ranges", json.dumps(ranges))
-            .option("split_records", str(config.kafka.split_records))
-            .option("read_timeout_ms", str(config.kafka.read_timeout))
-            .option("config", config.source_path or "")
-            .option("bootstrap", bootstrap)
-            .load()
-            .count()
-        )
+        n = read_ranges(env.spark, config, plan).count()
         seconds += now() - t0
         if n != plan.records:
             raise AssertionError(f"spark read {n} records for a plan of {plan.records}")

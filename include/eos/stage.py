@@ -179,23 +179,14 @@ def _conform(columns: dict[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=STAGING_SCHEMA)
 
 
-def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
-                  timings: dict[str, float]) -> tuple[pa.Table, pa.Table]:
-    """Spark part: read the plan's ranges, parse, window, combine with state.
-
-    Returns (windows with their max event time, late and quarantined records).
-    """
+def read_ranges(spark: Any, config: PipelineConfig, plan: Plan) -> Any:
+    """The plan's Kafka records as a DataFrame (raw: topic, partition, offset, key, value...)."""
     import json
 
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    size = config.window.size
-    wm_prev = state.watermark_ms
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
-    raw = (
+    return (
         spark.read.format("eos_kafka")
         .option("topic", plan.topic)
         .option("ranges", json.dumps(ranges))
@@ -205,6 +196,20 @@ def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSt
         .option("bootstrap", bootstrap)
         .load()
     )
+
+
+def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
+                  timings: dict[str, float]) -> tuple[pa.Table, pa.Table]:
+    """Spark part: read the plan's ranges, parse, window, combine with state.
+
+    Returns (windows with their max event time, late and quarantined records).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    size = config.window.size
+    wm_prev = state.watermark_ms
+    raw = read_ranges(spark, config, plan)
     parsed = raw.mapInArrow(parse_records(config), PARSED_DDL).withColumn(
         "window_start_ms", F.col("event_ms") - F.pmod(F.col("event_ms"), F.lit(size))
     )
