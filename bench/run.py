@@ -460,13 +460,11 @@ def _proposals(run: dict[str, Any]) -> dict[str, Any]:
 
 def _same_tables(a: Any, b: Any) -> bool:
     """Same committed rows in every sink (target, late, quarantine), epoch by epoch."""
-    from deltalake import DeltaTable
-
-    from eos.tables import tables_for
+    from eos.tables import read_table, tables_for
 
     for (_, path_a), (_, path_b) in zip(tables_for(a).sinks(), tables_for(b).sinks(),
                                         strict=True):
-        ta, tb = DeltaTable(path_a).to_pyarrow_table(), DeltaTable(path_b).to_pyarrow_table()
+        ta, tb = read_table(path_a), read_table(path_b)
         order = [(c, "ascending") for c in ta.column_names]
         if not ta.sort_by(order).equals(tb.sort_by(order)):
             return False

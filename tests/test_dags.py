@@ -29,7 +29,7 @@ from eos.audit import audit
 from eos.config import PipelineConfig, load_config, pipeline_path
 from eos.kafka import client_settings
 from eos.produce import GeneratorSpec, produce
-from eos.tables import tables_for
+from eos.tables import read_table, tables_for
 
 from support import unique_topic, write_pipeline
 
@@ -73,7 +73,7 @@ def version_with_txn(path: str, app_id: str, epoch: int) -> int:
 
 
 def sorted_rows(path: str, version: int | None = None) -> list[dict[str, Any]]:
-    table: pa.Table = DeltaTable(path, version=version).to_pyarrow_table()
+    table: pa.Table = read_table(path, version=version)
     return sorted(table.to_pylist(), key=lambda row: json.dumps(row, sort_keys=True, default=str))
 
 
@@ -244,7 +244,7 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     # The target is untouched; abort removed what the killed attempt had staged.
     assert DeltaTable(tables.target).version() == target_before
     assert DeltaTable(tables.target).transaction_version(config.app_id) == 0
-    assert DeltaTable(tables.staging).to_pyarrow_table(filters=[("epoch", "=", 1)]).num_rows == 0
+    assert read_table(tables.staging, filters=[("epoch", "=", 1)]).num_rows == 0
     staging_ops = [h["operation"] for h in DeltaTable(tables.staging).history(2)]
     assert staging_ops[0] == "DELETE" and staging_ops[1] == "WRITE", staging_ops
     aborted = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.ABORTED]

@@ -31,7 +31,7 @@ from eos.kafka import client_settings
 from eos.plan import begin, plan_of
 from eos.produce import GeneratorSpec, generate, send
 from eos.stage import precommit, staged_epoch
-from eos.tables import ensure_tables, replace_epoch, tables_for, txn_version
+from eos.tables import ensure_tables, read_table, replace_epoch, tables_for, txn_version
 
 from support import write_pipeline
 
@@ -107,7 +107,7 @@ def test_spark_killed_during_precommit_stages_nothing(pipeline: PipelineConfig, 
     assert crashed.returncode != 0
     assert "precommit of epoch 0 failed" in crashed.stderr
     assert staged_epoch(tables, 0, plan.hash) is None
-    assert DeltaTable(tables.staging).to_pyarrow_table().num_rows == 0
+    assert read_table(tables.staging).num_rows == 0
     assert txn_version(tables.target, pipeline.app_id) == -1
     if point == "precommit.mid_read":
         assert eos_cli(pipeline, "abort", "--epoch", "0").returncode == 0
@@ -182,10 +182,10 @@ def test_zombie_precommit_after_commit_changes_nothing(pipeline: PipelineConfig,
     precommit(pipeline, 0, spark=spark)
     zombie_rows = staged_epoch(tables, 0, plan.hash)
     commit(pipeline, 0)
-    target_before = DeltaTable(tables.target).to_pyarrow_table().to_pylist()
+    target_before = read_table(tables.target).to_pylist()
     replace_epoch(tables.staging, zombie_rows, 0)  # the zombie's late write lands
     assert staged_epoch(tables, 0, plan.hash).to_pylist() == zombie_rows.to_pylist()
-    assert DeltaTable(tables.target).to_pyarrow_table().to_pylist() == target_before
+    assert read_table(tables.target).to_pylist() == target_before
     # A zombie that is still computing discards its result at the pre-write check.
     assert precommit(pipeline, 0, spark=spark).outcome == "already committed"
     finish_and_audit(pipeline, spark, "zombie")
@@ -233,7 +233,7 @@ def test_hostile_records_are_quarantined_or_counted(tmp_path: Path, kafka: str,
     report = audit(config)
     assert report.ok, report.render()
     reasons = [r["reason"] for r in
-               DeltaTable(tables_for(config).quarantine).to_pyarrow_table().to_pylist()]
+               read_table(tables_for(config).quarantine).to_pylist()]
     assert len(reasons) == 9
     for expected in ("longer than 1024", "not valid UTF-8", "null record value",
                      "outside 1970..9999", "ahead of the record's Kafka timestamp",

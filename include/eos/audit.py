@@ -21,7 +21,7 @@ from eos.config import PipelineConfig
 from eos.events import Event, parse_event
 from eos.kafka import client_settings, consumer
 from eos.plan import Plan, plan_of
-from eos.tables import NO_EPOCH, tables_for, txn_version
+from eos.tables import NO_EPOCH, read_table, tables_for, txn_version
 
 READ_TIMEOUT_S = 30.0
 
@@ -126,13 +126,13 @@ def _ms(ts: Any) -> int:
 def committed_rows(config: PipelineConfig) -> tuple[Counter, Counter, Counter]:
     tables = tables_for(config)
     target = Counter()
-    for r in DeltaTable(tables.target).to_pyarrow_table().to_pylist():
+    for r in read_table(tables.target).to_pylist():
         target[(r["key"], _ms(r["window_start"]), _ms(r["window_end"]), r.get("count"),
                 r.get("sum"), r.get("min"), r.get("max"), r.get("avg"), r["epoch"])] += 1
     late = Counter((r["partition"], r["offset"], r["epoch"])
-                   for r in DeltaTable(tables.late).to_pyarrow_table().to_pylist())
+                   for r in read_table(tables.late).to_pylist())
     quarantine = Counter((r["partition"], r["offset"], r["reason"], r["epoch"])
-                         for r in DeltaTable(tables.quarantine).to_pyarrow_table().to_pylist())
+                         for r in read_table(tables.quarantine).to_pylist())
     return target, late, quarantine
 
 

@@ -12,13 +12,12 @@ import time
 from typing import Any
 
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from eos import broker
 from eos.config import PipelineConfig
 from eos.kafka import client_settings
 from eos.produce import GeneratorSpec, produce
-from eos.tables import tables_for
+from eos.tables import read_table, tables_for
 
 
 def reset(config: PipelineConfig) -> None:
@@ -61,9 +60,9 @@ def summary(config: PipelineConfig) -> str:
     from eos.status import render_status
 
     t = tables_for(config)
-    target = DeltaTable(t.target).to_pyarrow_table()
-    late = DeltaTable(t.late).to_pyarrow_table().num_rows
-    quarantine = DeltaTable(t.quarantine).to_pyarrow_table()
+    target = read_table(t.target)
+    late = read_table(t.late).num_rows
+    quarantine = read_table(t.quarantine)
     reasons = pc.value_counts(quarantine["reason"]).to_pylist() if quarantine.num_rows else []
     lines = [
         render_status(config),

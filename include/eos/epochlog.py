@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
-from eos.tables import EPOCHS_SCHEMA, Tables
+from eos.tables import EPOCHS_SCHEMA, Tables, read_table
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
 
@@ -45,7 +45,7 @@ def append(
 def rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
     """Log rows in the order they were logged (by time, then plan hash for ties)."""
     filters = [("epoch", "=", int(epoch))] if epoch is not None else None
-    data = DeltaTable(tables.epochs).to_pyarrow_table(filters=filters).to_pylist()
+    data = read_table(tables.epochs, filters=filters).to_pylist()
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
 
 
