@@ -42,8 +42,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--epochlog-epochs", type=int, nargs="*", default=defaults.epochlog_epochs,
                    help="epoch-log sizes to time reads at (default: %(default)s)")
     p.add_argument("--no-profile", action="store_true", help="skip the per-record profile")
-    p.add_argument("--no-proposals", action="store_true",
-                   help="skip the before/after run of the proposed library changes")
     p.add_argument("--quick", action="store_true",
                    help="smallest mode: 5,000 events, one repetition, every figure")
     p.add_argument("--json", type=Path, help="also write every measurement to this JSON file")
@@ -67,7 +65,6 @@ def options_from(args: argparse.Namespace, argv: list[str]) -> Options:
               if not args.quick or flag in given}
     opts = Options.quick(**chosen) if args.quick else Options(**chosen)
     opts.profile = not args.no_profile
-    opts.proposals = not args.no_proposals
     opts.workdir = args.workdir
     opts.keep = args.keep
     return opts

@@ -3,8 +3,6 @@
 Spark runs the reader (``eos.reader.read_split``) and the parser (``eos.stage.parse_records``) in
 Python workers; here both run directly, single-threaded, on the same Kafka ranges, so their
 per-record cost can be set against a bare consumer and against the Spark stage that wraps them.
-The prototypes in ``bench.proposals`` are timed the same way, and checked to produce the same
-batches.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from bench import proposals
 from bench.env import Env
+from bench.proposals import register_fused
 from bench.scenarios import bare_consume
 from eos.config import PipelineConfig
 from eos.plan import Plan
@@ -55,9 +53,7 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
 
     settings = env.settings()
     records = sum(p.records for p in plans)
-    # Imports and first connection; the proposed reader returns the same batches (checked
-    # below) without the library's end-of-partition waits.
-    batches = _read_all(proposals.read_split_proposed, settings, plans)
+    batches = _read_all(read_split, settings, plans)  # imports and first connection
     timings: dict[str, list[tuple[float, float]]] = {}
 
     def measure(name: str, fn: Callable[[], Any]) -> Any:
@@ -65,18 +61,12 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
         timings.setdefault(name, []).append((cpu, wall))
         return out
 
-    library_batches: list[pa.RecordBatch] = []
     for _ in range(reps):
         measure("bare consumer (count only)", lambda: [
             bare_consume(settings, p.topic, r.partition, r.start, r.until)
             for p in plans for r in p.ranges])
-        library_batches = measure("read_split (library)",
-                                  lambda: _read_all(read_split, settings, plans))
-        measure("read_split (proposed)",
-                lambda: _read_all(proposals.read_split_proposed, settings, plans))
-        measure("parse_records (library)", lambda: list(parse_records(config)(iter(batches))))
-        measure("parse_records (proposed)",
-                lambda: list(proposals.parse_records_proposed(config)(iter(batches))))
+        measure("reader.read_split", lambda: _read_all(read_split, settings, plans))
+        measure("stage.parse_records", lambda: list(parse_records(config)(iter(batches))))
     values = [v for b in batches for v in b.column("value").to_pylist()]
     stamps = [t for b in batches for t in b.column("timestamp_ms").to_pylist()]
     ev = config.event
@@ -89,12 +79,13 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
             continue
         texts.append(v.decode())
     for _ in range(reps):
-        measure("  parse_event (library)", lambda: [
+        measure("  events.parse_event", lambda: [
             parse_event(v, t, ev.key, ev.time, ev.value, ev.max_future)
             for v, t in zip(values, stamps, strict=True)])
         measure("  json.loads(text, parse_float=Decimal, ...)", lambda: [
             json.loads(t, parse_float=Decimal, parse_constant=_reject_constant) for t in texts])
-        measure("  one JSONDecoder(...).decode(text)", lambda: [decoder.decode(t) for t in texts])
+        measure("  one JSONDecoder(...).decode(text) (what parse_event does)",
+                lambda: [decoder.decode(t) for t in texts])
     out = {}
     for name, samples in timings.items():
         cpu = statistics.median(c for c, _ in samples)
@@ -102,22 +93,8 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
         out[name] = {"cpu_us": cpu / records * 1e6, "wall_us": wall / records * 1e6,
                      "wall_s": wall}
     out["_records"] = records
-    out["_identical"] = _same_output(config, library_batches, batches)
     out["_batches"] = batches
     return out
-
-
-def _same_output(config: PipelineConfig, library: list[pa.RecordBatch],
-                 proposed: list[pa.RecordBatch]) -> bool:
-    """The prototypes must produce exactly the library's batches (values, nulls, reasons)."""
-    from eos.stage import parse_records
-
-    batches = library
-    if not pa.Table.from_batches(proposed).equals(pa.Table.from_batches(library)):
-        return False
-    old = pa.Table.from_batches(list(parse_records(config)(iter(batches))))
-    new = pa.Table.from_batches(list(proposals.parse_records_proposed(config)(iter(batches))))
-    return old.equals(new)
 
 
 def profile_parse(config: PipelineConfig, batches: list[pa.RecordBatch], top: int = 8) -> str:
@@ -137,21 +114,11 @@ def profile_parse(config: PipelineConfig, batches: list[pa.RecordBatch], top: in
 def spark_fusion(env: Env, config: PipelineConfig, plans: list[Plan],
                  reps: int) -> dict[str, float]:
     """Spark read+parse of the same ranges (``count()``, no cache): the library's two Python
-    stages, the same with proposals 1-3, and proposal 4 (parse inside the reader)."""
-    from eos.kafka import client_settings
-    from eos.stage import PARSED_DDL, parse_records
+    stages against proposal 4 (parse inside the reader, ``bench.proposals``)."""
+    from eos.stage import PARSED_DDL, parse_records, read_ranges
 
-    bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
     spark = env.spark
-
-    def source(fmt: str, plan: Plan) -> Any:
-        ranges = [{"partition": r.partition, "start": r.start, "until": r.until}
-                  for r in plan.ranges]
-        return (spark.read.format(fmt).option("topic", plan.topic)
-                .option("ranges", json.dumps(ranges))
-                .option("split_records", str(config.kafka.split_records))
-                .option("config", config.source_path or "").option("bootstrap", bootstrap)
-                .load())
+    register_fused(spark)
 
     def timed(build: Callable[[Plan], Any]) -> float:
         started = time.perf_counter()
@@ -160,23 +127,19 @@ def spark_fusion(env: Env, config: PipelineConfig, plans: list[Plan],
                 raise AssertionError("read+parse lost records")
         return time.perf_counter() - started
 
-    samples: dict[str, list[float]] = {"library": [], "proposed": [], "fused": []}
+    samples: dict[str, list[float]] = {"library": [], "fused": []}
     for _ in range(reps):
-        samples["library"].append(timed(lambda p: source("eos_kafka", p).mapInArrow(
+        samples["library"].append(timed(lambda p: read_ranges(spark, config, p).mapInArrow(
             parse_records(config), PARSED_DDL)))
-        with proposals.patched_library(spark, reader=True, parse=False):
-            spark.dataSource.register(proposals.FusedKafkaRangeDataSource)
-            samples["proposed"].append(timed(lambda p: source("eos_kafka", p).mapInArrow(
-                proposals.parse_records_proposed(config), PARSED_DDL)))
-            samples["fused"].append(timed(lambda p: source("eos_kafka_parsed", p)))
+        samples["fused"].append(timed(lambda p: read_ranges(spark, config, p,
+                                                            source="eos_kafka_parsed")))
     records = sum(p.records for p in plans)
     return {"records": records, **{k: statistics.median(v) for k, v in samples.items()}}
 
 
 def spark_split_overhead(env: Env, config: PipelineConfig, plans: list[Plan], small: int,
                          reps: int) -> dict[str, float]:
-    """Spark read-only time for the same ranges cut into few or many splits; with the proposed
-    reader so that end-of-partition waits do not blur the per-split cost."""
+    """Spark read-only time for the same ranges cut into few or many splits."""
     from bench.scenarios import spark_read_only
 
     records = sum(p.records for p in plans)
@@ -188,10 +151,9 @@ def spark_split_overhead(env: Env, config: PipelineConfig, plans: list[Plan], sm
         return sum(-(-r.records // size) for p in plans for r in p.ranges if r.records)
 
     out: dict[str, list[float]] = {"few": [], "many": []}
-    with proposals.patched_library(env.spark, reader=True, parse=False):
-        for _ in range(reps):
-            out["few"].append(spark_read_only(env, few, plans))
-            out["many"].append(spark_read_only(env, many, plans))
+    for _ in range(reps):
+        out["few"].append(spark_read_only(env, few, plans))
+        out["many"].append(spark_read_only(env, many, plans))
     few_s, many_s = statistics.median(out["few"]), statistics.median(out["many"])
     extra = splits(many) - splits(few)
     return {"records": records, "few_splits": splits(few), "many_splits": splits(many),

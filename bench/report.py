@@ -183,31 +183,6 @@ def hotpath_table(results: dict[str, Any], markdown: bool = False) -> str:
     return _table(["plain Python, one core", "CPU us/record", "wall us/record"], rows, markdown)
 
 
-def proposals_table(results: dict[str, Any], markdown: bool = False) -> str:
-    p = results.get("proposed")
-    if not p:
-        return ""
-    b, a = p["before"], p["after"]
-    rows = [
-        ["EO read+parse (s)", fmt(b["eo"]["read_parse"]), fmt(a["eo"]["read_parse"])],
-        ["EO precommit total (s)", fmt(b["eo_precommit"]), fmt(a["eo_precommit"])],
-        ["EO total, in-process (s)", fmt(b["eo"]["total"]), fmt(a["eo"]["total"])],
-        ["ALO total (s)", fmt(b["alo"]["total"]), fmt(a["alo"]["total"])],
-        ["EO events/s, in-process", fmt(b["eo_rate"], "rate"), fmt(a["eo_rate"], "rate")],
-        ["EO/ALO throughput, in-process", fmt(p["before"]["ratio"], "x"),
-         fmt(p["after"]["ratio"], "x")],
-        ["Spark read stage alone (events/s)", fmt(p["before"]["read_rate"], "rate"),
-         fmt(p["after"]["read_rate"], "rate")],
-        ["read stage / bare consumer", fmt(p["before"]["read_ratio"], "pct"),
-         fmt(p["after"]["read_ratio"], "pct")],
-        ["fixed overhead per epoch, in-process (s)", fmt(p["before"].get("empty")),
-         fmt(p["after"].get("empty"))],
-        ["committed tables identical", "", "yes" if p["identical"] else "NO"],
-    ]
-    header = [f"{p['events']:,} events, {p['reps']} rep(s)", "library", "proposed"]
-    return _table(header, rows, markdown)
-
-
 def render(results: dict[str, Any], markdown: bool = False) -> str:
     parts = [
         "== exactly-once (EO) vs at-least-once (ALO), medians ==", main_table(results, markdown),
@@ -259,15 +234,10 @@ def render(results: dict[str, Any], markdown: bool = False) -> str:
         f = results["fusion"]
         rows = [["library: eos_kafka + mapInArrow(parse_records)", fmt(f["library"]),
                  fmt(f["records"] / f["library"], "rate")],
-                ["proposals 1-3, still two Python stages", fmt(f["proposed"]),
-                 fmt(f["records"] / f["proposed"], "rate")],
                 ["proposal 4: parse inside the reader", fmt(f["fused"]),
                  fmt(f["records"] / f["fused"], "rate")]]
         parts += [f"== Spark read+parse of {f['records']:,} records (count, no cache) ==",
                   _table(["variant", "seconds", "events/s"], rows, markdown)]
-    if results.get("proposed"):
-        parts += ["== proposed library changes, before/after ==",
-                  proposals_table(results, markdown)]
     return "\n\n".join(parts)
 
 
@@ -291,10 +261,6 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ys = [s.get(key) for s in sizes]
         if all(y is not None for y in ys):
             left.plot(xs, ys, style, marker="o", label=label)
-    proposed = results.get("proposed")
-    if proposed:
-        left.plot([proposed["events"]], [proposed["after"]["eo_rate"]], "*", markersize=12,
-                  label="EO, in-process, proposed changes")
     left.set_xscale("log")
     left.set_yscale("log")
     left.set_xlabel("events")

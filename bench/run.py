@@ -37,8 +37,6 @@ class Options:
     epochlog_epochs: list[int] = field(default_factory=lambda: [10, 100, 300])
     warmup_events: int = 50_000
     profile: bool = True
-    proposals: bool = True
-    proposals_events: int | None = None  # default: the largest size <= 1M
     workdir: str | None = None
     keep: bool = False
 
@@ -102,11 +100,9 @@ def run(opts: Options, spark: Any = None, log: Log | None = None) -> dict[str, A
         log(f"bench: broker {env.bootstrap}, work dir {env.workdir}")
         _warmup(env, opts, log)
         runs: dict[int, dict[str, Any]] = {}
-        with_proposals = _proposals_size(opts) if opts.proposals else None
         profiled = _profile_size(opts) if opts.profile else None
         for n in opts.events:
-            runs[n] = _size(env, opts, n, log, proposed=n == with_proposals,
-                            profile=n == profiled)
+            runs[n] = _size(env, opts, n, log, profile=n == profiled)
             if n == profiled:
                 _profile(env, runs[n], results, log)
         fixed = _fixed_overhead(env, opts, runs, log)
@@ -114,8 +110,6 @@ def run(opts: Options, spark: Any = None, log: Log | None = None) -> dict[str, A
         for n in opts.events:
             results["sizes"].append(_summarise_size(runs[n], fixed))
         results["typical_epoch"] = _typical_epoch(runs, opts.epoch_records)
-        if with_proposals is not None:
-            results["proposed"] = _proposals(runs[with_proposals])
         results["commit"] = _commit_latency(env, opts, log)
         results["keys"] = _keys(env, opts, log)
         results["epochlog"] = _epochlog_growth(env, opts, log)
@@ -181,11 +175,8 @@ def timing_id() -> int:
     return next(_ids)
 
 
-def _size(env: Env, opts: Options, n: int, log: Log, proposed: bool,
-          profile: bool) -> dict[str, Any]:
+def _size(env: Env, opts: Options, n: int, log: Log, profile: bool) -> dict[str, Any]:
     """Stream ``n`` events through every pipeline of this size, one epoch's worth at a time."""
-    from bench.proposals import patched_library
-
     topic = f"bench-{n}"
     reps = opts.repeat if n <= opts.single_above else 1
     chunk = opts.epoch_records
@@ -199,7 +190,6 @@ def _size(env: Env, opts: Options, n: int, log: Log, proposed: bool,
                      str(env.workdir / "tables" / f"{name}-alo"))
 
     library = [track("eo", r) for r in range(reps)]
-    changed = [track("proposed", r) for r in range(reps)] if proposed else []
     records = sc.generator(n)
     env.sampler.reset()
     produce_s, done, started = 0.0, 0, time.perf_counter()
@@ -209,18 +199,11 @@ def _size(env: Env, opts: Options, n: int, log: Log, proposed: bool,
         done += count
         for r in range(reps):
             library[r].epoch(env, count)
-            if proposed:
-                with patched_library(env.spark):
-                    changed[r].epoch(env, count)
         log(f"bench: {n:,} events: {done:,} done ({time.perf_counter() - started:.0f}s)")
     for t in library:
         t.finish(env)
-    if proposed:
-        with patched_library(env.spark):
-            for t in changed:
-                t.finish(env)
     peak = env.sampler.peak_mb()
-    out = {"events": n, "reps": reps, "library": library, "proposed": changed,
+    out = {"events": n, "reps": reps, "library": library,
            "produce": {"seconds": produce_s, "rate": n / produce_s}, "peak_rss_mb": peak}
     if profile:
         out["profile_plan"] = library[0].eo.plans[-1]  # still held by the broker
@@ -419,14 +402,6 @@ def _profile_size(opts: Options) -> int:
     return min(big) if big else max(opts.events)
 
 
-def _proposals_size(opts: Options) -> int:
-    """Proposed changes on the largest size of at most 1M events that runs repeatedly."""
-    if opts.proposals_events in opts.events:
-        return opts.proposals_events
-    fits = [n for n in opts.events if n <= min(1_000_000, opts.single_above)]
-    return max(fits) if fits else min(opts.events)
-
-
 def _profile(env: Env, run: dict[str, Any], results: dict[str, Any], log: Log) -> None:
     from bench import hotpath
 
@@ -435,7 +410,6 @@ def _profile(env: Env, run: dict[str, Any], results: dict[str, Any], log: Log) -
     reps = max(1, min(run["reps"], 3))
     log(f"bench: per-record costs, plain Python, on the last {plans[0].records:,} records")
     results["hotpath"] = hotpath.per_record(env, track.config, plans, reps=reps)
-    results["hotpath_identical"] = results["hotpath"].pop("_identical")
     results["hotpath_records"] = results["hotpath"].pop("_records")
     batches = results["hotpath"].pop("_batches")
     results["parse_profile"] = hotpath.profile_parse(track.config, batches)
@@ -445,27 +419,3 @@ def _profile(env: Env, run: dict[str, Any], results: dict[str, Any], log: Log) -
     log("bench: Spark per-split overhead")
     results["split_overhead"] = hotpath.spark_split_overhead(env, track.config, plans, split,
                                                             reps=reps)
-
-
-def _proposals(run: dict[str, Any]) -> dict[str, Any]:
-    """Library vs the prototypes of bench.proposals: same data, same epochs, interleaved."""
-    n = run["events"]
-    before, after = _figures(n, run["library"]), _figures(n, run["proposed"])
-    return {
-        "events": n, "reps": run["reps"], "before": before, "after": after,
-        "identical": all(_same_tables(a.config, b.config)
-                         for a, b in zip(run["library"], run["proposed"], strict=True)),
-    }
-
-
-def _same_tables(a: Any, b: Any) -> bool:
-    """Same committed rows in every sink (target, late, quarantine), epoch by epoch."""
-    from eos.tables import read_table, tables_for
-
-    for (_, path_a), (_, path_b) in zip(tables_for(a).sinks(), tables_for(b).sinks(),
-                                        strict=True):
-        ta, tb = read_table(path_a), read_table(path_b)
-        order = [(c, "ascending") for c in ta.column_names]
-        if not ta.sort_by(order).equals(tb.sort_by(order)):
-            return False
-    return True

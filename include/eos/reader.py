@@ -106,11 +106,15 @@ def read_split(
                 f"beyond the high watermark {high}; the partition was truncated"
             )
         c.assign([ck.TopicPartition(topic, split.partition, split.start)])
-        columns: dict[str, list[Any]] = {name: [] for name in RAW_SCHEMA.names}
+        records: list[Any] = []
+        next_offset = split.start
         last_progress = time.monotonic()
         done = False
         while not done:
-            messages = c.consume(num_messages=BATCH_RECORDS, timeout=1.0)
+            # Ask for no more than the range still lacks: consume() otherwise waits out its whole
+            # timeout on the last call of every split that ends near the partition's end.
+            wanted = max(1, min(BATCH_RECORDS, split.until - next_offset))
+            messages = c.consume(num_messages=wanted, timeout=1.0)
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > timeout_s:
@@ -130,25 +134,30 @@ def read_split(
                     raise KafkaUnavailable(
                         f"error reading '{topic}' partition {split.partition}: {error.str()}"
                     )
-                offset = m.offset()
-                if offset >= split.until:
+                if m.offset() >= split.until:
                     done = True
                     break
-                columns["topic"].append(topic)
-                columns["partition"].append(split.partition)
-                columns["offset"].append(offset)
-                columns["timestamp_ms"].append(m.timestamp()[1])
-                columns["key"].append(m.key())
-                columns["value"].append(m.value())
-                if offset == split.until - 1:
-                    done = True
-                    break
-            if len(columns["offset"]) >= BATCH_RECORDS or (done and columns["offset"]):
-                yield pa.RecordBatch.from_pydict(columns, schema=RAW_SCHEMA)
+                records.append(m)
+                next_offset = m.offset() + 1
+            done = done or next_offset >= split.until
+            if len(records) >= BATCH_RECORDS or (done and records):
+                yield _raw_batch(topic, split.partition, records)
                 faults.hit("precommit.mid_read")
-                columns = {name: [] for name in RAW_SCHEMA.names}
+                records = []
     finally:
         c.close()
+
+
+def _raw_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBatch:
+    n = len(records)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
+         pa.array([m.offset() for m in records], pa.int64()),
+         pa.array([m.timestamp()[1] for m in records], pa.int64()),
+         pa.array([m.key() for m in records], pa.binary()),
+         pa.array([m.value() for m in records], pa.binary())],
+        schema=RAW_SCHEMA,
+    )
 
 
 class KafkaRangeDataSource(DataSource):

@@ -18,7 +18,14 @@ import pyarrow.compute as pc
 from eos import epochlog, faults
 from eos.config import PipelineConfig
 from eos.errors import ProtocolViolation
-from eos.events import NEG_INF, Event, advance_watermark, idle_watermark, parse_event
+from eos.events import (
+    NEG_INF,
+    Event,
+    Rejected,
+    advance_watermark,
+    idle_watermark,
+    parse_event,
+)
 from eos.kafka import client_settings
 from eos.phaselog import log_phase, timed
 from eos.plan import Plan, plan_of
@@ -101,33 +108,42 @@ def parse_records(config: PipelineConfig):
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            out: dict[str, list[Any]] = {name: [] for name in PARSED_SCHEMA.names}
-            cols = batch.to_pydict()
-            for i in range(batch.num_rows):
-                value, kafka_ts = cols["value"][i], cols["timestamp_ms"][i]
-                parsed = parse_event(
-                    value, kafka_ts, event.key, event.time, event.value, event.max_future
-                )
-                out["partition"].append(cols["partition"][i])
-                out["offset"].append(cols["offset"][i])
-                out["kafka_timestamp_ms"].append(kafka_ts)
-                if isinstance(parsed, Event):
-                    out["key"].append(parsed.key)
-                    out["event_ms"].append(parsed.ts_ms)
-                    out["value"].append(parsed.value)
-                    out["raw_key"].append(None)
-                    out["raw_value"].append(None)
-                    out["reason"].append(None)
-                else:
-                    out["key"].append(None)
-                    out["event_ms"].append(None)
-                    out["value"].append(None)
-                    out["raw_key"].append(cols["key"][i])
-                    out["raw_value"].append(value)
-                    out["reason"].append(parsed.reason)
-            yield pa.RecordBatch.from_pydict(out, schema=PARSED_SCHEMA)
+            values = batch.column("value").to_pylist()
+            stamps = batch.column("timestamp_ms").to_pylist()
+            parsed = [
+                parse_event(v, t, event.key, event.time, event.value, event.max_future)
+                for v, t in zip(values, stamps, strict=True)
+            ]
+            yield _parsed_batch(batch, parsed, values)
 
     return parse
+
+
+def _parsed_batch(batch: pa.RecordBatch, parsed: list[Event | Rejected],
+                  values: list[bytes | None]) -> pa.RecordBatch:
+    """Columns built one comprehension at a time: per-record appends cost as much as parsing."""
+    ok = [type(p) is Event for p in parsed]
+    if all(ok):
+        keys = [p.key for p in parsed]
+        times = [p.ts_ms for p in parsed]
+        amounts = [p.value for p in parsed]
+        raw_keys = raw_values = reasons = [None] * len(parsed)
+    else:
+        keys = [p.key if g else None for p, g in zip(parsed, ok, strict=True)]
+        times = [p.ts_ms if g else None for p, g in zip(parsed, ok, strict=True)]
+        amounts = [p.value if g else None for p, g in zip(parsed, ok, strict=True)]
+        raw = batch.column("key").to_pylist()
+        raw_keys = [None if g else k for k, g in zip(raw, ok, strict=True)]
+        raw_values = [None if g else v for v, g in zip(values, ok, strict=True)]
+        reasons = [None if g else p.reason for p, g in zip(parsed, ok, strict=True)]
+    return pa.RecordBatch.from_arrays(
+        [batch.column("partition"), batch.column("offset"), batch.column("timestamp_ms"),
+         pa.array(keys, pa.string()), pa.array(times, pa.int64()),
+         pa.array(amounts, PARSED_SCHEMA.field("value").type),
+         pa.array(raw_keys, pa.binary()), pa.array(raw_values, pa.binary()),
+         pa.array(reasons, pa.string())],
+        schema=PARSED_SCHEMA,
+    )
 
 
 def staged_epoch(tables: Tables, epoch: int, plan_hash: str) -> pa.Table | None:
@@ -179,15 +195,18 @@ def _conform(columns: dict[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=STAGING_SCHEMA)
 
 
-def read_ranges(spark: Any, config: PipelineConfig, plan: Plan) -> Any:
-    """The plan's Kafka records as a DataFrame (raw: topic, partition, offset, key, value...)."""
+def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka") -> Any:
+    """The plan's Kafka records as a DataFrame (raw: topic, partition, offset, key, value...).
+
+    ``source`` names another registered data source taking the same options (the benchmark's
+    variants)."""
     import json
 
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
     return (
-        spark.read.format("eos_kafka")
+        spark.read.format(source)
         .option("topic", plan.topic)
         .option("ranges", json.dumps(ranges))
         .option("split_records", str(config.kafka.split_records))
