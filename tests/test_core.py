@@ -15,19 +15,28 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from eos import epochlog
 from eos.audit import audit, read_range
-from eos.commit import abort, commit
+from eos.commit import abort, commit, maintain, prune_staging
 from eos.config import PipelineConfig
 from eos.errors import KafkaUnavailable, TopicMissing
 from eos.kafka import client_settings, topic_watermarks
 from eos.plan import Plan, begin
 from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
 from eos.stage import precommit, staged_epoch
-from eos.tables import ensure_tables, read_table, tables_for, txn_version
+from eos.tables import (
+    STAGING_SCHEMA,
+    ensure_tables,
+    read_table,
+    replace_epoch,
+    tables_for,
+    txn_version,
+)
 
 from support import write_pipeline
 
@@ -75,7 +84,8 @@ SPEC = GeneratorSpec(events=6000, keys=40, interval_ms=20, disorder_ms=1500, lat
 @pytest.fixture(scope="module")
 def committed_pipeline(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any):
     """A pipeline run over several capped epochs with disorder, late and bad records."""
-    config = write_pipeline(tmp_path_factory.mktemp("core"), epoch={"max_records": 1500})
+    config = write_pipeline(tmp_path_factory.mktemp("core"),
+                            epoch={"max_records": 1500, "maintenance_every": 2})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     plans = run_until_caught_up(config, spark, "core")
     return config, plans
@@ -123,6 +133,40 @@ def test_every_epoch_commits_once_with_its_txn(committed_pipeline: tuple) -> Non
     writes = [h for h in history if h["operation"] == "WRITE"]
     assert len(writes) == len(plans)
     assert txn_version(tables_for(config).target, config.app_id) == plans[-1].epoch
+
+
+def test_commit_compacts_the_epoch_log_every_n_epochs(committed_pipeline: tuple) -> None:
+    """maintenance_every=2: epochs 2 and 4 compact the log; the audit above ran after both."""
+    config, plans = committed_pipeline
+    history = DeltaTable(tables_for(config).epochs).history()
+    optimized = [h for h in history if h["operation"] == "OPTIMIZE"]
+    assert len(optimized) == sum(1 for p in plans if p.epoch > 0 and p.epoch % 2 == 0)
+    # Compacted at epoch 4: its files, plus one per append since (committed row of epoch 4).
+    assert len(DeltaTable(tables_for(config).epochs).file_uris()) <= 2
+
+
+def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -> None:
+    config = write_pipeline(tmp_path)
+    tables = ensure_tables(config)
+    for epoch in range(12):
+        for phase in (epochlog.PLANNED, epochlog.PRECOMMITTED, epochlog.COMMITTED):
+            epochlog.append(tables, epoch, phase, plan_hash=f"{epoch:016x}", plan="{}")
+        row = {"epoch": epoch, "kind": "offsets", "plan_hash": f"{epoch:016x}", "partition": 0}
+        replace_epoch(tables.staging, pa.Table.from_pylist([row], schema=STAGING_SCHEMA), epoch)
+    log_rows = epochlog.rows(tables)
+    prune_staging(tables, committed=11, retention=2)
+    staging_rows = read_table(tables.staging)
+    on_disk = sorted(Path(tables.staging).rglob("*.parquet"))
+
+    done = maintain(tables, retention_hours=0)
+
+    assert "error" not in done, done
+    assert epochlog.rows(tables) == log_rows
+    assert len(DeltaTable(tables.epochs).file_uris()) == 1
+    assert read_table(tables.staging).equals(staging_rows)
+    assert staging_rows.num_rows == 2 and len(on_disk) == 12
+    assert len(sorted(Path(tables.staging).rglob("*.parquet"))) == 2
+    assert epochlog.first_plan_row(tables, 11)["plan_hash"] == f"{11:016x}"
 
 
 def test_rerunning_committed_epochs_changes_nothing(committed_pipeline: tuple, spark: Any) -> None:

@@ -8,9 +8,11 @@ last: its ``txn`` version is what marks the whole epoch committed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from eos import epochlog, faults
 from eos.config import PipelineConfig
@@ -29,6 +31,8 @@ from eos.tables import (
 )
 from eos.tables import open_table as _open
 
+VACUUM_RETENTION_HOURS = 24
+
 MS_TO_US = 1000
 
 
@@ -41,6 +45,7 @@ class CommitResult:
     rows: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     pruned_before: int | None = None
+    maintenance: dict[str, Any] | None = None
     duration_ms: float = 0.0
 
 
@@ -132,7 +137,8 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
     log_phase(
         "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome, rows=result.rows,
         delta_versions=result.versions, skipped_sinks=result.skipped,
-        pruned_staging_before=result.pruned_before, duration_ms=result.duration_ms,
+        pruned_staging_before=result.pruned_before, maintenance=result.maintenance,
+        duration_ms=result.duration_ms,
     )
     return result
 
@@ -171,6 +177,30 @@ def _promote(config: PipelineConfig, tables: Tables, epoch: int, plan_hash: str,
                  "skipped_sinks": result.skipped},
     )
     result.pruned_before = prune_staging(tables, epoch, config.epoch.staging_retention)
+    every = config.epoch.maintenance_every
+    if every and epoch > 0 and epoch % every == 0:
+        result.maintenance = maintain(tables)
+
+
+def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS) -> dict[str, Any]:
+    """Keep the per-epoch bookkeeping from growing without bound: compact the epoch log, and
+    delete files that pruned staging epochs and compactions left behind.
+
+    Runs after the epoch's commit is durable, so a failure here is reported and never fails the
+    commit (a retry would find the epoch committed and skip it anyway). Files are deleted only
+    once older than ``retention_hours``, so a phase still reading an older table version finds
+    its files.
+    """
+    done: dict[str, Any] = {}
+    try:
+        done["epoch_log"] = epochlog.compact(tables)
+        for name, path in (("epoch_log", tables.epochs), ("staging", tables.staging)):
+            removed = DeltaTable(path).vacuum(retention_hours=retention_hours, dry_run=False,
+                                              enforce_retention_duration=False)
+            done[f"{name}_files_deleted"] = len(removed)
+    except Exception as error:  # maintenance only: the next maintenance epoch tries again
+        done["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    return done
 
 
 def prune_staging(tables: Tables, committed: int, retention: int) -> int | None:

@@ -77,6 +77,7 @@ class WindowConfig(_Strict):
 class EpochConfig(_Strict):
     max_records: int = Field(default=500_000, gt=0)
     staging_retention: int = Field(default=3, ge=1)
+    maintenance_every: int = Field(default=100, ge=0)
 
 
 class TablesConfig(_Strict):
