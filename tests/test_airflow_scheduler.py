@@ -143,9 +143,17 @@ class Airflow:
         return counter
 
     def cli(self, *args: str) -> str:
-        """Run an ``airflow`` command against this instance (same home, same metadata DB)."""
-        proc = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True, text=True,
-                              timeout=CLI_TIMEOUT_S, check=False)
+        """Run an ``airflow`` command against this instance (same home, same metadata DB).
+
+        SQLite has one writer at a time; with the scheduler, DAG processor and API server all
+        writing, a CLI transaction can still lose the lock after the 60 s busy timeout (seen once
+        in CI on ``backfill create``). Such a transaction rolled back whole, so it is retried.
+        """
+        for _ in range(3):
+            proc = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True,
+                                  text=True, timeout=CLI_TIMEOUT_S, check=False)
+            if proc.returncode == 0 or "database is locked" not in proc.stderr + proc.stdout:
+                break
         assert proc.returncode == 0, (
             f"airflow {' '.join(args)} failed ({proc.returncode}):\n"
             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
