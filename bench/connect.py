@@ -34,11 +34,9 @@ CLIENT = textwrap.dedent("""
     import sys, time
     started = time.perf_counter()
     from pyspark.sql import SparkSession
-    from eos.commit import commit
     from eos.config import load_config
-    from eos.plan import begin
+    from eos.protocol import begin, commit, precommit
     from eos.reader import KafkaRangeDataSource
-    from eos.stage import precommit
     spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
     spark.dataSource.register(KafkaRangeDataSource)
     create = spark.createDataFrame  # Connect cannot infer a schema from an empty Arrow table
@@ -85,7 +83,7 @@ def start_server(port: int, log: Path) -> tuple[subprocess.Popen, float]:
 
 
 def probe(repeat: int) -> dict[str, object]:
-    from eos.plan import begin
+    from eos.protocol import begin
 
     out: dict[str, object] = {}
     with environment() as env:

@@ -277,9 +277,7 @@ def _fixed_overhead(env: Env, opts: Options, runs: dict[int, dict[str, Any]],
         f"{opts.submit_repeat} spark-submit probes")
     samples = [t.eo.empty for r in runs.values() for t in r["library"]
                if t.eo.empty is not None]
-    from eos.commit import commit
-    from eos.plan import begin
-    from eos.stage import precommit
+    from eos.protocol import begin, commit, precommit
 
     with counting() as ops:
         probes = []
@@ -358,7 +356,7 @@ def _epochlog_growth(env: Env, opts: Options, log: Log) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
     from eos import epochlog
-    from eos.commit import maintain
+    from eos.maintenance import maintain
     from eos.tables import ensure_tables
 
     if not opts.epochlog_epochs:

@@ -1,8 +1,8 @@
 """One function per measurement. Each returns plain dicts of seconds, counts and rates.
 
 The exactly-once (EO) path is the library's, called in-process exactly as the test suite does:
-``eos.plan.begin`` -> ``eos.stage.precommit(config, epoch, spark=session)`` ->
-``eos.commit.commit``.
+``eos.protocol.begin`` -> ``eos.protocol.precommit(config, epoch, spark=session)`` ->
+``eos.protocol.commit``.
 The at-least-once (ALO) baseline runs the same Spark read and aggregation
 (``eos.stage.compute_epoch`` with an empty state) over the same offset ranges and appends the
 result straight to a Delta table: no epoch log, no staging, no commit phase, no state carried.
@@ -97,9 +97,7 @@ class EpochTiming:
 
 def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, EpochTiming]:
     """One epoch through the exactly-once path, timed phase by phase."""
-    from eos.commit import commit
-    from eos.plan import begin
-    from eos.stage import precommit
+    from eos.protocol import begin, commit, precommit
 
     t0 = now()
     plan = begin(config, run_id=run_id)
@@ -177,8 +175,8 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     import pyarrow.compute as pc
     from deltalake import write_deltalake
 
-    from eos.commit import target_rows
     from eos.events import NEG_INF
+    from eos.outputs import window_rows
     from eos.stage import STATE_COLUMNS, EpochState, compute_epoch
     from eos.tables import STAGING_SCHEMA
 
@@ -190,7 +188,7 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     windows, side = compute_epoch(env.spark, config, plan, empty_state, timings)
     t1 = now()
     as_output = windows.append_column("kind", pa.array(["output"] * windows.num_rows))
-    write_deltalake(f"{path}/target", target_rows(config, as_output, plan.epoch), mode="append")
+    write_deltalake(f"{path}/target", window_rows(config, as_output, plan.epoch), mode="append")
     if side.num_rows:
         quarantined = side.filter(pc.equal(side["kind"], "quarantine"))
         write_deltalake(f"{path}/quarantine", quarantined, mode="append")
@@ -328,17 +326,14 @@ def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> N
 
 
 def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
-    """Time ``eos.commit.commit`` of epochs of ``n_rows`` output rows, and the three sink appends
-    alone (the same rows, ``append_with_txn`` to scratch tables, as commit does them)."""
-    from eos.commit import commit, late_rows, quarantine_rows, target_rows
+    """Time ``eos.protocol.commit`` of epochs of ``n_rows`` output rows, and the three sink
+    appends alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them)."""
+    from eos.outputs import LATE_SCHEMA, QUARANTINE_SCHEMA, late_rows, quarantine_rows, window_rows
+    from eos.outputs import windows_schema as target_schema
+    from eos.protocol import commit
+    from eos.sinks.delta import fenced_append
     from eos.stage import staged_epoch
-    from eos.tables import (
-        LATE_SCHEMA,
-        QUARANTINE_SCHEMA,
-        append_with_txn,
-        ensure_tables,
-        target_schema,
-    )
+    from eos.tables import ensure_tables
 
     config = env.config(f"commit-{n_rows}", f"bench-commit-{n_rows}")
     scratch = env.workdir / "tables" / f"commit-{n_rows}-appends"
@@ -353,7 +348,7 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
         t0 = now()
         result = commit(config, epoch)
         commits.append(now() - t0)
-        if result.rows.get("target") != n_rows:
+        if result.rows.get("windows") != n_rows:
             raise AssertionError(f"commit promoted {result.rows} rows, wanted {n_rows}")
         from eos.plan import plan_of
 
@@ -361,10 +356,10 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
         staged = staged_epoch(tables, epoch, plan_of(tables, epoch).hash)
         data = {"late": late_rows(config, staged, epoch, 0),
                 "quarantine": quarantine_rows(staged, epoch),
-                "target": target_rows(config, staged, epoch)}
+                "target": window_rows(config, staged, epoch)}
         t0 = now()
         for name in ("late", "quarantine", "target"):
-            append_with_txn(str(scratch / name), data[name], config.app_id, epoch)
+            fenced_append(str(scratch / name), data[name], config.app_id, epoch)
         appends.append(now() - t0)
     return {"commit": commits, "appends": appends}
 
@@ -383,15 +378,13 @@ def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
     * ``empty``: a new, empty epoch: the same plus SparkSession creation, an empty Spark job and
       the staging write; ``session`` is the SparkSession creation time the app itself logs.
     """
-    from eos.commit import commit
-    from eos.plan import begin, last_committed_epoch
+    from eos.protocol import begin, commit, committed_epoch
     from eos.spark import run_precommit
-    from eos.tables import ensure_tables
 
     out: dict[str, list[float]] = {"committed": [], "empty": [], "session": [],
                                    "empty_inside": []}
     for i in range(reps):
-        last = last_committed_epoch(config, ensure_tables(config))
+        last = committed_epoch(config)
         t0 = now()
         run_precommit(config, last)
         out["committed"].append(now() - t0)

@@ -1,4 +1,9 @@
-"""spark-submit entry point for task ``precommit``: stage epoch N. All logic is in eos.stage."""
+"""spark-submit entry point for task ``precommit``: stage epoch N. All logic is in eos.protocol.
+
+Exit codes follow ``eos.errors``: 0 staged (or nothing to do), ``EXIT_PERMANENT`` for an error a
+retry cannot fix (the DAG's operator then fails the task without retries), ``EXIT_TRANSIENT`` or
+Spark's own failure code otherwise (retried).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,17 @@ import argparse
 import sys
 
 from eos.config import load_pipeline
-from eos.errors import EosError, describe_failure
+from eos.errors import (
+    EXIT_PERMANENT,
+    EXIT_TRANSIENT,
+    EosError,
+    PermanentError,
+    describe_failure,
+    exit_code,
+    wrapped_error_class,
+)
 from eos.phaselog import configure
-from eos.stage import precommit
+from eos.protocol import precommit
 
 
 def main(argv: list[str]) -> int:
@@ -24,10 +37,13 @@ def main(argv: list[str]) -> int:
         config = load_pipeline(args.pipeline, args.config)
         precommit(config, args.epoch, expected_hash=args.plan_hash)
     except EosError as error:
-        print(f"eos: error: {error}", file=sys.stderr, flush=True)
-        return 2
+        print(f"eos: error: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        return exit_code(error)
     except Exception as error:  # a Spark job failure wraps the executor's error in Java's
         print(f"eos: error: {describe_failure(error)}", file=sys.stderr, flush=True)
+        wrapped = wrapped_error_class(error)
+        if wrapped is not None:  # an EosError raised on an executor: keep its retry policy
+            return EXIT_PERMANENT if issubclass(wrapped, PermanentError) else EXIT_TRANSIENT
         raise
     return 0
 

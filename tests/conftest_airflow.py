@@ -94,6 +94,13 @@ def run_dag(dag: Any, index: int) -> Any:
     return dag.test(logical_date=when, run_after=when)
 
 
+def run_dag_marking_success(dag: Any, index: int, pattern: str) -> Any:
+    """Like ``run_dag``, but tasks whose id matches ``pattern`` are marked success unrun (what an
+    operator's "mark success" does)."""
+    when = logical_date(index)
+    return dag.test(logical_date=when, run_after=when, mark_success_pattern=pattern)
+
+
 def task_states(dag_run: Any) -> dict[str, str | None]:
     return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
 

@@ -1,13 +1,20 @@
-"""Test helpers shared by several test modules (fixtures live in conftest.py)."""
+"""The test harness shared by every test module (fixtures live in conftest.py): a pipeline
+factory, running epochs, table versions, sinks by name, and the ``eos`` command in a process."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from eos.config import PipelineConfig, load_config
+from eos.plan import Plan
 
 
 def unique_topic(prefix: str = "t") -> str:
@@ -30,3 +37,79 @@ def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_config(path)
+
+
+def kafka_sink_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
+    """A pipeline whose windows go to a Kafka topic and a Delta table (the seeds' job)."""
+    out = unique_topic("out")
+    sinks = {"windows": [{"kafka": out}, {"delta": "target"}], "late": [{"delta": "late"}],
+             "quarantine": [{"delta": "quarantine"}]}
+    return write_pipeline(directory, sinks=sinks, **overrides)
+
+
+def run_epoch(config: PipelineConfig, spark: Any, run_id: str) -> Plan:
+    """begin -> precommit -> commit in this process, as one DAG run does it."""
+    from eos.protocol import begin, commit, precommit
+
+    plan = begin(config, run_id=run_id)
+    precommit(config, plan.epoch, spark=spark)
+    commit(config, plan.epoch)
+    return plan
+
+
+def run_until_caught_up(config: PipelineConfig, spark: Any, tag: str,
+                        limit: int = 30) -> list[Plan]:
+    """Epochs until one is empty (the pipeline has read everything in the topic)."""
+    plans: list[Plan] = []
+    while len(plans) < limit:
+        plans.append(run_epoch(config, spark, f"{tag}-{len(plans)}"))
+        if plans[-1].records == 0:
+            return plans
+    raise AssertionError(f"not caught up after {limit} epochs")
+
+
+def sink(config: PipelineConfig, name: str) -> Any:
+    """The configured sink named ``name`` (``delta:target``, ``kafka:<topic>``)."""
+    from eos.sinks import sinks_for
+
+    return next(s for s in sinks_for(config) if s.name == name)
+
+
+def delta_path(config: PipelineConfig, table: str) -> str:
+    return sink(config, f"delta:{table}").path
+
+
+def table_versions(config: PipelineConfig) -> dict[str, int]:
+    """The Delta version of the pipeline's own tables and of every Delta sink."""
+    from deltalake import DeltaTable
+
+    from eos.sinks import sinks_for
+    from eos.tables import tables_for
+
+    t = tables_for(config)
+    paths = {"epochs": t.epochs, "staging": t.staging, "checkpoints": t.checkpoints}
+    paths.update({s.name: s.path for s in sinks_for(config) if s.kind == "delta"})
+    return {name: DeltaTable(path).version() for name, path in paths.items()}
+
+
+def eos_cli(config: PipelineConfig, *args: str, faults: str | None = None,
+            faults_dir: Path | None = None, env: dict[str, str] | None = None,
+            wait: bool = True) -> Any:
+    """``eos <command> --config <pipeline> ...`` in its own process, optionally with faults.
+
+    ``wait=False`` returns the running ``Popen`` (for races: start several, then wait)."""
+    full_env = {**os.environ, **(env or {})}
+    if faults:
+        full_env["EOS_FAULTS"] = faults
+        full_env["EOS_FAULTS_DIR"] = str(faults_dir)
+    cmd = [sys.executable, "-m", "eos.cli", args[0], "--config", str(config.source_path),
+           *args[1:]]
+    if not wait:
+        return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, check=False)
+
+
+def commit_summary(stdout: str) -> dict[str, Any]:
+    """What ``eos commit`` printed: the commit's summary as JSON on its last line."""
+    return json.loads(stdout.strip().splitlines()[-1])

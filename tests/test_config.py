@@ -79,3 +79,41 @@ def test_durations() -> None:
     for bad in ("1 fortnight", -1, True, "s"):
         with pytest.raises(ValueError):
             parse_duration_ms(bad)
+
+
+def test_sinks_default_to_the_three_delta_tables_and_are_declared_per_output() -> None:
+    from eos.sinks import sinks_for
+
+    default = load_config_dict(GOOD)
+    assert [(s.output, s.name) for s in sinks_for(default)] == [
+        ("windows", "delta:target"), ("late", "delta:late"), ("quarantine", "delta:quarantine")]
+    seeds = load_pipeline("clicks_to_kafka")
+    kafka_sink = sinks_for(seeds)[0]
+    assert (kafka_sink.output, kafka_sink.name) == ("windows", "kafka:clicks-per-minute")
+    assert kafka_sink.options.markers == "clicks-per-minute.eos-markers"
+    assert kafka_sink.transactional_id == "eos:clicks_to_kafka:kafka:clicks-per-minute"
+
+
+@pytest.mark.parametrize(
+    ("sinks", "message"),
+    [
+        ({"windows": [{"s3": "x"}]}, "unknown sink type 's3'; known: delta, kafka"),
+        ({"windows": [{"delta": "a", "kafka": "b"}]}, "a sink is one mapping"),
+        ({"windows": [{"kafka": {"topic": "bad topic!"}}]}, "kafka sink: topic"),
+        ({"windows": [{"kafka": {"topic": "t", "acks": 0}}]}, "kafka sink: acks"),
+        ({"windows": [{"delta": ""}]}, "a delta sink names a table"),
+        ({"windows": []}, "sinks.windows"),
+        ({"windows": [{"delta": "t"}], "late": [{"delta": "t"}]}, "repeated: ['delta:t']"),
+    ],
+)
+def test_bad_sinks_fail_at_load_time_naming_the_problem(tmp_path: Path, sinks: dict,
+                                                         message: str) -> None:
+    with pytest.raises(ConfigError, match=r"field 'sinks") as caught:
+        load_config(_write(tmp_path, {**GOOD, "sinks": sinks}))
+    assert message in str(caught.value)
+
+
+def load_config_dict(data: dict):
+    from eos.config import parse_config
+
+    return parse_config(data)

@@ -20,48 +20,28 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from eos import epochlog
+from eos import checkpoints, epochlog
 from eos.audit import audit, read_range
-from eos.commit import abort, commit, maintain, prune_staging
 from eos.config import PipelineConfig
 from eos.errors import KafkaUnavailable, TopicMissing
 from eos.kafka import client_settings, topic_watermarks
-from eos.plan import Plan, begin
+from eos.maintenance import maintain, prune_staging
+from eos.outcomes import Outcome
 from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
-from eos.stage import precommit, staged_epoch
-from eos.tables import (
-    STAGING_SCHEMA,
-    ensure_tables,
-    read_table,
-    replace_epoch,
-    tables_for,
-    txn_version,
+from eos.protocol import abort, begin, commit, committed_epoch, precommit
+from eos.stage import staged_epoch
+from eos.tables import STAGING_SCHEMA, ensure_tables, read_table, replace_epoch, tables_for
+
+from support import (
+    delta_path,
+    run_epoch,
+    run_until_caught_up,
+    sink,
+    table_versions,
+    write_pipeline,
 )
 
-from support import write_pipeline
-
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def run_epoch(config: PipelineConfig, spark: Any, run_id: str) -> Plan:
-    plan = begin(config, run_id=run_id)
-    precommit(config, plan.epoch, spark=spark)
-    commit(config, plan.epoch)
-    return plan
-
-
-def run_until_caught_up(config: PipelineConfig, spark: Any, tag: str) -> list[Plan]:
-    plans: list[Plan] = []
-    while True:
-        plans.append(run_epoch(config, spark, f"{tag}-{len(plans)}"))
-        if plans[-1].records == 0:
-            return plans
-
-
-def table_versions(config: PipelineConfig) -> dict[str, int]:
-    t = tables_for(config)
-    paths = {"epochs": t.epochs, "staging": t.staging, **dict(t.sinks())}
-    return {name: DeltaTable(path).version() for name, path in paths.items()}
 
 
 def topic_contents(config: PipelineConfig) -> Counter:
@@ -73,7 +53,7 @@ def topic_contents(config: PipelineConfig) -> Counter:
 
 
 def target_windows(config: PipelineConfig) -> Counter:
-    rows = read_table(tables_for(config).target).to_pylist()
+    rows = read_table(delta_path(config, "target")).to_pylist()
     return Counter(tuple(v for k, v in sorted(r.items()) if k != "epoch") for r in rows)
 
 
@@ -99,21 +79,21 @@ def test_committed_tables_equal_ground_truth(committed_pipeline: tuple) -> None:
     report = audit(config)
     assert report.ok, report.render()
     t = tables_for(config)
-    quarantine = read_table(t.quarantine).to_pylist()
+    quarantine = read_table(delta_path(config, "quarantine")).to_pylist()
     bad = [r.value for r in produced if r.kind in BAD_KINDS]
     assert Counter(r["raw_value"] for r in quarantine) == Counter(bad)
     assert all(r["reason"] for r in quarantine)
-    late = read_table(t.late)
+    late = read_table(delta_path(config, "late"))
     assert late.num_rows > 0, "the data set must exercise the late path"
     late_sources = {(r["partition"], r["offset"]) for r in late.to_pylist()}
     assert len(late_sources) == late.num_rows
     # Conservation: every good record is in exactly one committed window, the open state, or late.
-    target = read_table(t.target)
+    target = read_table(delta_path(config, "target"))
     last = staged_epoch(t, plans[-1].epoch, plans[-1].hash)
     open_state = last.filter(pc.and_(pc.equal(last["kind"], "state"), pc.is_valid(last["key"])))
     counted = pc.sum(target["count"]).as_py() + (pc.sum(open_state["count"]).as_py() or 0)
     assert counted + late.num_rows + len(quarantine) == SPEC.events
-    assert report.counts["target"][0] == target.num_rows > 0
+    assert report.counts["delta:target"][0] == target.num_rows > 0
 
 
 def test_offsets_reach_high_watermarks(committed_pipeline: tuple) -> None:
@@ -129,10 +109,14 @@ def test_offsets_reach_high_watermarks(committed_pipeline: tuple) -> None:
 
 def test_every_epoch_commits_once_with_its_txn(committed_pipeline: tuple) -> None:
     config, plans = committed_pipeline
-    history = DeltaTable(tables_for(config).target).history()
-    writes = [h for h in history if h["operation"] == "WRITE"]
-    assert len(writes) == len(plans)
-    assert txn_version(tables_for(config).target, config.app_id) == plans[-1].epoch
+    epochs = [p.epoch for p in plans]
+    for name in ("delta:target", "delta:late", "delta:quarantine"):
+        assert sink(config, name).commits() == epochs, name
+    assert committed_epoch(config) == plans[-1].epoch
+    rows = checkpoints.read_all(tables_for(config))
+    assert [c.epoch for c in rows] == epochs
+    assert [c.plan_hash for c in rows] == [p.hash for p in plans]
+    assert [c.until for c in rows] == [{r.partition: r.until for r in p.ranges} for p in plans]
 
 
 def test_commit_compacts_the_epoch_log_every_n_epochs(committed_pipeline: tuple) -> None:
@@ -176,9 +160,9 @@ def test_rerunning_committed_epochs_changes_nothing(committed_pipeline: tuple, s
     for i, plan in enumerate(plans):
         again = begin(config, run_id=f"core-{i}")
         assert again == plan
-        assert precommit(config, plan.epoch, spark=spark).outcome == "already committed"
-        assert commit(config, plan.epoch).outcome == "already committed"
-        assert abort(config, plan.epoch).startswith("already committed")
+        assert precommit(config, plan.epoch, spark=spark).outcome is Outcome.ALREADY_COMMITTED
+        assert commit(config, plan.epoch).outcome is Outcome.ALREADY_COMMITTED
+        assert abort(config, plan.epoch) is Outcome.NOTHING_TO_ABORT
     assert table_versions(config) == before
 
 
@@ -189,9 +173,9 @@ def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: 
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
     plan = begin(config, run_id="twice")
     first = precommit(config, plan.epoch, spark=spark)
-    assert first.outcome == "staged"
+    assert first.outcome is Outcome.STAGED
     rows_a = staged_epoch(tables_for(config), plan.epoch, plan.hash)
-    assert abort(config, plan.epoch, "test") == "aborted"
+    assert abort(config, plan.epoch, "test") is Outcome.ABORTED
     assert staged_epoch(tables_for(config), plan.epoch, plan.hash) is None
     cli = [sys.executable, "-m", "eos.cli", "precommit", "--config", str(config.source_path),
            "--epoch", str(plan.epoch)]
@@ -200,7 +184,7 @@ def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: 
     assert "outcome=staged" in proc.stdout
     rows_b = staged_epoch(tables_for(config), plan.epoch, plan.hash)
     assert rows_a.to_pylist() == rows_b.to_pylist()
-    assert precommit(config, plan.epoch, spark=spark).outcome == "reused"
+    assert precommit(config, plan.epoch, spark=spark).outcome is Outcome.REUSED_STAGE
 
 
 @pytest.mark.parametrize("epochs", [1, 3, 10])
@@ -222,7 +206,7 @@ def test_any_split_into_epochs_gives_the_same_target(
         send(part, len(part), config.kafka.topic, client_settings(), progress=False)
         plans.append(run_epoch(config, spark, f"split-{i}"))
     assert sum(p.records for p in plans) == spec.events
-    assert read_table(tables_for(config).late).num_rows == 0
+    assert read_table(delta_path(config, "late")).num_rows == 0
     assert audit(config).ok
     split_results[epochs] = target_windows(config)
     assert sum(split_results[epochs].values()) > 0
@@ -289,3 +273,18 @@ def test_unreachable_kafka_fails_clearly_and_stages_nothing(
         begin(config, run_id="down")
     tables = ensure_tables(config)
     assert read_table(tables.staging).num_rows == 0
+
+
+def test_audit_of_a_pipeline_with_a_subset_of_aggregations(tmp_path: Path, kafka: str,
+                                                           spark: Any) -> None:
+    """`aggregations: [count, max]` used to make `eos verify` report every window as an
+    unexpected row (it compared all five aggregates); it compares the configured ones."""
+    config = write_pipeline(tmp_path, aggregations=["count", "max"])
+    spec = GeneratorSpec(events=1500, keys=10, interval_ms=20, disorder_ms=500, seed=5)
+    send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
+    run_until_caught_up(config, spark, "subset")
+    target = read_table(delta_path(config, "target"))
+    assert target.column_names == ["key", "window_start", "window_end", "count", "max", "epoch"]
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.counts["delta:target"] == (target.num_rows, target.num_rows) != (0, 0)

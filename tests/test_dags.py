@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from eos.kafka import client_settings
 from eos.produce import GeneratorSpec, produce
 from eos.tables import read_table, tables_for
 
-from support import unique_topic, write_pipeline
+from support import delta_path, sink, table_versions, unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -77,12 +78,6 @@ def sorted_rows(path: str, version: int | None = None) -> list[dict[str, Any]]:
     return sorted(table.to_pylist(), key=lambda row: json.dumps(row, sort_keys=True, default=str))
 
 
-def table_versions(config: PipelineConfig) -> dict[str, int]:
-    tables = tables_for(config)
-    paths = {"epochs": tables.epochs, "staging": tables.staging, **dict(tables.sinks())}
-    return {name: DeltaTable(path).version() for name, path in paths.items()}
-
-
 def run_id_of(index: int) -> str:
     return f"manual__{af.logical_date(index).isoformat()}"
 
@@ -95,7 +90,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("EOS_PIPELINES_DIR", raising=False)
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from eos.dag_factory import target_asset
+    from eos.dag_factory import PrecommitOperator, sink_assets
 
     dag = af.load_dag("eos_clicks")
     config = load_config(pipeline_path("clicks"))
@@ -113,7 +108,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert dag.timetable.summary == config.schedule
 
     precommit = tasks["precommit"]
-    assert isinstance(precommit, SparkSubmitOperator)
+    assert isinstance(precommit, SparkSubmitOperator) and isinstance(precommit, PrecommitOperator)
     assert precommit.application.endswith("spark_apps/precommit.py")
     assert "{{ ti.xcom_pull(task_ids='begin')['epoch'] }}" in precommit.application_args
     assert "{{ ti.xcom_pull(task_ids='begin')['plan_hash'] }}" in precommit.application_args
@@ -128,9 +123,10 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert tasks["commit"].retry_exponential_backoff
     assert tasks["commit"].retries >= 50  # commit must eventually succeed
 
-    (outlet,) = tasks["commit"].outlets
-    assert outlet == target_asset(config)
-    assert outlet.uri == f"file://{Path(tables_for(config).target).resolve()}"
+    assert tasks["commit"].outlets == list(sink_assets(config).values())
+    uris = [outlet.uri for outlet in tasks["commit"].outlets]
+    assert uris == [f"file://{Path(config.root / t).resolve()}"
+                    for t in ("target", "late", "quarantine")]
 
 
 def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
@@ -169,16 +165,17 @@ def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str)
 def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
     config: PipelineConfig = reference["config"]
     tables = tables_for(config)
+    target = delta_path(config, "target")
     for index, run in enumerate(reference["runs"]):
         assert run.state == "success", (index, af.task_states(run))
         assert af.task_states(run) == SUCCESS
         assert run.run_id == run_id_of(index)
 
     # The target: created, then one commit per epoch, each carrying txn(app id, N).
-    assert txn_by_version(tables.target, config.app_id) == [None, 0, 1, 2]
-    operations = [h["operation"] for h in reversed(DeltaTable(tables.target).history())]
+    assert txn_by_version(target, config.app_id) == [None, 0, 1, 2]
+    operations = [h["operation"] for h in reversed(DeltaTable(target).history())]
     assert operations == ["CREATE TABLE", "WRITE", "WRITE", "WRITE"]
-    assert DeltaTable(tables.target).transaction_version(config.app_id) == 2
+    assert txn_by_version(tables.checkpoints, config.app_id) == [None, 0, 1, 2]
 
     # Run i planned epoch i; the ranges tile every produced record once.
     plans = [epochlog.plan_row_for_run(tables, run_id_of(i)) for i in range(3)]
@@ -192,7 +189,7 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
     assert args[args.index("--plan-hash") + 1] == plans[1]["plan_hash"]
 
     # Every committed epoch published the target asset.
-    events = af.asset_events(f"file://{Path(tables.target).resolve()}")
+    events = af.asset_events(f"file://{Path(target).resolve()}")
     assert [(e["epoch"], e["outcome"]) for e in events] == [
         (0, "committed"), (1, "committed"), (2, "committed")
     ]
@@ -202,9 +199,9 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
     report = audit(config)
     assert report.ok, report.render()
     assert report.records == EVENTS
-    assert report.counts["target"][1] > 0
-    assert report.counts["late"][1] > 0
-    assert report.counts["quarantine"][1] > 0
+    assert report.counts["delta:target"][1] > 0
+    assert report.counts["delta:late"][1] > 0
+    assert report.counts["delta:quarantine"][1] > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,9 +214,10 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
 ) -> None:
     config = make_pipeline(pipelines_dir, data_dir, "affail")
     tables = tables_for(config)
+    target = delta_path(config, "target")
     dag = af.load_dag(f"eos_{config.name}")
     assert af.task_states(af.run_dag(dag, 0)) == SUCCESS
-    target_before = DeltaTable(tables.target).version()
+    target_before = DeltaTable(target).version()
 
     # Run 1: the Spark app stages epoch 1 and is SIGKILLed before it exits (only the
     # spark-submit child sees the fault; no retry, so precommit fails and abort runs).
@@ -242,8 +240,8 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     planned = epochlog.plan_row_for_run(tables, run_id_of(1))
     assert planned["epoch"] == 1
     # The target is untouched; abort removed what the killed attempt had staged.
-    assert DeltaTable(tables.target).version() == target_before
-    assert DeltaTable(tables.target).transaction_version(config.app_id) == 0
+    assert DeltaTable(target).version() == target_before
+    assert DeltaTable(tables.checkpoints).transaction_version(config.app_id) == 0
     assert read_table(tables.staging, filters=[("epoch", "=", 1)]).num_rows == 0
     staging_ops = [h["operation"] for h in DeltaTable(tables.staging).history(2)]
     assert staging_ops[0] == "DELETE" and staging_ops[1] == "WRITE", staging_ops
@@ -255,17 +253,16 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     rerun = af.run_dag(dag, 1)
     assert rerun.run_id == failed.run_id
     assert af.task_states(rerun) == SUCCESS
-    assert txn_by_version(tables.target, config.app_id) == [None, 0, 1]
+    assert txn_by_version(target, config.app_id) == [None, 0, 1]
     committed = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.COMMITTED]
     assert [r["plan_hash"] for r in committed] == [planned["plan_hash"]]
     assert epochlog.first_plan_row(tables, 1)["plan_hash"] == planned["plan_hash"]
 
     # Same result as the pipeline whose runs never failed, sink by sink, after epoch 1.
-    ref = tables_for(reference["config"])
-    ref_app = reference["config"].app_id
-    for name, path in tables.sinks():
-        ref_path = dict(ref.sinks())[name]
-        ref_version = version_with_txn(ref_path, ref_app, 1)
+    ref_config = reference["config"]
+    for name in ("delta:target", "delta:late", "delta:quarantine"):
+        path, ref_path = sink(config, name).path, sink(ref_config, name).path
+        ref_version = version_with_txn(ref_path, ref_config.app_id, 1)
         assert sorted_rows(path) == sorted_rows(ref_path, ref_version), name
     assert audit(config).ok
 
@@ -276,7 +273,53 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
         assert af.task_states(again) == SUCCESS
         assert table_versions(config) == versions
     assert [r["phase"] for r in epochlog.rows(tables, 1)].count(epochlog.COMMITTED) == 1
-    events = af.asset_events(f"file://{Path(tables.target).resolve()}")
+    events = af.asset_events(f"file://{Path(target).resolve()}")
     assert [(e["epoch"], e["outcome"]) for e in events] == [
         (0, "committed"), (1, "committed"), (1, "already committed"), (0, "already committed")
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) the retry policy: permanent errors fail at once, transient ones are retried
+
+
+def task_instance(dag_run: Any, task_id: str) -> Any:
+    return next(ti for ti in dag_run.get_task_instances() if ti.task_id == task_id)
+
+
+@pytest.mark.timeout(900)
+def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
+    reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture,
+) -> None:
+    from eos import faults
+
+    config = make_pipeline(pipelines_dir, data_dir, "afretry")
+    dag = af.load_dag(f"eos_{config.name}")
+    commit = dag.get_task("commit")
+    assert commit.retries >= 50
+    commit.retry_delay, commit.retry_exponential_backoff = timedelta(seconds=1), False
+
+    # Permanent: an operator marked precommit success by hand, so epoch 0 is not staged. The
+    # commit is a protocol violation: it fails on its first try despite 100 retries, with the
+    # message, and nothing is written.
+    failed = af.run_dag_marking_success(dag, 0, "precommit")
+    ti = task_instance(failed, "commit")
+    assert (ti.state, ti.try_number) == ("failed", 1)
+    assert "ProtocolViolation: epoch 0 is not pre-committed" in capfd.readouterr().out
+    assert sink(config, "delta:target").committed_epoch() == -1
+
+    # Transient: the first commit attempt fails right before the checkpoint (after every sink
+    # committed); the retry finds the sinks holding epoch 0 and appends the checkpoint.
+    monkeypatch.setenv("EOS_FAULTS", "commit.before_checkpoint:fail")
+    monkeypatch.setenv("EOS_FAULTS_DIR", str(tmp_path))
+    faults._armed.cache_clear()
+    try:
+        run = af.run_dag(dag, 0)
+    finally:
+        monkeypatch.delenv("EOS_FAULTS")
+        faults._armed.cache_clear()
+    ti = task_instance(run, "commit")
+    assert (ti.state, ti.try_number) == ("success", 2), af.task_states(run)
+    assert (tmp_path / "commit.before_checkpoint.hits").read_text() == "x"
+    assert audit(config).ok

@@ -1,15 +1,16 @@
-"""One test per row of the failure matrix (DESIGN.md section 5), plus chaos and hostile input.
+"""One test per row of the failure matrix (DESIGN.md section 7), plus races, chaos, hostile input.
 
 Each test injects the fault as a real crash (SIGKILL at a named point, in its own process, see
 ``eos.faults``), recovers the way an operator or Airflow would (rerun, retry, abort and rerun),
-and then checks the committed tables against the independent audit: target, late and quarantine
-equal the ground truth, every sink has exactly one commit per epoch, offsets are contiguous.
+and then checks the committed tables against the independent audit: every sink equals the
+ground truth, every sink has exactly one commit per epoch, the checkpoints agree, offsets are
+contiguous. Races hold two real processes at a barrier right before a fenced write
+(``point:wait``, see ``eos.faults``) and release them together.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,39 +20,35 @@ import confluent_kafka as ck
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
 
-from eos import epochlog
+from eos import checkpoints, epochlog
 from eos.audit import audit
-from eos.chaos import chaos
-from eos.commit import commit
+from eos.chaos import CONCURRENT_COMMITS, chaos
 from eos.config import PipelineConfig
 from eos.errors import EosError
 from eos.kafka import client_settings
-from eos.plan import begin, plan_of
+from eos.outcomes import Outcome
+from eos.plan import plan_of
 from eos.produce import GeneratorSpec, generate, send
-from eos.stage import precommit, staged_epoch
-from eos.tables import ensure_tables, read_table, replace_epoch, tables_for, txn_version
+from eos.protocol import begin, commit, committed_epoch, precommit
+from eos.stage import staged_epoch
+from eos.tables import ensure_tables, read_table, replace_epoch, tables_for
 
-from support import write_pipeline
+from support import (
+    commit_summary,
+    delta_path,
+    eos_cli,
+    run_until_caught_up,
+    sink,
+    table_versions,
+    write_pipeline,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = GeneratorSpec(events=2400, keys=20, interval_ms=25, disorder_ms=800, late_fraction=0.03,
                      late_delay_ms=20_000, bad_fraction=0.03, seed=5)
 KILLED = -9
-
-
-def eos_cli(config: PipelineConfig, *args: str, faults: str | None = None,
-            faults_dir: Path | None = None, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    if faults:
-        full_env["EOS_FAULTS"] = faults
-        full_env["EOS_FAULTS_DIR"] = str(faults_dir)
-    cmd = [sys.executable, "-m", "eos.cli", args[0], "--config", str(config.source_path),
-           *args[1:]]
-    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, check=False)
 
 
 @pytest.fixture
@@ -63,21 +60,19 @@ def pipeline(tmp_path: Path, kafka: str) -> PipelineConfig:
 
 def finish_and_audit(config: PipelineConfig, spark: Any, tag: str) -> None:
     """Recovery by rerunning: run the remaining epochs, then audit everything from scratch."""
-    for i in range(20):
-        plan = begin(config, run_id=f"{tag}-{i}")
-        precommit(config, plan.epoch, spark=spark)
-        commit(config, plan.epoch)
-        if plan.records == 0:
-            break
+    run_until_caught_up(config, spark, tag)
     report = audit(config)
     assert report.ok, report.render()
     assert report.records == SPEC.events
 
 
-def versions(config: PipelineConfig) -> dict[str, int]:
-    t = tables_for(config)
-    return {name: DeltaTable(path).version() for name, path in
-            [("epochs", t.epochs), ("staging", t.staging), *t.sinks()]}
+SINKS = ["delta:target", "delta:late", "delta:quarantine"]  # the default sinks, commit order
+
+
+def held(config: PipelineConfig) -> dict[str, int]:
+    """The epoch each sink holds, and the checkpoint's."""
+    return {**{name: sink(config, name).committed_epoch() for name in SINKS},
+            "checkpoint": committed_epoch(config)}
 
 
 def test_crash_after_begin_reruns_with_the_logged_plan(pipeline: PipelineConfig, spark: Any,
@@ -108,7 +103,7 @@ def test_spark_killed_during_precommit_stages_nothing(pipeline: PipelineConfig, 
     assert "precommit of epoch 0 failed" in crashed.stderr
     assert staged_epoch(tables, 0, plan.hash) is None
     assert read_table(tables.staging).num_rows == 0
-    assert txn_version(tables.target, pipeline.app_id) == -1
+    assert committed_epoch(pipeline) == -1
     if point == "precommit.mid_read":
         assert eos_cli(pipeline, "abort", "--epoch", "0").returncode == 0
         assert epochlog.rows(tables, 0)[-1]["phase"] == epochlog.ABORTED
@@ -124,10 +119,10 @@ def test_crash_after_precommit_reuses_the_staged_epoch(pipeline: PipelineConfig,
     tables = tables_for(pipeline)
     staged = staged_epoch(tables, 0, plan.hash)
     assert staged is not None
-    version = DeltaTable(tables.staging).version()
-    assert precommit(pipeline, 0, spark=spark).outcome == "reused"
-    assert DeltaTable(tables.staging).version() == version
-    assert commit(pipeline, 0).outcome == "committed"
+    version = table_versions(pipeline)["staging"]
+    assert precommit(pipeline, 0, spark=spark).outcome is Outcome.REUSED_STAGE
+    assert table_versions(pipeline)["staging"] == version
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     finish_and_audit(pipeline, spark, "after-precommit")
 
 
@@ -139,39 +134,112 @@ def test_crash_between_sink_commits_retry_skips_committed_sinks(
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.between_sinks",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
-    tables = tables_for(pipeline)
-    assert txn_version(tables.late, pipeline.app_id) == 0
-    assert txn_version(tables.target, pipeline.app_id) == -1
-    # The next run must not plan past an epoch whose target commit is missing.
+    assert held(pipeline) == {"delta:target": 0, "delta:late": -1, "delta:quarantine": -1,
+                              "checkpoint": -1}
+    # The next run must not plan past an epoch whose checkpoint is missing.
     assert begin(pipeline, run_id="r1") == plan
     retried = commit(pipeline, 0)
-    assert retried.outcome == "committed" and retried.skipped == ["late"]
+    assert retried.outcome is Outcome.COMMITTED and retried.skipped == ["delta:target"]
+    assert held(pipeline) == dict.fromkeys([*SINKS, "checkpoint"], 0)
     finish_and_audit(pipeline, spark, "between-sinks")
 
 
-def test_crash_after_target_commit_retry_is_a_noop(pipeline: PipelineConfig, spark: Any,
-                                                   tmp_path: Path) -> None:
+def test_crash_before_the_checkpoint_retry_only_checkpoints(
+    pipeline: PipelineConfig, spark: Any, tmp_path: Path
+) -> None:
+    """Every sink holds N, the checkpoint does not: sinks may be one ahead; the retry writes no
+    sink again and appends the checkpoint."""
     plan = begin(pipeline, run_id="r0")
     precommit(pipeline, plan.epoch, spark=spark)
-    crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.after_target",
+    crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.before_checkpoint",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
-    before = versions(pipeline)
+    assert held(pipeline) == {**dict.fromkeys(SINKS, 0), "checkpoint": -1}
+    assert begin(pipeline, run_id="r1") == plan
+    sinks_before = {k: v for k, v in table_versions(pipeline).items() if k in SINKS}
+    retried = commit(pipeline, 0)
+    assert retried.outcome is Outcome.COMMITTED and retried.skipped == SINKS
+    assert retried.checkpoint_version is not None
+    assert {k: v for k, v in table_versions(pipeline).items() if k in SINKS} == sinks_before
+    finish_and_audit(pipeline, spark, "before-checkpoint")
+
+
+def test_crash_after_the_checkpoint_retry_is_a_noop(pipeline: PipelineConfig, spark: Any,
+                                                    tmp_path: Path) -> None:
+    plan = begin(pipeline, run_id="r0")
+    precommit(pipeline, plan.epoch, spark=spark)
+    crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.after_checkpoint",
+                      faults_dir=tmp_path)
+    assert crashed.returncode == KILLED
+    before = table_versions(pipeline)
     retry = eos_cli(pipeline, "commit", "--epoch", "0")
-    assert retry.returncode == 0 and retry.stdout.strip() == "already committed"
-    assert versions(pipeline) == before
-    finish_and_audit(pipeline, spark, "after-target")
+    assert retry.returncode == 0, retry.stderr
+    assert commit_summary(retry.stdout)["outcome"] == Outcome.ALREADY_COMMITTED
+    assert table_versions(pipeline) == before
+    finish_and_audit(pipeline, spark, "after-checkpoint")
+
+
+def race_commits(config: PipelineConfig, faults_dir: Path, points: str,
+                 stagger_ms: int) -> list[dict[str, Any]]:
+    """Two real ``eos commit --epoch 0`` processes held at the barriers ``points``, released
+    together (``stagger_ms`` 0) or one after the other (both checked before either wrote, the
+    second writes after the first committed). Both must succeed; returns their summaries."""
+    env = {"EOS_BARRIER_STAGGER_MS": str(stagger_ms)}
+    racers = [eos_cli(config, "commit", "--epoch", "0", faults=points, faults_dir=faults_dir,
+                      env=env, wait=False) for _ in range(2)]
+    outputs = [r.communicate(timeout=180) for r in racers]
+    for racer, (_, err) in zip(racers, outputs, strict=True):
+        assert racer.returncode == 0, err[-3000:]
+    return [commit_summary(out) for out, _ in outputs]
+
+
+@pytest.mark.parametrize("stagger_ms", [0, 400])
+def test_two_commits_released_before_their_first_sink_write_write_it_once(
+    pipeline: PipelineConfig, spark: Any, tmp_path: Path, stagger_ms: int
+) -> None:
+    """The reported bug: two `eos commit --epoch N` released right before their first append
+    wrote epoch N twice into one sink. Fenced, each sink is written by exactly one. (Released at
+    the same instant, delta-rs' conflict check often caught even the unfenced write; released
+    400 ms apart, the unfenced second attempt always appended again.)"""
+    plan = begin(pipeline, run_id="r0")
+    precommit(pipeline, plan.epoch, spark=spark)
+    results = race_commits(pipeline, tmp_path, "sink.before_write:wait", stagger_ms)
+    first = [r["sinks"]["delta:target"] for r in results]
+    assert sorted(s["outcome"] for s in first) == [Outcome.ALREADY_COMMITTED, Outcome.COMMITTED]
+    assert [s["raced"] for s in first if s["outcome"] == Outcome.ALREADY_COMMITTED] == [True]
+    for name in SINKS:
+        assert sink(pipeline, name).commits() == [0], name
+    assert [c.epoch for c in checkpoints.read_all(tables_for(pipeline))] == [0]
+    finish_and_audit(pipeline, spark, "race-sinks")
+
+
+def test_two_commits_released_before_the_checkpoint_append_it_once(
+    pipeline: PipelineConfig, spark: Any, tmp_path: Path
+) -> None:
+    plan = begin(pipeline, run_id="r0")
+    precommit(pipeline, plan.epoch, spark=spark)
+    results = race_commits(pipeline, tmp_path, "checkpoint.before_write:wait", stagger_ms=400)
+    assert sorted(r["outcome"] for r in results) == [Outcome.ALREADY_COMMITTED,
+                                                     Outcome.COMMITTED]
+    assert [c.epoch for c in checkpoints.read_all(tables_for(pipeline))] == [0]
+    committed_log = [r for r in epochlog.rows(tables_for(pipeline), 0)
+                     if r["phase"] == epochlog.COMMITTED]
+    assert len(committed_log) == 1  # the loser leaves the bookkeeping to the winner
+    for name in SINKS:
+        assert sink(pipeline, name).commits() == [0], name
+    finish_and_audit(pipeline, spark, "race-checkpoint")
 
 
 def test_clearing_a_committed_run_changes_nothing(pipeline: PipelineConfig, spark: Any) -> None:
     finish_and_audit(pipeline, spark, "done")
-    before = versions(pipeline)
+    before = table_versions(pipeline)
     again = eos_cli(pipeline, "begin", "--run-id", "done-0")
     assert json.loads(again.stdout)["epoch"] == 0
     staged = eos_cli(pipeline, "precommit", "--epoch", "0")
     assert staged.returncode == 0 and "outcome=already committed" in staged.stdout
-    assert eos_cli(pipeline, "commit", "--epoch", "0").stdout.strip() == "already committed"
-    assert versions(pipeline) == before
+    again = eos_cli(pipeline, "commit", "--epoch", "0")
+    assert commit_summary(again.stdout)["outcome"] == Outcome.ALREADY_COMMITTED
+    assert table_versions(pipeline) == before
 
 
 def test_zombie_precommit_after_commit_changes_nothing(pipeline: PipelineConfig,
@@ -182,12 +250,12 @@ def test_zombie_precommit_after_commit_changes_nothing(pipeline: PipelineConfig,
     precommit(pipeline, 0, spark=spark)
     zombie_rows = staged_epoch(tables, 0, plan.hash)
     commit(pipeline, 0)
-    target_before = read_table(tables.target).to_pylist()
+    target_before = read_table(delta_path(pipeline, "target")).to_pylist()
     replace_epoch(tables.staging, zombie_rows, 0)  # the zombie's late write lands
     assert staged_epoch(tables, 0, plan.hash).to_pylist() == zombie_rows.to_pylist()
-    assert read_table(tables.target).to_pylist() == target_before
-    # A zombie that is still computing discards its result at the pre-write check.
-    assert precommit(pipeline, 0, spark=spark).outcome == "already committed"
+    assert read_table(delta_path(pipeline, "target")).to_pylist() == target_before
+    # A zombie that is still computing finds the epoch committed and stages nothing.
+    assert precommit(pipeline, 0, spark=spark).outcome is Outcome.ALREADY_COMMITTED
     finish_and_audit(pipeline, spark, "zombie")
 
 
@@ -232,8 +300,7 @@ def test_hostile_records_are_quarantined_or_counted(tmp_path: Path, kafka: str,
     commit(config, plan.epoch)
     report = audit(config)
     assert report.ok, report.render()
-    reasons = [r["reason"] for r in
-               read_table(tables_for(config).quarantine).to_pylist()]
+    reasons = [r["reason"] for r in read_table(delta_path(config, "quarantine")).to_pylist()]
     assert len(reasons) == 9
     for expected in ("longer than 1024", "not valid UTF-8", "null record value",
                      "outside 1970..9999", "ahead of the record's Kafka timestamp",
@@ -251,15 +318,16 @@ def test_unwritable_table_root_and_broken_config_fail_clearly(tmp_path: Path, ka
     broken.write_text("name: x\nkafka: {topic: 5}\nwindow: {size: 1s}\n")
     out = subprocess.run([sys.executable, "-m", "eos.cli", "begin", "--config", str(broken)],
                          capture_output=True, text=True, check=False)
-    assert out.returncode == 2
+    assert out.returncode == 2  # a permanent error: EXIT_PERMANENT
     assert "field 'kafka.topic'" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_chaos_run_loses_and_doubles_nothing(tmp_path: Path, kafka: str, spark: Any) -> None:
     """The short CI version of `eos chaos`: every epoch has a fault in some phase."""
     config = write_pipeline(tmp_path)
-    report = chaos(config, epochs=6, seed=11, fault_rate=0.6, events_per_epoch=300, spark=spark)
+    report = chaos(config, epochs=7, seed=14, fault_rate=0.6, events_per_epoch=300, spark=spark)
     print(report.render())
     assert sum(report.faults.values()) >= 5
+    assert report.faults[CONCURRENT_COMMITS] >= 1, "the seed must include a commit race"
     assert report.lost == 0 and report.doubled == 0
-    assert report.audit_ok and not report.problems, report.render()
+    assert report.ok, report.render()

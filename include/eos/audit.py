@@ -1,27 +1,35 @@
-"""``eos verify``: an independent audit of the committed tables.
+"""``eos verify``: an independent audit of every sink and of the checkpoints.
 
 It re-reads every committed epoch's ranges from Kafka with a plain consumer, recomputes windows,
 watermarks, late and quarantined records in plain Python (no Spark, no staging), and compares the
-result with the target, late and quarantine tables. It shares only the parsing rules
-(``eos.events.parse_event``) with the pipeline: they are the specification of a valid event.
+result with what each sink holds (Delta tables read back, Kafka topics read back with
+``read_committed``), with each sink's commits (exactly one per epoch), and with the checkpoint
+table. It shares only the parsing rules (``eos.events.parse_event``) with the pipeline: they are
+the specification of a valid event.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 import confluent_kafka as ck
-from deltalake import DeltaTable
 
-from eos.config import PipelineConfig
-from eos.events import Event, parse_event
+from eos import checkpoints
+from eos.config import OUTPUTS, PipelineConfig
+from eos.events import NEG_INF, Event, parse_event
 from eos.kafka import client_settings, consumer
+from eos.layout import Tables, tables_for
+from eos.outputs import windows_schema
 from eos.plan import Plan, plan_of
-from eos.tables import NO_EPOCH, read_table, tables_for, txn_version
+from eos.sinks import sinks_for
+from eos.sinks.base import NO_EPOCH
 
 READ_TIMEOUT_S = 30.0
 
@@ -35,9 +43,12 @@ class Record(NamedTuple):
 
 @dataclass
 class Expected:
-    target: Counter = field(default_factory=Counter)  # (key, start_ms, end_ms, count, sum, ...)
-    late: Counter = field(default_factory=Counter)  # (partition, offset, epoch)
-    quarantine: Counter = field(default_factory=Counter)  # (partition, offset, reason, epoch)
+    """Rows per output (as dicts with the columns the audit compares), and the watermark after
+    every epoch (None: no event yet)."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {output: [] for output in OUTPUTS})
+    watermarks: dict[int, int | None] = field(default_factory=dict)
     records: int = 0
 
 
@@ -86,12 +97,15 @@ def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -
             parsed = parse_event(r.value, r.timestamp_ms, ev.key, ev.time, ev.value,
                                  ev.max_future)
             if not isinstance(parsed, Event):
-                expected.quarantine[(r.partition, r.offset, parsed.reason, plan.epoch)] += 1
+                expected.rows["quarantine"].append({
+                    "partition": r.partition, "offset": r.offset, "reason": parsed.reason,
+                    "epoch": plan.epoch})
                 continue
             start = parsed.ts_ms - parsed.ts_ms % size
             max_event = parsed.ts_ms if max_event is None else max(max_event, parsed.ts_ms)
             if previous is not None and start + size <= previous:
-                expected.late[(r.partition, r.offset, plan.epoch)] += 1
+                expected.rows["late"].append(
+                    {"partition": r.partition, "offset": r.offset, "epoch": plan.epoch})
                 continue
             w = open_windows.setdefault((parsed.key, start), [0, Decimal(0), None, None])
             w[0] += 1
@@ -104,36 +118,58 @@ def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -
         if plan.records == 0 and plan.clock_ms is not None and config.window.idle_timeout:
             candidate = plan.clock_ms - config.window.idle_timeout
             watermark = candidate if watermark is None else max(watermark, candidate)
+        expected.watermarks[plan.epoch] = watermark
         if watermark is None:
             continue
         for (key, start), (count, total, lo, hi) in sorted(open_windows.items()):
             if start + size <= watermark:
-                expected.target[_window_row(key, start, size, count, total, lo, hi,
-                                            plan.epoch)] += 1
+                expected.rows["windows"].append(
+                    _window_row(key, start, size, count, total, lo, hi, plan.epoch))
                 del open_windows[(key, start)]
     return expected
 
 
 def _window_row(key: str, start: int, size: int, count: int, total: Decimal, lo: Decimal,
-                hi: Decimal, epoch: int) -> tuple:
-    return (key, start, start + size, count, total, lo, hi, float(total) / count, epoch)
+                hi: Decimal, epoch: int) -> dict[str, Any]:
+    return {"key": key, "window_start": start, "window_end": start + size, "count": count,
+            "sum": total, "min": lo, "max": hi, "avg": float(total) / count, "epoch": epoch}
 
 
-def _ms(ts: Any) -> int:
-    return int(ts.timestamp() * 1000)
+def _ms(value: Any) -> Any:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else value
 
 
-def committed_rows(config: PipelineConfig) -> tuple[Counter, Counter, Counter]:
-    tables = tables_for(config)
-    target = Counter()
-    for r in read_table(tables.target).to_pylist():
-        target[(r["key"], _ms(r["window_start"]), _ms(r["window_end"]), r.get("count"),
-                r.get("sum"), r.get("min"), r.get("max"), r.get("avg"), r["epoch"])] += 1
-    late = Counter((r["partition"], r["offset"], r["epoch"])
-                   for r in read_table(tables.late).to_pylist())
-    quarantine = Counter((r["partition"], r["offset"], r["reason"], r["epoch"])
-                         for r in read_table(tables.quarantine).to_pylist())
-    return target, late, quarantine
+class ProblemKind(StrEnum):
+    MISSING = "missing row"  # a record's effect the sink does not hold: lost
+    DUPLICATED = "duplicated row"  # an expected row held more than once: doubled
+    UNEXPECTED = "unexpected row"  # a row no record explains
+    COMMITS = "commits"  # a sink's commits are not exactly one per epoch
+    CHECKPOINT = "checkpoint"  # the checkpoint table disagrees with the recomputation
+    OFFSETS = "offsets"  # committed ranges are not contiguous
+    NOTHING = "nothing committed"
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: ProblemKind
+    where: str
+    detail: str
+    count: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.kind} {self.detail}" + (
+            f" (x{self.count})" if self.count != 1 else "")
+
+
+def row_identity(config: PipelineConfig, output: str) -> Callable[[dict[str, Any]], tuple]:
+    """What identifies a committed row of ``output`` for the comparison: every column of a
+    window (only the configured aggregations), the record (and reason) of a late/quarantine row."""
+    if output == "windows":
+        names = windows_schema(config).names
+        return lambda row: tuple(_ms(row[n]) for n in names)
+    if output == "late":
+        return lambda row: (row["partition"], row["offset"], row["epoch"])
+    return lambda row: (row["partition"], row["offset"], row["reason"], row["epoch"])
 
 
 @dataclass
@@ -141,20 +177,31 @@ class AuditReport:
     pipeline: str
     committed_epoch: int
     records: int = 0
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # sink -> (expected, got)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    def count(self, *kinds: ProblemKind) -> int:
+        return sum(p.count for p in self.problems if p.kind in kinds)
+
+    @property
+    def lost(self) -> int:
+        return self.count(ProblemKind.MISSING)
+
+    @property
+    def doubled(self) -> int:
+        return self.count(ProblemKind.DUPLICATED, ProblemKind.UNEXPECTED)
+
     def render(self) -> str:
         lines = [f"audit of pipeline '{self.pipeline}': epochs 0..{self.committed_epoch}, "
                  f"{self.records} records re-read from Kafka"]
         for sink, (want, got) in self.counts.items():
-            lines.append(f"  {sink:<11} expected {want:>8}  committed {got:>8}")
+            lines.append(f"  {sink:<28} expected {want:>8}  committed {got:>8}")
         if self.ok:
-            lines.append("verdict: OK - every record counted exactly once")
+            lines.append("verdict: OK - every record counted exactly once in every sink")
         else:
             lines.append(f"verdict: FAILED - {len(self.problems)} problem(s)")
             lines.extend(f"  - {p}" for p in self.problems[:50])
@@ -164,34 +211,60 @@ class AuditReport:
 def _compare(report: AuditReport, sink: str, want: Counter, got: Counter) -> None:
     report.counts[sink] = (sum(want.values()), sum(got.values()))
     for row, n in (got - want).items():
-        dup = n if row in want else None
-        kind = "duplicated" if dup else "unexpected"
-        report.problems.append(f"{sink}: {kind} row {row} (x{n})")
+        kind = ProblemKind.DUPLICATED if row in want else ProblemKind.UNEXPECTED
+        report.problems.append(Problem(kind, sink, str(row), n))
     for row, n in (want - got).items():
-        report.problems.append(f"{sink}: missing row {row} (x{n})")
+        report.problems.append(Problem(ProblemKind.MISSING, sink, str(row), n))
 
 
-def check_offsets(plans: list[Plan]) -> list[str]:
+def check_offsets(plans: list[Plan]) -> list[Problem]:
     """Committed ranges must be contiguous per partition: no gap, no overlap."""
     problems = []
     until: dict[int, int] = {}
     for plan in plans:
         for r in plan.ranges:
             if r.partition in until and r.start != until[r.partition]:
-                problems.append(
-                    f"offsets: epoch {plan.epoch} partition {r.partition} starts at {r.start} "
-                    f"but the previous epoch ended at {until[r.partition]}"
-                )
+                problems.append(Problem(
+                    ProblemKind.OFFSETS, f"epoch {plan.epoch}",
+                    f"partition {r.partition} starts at {r.start} but the previous epoch ended "
+                    f"at {until[r.partition]}"))
             until[r.partition] = r.until
     return problems
 
 
+def check_checkpoints(tables: Tables, plans: list[Plan],
+                      watermarks: dict[int, int | None]) -> list[Problem]:
+    """One checkpoint row per committed epoch, agreeing with its plan and the recomputed
+    watermark."""
+    problems = []
+    rows = checkpoints.read_all(tables)
+    epochs = [c.epoch for c in rows]
+    if epochs != [p.epoch for p in plans]:
+        problems.append(Problem(ProblemKind.CHECKPOINT, "checkpoints",
+                                f"rows for epochs {epochs}, expected 0..{len(plans) - 1} once"))
+    for checkpoint in rows:
+        if checkpoint.epoch >= len(plans):
+            continue
+        plan = plans[checkpoint.epoch]
+        want_until = {r.partition: r.until for r in plan.ranges}
+        want_mark = watermarks.get(plan.epoch)
+        want_mark = NEG_INF if want_mark is None else want_mark
+        if (checkpoint.plan_hash, checkpoint.until, checkpoint.watermark_ms) != (
+                plan.hash, want_until, want_mark):
+            problems.append(Problem(
+                ProblemKind.CHECKPOINT, f"checkpoint {checkpoint.epoch}",
+                f"holds plan {checkpoint.plan_hash}, until {checkpoint.until}, watermark "
+                f"{checkpoint.watermark_ms}; expected {plan.hash}, {want_until}, {want_mark}"))
+    return problems
+
+
 def audit(config: PipelineConfig) -> AuditReport:
+    """Recompute every committed epoch from Kafka and compare every sink and the checkpoints."""
     tables = tables_for(config)
-    committed = txn_version(tables.target, config.app_id)
+    committed = checkpoints.committed_epoch(tables, config.app_id)
     report = AuditReport(config.name, committed)
     if committed == NO_EPOCH:
-        report.problems.append("nothing is committed yet")
+        report.problems.append(Problem(ProblemKind.NOTHING, config.name, "yet"))
         return report
     settings = client_settings(config.kafka.client)
     plans = [plan_of(tables, e) for e in range(committed + 1)]
@@ -203,15 +276,16 @@ def audit(config: PipelineConfig) -> AuditReport:
     ]
     expected = reference(config, epochs)
     report.records = expected.records
-    target, late, quarantine = committed_rows(config)
-    _compare(report, "target", expected.target, target)
-    _compare(report, "late", expected.late, late)
-    _compare(report, "quarantine", expected.quarantine, quarantine)
-    for name, path in tables.sinks():
-        writes = [h for h in DeltaTable(path).history() if h.get("operation") == "WRITE"]
-        if len(writes) != committed + 1:
-            report.problems.append(
-                f"{name}: {len(writes)} write commits for {committed + 1} epochs "
-                "(expected exactly one each)"
-            )
+    report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
+    for sink in sinks_for(config):
+        identity = row_identity(config, sink.output)
+        want = Counter(identity(row) for row in expected.rows[sink.output])
+        got = Counter(identity(row) for row in sink.read_back())
+        _compare(report, sink.name, want, got)
+        commits = sink.commits()
+        if commits != list(range(committed + 1)):
+            report.problems.append(Problem(
+                ProblemKind.COMMITS, sink.name,
+                f"holds commits of epochs {commits[:20]}{'...' if len(commits) > 20 else ''}; "
+                f"expected 0..{committed}, one each"))
     return report

@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from eos.errors import EosError
+from eos.errors import EosError, exit_code
 
 
 def _pipeline_args(parser: argparse.ArgumentParser) -> None:
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return func(args)
     except EosError as error:
-        print(f"eos: error: {error}", file=sys.stderr)
-        return 2
+        print(f"eos: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return exit_code(error)
     except KeyboardInterrupt:
         return 130
 

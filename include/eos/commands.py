@@ -20,8 +20,7 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
 
 def run_epoch(config: PipelineConfig, run_id: str) -> dict[str, Any]:
     """begin -> precommit (spark-submit, as the DAG runs it) -> commit, for one epoch."""
-    from eos.commit import commit
-    from eos.plan import begin
+    from eos.protocol import begin, commit
     from eos.spark import run_precommit
 
     started = time.monotonic()
@@ -32,7 +31,7 @@ def run_epoch(config: PipelineConfig, run_id: str) -> dict[str, Any]:
         "epoch": plan.epoch,
         "plan_hash": plan.hash,
         "records": plan.records,
-        "outcome": result.outcome,
+        "outcome": str(result.outcome),
         "rows": result.rows,
         "seconds": round(time.monotonic() - started, 1),
     }
@@ -46,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows = line["rows"]
         print(
             f"epoch {line['epoch']:>4}  plan {line['plan_hash']}  records {line['records']:>8}  "
-            f"output {rows.get('target', 0):>6}  late {rows.get('late', 0):>5}  "
+            f"output {rows.get('windows', 0):>6}  late {rows.get('late', 0):>5}  "
             f"quarantine {rows.get('quarantine', 0):>5}  {line['outcome']}  {line['seconds']}s",
             flush=True,
         )
@@ -62,8 +61,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_phase(args: argparse.Namespace) -> int:
     """Run one phase by hand: what an operator does to recover without Airflow."""
-    from eos.commit import abort, commit
-    from eos.plan import begin
+    from eos.protocol import abort, begin, commit, recover
     from eos.spark import run_precommit
 
     config = _config(args)
@@ -74,7 +72,10 @@ def cmd_phase(args: argparse.Namespace) -> int:
     elif args.command == "precommit":
         print(run_precommit(config, args.epoch))
     elif args.command == "commit":
-        print(commit(config, args.epoch).outcome)
+        print(json.dumps(commit(config, args.epoch).summary()))
+    elif args.command == "recover":
+        epoch, outcome = recover(config)
+        print(json.dumps({"epoch": epoch, "outcome": str(outcome)}))
     else:
         print(abort(config, args.epoch, reason=args.reason))
     return 0
@@ -102,7 +103,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     report = chaos(_config(args), epochs=args.epochs, seed=args.seed, fault_rate=args.fault_rate,
                    events_per_epoch=args.events_per_epoch)
     print(report.render())
-    return 0 if report.audit_ok and not report.problems else 1
+    return 0 if report.ok else 1
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -146,6 +147,9 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
     p = sub.add_parser("begin", help="plan (or reuse the plan of) the next epoch")
     pipeline_args(p)
     p.add_argument("--run-id", default=None)
+    p.set_defaults(func=cmd_phase)
+    p = sub.add_parser("recover", help="commit the epoch after the last checkpoint if staged")
+    pipeline_args(p)
     p.set_defaults(func=cmd_phase)
     for name, helptext in (("precommit", "stage epoch N with spark-submit"),
                            ("commit", "promote staged epoch N (idempotent)"),

@@ -39,6 +39,7 @@ def parse_duration_ms(value: Any) -> int:
 
 
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+OUTPUTS = ("windows", "late", "quarantine")  # what an epoch produces; each goes to its sinks
 Aggregation = Literal["count", "sum", "min", "max", "avg"]
 
 
@@ -91,6 +92,33 @@ class SparkConfig(_Strict):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+def _one_sink(value: Any) -> dict[str, Any]:
+    """``{type: options}``: exactly one known sink type, its options checked by that sink's module
+    (``eos.sinks``: the one place sink types are listed)."""
+    from eos.sinks import sink_class
+
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError(f"a sink is one mapping like {{delta: target}} or {{kafka: topic}}, "
+                         f"got {value!r}")
+    ((kind, options),) = value.items()
+    return {kind: sink_class(kind).parse_options(options)}
+
+
+SinkSpec = Annotated[dict[str, Any], BeforeValidator(_one_sink)]
+
+
+class SinksConfig(_Strict):
+    """Where each output of an epoch goes. Every sink receives each epoch exactly once."""
+
+    windows: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "target"}], min_length=1)
+    late: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "late"}])
+    quarantine: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "quarantine"}])
+
+    def by_output(self) -> list[tuple[str, dict[str, Any]]]:
+        """(output, spec) in commit order: outputs as declared here, sinks as listed."""
+        return [(output, spec) for output in OUTPUTS for spec in getattr(self, output)]
+
+
 class PipelineConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     kafka: KafkaConfig
@@ -101,9 +129,21 @@ class PipelineConfig(_Strict):
     )
     epoch: EpochConfig = Field(default_factory=EpochConfig)
     tables: TablesConfig = Field(default_factory=TablesConfig)
+    sinks: SinksConfig = Field(default_factory=SinksConfig)
     schedule: str | None = None
     spark: SparkConfig = Field(default_factory=SparkConfig)
     source_path: str | None = None
+
+    @field_validator("sinks")
+    @classmethod
+    def _unique_sinks(cls, sinks: SinksConfig) -> SinksConfig:
+        from eos.sinks import sink_name
+
+        names = [sink_name(spec) for _, spec in sinks.by_output()]
+        doubled = sorted({n for n in names if names.count(n) > 1})
+        if doubled:
+            raise ValueError(f"each sink may appear once per pipeline; repeated: {doubled}")
+        return sinks
 
     @property
     def app_id(self) -> str:

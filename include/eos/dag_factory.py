@@ -1,10 +1,14 @@
-"""One Airflow DAG per pipeline: one DAG run is one checkpoint epoch.
+"""One Airflow DAG per pipeline: one DAG run is one checkpoint epoch (the Airflow adapter).
 
 ``begin`` (plan or reuse epoch N) -> ``precommit`` (spark-submit stages N) -> ``commit``
-(promote N; idempotent, retried until it succeeds), and ``abort`` when precommit failed.
-The DAG only wires the library's phases together: every decision lives in eos.plan, eos.stage
-and eos.commit. Building a DAG does no I/O beyond reading the pipeline's YAML: no Kafka, no
+(every sink, then the checkpoint; idempotent, retried until it succeeds), and ``abort`` when
+precommit failed. The DAG only wires the library's phases together: every decision lives in
+``eos.protocol``. Building a DAG does no I/O beyond reading the pipeline's YAML: no Kafka, no
 Spark, no Delta at parse time (the library modules that touch them are imported inside tasks).
+
+Retry policy, per task (``eos.errors``): a ``TransientError`` (or anything unexpected) fails
+the attempt and Airflow retries it with backoff; a ``PermanentError`` (protocol violation, data
+loss, bad config) fails the task at once, without retries, with the error's message.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow.exceptions import AirflowException, AirflowFailException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, TriggerRule, task
 
 from eos.config import PipelineConfig, list_pipelines, load_config
-from eos.layout import tables_for
+from eos.errors import EXIT_PERMANENT
+from eos.sinks import sinks_for
 from eos.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 
 SPARK_CONN_ID = "spark_default"
@@ -34,8 +40,10 @@ OPERATOR_NOTES = """
 ### Operating notes
 - One run is one epoch: `begin` logs the plan (offset ranges) before anything reads Kafka, and a
   run keeps its epoch forever: clearing a run, committed or not, re-finds the same epoch and plan.
-- Clearing a committed run is harmless: every task is a no-op (the target's Delta `txn` version is
-  the authority). `commit` still emits an asset event, with `outcome: already committed`.
+- Clearing a committed run is harmless: every task is a no-op (the checkpoint table is the
+  authority). `commit` still emits its asset events, with `outcome: already committed`.
+- A task that fails with a permanent error (protocol violation, data loss, bad config) is not
+  retried: read its message, fix the cause, then clear the run.
 - After a failed run, later runs wait (`depends_on_past`, `wait_for_downstream`) and the first of
   them holds the only active slot (`max_active_runs=1`), so a cleared failed run stays queued
   behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
@@ -47,10 +55,76 @@ def dag_id(config: PipelineConfig) -> str:
     return f"eos_{config.name}"
 
 
-def target_asset(config: PipelineConfig) -> Asset:
-    """The committed result table, published when an epoch commits (uri file://<abs path>)."""
-    target = Path(tables_for(config).target).resolve()
-    return Asset(name=f"eos_{config.name}_target", uri=f"file://{target}", group="eos")
+def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
+    """One Airflow Asset per sink, published when an epoch commits: ``file://<abs path>`` for a
+    Delta table, ``kafka://<pipeline>/<topic>`` for a Kafka topic. Keyed by sink name."""
+    assets = {}
+    for sink in sinks_for(config):
+        safe = "".join(c if c.isalnum() else "_" for c in sink.name)
+        assets[sink.name] = Asset(name=f"eos_{config.name}_{safe}", uri=sink.asset_uri(),
+                                  group="eos")
+    return assets
+
+
+def _permanent(error: Exception) -> Exception:
+    """The protocol's retry policy in Airflow's terms: a PermanentError becomes an
+    AirflowFailException (no retries, the message as the failure reason)."""
+    from eos.errors import is_permanent
+
+    if is_permanent(error):
+        return AirflowFailException(f"{type(error).__name__}: {error}")
+    return error
+
+
+def _phase(func: Any) -> Any:
+    """Run a library phase inside a task: log its lines, apply the retry policy to its errors."""
+    import functools
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _phase_logging()
+        try:
+            return func(*args, **kwargs)
+        except Exception as error:
+            mapped = _permanent(error)
+            if mapped is error:
+                raise
+            raise mapped from error
+
+    return run
+
+
+class PrecommitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` with the protocol's retry policy: when the precommit app exits with
+    ``EXIT_PERMANENT`` (a protocol violation, data loss, a bad config), the task fails at once
+    with the app's error line instead of being retried."""
+
+    def _get_hook(self) -> Any:
+        hook = super()._get_hook()
+        process_log = hook._process_spark_submit_log
+        self._eos_errors: list[str] = []
+
+        def remember_errors(lines: Any) -> Any:
+            def tee() -> Any:
+                for line in lines:
+                    if "eos: error:" in line:
+                        self._eos_errors.append(line[line.index("eos: error:"):].strip())
+                    yield line
+            return process_log(tee())
+
+        hook._process_spark_submit_log = remember_errors
+        return hook
+
+    def execute(self, context: Any) -> None:
+        try:
+            super().execute(context)
+        except AirflowException as error:
+            # The hook keeps its spark-submit process; its exit code carries the error class.
+            process = getattr(self._hook, "_submit_sp", None)
+            if process is not None and process.returncode == EXIT_PERMANENT:
+                message = self._eos_errors[-1] if self._eos_errors else str(error)
+                raise AirflowFailException(message) from error
+            raise
 
 
 def pipeline_configs() -> list[PipelineConfig]:
@@ -74,7 +148,7 @@ def _phase_logging() -> None:
 
 def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     """The DAG of one pipeline; ``dag_kwargs`` override DAG arguments (tests, special setups)."""
-    asset = target_asset(config)
+    assets = sink_assets(config)
     short = timedelta(minutes=10)
 
     default_args = {
@@ -108,18 +182,18 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     with DAG(**kwargs) as dag:
 
         @task(task_id="begin")
+        @_phase
         def begin(**context: Any) -> dict[str, Any]:
             """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
-            from eos.plan import begin as plan_epoch
             from eos.plan import plan_summary
+            from eos.protocol import begin as plan_epoch
 
-            _phase_logging()
             plan = plan_epoch(config, run_id=context["run_id"])
             summary = plan_summary(plan)
             log.info("eos begin: %s", summary)
             return summary
 
-        precommit = SparkSubmitOperator(
+        precommit = PrecommitOperator(
             task_id="precommit",
             application=str(PRECOMMIT_APP),
             application_args=app_args(
@@ -134,13 +208,15 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             retry_delay=timedelta(seconds=30),
             execution_timeout=timedelta(minutes=30),
             doc_md="Stage epoch N in one Delta commit (no-op when staged for the same plan "
-            "hash or already committed). Needs connection `spark_default` naming the master, "
+            "hash or already committed). Retried on a transient failure; a permanent one (exit "
+            f"code {EXIT_PERMANENT}) fails at once. Needs connection `spark_default` naming the "
+            "master, "
             'e.g. AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
         )
 
         @task(
             task_id="commit",
-            outlets=[asset],
+            outlets=list(assets.values()),
             # Commit must eventually succeed: idempotent, so retried for a long time.
             retries=100,
             retry_delay=timedelta(seconds=15),
@@ -148,46 +224,40 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             max_retry_delay=timedelta(minutes=10),
             execution_timeout=short,
         )
+        @_phase
         def commit(**context: Any) -> dict[str, Any]:
-            """Promote staged epoch N into every sink (no-op when already committed)."""
-            from eos.commit import commit as commit_epoch
-            from eos.errors import EosError, ProtocolViolation
+            """Promote staged epoch N into every sink, then checkpoint it (no-op when committed)."""
+            from eos.errors import ProtocolViolation
+            from eos.protocol import commit as commit_epoch
 
-            _phase_logging()
             planned = _plan_of_run(context)
             if not planned:
-                raise EosError("this run has no plan from begin: clear the run from begin")
+                raise ProtocolViolation("this run has no plan from begin: clear the run from "
+                                        "begin")
             result = commit_epoch(config, planned["epoch"])
             if result.plan_hash != planned["plan_hash"]:
                 raise ProtocolViolation(
                     f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
                     f"planned {planned['plan_hash']}"
                 )
-            summary = {
-                "epoch": result.epoch,
-                "plan_hash": result.plan_hash,
-                "outcome": result.outcome,
-                "ranges": planned["ranges"],
-                "rows": result.rows,
-                "delta_versions": result.versions,
-                "skipped_sinks": result.skipped,
-                "duration_ms": result.duration_ms,
-            }
-            context["outlet_events"][asset].extra = {
-                "epoch": result.epoch,
-                "plan_hash": result.plan_hash,
-                "outcome": result.outcome,
-                "target_version": result.versions.get("target"),
-            }
+            summary = {**result.summary(), "ranges": planned["ranges"],
+                       "duration_ms": result.duration_ms}
+            for name, asset in assets.items():
+                context["outlet_events"][asset].extra = {
+                    "epoch": result.epoch,
+                    "plan_hash": result.plan_hash,
+                    "outcome": str(result.outcome),
+                    "sink_version": result.versions.get(name),
+                }
             log.info("eos commit: %s", summary)
             return summary
 
         @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=short)
+        @_phase
         def abort(**context: Any) -> str:
             """Discard epoch N's staged rows after precommit failed; the run still fails."""
-            from eos.commit import abort as abort_epoch
+            from eos.protocol import abort as abort_epoch
 
-            _phase_logging()
             planned = _plan_of_run(context)
             if not planned:
                 log.info("eos abort: begin produced no plan in this run, nothing was staged")
@@ -196,7 +266,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             outcome = abort_epoch(config, planned["epoch"], reason)
             log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
                      planned["epoch"], planned["plan_hash"], outcome)
-            return outcome
+            return str(outcome)
 
         planned = begin()
         committed = commit()

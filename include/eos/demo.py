@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections import Counter
 from typing import Any
-
-import pyarrow.compute as pc
 
 from eos import broker
 from eos.config import PipelineConfig
 from eos.kafka import client_settings
 from eos.produce import GeneratorSpec, produce
-from eos.tables import read_table, tables_for
 
 
 def reset(config: PipelineConfig) -> None:
@@ -38,7 +36,7 @@ def run_until_caught_up(config: PipelineConfig, via: str, max_epochs: int) -> li
         lines.append(line)
         print(
             f"  epoch {line['epoch']:>3}: {line['records']:>7} records -> "
-            f"{line['rows'].get('target', 0):>5} windows, {line['rows'].get('late', 0):>4} late, "
+            f"{line['rows'].get('windows', 0):>5} windows, {line['rows'].get('late', 0):>4} late, "
             f"{line['rows'].get('quarantine', 0):>4} quarantined  ({line['seconds']}s)",
             flush=True,
         )
@@ -57,24 +55,47 @@ def _airflow_runner(config: PipelineConfig):
 
 
 def summary(config: PipelineConfig) -> str:
+    """The status, then what each sink holds, read back the way its consumers read it."""
+    from eos.sinks import sinks_for
     from eos.status import render_status
 
-    t = tables_for(config)
-    target = read_table(t.target)
-    late = read_table(t.late).num_rows
-    quarantine = read_table(t.quarantine)
-    reasons = pc.value_counts(quarantine["reason"]).to_pylist() if quarantine.num_rows else []
-    lines = [
-        render_status(config),
-        "",
-        f"target: {target.num_rows} windows over "
-        f"{len(set(target['key'].to_pylist()))} keys, "
-        f"{pc.sum(target['count']).as_py() or 0} events aggregated; late: {late}; "
-        f"quarantined: {quarantine.num_rows}",
-    ]
-    for item in sorted(reasons, key=lambda r: -r["counts"])[:6]:
-        lines.append(f"  quarantine reason x{item['counts']}: {item['values']}")
+    lines = [render_status(config), ""]
+    for sink in sinks_for(config):
+        rows = sink.read_back()
+        lines.append(f"{sink.name} ({sink.output}): {len(rows)} rows")
+        if sink.output == "windows":
+            keys = {r["key"] for r in rows}
+            events = sum(r.get("count") or 0 for r in rows)
+            lines.append(f"  {len(keys)} keys, {events} events aggregated")
+        if sink.output == "quarantine" and rows:
+            reasons = Counter(r["reason"] for r in rows)
+            lines += [f"  reason x{n}: {reason}" for reason, n in reasons.most_common(6)]
+        if sink.kind == "kafka":
+            lines += _kafka_view(sink)
     return "\n".join(lines)
+
+
+def _kafka_view(sink: Any) -> list[str]:
+    """What a ``read_committed`` consumer of the output topic sees: a few records as they are."""
+    import confluent_kafka as ck
+
+    from eos.kafka import consumer
+
+    topic = sink.options.topic
+    c = consumer(sink._settings(), group="eos-demo-view", **{"auto.offset.reset": "earliest"})
+    lines = [f"  a read_committed consumer of '{topic}' sees, for example:"]
+    try:
+        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        for _ in range(3):
+            message = c.poll(5.0)
+            if message is None or message.error():
+                break
+            headers = {k: v.decode() for k, v in message.headers() or []}
+            lines.append(f"    key={message.key().decode()} headers={headers}")
+            lines.append(f"      value={message.value().decode()}")
+    finally:
+        c.close()
+    return lines
 
 
 def demo(config: PipelineConfig, events: int, via: str, max_epochs: int = 50) -> int:

@@ -127,3 +127,12 @@ def topic_watermarks(settings: dict[str, Any], topic: str) -> dict[int, tuple[in
         return {p: watermarks(c, topic, p, bootstrap) for p in describe_topic(c, topic, bootstrap)}
     finally:
         c.close()
+
+
+def is_embedded_broker(settings: dict[str, Any]) -> bool:
+    """Whether ``settings`` point at the embedded broker (librdkafka's mock cluster), which
+    neither fences transactional ids nor filters ``read_committed`` (DESIGN §2)."""
+    from eos.broker import read_state
+
+    state = read_state()
+    return state is not None and state["bootstrap"] == settings.get("bootstrap.servers")

@@ -1,5 +1,6 @@
-"""Where a pipeline's tables live. Pure path logic with no heavy imports, so that parsing a DAG
-file (which needs the target's path for its Asset) does not load deltalake or pyarrow."""
+"""Where a pipeline's own tables live (epoch log, staging, checkpoints). Pure path logic with no
+heavy imports, so that parsing a DAG file does not load deltalake or pyarrow. Sinks place their
+own tables (``eos.sinks.delta``)."""
 
 from __future__ import annotations
 
@@ -22,20 +23,8 @@ class Tables:
         return str(self.root / "staging")
 
     @property
-    def target(self) -> str:
-        return str(self.root / "target")
-
-    @property
-    def late(self) -> str:
-        return str(self.root / "late")
-
-    @property
-    def quarantine(self) -> str:
-        return str(self.root / "quarantine")
-
-    def sinks(self) -> list[tuple[str, str]]:
-        """(name, path) in commit order: side sinks first, the target last."""
-        return [("late", self.late), ("quarantine", self.quarantine), ("target", self.target)]
+    def checkpoints(self) -> str:
+        return str(self.root / "checkpoints")
 
 
 def tables_for(config: PipelineConfig) -> Tables:

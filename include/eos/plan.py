@@ -1,8 +1,8 @@
-"""Task ``begin``: decide epoch N's offset ranges and log them before anything reads data.
+"""Plans: epoch N's offset ranges, decided before anything reads data (``protocol.begin``).
 
 A plan is the checkpoint barrier: epoch N reads ``[from, until)`` per partition and epoch N+1
-starts exactly where N ends. A rerun must read the same records, so a logged plan is reused,
-never recomputed.
+starts exactly where N ends (the ``until`` recorded in N's checkpoint). A rerun must read the
+same records, so a logged plan is reused, never recomputed.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from eos import epochlog, faults
+from eos import epochlog
+from eos.checkpoints import committed_offsets
 from eos.config import PipelineConfig
 from eos.errors import DataLoss, ProtocolViolation
 from eos.kafka import client_settings, redact, topic_watermarks
-from eos.phaselog import log_phase, timed
-from eos.tables import NO_EPOCH, Tables, ensure_tables, read_epoch, txn_version
+from eos.layout import Tables
+from eos.phaselog import log_phase
 
 
 @dataclass(frozen=True)
@@ -80,39 +81,12 @@ def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
     return taken
 
 
-def last_committed_epoch(config: PipelineConfig, tables: Tables) -> int:
-    """The target's ``txn`` version. Side sinks commit first: one epoch ahead, never behind."""
-    committed = txn_version(tables.target, config.app_id)
-    for name, path in tables.sinks()[:-1]:
-        version = txn_version(path, config.app_id)
-        if version not in (committed, committed + 1):
-            raise ProtocolViolation(
-                f"sink '{name}' has committed epoch {version} but the target {committed}: "
-                "side sinks may only be one epoch ahead; inspect the tables before going on"
-            )
-    return committed
-
-
-def committed_offsets(tables: Tables, epoch: int) -> dict[int, int]:
-    """``until`` per partition of committed epoch ``epoch``, from its staged ``offsets`` rows."""
-    if epoch == NO_EPOCH:
-        return {}
-    staged = read_epoch(tables.staging, epoch, ["kind", "partition", "until"]).to_pylist()
-    offsets = {r["partition"]: r["until"] for r in staged if r["kind"] == "offsets"}
-    if not offsets and not any(r["kind"] == "state" for r in staged):
-        raise ProtocolViolation(
-            f"staging holds no offsets for committed epoch {epoch}; it must be kept as the "
-            "resume point (was it pruned or deleted by hand?)"
-        )
-    return offsets
-
-
 def new_plan(config: PipelineConfig, tables: Tables, epoch: int) -> Plan:
     """Ranges from the committed offsets to the high watermarks, capped by ``max_records``."""
     settings = client_settings(config.kafka.client)
     topic = config.kafka.topic
     marks = topic_watermarks(settings, topic)
-    committed = committed_offsets(tables, epoch - 1)
+    committed = committed_offsets(tables, epoch - 1)  # the checkpoint of epoch N-1
     starts: dict[int, int] = {}
     for partition, (low, high) in marks.items():
         default = low if config.kafka.start == "earliest" else high
@@ -135,46 +109,6 @@ def new_plan(config: PipelineConfig, tables: Tables, epoch: int) -> Plan:
     clock = int(time.time() * 1000) if config.window.idle_timeout is not None else None
     log_phase("begin.watermarks", epoch=epoch, kafka=redact(settings), watermarks=marks)
     return Plan(config.name, topic, epoch, ranges, clock)
-
-
-def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
-    """Return the plan of the epoch this run processes, logging a new one only if none exists."""
-    with timed() as took:
-        tables = ensure_tables(config)
-        committed = last_committed_epoch(config, tables)
-        plan, how = _existing_plan(tables, committed, run_id)
-        if plan is None:
-            fresh = new_plan(config, tables, committed + 1)
-            epochlog.append(
-                tables, fresh.epoch, epochlog.PLANNED, run_id=run_id,
-                plan_hash=fresh.hash, plan=fresh.to_json(),
-            )
-            faults.hit("begin.after_log")
-            # Racing planners each append; the first plan logged wins for everyone.
-            plan = Plan.from_json(epochlog.first_plan_row(tables, fresh.epoch)["plan"])
-            how = "planned" if plan == fresh else "reused (a concurrent plan won)"
-        elif run_id and not how.startswith("reused (this run"):
-            # Bind this run to the epoch it adopted, so clearing it later finds the same epoch.
-            epochlog.append(
-                tables, plan.epoch, epochlog.PLANNED, run_id=run_id,
-                plan_hash=plan.hash, plan=plan.to_json(),
-            )
-    log_phase(
-        "begin", epoch=plan.epoch, plan_hash=plan.hash, how=how, committed_epoch=committed,
-        records=plan.records, ranges=plan.describe_ranges(), run_id=run_id, duration_ms=took["ms"],
-    )
-    return plan
-
-
-def _existing_plan(tables: Tables, committed: int, run_id: str | None) -> tuple[Plan | None, str]:
-    if run_id:
-        row = epochlog.plan_row_for_run(tables, run_id)
-        if row is not None:
-            return Plan.from_json(row["plan"]), "reused (this run's epoch)"
-    row = epochlog.first_plan_row(tables, committed + 1)
-    if row is not None:
-        return Plan.from_json(row["plan"]), "reused (logged plan)"
-    return None, ""
 
 
 def plan_of(tables: Tables, epoch: int) -> Plan:

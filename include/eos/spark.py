@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from eos.config import PROJECT_ROOT, PipelineConfig
-from eos.errors import EosError
+from eos.errors import EXIT_PERMANENT, PermanentError, TransientError
 
 PRECOMMIT_APP = PROJECT_ROOT / "spark_apps" / "precommit.py"
 
@@ -75,6 +75,7 @@ def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = No
         output = proc.stdout.splitlines() + proc.stderr.splitlines()
         errors = [line for line in output if line.startswith("eos: error")]
         detail = errors[-1][len("eos: error: "):] if errors else "\n".join(output[-15:])
-        raise EosError(f"precommit of epoch {epoch} failed (spark-submit exit "
-                       f"{proc.returncode}): {detail}")
+        kind = PermanentError if proc.returncode == EXIT_PERMANENT else TransientError
+        raise kind(f"precommit of epoch {epoch} failed (spark-submit exit "
+                   f"{proc.returncode}): {detail}")
     return result[-1][result[-1].index("phase=precommit "):] if result else ""

@@ -1,7 +1,8 @@
-"""Task ``precommit``: compute epoch N with Spark and stage every row of it in one Delta commit.
+"""Compute for ``precommit``: epoch N's rows with Spark, in the shape staged in one Delta commit.
 
 Staged rows are a pure function of the plan and epoch N-1's committed state, so a rerun, a retry
-or a zombie attempt writes the same rows: recovery never produces a different result.
+or a zombie attempt writes the same rows: recovery never produces a different result. The
+decisions (is N committed, already staged, may it be written) live in ``eos.protocol``.
 """
 
 from __future__ import annotations
@@ -9,13 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eos import epochlog, faults
 from eos.config import PipelineConfig
 from eos.errors import ProtocolViolation
 from eos.events import (
@@ -27,17 +27,9 @@ from eos.events import (
     parse_event,
 )
 from eos.kafka import client_settings
-from eos.phaselog import log_phase, timed
+from eos.phaselog import timed
 from eos.plan import Plan, plan_of
-from eos.tables import (
-    DEC,
-    STAGING_SCHEMA,
-    Tables,
-    ensure_tables,
-    read_epoch,
-    replace_epoch,
-    txn_version,
-)
+from eos.tables import DEC, STAGING_SCHEMA, Tables, read_epoch
 
 PARSED_SCHEMA = pa.schema(
     [
@@ -66,17 +58,6 @@ class EpochState:
     windows: pa.Table
     watermark_ms: int
     max_event_ms: int | None
-
-
-@dataclass
-class StageResult:
-    epoch: int
-    plan_hash: str
-    outcome: str  # staged | reused | already committed
-    counts: dict[str, int] = field(default_factory=dict)
-    watermark_ms: int | None = None
-    staging_version: int | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
 
 
 def spark_session(config: PipelineConfig):
@@ -325,62 +306,13 @@ def count_kinds(rows: pa.Table) -> dict[str, int]:
     return counts
 
 
-def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
-              expected_hash: str | None = None) -> StageResult:
-    """Stage epoch N, or do nothing when it is committed or already staged for the same plan."""
-    with timed() as total:
-        tables = ensure_tables(config)
-        plan = plan_of(tables, epoch)
-        if expected_hash and expected_hash != plan.hash:
-            raise ProtocolViolation(
-                f"epoch {epoch}: asked to stage plan {expected_hash} but the log's plan is "
-                f"{plan.hash}; refusing to stage a plan the log does not hold"
-            )
-        result = StageResult(epoch, plan.hash, "staged")
-        if txn_version(tables.target, config.app_id) >= epoch:
-            result.outcome = "already committed"
-        elif (existing := staged_epoch(tables, epoch, plan.hash)) is not None:
-            result.outcome = "reused"
-            result.counts = count_kinds(existing)
-        else:
-            _stage(config, tables, plan, spark, result)
-    result.timings_ms["total"] = total["ms"]
-    log_phase(
-        "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
-        ranges=plan.describe_ranges(), rows=result.counts, watermark_ms=result.watermark_ms,
-        staging_version=result.staging_version, durations_ms=result.timings_ms,
-    )
-    return result
-
-
-def _stage(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
-           result: StageResult) -> None:
-    if txn_version(tables.target, config.app_id) < plan.epoch - 1:
-        raise ProtocolViolation(
-            f"epoch {plan.epoch - 1} is not committed; epochs are staged and committed in order"
-        )
+def compute_staging_rows(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
+                         timings: dict[str, float]) -> tuple[pa.Table, int]:
+    """Every staged row of epoch N and its watermark: a pure function of the plan and epoch
+    N-1's state (no clock, no randomness), so every attempt computes the same rows."""
     state = resume_state(tables, plan.epoch)
-    timings = result.timings_ms
     with timed() as took:
         session = spark or spark_session(config)
     timings["spark_start"] = took["ms"]
     windows, side = compute_epoch(session, config, plan, state, timings)
-    rows, watermark = build_staging_rows(config, plan, state, windows, side)
-    faults.hit("precommit.before_write")
-    if txn_version(tables.target, config.app_id) >= plan.epoch:
-        # Another attempt committed this epoch while we computed: we are the zombie; step aside.
-        # (A zombie past this check rewrites identical rows: the result is deterministic.)
-        result.outcome = "already committed (late attempt discarded)"
-        return
-    with timed() as took:
-        result.staging_version = replace_epoch(tables.staging, rows, plan.epoch)
-    faults.hit("precommit.after_write")
-    timings["staging_write"] = took["ms"]
-    result.counts = count_kinds(rows)
-    result.watermark_ms = watermark
-    epochlog.append(
-        tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
-        duration_ms=sum(timings.values()),
-        details={"rows": result.counts, "watermark_ms": watermark,
-                 "staging_version": result.staging_version, "timings_ms": timings},
-    )
+    return build_staging_rows(config, plan, state, windows, side)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from eos import epochlog
+from eos import checkpoints, epochlog
 from eos.config import PipelineConfig
 from eos.errors import EosError
-from eos.plan import Plan, committed_offsets
-from eos.tables import NO_EPOCH, ensure_tables, txn_version
+from eos.plan import Plan
+from eos.sinks.base import NO_EPOCH
+from eos.tables import ensure_tables
 
 
 def epoch_summaries(config: PipelineConfig) -> list[dict[str, Any]]:
     """One entry per epoch: plan, latest phase, counts and durations from the log."""
     tables = ensure_tables(config)
-    committed = txn_version(tables.target, config.app_id)
+    committed = checkpoints.committed_epoch(tables, config.app_id)
     epochs: dict[int, dict[str, Any]] = {}
     for row in epochlog.rows(tables):
         entry = epochs.setdefault(row["epoch"], {"epoch": row["epoch"], "phases": []})
@@ -33,9 +34,10 @@ def epoch_summaries(config: PipelineConfig) -> list[dict[str, Any]]:
 
 def render_status(config: PipelineConfig, limit: int = 20) -> str:
     from eos.kafka import client_settings, topic_watermarks
+    from eos.protocol import check_sinks
 
     tables = ensure_tables(config)
-    committed = txn_version(tables.target, config.app_id)
+    committed = checkpoints.committed_epoch(tables, config.app_id)
     lines = [f"pipeline {config.name}: topic '{config.kafka.topic}', tables {tables.root}",
              f"last committed epoch: {committed if committed != NO_EPOCH else 'none'}", "",
              f"{'epoch':>5}  {'state':<12} {'records':>8} {'output':>7} {'late':>5} "
@@ -51,7 +53,14 @@ def render_status(config: PipelineConfig, limit: int = 20) -> str:
             f"{plan.describe_ranges() if plan else ''}"
         )
     lines.append("")
-    offsets = committed_offsets(tables, committed) if committed != NO_EPOCH else {}
+    try:
+        held = check_sinks(config, committed)
+        lines.append("sinks: " + ", ".join(f"{name} at epoch {epoch}"
+                                           for name, epoch in held.items()))
+    except EosError as error:
+        lines.append(f"sinks: {error}")
+    lines.append("")
+    offsets = checkpoints.committed_offsets(tables, committed)
     try:
         marks = topic_watermarks(client_settings(config.kafka.client), config.kafka.topic)
     except EosError as error:

@@ -1,8 +1,7 @@
-"""The pipeline's Delta tables (epochs, staging, target, late, quarantine) and their schemas.
-
-Every transactional step goes through delta-rs. The ``txn`` version a sink carries for the
-pipeline's app id is the authority on which epochs that sink has committed.
-"""
+"""The pipeline's own Delta tables (epoch log, staging, checkpoints), their schemas, and the one
+read path for Delta. Every transactional step goes through delta-rs. Sinks' tables belong to the
+sinks (``eos.sinks.delta``); which epochs are committed is the checkpoint table's answer
+(``eos.checkpoints``)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import os
 
 import pyarrow as pa
 import pyarrow.fs as pa_fs
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from eos.config import PipelineConfig
@@ -19,7 +18,6 @@ from eos.layout import Tables, tables_for
 
 TS = pa.timestamp("us", tz="UTC")
 DEC = pa.decimal128(38, 9)
-NO_EPOCH = -1
 
 EPOCHS_SCHEMA = pa.schema(
     [
@@ -60,64 +58,19 @@ STAGING_SCHEMA = pa.schema(
     ]
 )
 
-LATE_SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("event_time", TS),
-        ("value", DEC),
-        ("window_start", TS),
-        ("window_end", TS),
-        ("watermark", TS),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("kafka_timestamp", TS),
-        ("epoch", pa.int64()),
-    ]
-)
-
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("reason", pa.string()),
-        ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("kafka_timestamp", TS),
-        ("epoch", pa.int64()),
-    ]
-)
-
-_AGG_TYPES = {"count": pa.int64(), "sum": DEC, "min": DEC, "max": DEC, "avg": pa.float64()}
-
-
-def target_schema(config: PipelineConfig) -> pa.Schema:
-    aggregates = [(name, _AGG_TYPES[name]) for name in _AGG_TYPES if name in config.aggregations]
-    return pa.schema(
-        [("key", pa.string()), ("window_start", TS), ("window_end", TS), *aggregates,
-         ("epoch", pa.int64())]
-    )
-
-
 def ensure_tables(config: PipelineConfig) -> Tables:
-    """Create any missing table. Idempotent: creating an existing table is a no-op."""
+    """Create the pipeline's own tables if missing. Idempotent; safe when processes race."""
+    from eos.checkpoints import CHECKPOINTS_SCHEMA
+    from eos.sinks.delta import create_table
+
     tables = tables_for(config)
     try:
         tables.root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise EosError(f"cannot create table root {tables.root}: {error.strerror}") from None
-    specs = [
-        (tables.epochs, EPOCHS_SCHEMA, None),
-        (tables.staging, STAGING_SCHEMA, ["epoch"]),
-        (tables.target, target_schema(config), None),
-        (tables.late, LATE_SCHEMA, None),
-        (tables.quarantine, QUARANTINE_SCHEMA, None),
-    ]
-    for path, schema, partitions in specs:
-        if not DeltaTable.is_deltatable(path):
-            try:
-                DeltaTable.create(path, schema=schema, partition_by=partitions, mode="ignore")
-            except OSError as error:
-                raise EosError(f"cannot create Delta table at {path}: {error}") from None
+    create_table(tables.epochs, EPOCHS_SCHEMA)
+    create_table(tables.staging, STAGING_SCHEMA, ["epoch"])
+    create_table(tables.checkpoints, CHECKPOINTS_SCHEMA)
     return tables
 
 
@@ -126,26 +79,6 @@ def open_table(path: str) -> DeltaTable | None:
         return DeltaTable(path)
     except TableNotFoundError:
         return None
-
-
-def txn_version(path: str, app_id: str) -> int:
-    """The last epoch this sink committed for ``app_id``; -1 if none."""
-    table = open_table(path)
-    if table is None:
-        return NO_EPOCH
-    version = table.transaction_version(app_id)
-    return NO_EPOCH if version is None else int(version)
-
-
-def append_with_txn(path: str, data: pa.Table, app_id: str, epoch: int) -> int:
-    """Append ``data`` and ``txn(app_id, epoch)`` in one Delta commit; return the new version."""
-    write_deltalake(
-        path,
-        data,
-        mode="append",
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, epoch)]),
-    )
-    return DeltaTable(path).version()
 
 
 def replace_epoch(path: str, data: pa.Table, epoch: int) -> int:

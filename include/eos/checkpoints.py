@@ -1,0 +1,101 @@
+"""The checkpoint table: **the** authority on which epochs are committed (DESIGN §4).
+
+One row per committed epoch (epoch, plan hash, ``until`` per partition, watermark, row counts,
+sink versions, time), appended as the last step of ``commit`` with ``txn(app id, N)`` through the
+same fenced path as the Delta sinks. Epoch N is committed iff this table's ``txn`` version for the
+pipeline is ``>= N``. Every phase, ``eos status``, the audit and the chaos run ask this module;
+nothing else derives "is N committed".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from eos.layout import Tables
+from eos.sinks.delta import FencedWrite, fenced_append, txn_version
+from eos.tables import TS, read_table
+
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        ("epoch", pa.int64()),
+        ("plan_hash", pa.string()),
+        ("until", pa.string()),  # JSON {"partition": until}: where epoch N+1 starts reading
+        ("watermark_ms", pa.int64()),
+        ("rows", pa.string()),  # JSON {output: rows}
+        ("sinks", pa.string()),  # JSON {sink: outcome and version} as this commit left them
+        ("committed_at", TS),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    epoch: int
+    plan_hash: str
+    until: dict[int, int]
+    watermark_ms: int | None
+    rows: dict[str, int] = field(default_factory=dict)
+    sinks: dict[str, Any] = field(default_factory=dict)
+    committed_at: datetime | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "plan_hash": self.plan_hash,
+            "until": json.dumps({str(p): u for p, u in sorted(self.until.items())}),
+            "watermark_ms": self.watermark_ms,
+            "rows": json.dumps(self.rows, sort_keys=True),
+            "sinks": json.dumps(self.sinks, sort_keys=True, default=str),
+            "committed_at": self.committed_at or datetime.now(UTC),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Checkpoint:
+        return cls(
+            epoch=row["epoch"], plan_hash=row["plan_hash"],
+            until={int(p): u for p, u in json.loads(row["until"]).items()},
+            watermark_ms=row["watermark_ms"], rows=json.loads(row["rows"]),
+            sinks=json.loads(row["sinks"]), committed_at=row["committed_at"],
+        )
+
+
+def committed_epoch(tables: Tables, app_id: str) -> int:
+    """The last committed epoch of the pipeline (-1 if none): the checkpoint ``txn`` version."""
+    return txn_version(tables.checkpoints, app_id)
+
+
+def append(tables: Tables, app_id: str, checkpoint: Checkpoint) -> FencedWrite:
+    """Record epoch N as committed, exactly once even when two commit attempts race."""
+    data = pa.Table.from_pylist([checkpoint.to_row()], schema=CHECKPOINTS_SCHEMA)
+    return fenced_append(tables.checkpoints, data, app_id, checkpoint.epoch,
+                         fault_point="checkpoint.before_write")
+
+
+def read_all(tables: Tables) -> list[Checkpoint]:
+    """Every checkpoint row, by epoch (the audit checks there is exactly one per epoch)."""
+    rows = read_table(tables.checkpoints).to_pylist()
+    return sorted((Checkpoint.from_row(r) for r in rows), key=lambda c: c.epoch)
+
+
+def read(tables: Tables, epoch: int) -> Checkpoint | None:
+    rows = read_table(tables.checkpoints, filters=[("epoch", "=", int(epoch))]).to_pylist()
+    return Checkpoint.from_row(rows[0]) if rows else None
+
+
+def committed_offsets(tables: Tables, epoch: int) -> dict[int, int]:
+    """``until`` per partition after committed epoch ``epoch``: where the next epoch starts."""
+    if epoch < 0:
+        return {}
+    checkpoint = read(tables, epoch)
+    if checkpoint is None:
+        from eos.errors import ProtocolViolation
+
+        raise ProtocolViolation(
+            f"the checkpoint table's txn says epoch {epoch} is committed but holds no row for it"
+        )
+    return checkpoint.until

@@ -1,0 +1,115 @@
+"""The two-phase-commit sink contract (DESIGN §6), after Flink's ``TwoPhaseCommitSinkFunction``.
+
+The pre-commit half is shared by every sink: ``precommit`` stages epoch N's rows in Delta
+staging in one transaction, so "pre-committed" means durable, deterministic rows that any
+number of commit attempts can read. What a sink implements is the commit half:
+
+- ``committed_epoch()``: the last epoch the sink holds, read from the sink itself.
+- ``commit(epoch, rows)``: write N's rows and N's marker in one atomic step, exactly once.
+- ``abort(epoch)``: discard what the sink prepared for N and did not commit.
+
+The protocol core (``eos.protocol``) calls them; a sink never decides whether an epoch is
+committed as a whole (that is the checkpoint's job), only whether *it* holds the epoch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from eos.outcomes import Outcome
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eos.config import PipelineConfig
+
+NO_EPOCH = -1
+
+
+@dataclass(frozen=True)
+class SinkCommit:
+    """What one ``Sink.commit`` call did."""
+
+    sink: str
+    outcome: Outcome  # COMMITTED (this attempt wrote) or ALREADY_COMMITTED
+    rows: int
+    version: int | None = None  # the sink's own version of the write (Delta version, offset)
+    raced: bool = False  # found committed only after losing a race to a concurrent attempt
+
+
+class Sink(ABC):
+    """One destination of one output (``windows``, ``late`` or ``quarantine``) of a pipeline."""
+
+    kind: ClassVar[str]  # the key in the pipeline config, e.g. ``delta``
+
+    def __init__(self, config: PipelineConfig, output: str, options: Any) -> None:
+        self.config = config
+        self.output = output
+        self.options = options
+
+    @classmethod
+    @abstractmethod
+    def parse_options(cls, options: Any) -> Any:
+        """Validate the config value of this sink type (raise ValueError naming the problem).
+
+        Called while the pipeline config loads: a bad sink fails at load time, not at commit.
+        """
+
+    @classmethod
+    @abstractmethod
+    def describe(cls, options: Any) -> str:
+        """The part of the sink's name after ``kind:``; unique per pipeline."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.describe(self.options)}"
+
+    @abstractmethod
+    def committed_epoch(self) -> int:
+        """The last epoch this sink holds for this pipeline, ``-1`` if none.
+
+        Read from the sink itself (its marker), never from a cache or from the epoch log, and
+        after fencing any earlier writer where the sink supports it, so that the answer cannot
+        be changed afterwards by a zombie of an earlier attempt. Raises ``TransientError`` when
+        the sink cannot be reached (the caller retries).
+        """
+
+    @abstractmethod
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """Make epoch ``epoch``'s rows visible exactly once, with the marker of ``epoch``.
+
+        If the sink already holds ``epoch`` (``committed_epoch() >= epoch``), do nothing and
+        report ``ALREADY_COMMITTED``. Otherwise write every row and the marker in **one** atomic
+        step. Safe when two attempts race: exactly one writes, the other reports
+        ``ALREADY_COMMITTED`` (``raced=True``). The sink must hold ``epoch - 1`` (or more):
+        anything else is a ``ProtocolViolation``.
+
+        On failure nothing of ``epoch`` is visible and the error is a ``TransientError`` (the
+        caller retries this same call: after a successful precommit a commit must eventually
+        succeed) or a ``PermanentError`` (the task fails at once with the message).
+        """
+
+    @abstractmethod
+    def abort(self, epoch: int) -> None:
+        """Discard anything this sink prepared for ``epoch`` and did not commit.
+
+        Never touches a committed epoch. Sinks whose commit is one atomic step leave nothing
+        behind on failure, so for them this only has to be safe to call.
+        """
+
+    @abstractmethod
+    def read_back(self) -> list[dict[str, Any]]:
+        """Every committed row of this pipeline, typed as the output's schema (for the audit)."""
+
+    @abstractmethod
+    def commits(self) -> list[int]:
+        """The epoch of every commit this sink holds, in order (the audit expects 0..N once)."""
+
+    @abstractmethod
+    def asset_uri(self) -> str:
+        """The Airflow Asset URI published when an epoch commits (no I/O: used at DAG parse)."""
+
+    def prepare(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Create what the sink needs to exist (a table, a topic). Idempotent; default: none."""

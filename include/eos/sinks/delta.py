@@ -1,0 +1,161 @@
+"""Delta Lake sink: an epoch is one append carrying ``txn(app id, N)``, fenced through one snapshot.
+
+delta-rs fences concurrent commits of the same app id only when the check and the write use the
+same snapshot (DESIGN §2): ``dt = DeltaTable(path)``, read ``dt.transaction_version(app)``, then
+``write_deltalake(dt, ...)``. A concurrent attempt that committed after our snapshot makes our
+commit fail with ``CommitFailedError``; we re-read and report "already committed". Writing to the
+*path* instead re-opens the table at its latest version and the check protects nothing: two
+racing attempts appended one epoch twice (the bug this module exists to prevent).
+
+The checkpoint table (``eos.checkpoints``) appends through the same ``fenced_append``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eos import faults
+from eos.errors import CommitConflict, ProtocolViolation, SinkUnavailable
+from eos.outcomes import Outcome
+from eos.sinks.base import NO_EPOCH, Sink, SinkCommit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class FencedWrite:
+    outcome: Outcome
+    version: int | None
+    raced: bool = False
+
+
+def txn_version(path: str, app_id: str) -> int:
+    """The last epoch a Delta table holds for ``app_id`` (its ``txn`` version); -1 if none."""
+    from eos.tables import open_table
+
+    table = open_table(path)
+    version = None if table is None else table.transaction_version(app_id)
+    return NO_EPOCH if version is None else int(version)
+
+
+def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
+                  fault_point: str = "sink.before_write") -> FencedWrite:
+    """Append ``data`` with ``txn(app_id, epoch)`` exactly once, however many attempts race.
+
+    Scenarios, decided here:
+    - the table already holds ``epoch`` (an earlier attempt, or a concurrent one that finished
+      before our snapshot): nothing is written, ``ALREADY_COMMITTED``;
+    - the table holds ``epoch - 1``: append; if a concurrent attempt commits first, delta-rs
+      refuses ours (``CommitFailedError``) and the re-read finds ``epoch``: ``ALREADY_COMMITTED``
+      with ``raced=True``;
+    - the conflict came from something else and ``epoch`` is still missing: ``CommitConflict``
+      (transient: the retry starts from a fresh snapshot);
+    - the table holds less than ``epoch - 1``: epochs were skipped, ``ProtocolViolation``.
+    """
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    snapshot = DeltaTable(path)
+    held = snapshot.transaction_version(app_id)
+    held = NO_EPOCH if held is None else int(held)
+    if held >= epoch:
+        return FencedWrite(Outcome.ALREADY_COMMITTED, None)
+    if held != epoch - 1:
+        raise ProtocolViolation(
+            f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch {epoch} "
+            "(epochs are committed in order, one at a time)"
+        )
+    faults.hit(fault_point)
+    try:
+        write_deltalake(snapshot, data, mode="append", commit_properties=CommitProperties(
+            app_transactions=[Transaction(app_id, epoch)]))
+    except CommitFailedError as error:
+        if txn_version(path, app_id) >= epoch:
+            return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=True)
+        raise CommitConflict(
+            f"commit of epoch {epoch} to {path} conflicted with a concurrent write and the "
+            f"epoch is still not there ({error}); retrying is safe"
+        ) from None
+    except OSError as error:
+        raise SinkUnavailable(f"cannot write epoch {epoch} to Delta table {path}: "
+                              f"{error}") from None
+    return FencedWrite(Outcome.COMMITTED, snapshot.version())
+
+
+def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
+    """Create a Delta table unless it exists; two processes creating it at once is fine."""
+    from deltalake import DeltaTable
+
+    from eos.errors import EosError
+
+    if DeltaTable.is_deltatable(path):
+        return
+    try:
+        DeltaTable.create(path, schema=schema, partition_by=partition_by, mode="ignore")
+    except Exception as error:  # lost a creation race, or really cannot create
+        if not DeltaTable.is_deltatable(path):
+            raise EosError(f"cannot create Delta table at {path}: {error}") from None
+
+
+class DeltaSink(Sink):
+    """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``."""
+
+    kind = "delta"
+
+    @classmethod
+    def parse_options(cls, options: Any) -> str:
+        if not isinstance(options, str) or not options.strip():
+            raise ValueError(f"a delta sink names a table or a path, got {options!r}")
+        return options.strip()
+
+    @classmethod
+    def describe(cls, options: str) -> str:
+        return options
+
+    @property
+    def path(self) -> str:
+        """Relative names live under the pipeline's table root; paths and URIs are used as is."""
+        if "://" in self.options or Path(self.options).is_absolute():
+            return self.options
+        return str(self.config.root / self.options)
+
+    def prepare(self, schema: pa.Schema) -> None:
+        create_table(self.path, schema)
+
+    def committed_epoch(self) -> int:
+        """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
+        commit is checked against the snapshot it was planned on)."""
+        return txn_version(self.path, self.config.app_id)
+
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """One Delta commit: the rows and ``txn(app id, epoch)``; see ``fenced_append``."""
+        self.prepare(rows.schema)
+        done = fenced_append(self.path, rows, self.config.app_id, epoch)
+        return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
+
+    def abort(self, epoch: int) -> None:
+        """Nothing to do: a failed Delta commit leaves only files no version names."""
+
+    def read_back(self) -> list[dict[str, Any]]:
+        from eos.tables import read_table
+
+        return read_table(self.path).to_pylist()
+
+    def commits(self) -> list[int]:
+        """The ``txn`` version after each WRITE commit of the table, oldest first."""
+        from deltalake import DeltaTable
+
+        versions = sorted(h["version"] for h in DeltaTable(self.path).history()
+                          if h.get("operation") == "WRITE")
+        epochs = []
+        for v in versions:
+            held = DeltaTable(self.path, version=v).transaction_version(self.config.app_id)
+            epochs.append(NO_EPOCH if held is None else int(held))
+        return epochs
+
+    def asset_uri(self) -> str:
+        path = self.path
+        return path if "://" in path else f"file://{Path(path).resolve()}"

@@ -1,0 +1,448 @@
+"""Transactional Kafka sink (DESIGN §6): Kafka -> windows -> Kafka, exactly once.
+
+One fixed ``transactional.id`` per pipeline and sink. ``commit(N)``:
+
+1. ``init_transactions()``: fences every earlier producer with this id (a zombie attempt can no
+   longer commit) and aborts its pending transaction, if any;
+2. read this sink's last committed epoch marker with ``isolation.level=read_committed``;
+3. skip if it is ``>= N``;
+4. ``begin_transaction`` -> produce N's rows to the topic and N's marker to the marker topic ->
+   ``commit_transaction``.
+
+Rows and marker are one transaction, so a ``read_committed`` consumer sees both or neither, and
+the marker tells every later attempt that N is done. The whole transaction lives inside one
+call, so Flink's failure mode (a transaction pre-committed in one checkpoint, committed in a
+later one, expired by ``transaction.timeout.ms`` in between: data loss) cannot happen here: a
+transaction that times out was never reported committed, and the retry redoes it.
+
+Records: key = the group fields as compact JSON with sorted keys (no key where the output has
+no group fields); value = a JSON object of the output columns (timestamps ISO-8601 UTC with
+milliseconds, decimals as exact JSON numbers, binary as base64); headers ``eos-pipeline``,
+``eos-epoch``, ``eos-plan-hash``. Consumers must read with ``isolation.level=read_committed``.
+
+What the embedded broker (librdkafka's mock cluster) does not do (DESIGN §2): fence
+transactional ids and filter ``read_committed``. On it, steps 1 and 4 still run and the happy
+path, the skip after a marker and crashes outside a transaction behave as on Kafka; a crash
+inside a transaction and two concurrent attempts are only safe on a real broker.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from eos import faults
+from eos.errors import SinkRejected, SinkUnavailable
+from eos.outcomes import Outcome
+from eos.sinks.base import NO_EPOCH, Sink, SinkCommit
+
+if TYPE_CHECKING:
+    import confluent_kafka as ck
+    import pyarrow as pa
+
+TIMEOUT_S = 30.0
+CREATE_TIMEOUT_S = 15.0
+MARKER_SUFFIX = ".eos-markers"
+GROUP_COLUMNS = ("key",)  # the output's group fields (issue #10 makes them configurable)
+
+
+class KafkaSinkOptions(BaseModel):
+    """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {}}}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    marker_topic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$")
+    partitions: int | None = Field(default=None, gt=0)  # when the sink creates the topic
+    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @property
+    def markers(self) -> str:
+        return self.marker_topic or self.topic + MARKER_SUFFIX
+
+
+def _kafka_error(error: BaseException) -> Any:
+    return error.args[0] if error.args else None
+
+
+class KafkaSink(Sink):
+    kind = "kafka"
+    options: KafkaSinkOptions
+
+    @classmethod
+    def parse_options(cls, options: Any) -> KafkaSinkOptions:
+        data = {"topic": options} if isinstance(options, str) else options
+        try:
+            return KafkaSinkOptions.model_validate(data)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                                 for e in error.errors())
+            raise ValueError(f"kafka sink: {problems}") from None
+
+    @classmethod
+    def describe(cls, options: KafkaSinkOptions) -> str:
+        return options.topic
+
+    @property
+    def transactional_id(self) -> str:
+        """Fixed per pipeline and sink: the broker fences older producers by this id."""
+        return f"eos:{self.config.name}:{self.name}"
+
+    def _settings(self) -> dict[str, Any]:
+        from eos.kafka import client_settings
+
+        return client_settings({**self.config.kafka.client, **self.options.client})
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def committed_epoch(self) -> int:
+        """Fence earlier producers of this sink (``init_transactions``), then read the marker."""
+        self._fenced_producer()
+        return self._last_marker()
+
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """One Kafka transaction holding N's rows and N's marker; see the module docstring."""
+        self.prepare(rows.schema)
+        producer = self._fenced_producer()
+        held = self._last_marker()
+        if held >= epoch:
+            return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
+        if held != epoch - 1:
+            from eos.errors import ProtocolViolation
+
+            raise ProtocolViolation(
+                f"Kafka sink {self.name} holds epoch {held}; it cannot receive epoch {epoch} "
+                "(epochs are committed in order)"
+            )
+        faults.hit("sink.before_write")
+        headers = self._headers(epoch, plan_hash)
+        try:
+            producer.begin_transaction()
+            self._produce_rows(producer, rows, headers)
+            faults.hit("sink.kafka.in_transaction")
+            marker = {"pipeline": self.config.name, "epoch": epoch, "plan_hash": plan_hash,
+                      "rows": rows.num_rows}
+            producer.produce(self.options.markers, key=self.config.name.encode(),
+                             value=json.dumps(marker, sort_keys=True).encode(), partition=0,
+                             headers=headers)
+            self._commit_transaction(producer)
+        except Exception as error:
+            return self._after_failed_transaction(producer, epoch, rows.num_rows, error)
+        return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows)
+
+    def abort(self, epoch: int) -> None:
+        """Abort this sink's pending transaction, if any (``init_transactions`` does exactly
+        that, and fences the producer that left it)."""
+        self._fenced_producer()
+
+    def read_back(self) -> list[dict[str, Any]]:
+        """This pipeline's committed rows, as a ``read_committed`` consumer sees them."""
+        from eos.outputs import output_schema
+
+        schema = output_schema(self.config, self.output)
+        rows = []
+        for record in self._read_topic(self.options.topic):
+            if _header(record, "eos-pipeline") == self.config.name:
+                rows.append(decode_value(record.value(), schema))
+        return rows
+
+    def commits(self) -> list[int]:
+        return [json.loads(r.value())["epoch"] for r in self._read_topic(self.options.markers)
+                if r.key() == self.config.name.encode()]
+
+    def asset_uri(self) -> str:
+        return f"kafka://{self.config.name}/{self.options.topic}"
+
+    def prepare(self, schema: pa.Schema | None = None) -> None:
+        """Create the output topic and the marker topic where the broker allows it."""
+        settings = self._settings()
+        ensure_topic(settings, self.options.topic, self.options.partitions)
+        ensure_topic(settings, self.options.markers, 1, {"cleanup.policy": "compact"})
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _fenced_producer(self) -> ck.Producer:
+        import confluent_kafka as ck
+
+        producer = ck.Producer({
+            **self._settings(),
+            "transactional.id": self.transactional_id,
+            "enable.idempotence": True,
+            "transaction.timeout.ms": 60_000,
+            "partitioner": "murmur2_random",  # Java clients' partitioner: same key, same partition
+            "linger.ms": 20,
+        })
+        try:
+            producer.init_transactions(TIMEOUT_S)
+        except ck.KafkaException as error:
+            raise SinkUnavailable(
+                f"Kafka sink {self.name}: init_transactions for '{self.transactional_id}' failed: "
+                f"{_kafka_error(error)}"
+            ) from None
+        return producer
+
+    def _headers(self, epoch: int, plan_hash: str) -> list[tuple[str, bytes]]:
+        return [("eos-pipeline", self.config.name.encode()), ("eos-epoch", str(epoch).encode()),
+                ("eos-plan-hash", plan_hash.encode())]
+
+    def _produce_rows(self, producer: ck.Producer, rows: pa.Table,
+                      headers: list[tuple[str, bytes]]) -> None:
+        import confluent_kafka as ck
+
+        failures: list[Any] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(err)
+
+        group = [c for c in GROUP_COLUMNS if c in rows.schema.names]
+        for row in rows.to_pylist():
+            key = (json.dumps({c: row[c] for c in group}, sort_keys=True,
+                              separators=(",", ":")).encode() if group else None)
+            value = encode_value(row, rows.schema)
+            while True:
+                try:
+                    producer.produce(self.options.topic, key=key, value=value, headers=headers,
+                                     on_delivery=delivered)
+                    break
+                except BufferError:  # the client's queue is full: let it drain
+                    producer.poll(0.1)
+                except ck.KafkaException as error:  # refused before it left the client
+                    failures.append(_kafka_error(error))
+                    break
+            if failures:
+                break
+        if producer.flush(TIMEOUT_S) > 0:
+            raise SinkUnavailable(f"Kafka sink {self.name}: rows not delivered within "
+                                  f"{TIMEOUT_S:.0f}s")
+        if failures:
+            first = failures[0]
+            kind = SinkRejected if _is_rejection(first) else SinkUnavailable
+            raise kind(f"Kafka sink {self.name}: cannot write to topic '{self.options.topic}': "
+                       f"{first} ({len(failures)} records refused)")
+
+    def _commit_transaction(self, producer: ck.Producer) -> None:
+        import confluent_kafka as ck
+
+        for attempt in range(5):
+            try:
+                producer.commit_transaction(TIMEOUT_S)
+                return
+            except ck.KafkaException as error:
+                kafka_error = _kafka_error(error)
+                if kafka_error is not None and kafka_error.retriable() and attempt < 4:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                raise
+
+    def _after_failed_transaction(self, producer: ck.Producer, epoch: int, rows: int,
+                                  error: Exception) -> SinkCommit:
+        """The transaction did not commit. Scenarios:
+        - the broker fenced us (a newer attempt called ``init_transactions``): if that attempt
+          committed N, report ``ALREADY_COMMITTED`` (raced); else retry (transient);
+        - the transaction must be aborted (a produce failed): abort, then re-raise typed;
+        - anything else: abort if possible, and retry (transient).
+        Nothing of N is visible to ``read_committed`` consumers in any of these cases.
+        """
+        kafka_error = _kafka_error(error)
+        fatal = getattr(kafka_error, "fatal", lambda: False)()
+        if not fatal:
+            # If this fails too, the next attempt's init_transactions aborts the transaction.
+            with contextlib.suppress(Exception):
+                producer.abort_transaction(TIMEOUT_S)
+        if isinstance(error, SinkRejected | SinkUnavailable):
+            raise error
+        if self._last_marker() >= epoch:
+            return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows, raced=True)
+        raise SinkUnavailable(
+            f"Kafka sink {self.name}: transaction for epoch {epoch} did not commit "
+            f"({kafka_error or error}); nothing of it is visible, retrying is safe"
+        ) from None
+
+    def _last_marker(self) -> int:
+        """The highest epoch in this pipeline's markers, read with ``read_committed``: scan the
+        marker partition backwards from its end until a marker of this pipeline appears."""
+        import confluent_kafka as ck
+
+        from eos.kafka import consumer
+
+        c = consumer(self._settings(), group=f"eos-markers-{self.config.name}")
+        try:
+            if self.options.markers not in c.list_topics(timeout=TIMEOUT_S).topics:
+                return NO_EPOCH
+            low, high = c.get_watermark_offsets(ck.TopicPartition(self.options.markers, 0),
+                                                timeout=TIMEOUT_S, cached=False)
+        except ck.KafkaException as error:
+            raise SinkUnavailable(f"Kafka sink {self.name}: cannot read marker topic "
+                                  f"'{self.options.markers}': {_kafka_error(error)}") from None
+        finally:
+            c.close()
+        step, end = 64, high
+        while end > low:
+            start = max(low, end - step)
+            epochs = [json.loads(r.value())["epoch"]
+                      for r in self._read_partition(self.options.markers, 0, start)
+                      if r.key() == self.config.name.encode()]
+            if epochs:
+                return max(epochs)
+            end, step = start, step * 4
+        return NO_EPOCH
+
+    def _read_topic(self, topic: str) -> Iterator[ck.Message]:
+        import confluent_kafka as ck
+
+        from eos.kafka import consumer
+
+        c = consumer(self._settings(), group=f"eos-readback-{self.config.name}")
+        try:
+            metadata = c.list_topics(timeout=TIMEOUT_S).topics.get(topic)
+            partitions = sorted(metadata.partitions) if metadata is not None else []
+            lows = {p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=TIMEOUT_S,
+                                               cached=False)[0] for p in partitions}
+        finally:
+            c.close()
+        for partition in partitions:
+            yield from self._read_partition(topic, partition, lows[partition])
+
+    def _read_partition(self, topic: str, partition: int, start: int) -> Iterator[ck.Message]:
+        """Every ``read_committed`` record from ``start`` to the end of the partition."""
+        import confluent_kafka as ck
+
+        from eos.kafka import consumer
+
+        c = consumer(self._settings(), group=f"eos-readback-{self.config.name}",
+                     **{"enable.partition.eof": True})
+        try:
+            c.assign([ck.TopicPartition(topic, partition, start)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while time.monotonic() < deadline:
+                message = c.poll(1.0)
+                if message is None:
+                    continue
+                if message.error():
+                    if message.error().code() == ck.KafkaError._PARTITION_EOF:
+                        return
+                    raise SinkUnavailable(f"reading {topic}[{partition}]: {message.error()}")
+                yield message
+            raise SinkUnavailable(f"reading {topic}[{partition}] from {start} timed out")
+        finally:
+            c.close()
+
+
+def ensure_topic(settings: dict[str, Any], topic: str, partitions: int | None,
+                 topic_config: dict[str, str] | None = None) -> None:
+    """Make sure ``topic`` exists: create it (CreateTopics) where the broker allows, else rely on
+    the broker's auto-creation; a clear ``SinkRejected`` when neither works.
+
+    The embedded broker does not implement CreateTopics (a request hangs until it times out,
+    DESIGN §2), so there only auto-creation is asked for."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from eos.kafka import is_embedded_broker
+
+    admin = AdminClient(settings)
+    try:
+        if topic in admin.list_topics(timeout=TIMEOUT_S).topics:
+            return
+    except ck.KafkaException as error:
+        raise SinkUnavailable(f"Kafka at {settings['bootstrap.servers']} did not answer: "
+                              f"{_kafka_error(error)}") from None
+    reason: Any = "not implemented by the embedded broker"
+    if not is_embedded_broker(settings):
+        created = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions or -1, replication_factor=-1,
+                      config=topic_config or {})], request_timeout=CREATE_TIMEOUT_S)
+        try:
+            created[topic].result(CREATE_TIMEOUT_S + 5)
+            return
+        except ck.KafkaException as error:
+            reason = _kafka_error(error)
+            if reason is not None and reason.code() == ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+        except FutureTimeout:
+            reason = f"no answer within {CREATE_TIMEOUT_S:.0f}s"
+    # A producer's metadata request auto-creates the topic where the broker allows it.
+    probe = ck.Producer({**settings, "allow.auto.create.topics": True})
+    probe.list_topics(topic, timeout=TIMEOUT_S)
+    if topic not in admin.list_topics(timeout=TIMEOUT_S).topics:
+        raise SinkRejected(
+            f"output topic '{topic}' does not exist and could not be created "
+            f"(CreateTopics: {reason}; auto-creation is off); create it, or let this "
+            "pipeline's principal create topics"
+        )
+
+
+def _is_rejection(error: Any) -> bool:
+    import confluent_kafka as ck
+
+    code = error.code() if hasattr(error, "code") else None
+    return code in (ck.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                    ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.RECORD_LIST_TOO_LARGE,
+                    ck.KafkaError.INVALID_RECORD)
+
+
+def _header(message: ck.Message, name: str) -> str | None:
+    for key, value in message.headers() or []:
+        if key == name:
+            return value.decode() if value is not None else None
+    return None
+
+
+# -- the record value: a JSON object of the output columns, typed by the output's schema -------
+
+def _iso(value: datetime) -> str:
+    stamp = value.astimezone(UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def _encode(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, datetime):
+        return json.dumps(_iso(value))
+    if isinstance(value, Decimal):
+        return format(value, "f")  # exact: a JSON number with every digit of the decimal
+    if isinstance(value, bytes):
+        return json.dumps(base64.b64encode(value).decode())
+    return json.dumps(value, allow_nan=False)
+
+
+def encode_value(row: dict[str, Any], schema: pa.Schema) -> bytes:
+    """The record value of one output row: every column of the schema, in its order."""
+    body = ",".join(f"{json.dumps(name)}:{_encode(row[name])}" for name in schema.names)
+    return ("{" + body + "}").encode()
+
+
+def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
+    """The inverse of ``encode_value``: JSON back to the Python values of the schema's types."""
+    import pyarrow as pa
+
+    doc = json.loads(raw, parse_float=Decimal)
+    row: dict[str, Any] = {}
+    for field in schema:
+        value = doc.get(field.name)
+        if value is None:
+            row[field.name] = None
+        elif pa.types.is_timestamp(field.type):
+            row[field.name] = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        elif pa.types.is_floating(field.type):
+            row[field.name] = float(value)
+        elif pa.types.is_decimal(field.type):
+            row[field.name] = Decimal(value)
+        elif pa.types.is_binary(field.type):
+            row[field.name] = base64.b64decode(value)
+        else:
+            row[field.name] = value
+    return row
