@@ -51,6 +51,7 @@ class Env:
         max_records: int = 250_000,
         split_records: int = 250_000,
         retention: int = 3,
+        sinks: dict[str, Any] | None = None,
     ) -> PipelineConfig:
         """A pipeline config file under the work dir (spark-submit needs a real file)."""
         data = {
@@ -63,6 +64,8 @@ class Env:
             "spark": {"master": "local[2]", "shuffle_partitions": 2,
                       "conf": {"spark.ui.showConsoleProgress": "false"}},
         }
+        if sinks is not None:
+            data["sinks"] = sinks
         path = self.workdir / "configs" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(data))

@@ -326,8 +326,10 @@ def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> N
 
 
 def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
-    """Time ``eos.protocol.commit`` of epochs of ``n_rows`` output rows, and the three sink
-    appends alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them)."""
+    """Time ``eos.protocol.commit`` of epochs of ``n_rows`` output rows, the three sink appends
+    alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them), and the
+    commit of the same epochs by a pipeline whose windows also go to a transactional Kafka
+    sink (``kafka``: init_transactions, marker read, one transaction, then the Delta sinks)."""
     from eos.outputs import LATE_SCHEMA, QUARANTINE_SCHEMA, late_rows, quarantine_rows, window_rows
     from eos.outputs import windows_schema as target_schema
     from eos.protocol import commit
@@ -361,7 +363,24 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
         for name in ("late", "quarantine", "target"):
             fenced_append(str(scratch / name), data[name], config.app_id, epoch)
         appends.append(now() - t0)
-    return {"commit": commits, "appends": appends}
+    return {"commit": commits, "appends": appends, "kafka": _kafka_commits(env, n_rows, reps)}
+
+
+def _kafka_commits(env: Env, n_rows: int, reps: int) -> list[float]:
+    from eos.protocol import check_sinks, commit
+
+    sinks = {"windows": [{"kafka": f"bench-commit-out-{n_rows}"}, {"delta": "target"}]}
+    config = env.config(f"commit-kafka-{n_rows}", f"bench-commit-{n_rows}", sinks=sinks)
+    check_sinks(config, -1)  # creates the topics, as begin does: not part of the timed commits
+    out = []
+    for epoch in range(reps):
+        stage_fabricated_epoch(config, epoch, n_rows)
+        t0 = now()
+        result = commit(config, epoch)
+        out.append(now() - t0)
+        if result.rows.get("windows") != n_rows:
+            raise AssertionError(f"commit promoted {result.rows} rows, wanted {n_rows}")
+    return out
 
 
 # --------------------------------------------------------------------------- spark-submit

@@ -16,6 +16,8 @@ import yaml
 from eos.config import PipelineConfig, load_config
 from eos.plan import Plan
 
+KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.faults)
+
 
 def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -35,6 +35,7 @@ from eos.stage import staged_epoch
 from eos.tables import ensure_tables, read_table, replace_epoch, tables_for
 
 from support import (
+    KILLED,
     commit_summary,
     delta_path,
     eos_cli,
@@ -48,7 +49,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = GeneratorSpec(events=2400, keys=20, interval_ms=25, disorder_ms=800, late_fraction=0.03,
                      late_delay_ms=20_000, bad_fraction=0.03, seed=5)
-KILLED = -9
 
 
 @pytest.fixture

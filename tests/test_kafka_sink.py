@@ -34,6 +34,7 @@ from eos.stage import staged_epoch
 from eos.tables import read_table, tables_for
 
 from support import (
+    KILLED,
     commit_summary,
     delta_path,
     eos_cli,
@@ -46,7 +47,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = GeneratorSpec(events=2400, keys=15, interval_ms=25, disorder_ms=800, late_fraction=0.03,
                      late_delay_ms=20_000, bad_fraction=0.03, seed=17)
-KILLED = -9
 
 
 def require_real_broker(what: str) -> None:

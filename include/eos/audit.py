@@ -10,7 +10,6 @@ the specification of a valid event.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,12 +18,10 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-import confluent_kafka as ck
-
 from eos import checkpoints
 from eos.config import OUTPUTS, PipelineConfig
 from eos.events import NEG_INF, Event, parse_event
-from eos.kafka import client_settings, consumer
+from eos.kafka import client_settings, read_partition
 from eos.layout import Tables, tables_for
 from eos.outputs import windows_schema
 from eos.plan import Plan, plan_of
@@ -54,32 +51,10 @@ class Expected:
 
 def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
                until: int) -> list[Record]:
-    """Every record in ``[start, until)`` of one partition, one poll at a time."""
-    if until <= start:
-        return []
-    c = consumer(settings, group="eos-audit", **{"enable.partition.eof": True})
-    out: list[Record] = []
-    try:
-        c.assign([ck.TopicPartition(topic, partition, start)])
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while time.monotonic() < deadline:
-            m = c.poll(1.0)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == ck.KafkaError._PARTITION_EOF:
-                    if m.offset() >= until:
-                        return out
-                    continue
-                raise RuntimeError(f"audit read of {topic}[{partition}] failed: {m.error()}")
-            if m.offset() >= until:
-                return out
-            out.append(Record(partition, m.offset(), m.timestamp()[1], m.value()))
-            if m.offset() == until - 1:
-                return out
-        raise RuntimeError(f"audit read of {topic}[{partition}] [{start},{until}) timed out")
-    finally:
-        c.close()
+    """Every record in ``[start, until)`` of one partition, with a plain consumer."""
+    return [Record(partition, m.offset(), m.timestamp()[1], m.value())
+            for m in read_partition(settings, topic, partition, start, until, group="eos-audit",
+                                    timeout_s=READ_TIMEOUT_S)]
 
 
 def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:

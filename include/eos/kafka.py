@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka as ck
@@ -88,6 +90,43 @@ def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
         **extra,
     }
     return ck.Consumer(conf)
+
+
+def read_partition(settings: dict[str, Any], topic: str, partition: int, start: int,
+                   until: int | None = None, group: str = "eos-reader",
+                   timeout_s: float = 30.0) -> Iterator[ck.Message]:
+    """Every ``read_committed`` record of one partition from offset ``start``: up to ``until``
+    (exclusive) when given, else up to the partition's end.
+
+    With ``until``, an end-of-partition before it means "not there yet" (an open transaction
+    holds the LSO back), so the read waits, up to ``timeout_s``; offsets may have gaps
+    (transaction markers, compaction), so it stops by offset, never by count."""
+    if until is not None and until <= start:
+        return
+    c = consumer(settings, group=group, **{"enable.partition.eof": True})
+    try:
+        c.assign([ck.TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            message = c.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() != ck.KafkaError._PARTITION_EOF:
+                    raise KafkaUnavailable(f"reading {topic}[{partition}] failed: "
+                                           f"{message.error()}")
+                if until is None or message.offset() >= until:
+                    return
+                continue
+            if until is not None and message.offset() >= until:
+                return
+            yield message
+            if until is not None and message.offset() == until - 1:
+                return
+        raise KafkaUnavailable(f"reading {topic}[{partition}] from offset {start} timed out "
+                               f"after {timeout_s:.0f}s")
+    finally:
+        c.close()
 
 
 def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:

@@ -313,27 +313,10 @@ class KafkaSink(Sink):
 
     def _read_partition(self, topic: str, partition: int, start: int) -> Iterator[ck.Message]:
         """Every ``read_committed`` record from ``start`` to the end of the partition."""
-        import confluent_kafka as ck
+        from eos.kafka import read_partition
 
-        from eos.kafka import consumer
-
-        c = consumer(self._settings(), group=f"eos-readback-{self.config.name}",
-                     **{"enable.partition.eof": True})
-        try:
-            c.assign([ck.TopicPartition(topic, partition, start)])
-            deadline = time.monotonic() + TIMEOUT_S
-            while time.monotonic() < deadline:
-                message = c.poll(1.0)
-                if message is None:
-                    continue
-                if message.error():
-                    if message.error().code() == ck.KafkaError._PARTITION_EOF:
-                        return
-                    raise SinkUnavailable(f"reading {topic}[{partition}]: {message.error()}")
-                yield message
-            raise SinkUnavailable(f"reading {topic}[{partition}] from {start} timed out")
-        finally:
-            c.close()
+        yield from read_partition(self._settings(), topic, partition, start,
+                                  group=f"eos-readback-{self.config.name}", timeout_s=TIMEOUT_S)
 
 
 def ensure_topic(settings: dict[str, Any], topic: str, partitions: int | None,
