@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -111,3 +112,17 @@ def test_watermark_never_moves_back(maxima: list[int], lateness: int) -> None:
         assert new >= wm
         wm = new
     assert advance_watermark(wm, None, lateness) == wm
+
+
+@pytest.mark.parametrize("raw", [b"1e-12", b"0.0000000001", b"2.0000000005"])
+def test_a_value_with_more_than_nine_decimal_places_is_quarantined_not_rounded(raw: bytes) -> None:
+    parsed = parse_event(b'{"key": "k", "ts": 1, "value": ' + raw + b"}", None)
+    assert isinstance(parsed, Rejected)
+    assert "more than 9 decimal places" in parsed.reason and "not rounded" in parsed.reason
+
+
+def test_values_with_up_to_nine_decimal_places_are_kept_exactly() -> None:
+    parsed = parse_event(b'{"key": "k", "ts": 1, "value": -0.000000001}', None)
+    assert isinstance(parsed, Event) and parsed.value == Decimal("-0.000000001")
+    zero = parse_event(b'{"key": "k", "ts": 1, "value": -0.0}', None)
+    assert isinstance(zero, Event) and zero.value == 0

@@ -91,6 +91,10 @@ def parse_event(
         exact = Decimal(value).quantize(SCALE, rounding=ROUND_HALF_EVEN)
     except InvalidOperation:
         return Rejected(f"field '{value_field}' is out of range")
+    if exact != value:
+        # Never round silently: 1e-12 used to become 0 here.
+        return Rejected(f"field '{value_field}' = {value} has more than 9 decimal places; the "
+                        "value type is DECIMAL(38,9) and it is not rounded")
     if abs(exact) >= MAX_ABS_VALUE:
         return Rejected(f"field '{value_field}' is out of range (|value| must be < 1e18)")
     return Event(key, ts, exact)
