@@ -22,16 +22,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from eos import checkpoints, epochlog, faults
 from eos.checkpoints import Checkpoint
 from eos.config import PipelineConfig
 from eos.errors import ProtocolViolation
 from eos.layout import Tables, tables_for
+from eos.maintenance import maintain, prune_staging
 from eos.outcomes import Outcome
+from eos.outputs import epoch_outputs, output_schema
 from eos.phaselog import log_phase, timed
 from eos.plan import Plan, new_plan, plan_of
 from eos.sinks import sinks_for
 from eos.sinks.base import SinkCommit
+from eos.stage import compute_staging_rows, count_kinds, staged_epoch
+from eos.tables import ensure_tables, open_table, replace_epoch
 
 
 @dataclass
@@ -94,8 +101,6 @@ def check_sinks(config: PipelineConfig, committed: int) -> dict[str, int]:
     checkpoint, or two ahead) means the sink was changed outside the protocol, or its marker
     was lost: stop, do not guess.
     """
-    from eos.outputs import output_schema
-
     held = {}
     for sink in sinks_for(config):
         sink.prepare(output_schema(config, sink.output))  # tables and topics exist from begin on
@@ -123,7 +128,7 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
       and the first plan logged wins for everyone.
     """
     with timed() as took:
-        tables = _tables(config)
+        tables = ensure_tables(config)
         committed = checkpoints.committed_epoch(tables, config.app_id)
         check_sinks(config, committed)
         plan, how = _existing_plan(tables, committed, run_id)
@@ -172,7 +177,7 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
       zombie past that check rewrites identical rows: the result is deterministic.
     """
     with timed() as total:
-        tables = _tables(config)
+        tables = ensure_tables(config)
         plan = plan_of(tables, epoch)
         if expected_hash and expected_hash != plan.hash:
             raise ProtocolViolation(
@@ -183,9 +188,9 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
         committed = checkpoints.committed_epoch(tables, config.app_id)
         if committed >= epoch:
             result.outcome = Outcome.ALREADY_COMMITTED
-        elif (existing := _staged(tables, epoch, plan.hash)) is not None:
+        elif (existing := staged_epoch(tables, epoch, plan.hash)) is not None:
             result.outcome = Outcome.REUSED_STAGE
-            result.counts = _count_kinds(existing)
+            result.counts = count_kinds(existing)
         elif committed < epoch - 1:
             raise ProtocolViolation(
                 f"epoch {epoch - 1} is not committed (last checkpoint: {committed}); epochs are "
@@ -204,9 +209,6 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
 
 def _stage(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
            result: StageResult) -> None:
-    from eos.stage import compute_staging_rows, count_kinds
-    from eos.tables import replace_epoch
-
     timings = result.timings_ms
     rows, watermark = compute_staging_rows(config, tables, plan, spark, timings)
     faults.hit("precommit.before_write")
@@ -246,7 +248,7 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
       winner.
     """
     with timed() as took:
-        tables = _tables(config)
+        tables = ensure_tables(config)
         plan = plan_of(tables, epoch)
         result = CommitResult(epoch, plan.hash, Outcome.COMMITTED)
         committed = checkpoints.committed_epoch(tables, config.app_id)
@@ -271,11 +273,8 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
 
 def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: Plan,
                                  result: CommitResult) -> None:
-    from eos.maintenance import maintain, prune_staging
-    from eos.outputs import epoch_outputs
-
     epoch = plan.epoch
-    staged = _staged(tables, epoch, plan.hash)
+    staged = staged_epoch(tables, epoch, plan.hash)
     if staged is None:
         raise ProtocolViolation(
             f"epoch {epoch} is not pre-committed for plan {plan.hash}; run precommit first"
@@ -316,10 +315,8 @@ def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
     Never touches a committed epoch (``NOTHING_TO_ABORT``). Clearing the run afterwards
     re-executes ``begin``, which returns the same plan: the same records are read again.
     """
-    from eos.tables import open_table
-
     with timed() as took:
-        tables = _tables(config)
+        tables = ensure_tables(config)
         if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
             outcome = Outcome.NOTHING_TO_ABORT
         else:
@@ -341,38 +338,19 @@ def recover(config: PipelineConfig) -> tuple[int | None, Outcome]:
     checkpoint, ``NEEDS_PRECOMMIT`` when it is planned but not staged, else commit's outcome.
     A pre-committed epoch is always committed as staged, never recomputed differently.
     """
-    tables = _tables(config)
+    tables = ensure_tables(config)
     pending = checkpoints.committed_epoch(tables, config.app_id) + 1
     row = epochlog.first_plan_row(tables, pending)
     if row is None:
         return None, Outcome.NOTHING_PENDING
-    if _staged(tables, pending, Plan.from_json(row["plan"]).hash) is None:
+    if staged_epoch(tables, pending, Plan.from_json(row["plan"]).hash) is None:
         return pending, Outcome.NEEDS_PRECOMMIT
     return pending, commit(config, pending).outcome
 
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def _tables(config: PipelineConfig) -> Tables:
-    from eos.tables import ensure_tables
-
-    return ensure_tables(config)
-
-
-def _staged(tables: Tables, epoch: int, plan_hash: str) -> Any:
-    from eos.stage import staged_epoch
-
-    return staged_epoch(tables, epoch, plan_hash)
-
-
-def _count_kinds(rows: Any) -> dict[str, int]:
-    from eos.stage import count_kinds
-
-    return count_kinds(rows)
-
-
-def _staged_watermark(staged: Any) -> int:
-    import pyarrow.compute as pc
-
+def _staged_watermark(staged: pa.Table) -> int:
+    """wm(N): the watermark row staged with epoch N (the state row without a key)."""
     marks = staged.filter(pc.and_(pc.equal(staged["kind"], "state"), pc.is_null(staged["key"])))
     return marks["watermark_ms"][0].as_py()
