@@ -258,9 +258,11 @@ def audit(config: PipelineConfig) -> AuditReport:
         got = Counter(identity(row) for row in sink.read_back())
         _compare(report, sink.name, want, got)
         commits = sink.commits()
-        if commits != list(range(committed + 1)):
+        # A sink may forget old commits (a Kafka sink's marker topic is compacted to the last
+        # marker), never hold one twice or miss the last: a contiguous run ending at N.
+        if not commits or commits != list(range(committed - len(commits) + 1, committed + 1)):
             report.problems.append(Problem(
                 ProblemKind.COMMITS, sink.name,
                 f"holds commits of epochs {commits[:20]}{'...' if len(commits) > 20 else ''}; "
-                f"expected 0..{committed}, one each"))
+                f"expected each of ..{committed} once, up to {committed}"))
     return report

@@ -105,7 +105,9 @@ class Sink(ABC):
 
     @abstractmethod
     def commits(self) -> list[int]:
-        """The epoch of every commit this sink holds, in order (the audit expects 0..N once)."""
+        """The epoch of every commit this sink still has a record of, oldest first. A sink may
+        forget old ones (a compacted marker topic keeps the last); it never holds one twice.
+        The audit expects a contiguous run ending at the last checkpoint."""
 
     @abstractmethod
     def asset_uri(self) -> str:

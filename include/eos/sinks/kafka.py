@@ -33,7 +33,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -203,10 +203,8 @@ class KafkaSink(Sink):
                 failures.append(err)
 
         group = [c for c in GROUP_COLUMNS if c in rows.schema.names]
-        for row in rows.to_pylist():
-            key = (json.dumps({c: row[c] for c in group}, sort_keys=True,
-                              separators=(",", ":")).encode() if group else None)
-            value = encode_value(row, rows.schema)
+        keys = encode_keys(rows, group)
+        for key, value in zip(keys, encode_values(rows), strict=True):
             while True:
                 try:
                     producer.produce(self.options.topic, key=key, value=value, headers=headers,
@@ -385,27 +383,42 @@ def _header(message: ck.Message, name: str) -> str | None:
 
 # -- the record value: a JSON object of the output columns, typed by the output's schema -------
 
-def _iso(value: datetime) -> str:
-    stamp = value.astimezone(UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+def _fragments(column: pa.ChunkedArray) -> list[str]:
+    """Each value of a column as JSON text, built a column at a time (rows are many, columns
+    few): timestamps ISO-8601 UTC with milliseconds, decimals with every digit, binary base64."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        try:  # milliseconds (outputs hold ms times); finer values keep their digits, never cut
+            column = column.cast(pa.timestamp("ms", tz="UTC"))
+        except pa.ArrowInvalid:
+            column = column.cast(pa.timestamp("us", tz="UTC"))
+        texts = pc.strftime(column, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
+        return ["null" if t is None else f'"{t}"' for t in texts]
+    values = column.to_pylist()
+    if pa.types.is_decimal(kind):
+        return ["null" if v is None else format(v, "f") for v in values]
+    if pa.types.is_binary(kind):
+        return ["null" if v is None else f'"{base64.b64encode(v).decode()}"' for v in values]
+    dumps = json.JSONEncoder(allow_nan=False, ensure_ascii=False).encode
+    return ["null" if v is None else dumps(v) for v in values]
 
 
-def _encode(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, datetime):
-        return json.dumps(_iso(value))
-    if isinstance(value, Decimal):
-        return format(value, "f")  # exact: a JSON number with every digit of the decimal
-    if isinstance(value, bytes):
-        return json.dumps(base64.b64encode(value).decode())
-    return json.dumps(value, allow_nan=False)
+def encode_values(rows: pa.Table) -> list[bytes]:
+    """The record value of every output row: a JSON object of every column, in schema order."""
+    prefixes = [json.dumps(name) + ":" for name in rows.schema.names]
+    columns = [_fragments(rows.column(name)) for name in rows.schema.names]
+    return [("{" + ",".join(p + v for p, v in zip(prefixes, values, strict=True)) + "}").encode()
+            for values in zip(*columns, strict=True)] if columns else []
 
 
-def encode_value(row: dict[str, Any], schema: pa.Schema) -> bytes:
-    """The record value of one output row: every column of the schema, in its order."""
-    body = ",".join(f"{json.dumps(name)}:{_encode(row[name])}" for name in schema.names)
-    return ("{" + body + "}").encode()
+def encode_keys(rows: pa.Table, group: list[str]) -> list[bytes | None]:
+    """The record key of every row: the group fields as compact JSON with sorted keys."""
+    if not group:
+        return [None] * rows.num_rows
+    return list(encode_values(rows.select(sorted(group))))
 
 
 def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
