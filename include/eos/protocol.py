@@ -92,19 +92,24 @@ def committed_epoch(config: PipelineConfig) -> int:
     return checkpoints.committed_epoch(tables_for(config), config.app_id)
 
 
-def check_sinks(config: PipelineConfig, committed: int) -> dict[str, int]:
-    """Each sink's own committed epoch, which must be ``committed`` or ``committed + 1``
-    (creating the sink's table or topic first if it does not exist yet).
+def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False
+                ) -> dict[str, int]:
+    """Each sink's own committed epoch, which must be ``committed`` or ``committed + 1``.
 
     A sink may be one ahead after a crash between sinks, or between the last sink and the
     checkpoint: the next commit attempt completes that epoch. Anything else (a sink behind the
     checkpoint, or two ahead) means the sink was changed outside the protocol, or its marker
     was lost: stop, do not guess.
+
+    ``begin`` first creates what a sink needs (a table, a topic) and fences earlier writers
+    where the sink can; ``read_only`` (``eos status``, the UI) does neither, so looking at a
+    pipeline never disturbs a commit in flight.
     """
     held = {}
     for sink in sinks_for(config):
-        sink.prepare(output_schema(config, sink.output))  # tables and topics exist from begin on
-        held[sink.name] = sink.committed_epoch()
+        if not read_only:
+            sink.prepare(output_schema(config, sink.output))
+        held[sink.name] = sink.committed_epoch(fence=not read_only)
     for name, epoch in held.items():
         if epoch not in (committed, committed + 1):
             raise ProtocolViolation(

@@ -54,7 +54,7 @@ def render_status(config: PipelineConfig, limit: int = 20) -> str:
         )
     lines.append("")
     try:
-        held = check_sinks(config, committed)
+        held = check_sinks(config, committed, read_only=True)
         lines.append("sinks: " + ", ".join(f"{name} at epoch {epoch}"
                                            for name, epoch in held.items()))
     except EosError as error:

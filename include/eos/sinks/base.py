@@ -67,13 +67,14 @@ class Sink(ABC):
         return f"{self.kind}:{self.describe(self.options)}"
 
     @abstractmethod
-    def committed_epoch(self) -> int:
+    def committed_epoch(self, fence: bool = True) -> int:
         """The last epoch this sink holds for this pipeline, ``-1`` if none.
 
         Read from the sink itself (its marker), never from a cache or from the epoch log, and
-        after fencing any earlier writer where the sink supports it, so that the answer cannot
-        be changed afterwards by a zombie of an earlier attempt. Raises ``TransientError`` when
-        the sink cannot be reached (the caller retries).
+        (``fence``) after fencing any earlier writer where the sink supports it, so that the
+        answer cannot be changed afterwards by a zombie of an earlier attempt. ``fence=False``
+        only looks (status views): the answer may then be overtaken by a commit in flight.
+        Raises ``TransientError`` when the sink cannot be reached (the caller retries).
         """
 
     @abstractmethod

@@ -125,7 +125,7 @@ class DeltaSink(Sink):
     def prepare(self, schema: pa.Schema) -> None:
         create_table(self.path, schema)
 
-    def committed_epoch(self) -> int:
+    def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
         commit is checked against the snapshot it was planned on)."""
         return txn_version(self.path, self.config.app_id)

@@ -102,9 +102,10 @@ class KafkaSink(Sink):
 
     # -- the contract -------------------------------------------------------------------------
 
-    def committed_epoch(self) -> int:
+    def committed_epoch(self, fence: bool = True) -> int:
         """Fence earlier producers of this sink (``init_transactions``), then read the marker."""
-        self._fenced_producer()
+        if fence:
+            self._fenced_producer()
         return self._last_marker()
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
