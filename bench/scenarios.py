@@ -332,7 +332,6 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
     sink (``kafka``: init_transactions, marker read, one transaction, then the Delta sinks)."""
     from eos.outputs import LATE_SCHEMA, QUARANTINE_SCHEMA, late_rows, quarantine_rows, window_rows
     from eos.outputs import windows_schema as target_schema
-    from eos.protocol import commit
     from eos.sinks.delta import fenced_append
     from eos.stage import staged_epoch
     from eos.tables import ensure_tables
@@ -346,12 +345,7 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
         DeltaTable.create(str(scratch / name), schema=schema, mode="ignore")
     commits, appends = [], []
     for epoch in range(reps):
-        stage_fabricated_epoch(config, epoch, n_rows)
-        t0 = now()
-        result = commit(config, epoch)
-        commits.append(now() - t0)
-        if result.rows.get("windows") != n_rows:
-            raise AssertionError(f"commit promoted {result.rows} rows, wanted {n_rows}")
+        commits.append(_timed_commit(config, epoch, n_rows))
         from eos.plan import plan_of
 
         tables = ensure_tables(config)
@@ -367,20 +361,25 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
 
 
 def _kafka_commits(env: Env, n_rows: int, reps: int) -> list[float]:
-    from eos.protocol import check_sinks, commit
+    from eos.protocol import check_sinks
 
     sinks = {"windows": [{"kafka": f"bench-commit-out-{n_rows}"}, {"delta": "target"}]}
     config = env.config(f"commit-kafka-{n_rows}", f"bench-commit-{n_rows}", sinks=sinks)
     check_sinks(config, -1)  # creates the topics, as begin does: not part of the timed commits
-    out = []
-    for epoch in range(reps):
-        stage_fabricated_epoch(config, epoch, n_rows)
-        t0 = now()
-        result = commit(config, epoch)
-        out.append(now() - t0)
-        if result.rows.get("windows") != n_rows:
-            raise AssertionError(f"commit promoted {result.rows} rows, wanted {n_rows}")
-    return out
+    return [_timed_commit(config, epoch, n_rows) for epoch in range(reps)]
+
+
+def _timed_commit(config: PipelineConfig, epoch: int, n_rows: int) -> float:
+    """Stage a fabricated epoch of ``n_rows`` windows, then time ``eos.protocol.commit`` of it."""
+    from eos.protocol import commit
+
+    stage_fabricated_epoch(config, epoch, n_rows)
+    t0 = now()
+    result = commit(config, epoch)
+    took = now() - t0
+    if result.rows.get("windows") != n_rows:
+        raise AssertionError(f"commit promoted {result.rows} rows, wanted {n_rows}")
+    return took
 
 
 # --------------------------------------------------------------------------- spark-submit
