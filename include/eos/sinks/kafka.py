@@ -32,7 +32,7 @@ import base64
 import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -155,8 +155,7 @@ class KafkaSink(Sink):
         return rows
 
     def commits(self) -> list[int]:
-        return [json.loads(r.value())["epoch"] for r in self._read_topic(self.options.markers)
-                if r.key() == self.config.name.encode()]
+        return self._marker_epochs(self._read_topic(self.options.markers))
 
     def asset_uri(self) -> str:
         return f"kafka://{self.config.name}/{self.options.topic}"
@@ -268,47 +267,37 @@ class KafkaSink(Sink):
     def _last_marker(self) -> int:
         """The highest epoch in this pipeline's markers, read with ``read_committed``: scan the
         marker partition backwards from its end until a marker of this pipeline appears."""
-        import confluent_kafka as ck
-
-        from eos.kafka import consumer
-
-        c = consumer(self._settings(), group=f"eos-markers-{self.config.name}")
-        try:
-            if self.options.markers not in c.list_topics(timeout=TIMEOUT_S).topics:
-                return NO_EPOCH
-            low, high = c.get_watermark_offsets(ck.TopicPartition(self.options.markers, 0),
-                                                timeout=TIMEOUT_S, cached=False)
-        except ck.KafkaException as error:
-            raise SinkUnavailable(f"Kafka sink {self.name}: cannot read marker topic "
-                                  f"'{self.options.markers}': {_kafka_error(error)}") from None
-        finally:
-            c.close()
+        marks = self._watermarks(self.options.markers)
+        if 0 not in marks:
+            return NO_EPOCH
+        low, high = marks[0]
         step, end = 64, high
         while end > low:
             start = max(low, end - step)
-            epochs = [json.loads(r.value())["epoch"]
-                      for r in self._read_partition(self.options.markers, 0, start)
-                      if r.key() == self.config.name.encode()]
+            epochs = self._marker_epochs(self._read_partition(self.options.markers, 0, start))
             if epochs:
                 return max(epochs)
             end, step = start, step * 4
         return NO_EPOCH
 
-    def _read_topic(self, topic: str) -> Iterator[ck.Message]:
-        import confluent_kafka as ck
+    def _marker_epochs(self, records: Iterable[ck.Message]) -> list[int]:
+        """The epochs of this pipeline's markers among ``records`` (other pipelines' skipped)."""
+        mine = self.config.name.encode()
+        return [json.loads(r.value())["epoch"] for r in records if r.key() == mine]
 
-        from eos.kafka import consumer
+    def _watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
+        """(log start, high watermark) per partition; empty when the topic does not exist."""
+        from eos.errors import TopicMissing
+        from eos.kafka import topic_watermarks
 
-        c = consumer(self._settings(), group=f"eos-readback-{self.config.name}")
         try:
-            metadata = c.list_topics(timeout=TIMEOUT_S).topics.get(topic)
-            partitions = sorted(metadata.partitions) if metadata is not None else []
-            lows = {p: c.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=TIMEOUT_S,
-                                               cached=False)[0] for p in partitions}
-        finally:
-            c.close()
-        for partition in partitions:
-            yield from self._read_partition(topic, partition, lows[partition])
+            return topic_watermarks(self._settings(), topic)
+        except TopicMissing:
+            return {}
+
+    def _read_topic(self, topic: str) -> Iterator[ck.Message]:
+        for partition, (low, _high) in sorted(self._watermarks(topic).items()):
+            yield from self._read_partition(topic, partition, low)
 
     def _read_partition(self, topic: str, partition: int, start: int) -> Iterator[ck.Message]:
         """Every ``read_committed`` record from ``start`` to the end of the partition."""
