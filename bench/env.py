@@ -57,8 +57,13 @@ class Env:
         data = {
             "name": name,
             "kafka": {"topic": topic, "read_timeout": "60s", "split_records": split_records},
-            "event": {"key": "key", "time": "ts", "value": "value"},
-            "window": {"size": window, "allowed_lateness": lateness},
+            # The generator's clicks shape, with the clicks pipeline's five aggregations.
+            "event": {"time": {"field": "ts", "format": "epoch_ms"},
+                      "fields": {"key": "string", "value": "decimal(38,9)"}},
+            "group_by": ["key"],
+            "window": {"type": "tumbling", "size": window, "allowed_lateness": lateness},
+            "aggregations": {"count": "count(*)", "sum": "sum(value)", "min": "min(value)",
+                             "max": "max(value)", "avg": "avg(value)"},
             "epoch": {"max_records": max_records, "staging_retention": retention},
             "tables": {"root": str(self.workdir / "tables" / name)},
             "spark": {"master": "local[2]", "shuffle_partitions": 2,

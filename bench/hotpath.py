@@ -1,7 +1,7 @@
 """Where precommit's time goes, per record, in plain Python on the benchmark's own data.
 
-Spark runs the reader (``eos.reader.read_split``) and the parser (``eos.stage.parse_records``) in
-Python workers; here both run directly, single-threaded, on the same Kafka ranges, so their
+Spark runs the reader (``eos.reader.read_split``) and the parser (``eos.parse.Parser.parse_batch``)
+in Python workers; here both run directly, single-threaded, on the same Kafka ranges, so their
 per-record cost can be set against a bare consumer and against the Spark stage that wraps them.
 """
 
@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import cProfile
 import io
-import json
 import pstats
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -47,13 +45,15 @@ def _read_all(reader: Callable[..., Iterator[pa.RecordBatch]], settings: dict[st
 
 def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -> dict[str, Any]:
     """µs per record (CPU and wall) of each piece of the read+parse stage, median of ``reps``."""
-    from eos.events import _reject_constant, parse_event
+    import msgspec
+
+    from eos.parse import Parser
     from eos.reader import read_split
-    from eos.stage import parse_records
 
     settings = env.settings()
     records = sum(p.records for p in plans)
     batches = _read_all(read_split, settings, plans)  # imports and first connection
+    parser = Parser(config.event)
     timings: dict[str, list[tuple[float, float]]] = {}
 
     def measure(name: str, fn: Callable[[], Any]) -> Any:
@@ -66,26 +66,24 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
             bare_consume(settings, p.topic, r.partition, r.start, r.until)
             for p in plans for r in p.ranges])
         measure("reader.read_split", lambda: _read_all(read_split, settings, plans))
-        measure("stage.parse_records", lambda: list(parse_records(config)(iter(batches))))
+        measure("parse.Parser.parse_batch", lambda: [parser.parse_batch(b) for b in batches])
     values = [v for b in batches for v in b.column("value").to_pylist()]
     stamps = [t for b in batches for t in b.column("timestamp_ms").to_pylist()]
-    ev = config.event
-    decoder = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
-    texts = []  # the documents that are valid JSON, to time the decoder alone
+    typed = parser.decoder.decode
+    generic = msgspec.json.Decoder().decode
+    documents = []  # the values the typed decoder takes, to time the decoders alone
     for v in values:
         try:
-            decoder.decode(v.decode())
-        except (AttributeError, UnicodeDecodeError, ValueError, RecursionError):
+            typed(v)
+        except (TypeError, ValueError, ArithmeticError, RecursionError, msgspec.DecodeError):
             continue
-        texts.append(v.decode())
+        documents.append(v)
     for _ in range(reps):
-        measure("  events.parse_event", lambda: [
-            parse_event(v, t, ev.key, ev.time, ev.value, ev.max_future)
-            for v, t in zip(values, stamps, strict=True)])
-        measure("  json.loads(text, parse_float=Decimal, ...)", lambda: [
-            json.loads(t, parse_float=Decimal, parse_constant=_reject_constant) for t in texts])
-        measure("  one JSONDecoder(...).decode(text) (what parse_event does)",
-                lambda: [decoder.decode(t) for t in texts])
+        measure("  Parser.parse, record by record", lambda: [
+            parser.parse(v, t) for v, t in zip(values, stamps, strict=True)])
+        measure("  the parser's typed msgspec decoder alone", lambda: list(map(typed, documents)))
+        measure("  msgspec generic decode (a dict per record)",
+                lambda: list(map(generic, documents)))
     out = {}
     for name, samples in timings.items():
         cpu = statistics.median(c for c, _ in samples)
@@ -98,13 +96,14 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
 
 
 def profile_parse(config: PipelineConfig, batches: list[pa.RecordBatch], top: int = 8) -> str:
-    """cProfile of ``parse_records`` on real batches: the functions with most own time."""
-    from eos.stage import parse_records
+    """cProfile of ``Parser.parse_batch`` on real batches: the functions with most own time."""
+    from eos.parse import Parser
 
+    parser = Parser(config.event)
     profiler = cProfile.Profile()
     profiler.enable()
-    for _ in parse_records(config)(iter(batches)):
-        pass
+    for batch in batches:
+        parser.parse_batch(batch)
     profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
@@ -115,7 +114,8 @@ def spark_fusion(env: Env, config: PipelineConfig, plans: list[Plan],
                  reps: int) -> dict[str, float]:
     """Spark read+parse of the same ranges (``count()``, no cache): the library's two Python
     stages against proposal 4 (parse inside the reader, ``bench.proposals``)."""
-    from eos.stage import PARSED_DDL, parse_records, read_ranges
+    from eos.schema import ddl, parsed_schema
+    from eos.stage import parse_records, read_ranges
 
     spark = env.spark
     register_fused(spark)
@@ -130,7 +130,7 @@ def spark_fusion(env: Env, config: PipelineConfig, plans: list[Plan],
     samples: dict[str, list[float]] = {"library": [], "fused": []}
     for _ in range(reps):
         samples["library"].append(timed(lambda p: read_ranges(spark, config, p).mapInArrow(
-            parse_records(config), PARSED_DDL)))
+            parse_records(config.event), ddl(parsed_schema(config.event)))))
         samples["fused"].append(timed(lambda p: read_ranges(spark, config, p,
                                                             source="eos_kafka_parsed")))
     records = sum(p.records for p in plans)

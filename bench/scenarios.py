@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from bench.env import Env
 from eos.config import PipelineConfig
@@ -175,17 +176,16 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     import pyarrow.compute as pc
     from deltalake import write_deltalake
 
-    from eos.events import NEG_INF
     from eos.outputs import window_rows
-    from eos.stage import STATE_COLUMNS, EpochState, compute_epoch
-    from eos.tables import STAGING_SCHEMA
+    from eos.stage import compute_epoch, resume_state
+    from eos.tables import ensure_tables
 
     # ALO carries no state: every epoch starts from nothing, as if it were epoch 0.
-    state_schema = pa.schema([STAGING_SCHEMA.field(c) for c in STATE_COLUMNS])
-    empty_state = EpochState(state_schema.empty_table(), NEG_INF, None)
+    empty_state = resume_state(config, ensure_tables(config), 0)
     timings: dict[str, float] = {}
     t0 = now()
-    windows, side = compute_epoch(env.spark, config, plan, empty_state, timings)
+    computed = compute_epoch(env.spark, config, plan, empty_state, timings)
+    windows, side = computed.windows, computed.side
     t1 = now()
     as_output = windows.append_column("kind", pa.array(["output"] * windows.num_rows))
     write_deltalake(f"{path}/target", window_rows(config, as_output, plan.epoch), mode="append")
@@ -278,34 +278,31 @@ def bare_read(env: Env, plans: list[Plan]) -> float:
 
 
 def _fabricated_windows(n_rows: int, size_ms: int) -> pa.Table:
+    """``n_rows`` merged windows of the clicks aggregations (three events of 12.5 each), in
+    the columns ``eos.stage.compute_epoch`` returns."""
     from decimal import Decimal
 
     from eos.produce import BASE_TIME_MS
-    from eos.tables import DEC
 
-    keys = [f"k{i:07d}" for i in range(n_rows)]
-    starts = [BASE_TIME_MS + (i % 60) * size_ms for i in range(n_rows)]
-    value = pa.array([Decimal("12.5")] * n_rows, DEC)
+    dec = pa.decimal128(38, 9)
+    starts = pa.array([BASE_TIME_MS + (i % 60) * size_ms for i in range(n_rows)], pa.int64())
+    value = pa.array([Decimal("12.5")] * n_rows, dec)
+    total = pa.array([Decimal("37.5")] * n_rows, dec)
+    three = pa.array([3] * n_rows, pa.int64())
     return pa.table({
-        "key": pa.array(keys, pa.string()),
-        "window_start_ms": pa.array(starts, pa.int64()),
-        "count": pa.array([3] * n_rows, pa.int64()),
-        "sum": pa.array([Decimal("37.5")] * n_rows, DEC),
-        "min": value,
-        "max": value,
-        "max_event_ms": pa.array([BASE_TIME_MS + 1000 * size_ms] * n_rows, pa.int64()),
+        "g__key": pa.array([f"k{i:07d}" for i in range(n_rows)], pa.string()),
+        "window_start_ms": starts,
+        "window_end_ms": pc.add(starts, size_ms),
+        "s__count__n": three, "s__sum__sum": total, "s__min__v": value, "s__max__v": value,
+        "s__avg__sum": total, "s__avg__n": three,
+        "o__count": three, "o__sum": total, "o__min": value, "o__max": value,
+        "o__avg": pa.array([12.5] * n_rows, pa.float64()),
     })
 
 
 def _empty_side() -> pa.Table:
-    from eos.tables import DEC
-
-    return pa.schema([
-        ("kind", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-        ("kafka_timestamp_ms", pa.int64()), ("key", pa.string()), ("event_ms", pa.int64()),
-        ("value", DEC), ("window_start_ms", pa.int64()), ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()), ("reason", pa.string()),
-    ]).empty_table()
+    """No late or quarantined rows."""
+    return pa.schema([("kind", pa.string())]).empty_table()
 
 
 def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> None:
@@ -313,15 +310,19 @@ def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> N
     would stage them: plan in the epoch log, one staging commit with output, state, offsets."""
     from eos import epochlog
     from eos.plan import PartitionRange
-    from eos.stage import build_staging_rows, resume_state
+    from eos.produce import BASE_TIME_MS
+    from eos.stage import Computed, build_staging_rows, resume_state
     from eos.tables import ensure_tables, replace_epoch
 
     tables = ensure_tables(config)
     plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 0),))
     epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=plan.hash, plan=plan.to_json())
-    state = resume_state(tables, epoch)
-    windows = _fabricated_windows(n_rows, config.window.size)
-    rows, _ = build_staging_rows(config, plan, state, windows, _empty_side())
+    state = resume_state(config, tables, epoch)
+    size = config.window.size
+    windows = _fabricated_windows(n_rows, size)
+    # Every window closed: the max event time is far past the last window's end.
+    computed = Computed(windows, _empty_side(), BASE_TIME_MS + 1000 * size, 0)
+    rows, _ = build_staging_rows(config, plan, state, computed)
     replace_epoch(tables.staging, rows, epoch)
 
 
@@ -330,7 +331,13 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
     alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them), and the
     commit of the same epochs by a pipeline whose windows also go to a transactional Kafka
     sink (``kafka``: init_transactions, marker read, one transaction, then the Delta sinks)."""
-    from eos.outputs import LATE_SCHEMA, QUARANTINE_SCHEMA, late_rows, quarantine_rows, window_rows
+    from eos.outputs import (
+        QUARANTINE_SCHEMA,
+        late_rows,
+        late_schema,
+        quarantine_rows,
+        window_rows,
+    )
     from eos.outputs import windows_schema as target_schema
     from eos.sinks.delta import fenced_append
     from eos.stage import staged_epoch
@@ -340,7 +347,7 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
     scratch = env.workdir / "tables" / f"commit-{n_rows}-appends"
     from deltalake import DeltaTable
 
-    for name, schema in (("late", LATE_SCHEMA), ("quarantine", QUARANTINE_SCHEMA),
+    for name, schema in (("late", late_schema(config)), ("quarantine", QUARANTINE_SCHEMA),
                          ("target", target_schema(config))):
         DeltaTable.create(str(scratch / name), schema=schema, mode="ignore")
     commits, appends = [], []

@@ -23,14 +23,23 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+# The generator's "clicks" shape: {"key": str, "ts": epoch ms, "value": number}.
+CLICKS_EVENT = {"time": {"field": "ts", "format": "epoch_ms"},
+                "fields": {"key": "string", "value": "decimal(38,9)"}}
+CLICKS_AGGREGATIONS = {"count": "count(*)", "sum": "sum(value)", "min": "min(value)",
+                       "max": "max(value)", "avg": "avg(value)"}
+
+
 def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
     """A pipeline config file with a unique name; ``overrides`` replace top-level sections."""
     name = overrides.pop("name", None) or f"p{uuid.uuid4().hex[:8]}"
     data: dict[str, object] = {
         "name": name,
         "kafka": {"topic": unique_topic(), "read_timeout": "30s", "split_records": 4000},
-        "event": {"key": "key", "time": "ts", "value": "value"},
-        "window": {"size": "10s", "allowed_lateness": "2s"},
+        "event": CLICKS_EVENT,
+        "group_by": ["key"],
+        "window": {"type": "tumbling", "size": "10s", "allowed_lateness": "2s"},
+        "aggregations": CLICKS_AGGREGATIONS,
         "epoch": {"max_records": 1_000_000, "staging_retention": 2},
         "tables": {"root": str(directory / name)},
         "spark": {"master": "local[2]", "shuffle_partitions": 2},

@@ -13,7 +13,12 @@ from eos.errors import ConfigError
 GOOD = {
     "name": "x",
     "kafka": {"topic": "t"},
-    "window": {"size": "60s", "allowed_lateness": "10s"},
+    "event": {"time": {"field": "ts", "format": "iso8601"},
+              "fields": {"page": "string", "user": {"path": "user.id", "type": "string"},
+                         "amount": "decimal(12,2)", "n": "long"}},
+    "group_by": ["page"],
+    "window": {"type": "tumbling", "size": "60s", "allowed_lateness": "10s"},
+    "aggregations": {"views": "count(*)", "revenue": "sum(amount)"},
 }
 
 
@@ -28,10 +33,13 @@ def test_every_shipped_pipeline_loads() -> None:
     for path in list_pipelines():
         config = load_config(path)
         assert config.name == path.stem
-    demo = load_pipeline("clicks")
-    assert demo.window.size == 60_000
-    assert demo.window.allowed_lateness == 10_000
-    assert demo.app_id == "eos:clicks"
+    clicks = load_pipeline("clicks")
+    assert clicks.window.size == 60_000
+    assert clicks.window.allowed_lateness == 10_000
+    assert clicks.app_id == "eos:clicks"
+    demo = load_pipeline("pageviews")
+    assert demo.window.type == "hopping" and demo.group_by == ["page", "country"]
+    assert demo.event.fields["user"].path == ("user", "id")
 
 
 @pytest.mark.parametrize(
@@ -42,7 +50,18 @@ def test_every_shipped_pipeline_loads() -> None:
         ({"kafka": {"topic": "t", "start": "middle"}}, "kafka.start"),
         ({"epoch": {"max_records": "many"}}, "epoch.max_records"),
         ({"epoch": {"max_records": 0}}, "epoch.max_records"),
-        ({"aggregations": ["count", "median"]}, "aggregations.1"),
+        ({"aggregations": ["count", "median"]}, "aggregations"),
+        ({"aggregations": {"m": "median(amount)"}}, "aggregations"),
+        ({"aggregations": {"m": "sum(*)"}}, "aggregations"),
+        ({"window": {"type": "hopping", "size": "5m"}}, "window"),
+        ({"window": {"type": "hopping", "size": "5m", "slide": "2m"}}, "window"),
+        ({"window": {"type": "session", "size": "5m"}}, "window"),
+        ({"window": {"type": "sliding", "size": "5m"}}, "window.type"),
+        ({"event": {"time": {"format": "iso8601"}, "fields": {"a": "string"}}}, "event.time"),
+        ({"event": {"time": {"field": "ts"}, "fields": {"a": "text"}}}, "event.fields"),
+        ({"event": {"time": {"field": "ts"}, "fields": {"a": "decimal(40,2)"}}},
+         "event.fields"),
+        ({"event": {**GOOD["event"], "filter": "amount >= >"}}, "event"),
         ({"kafka": {"topic": "t", "colour": "red"}}, "kafka.colour"),
     ],
 )
@@ -54,7 +73,40 @@ def test_bad_field_is_named(tmp_path: Path, patch: dict, field: str) -> None:
     assert message.count("\n") == 0
 
 
-@pytest.mark.parametrize("missing", ["kafka", "window", "name"])
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"group_by": ["country"]}, "group_by: field 'country' is not declared"),
+        ({"aggregations": {"users": "count_distinct(uid)"}},
+         "aggregation 'users': field 'uid' is not declared"),
+        ({"aggregations": {"total": "sum(page)"}}, "sum needs a long, double or decimal field"),
+        ({"event": {**GOOD["event"], "filter": "country = 'DE'"}},
+         "filter uses ['country'], which are not declared fields"),
+        ({"event": {**GOOD["event"], "filter": "amount >"}}, "is not a Spark SQL expression"),
+        ({"aggregations": {"window_start": "count(*)"}}, "'window_start' is reserved"),
+    ],
+)
+def test_a_field_used_but_not_declared_is_named(tmp_path: Path, patch: dict,
+                                                message: str) -> None:
+    """One line naming the field, at load time: no plan, no Spark."""
+    with pytest.raises(ConfigError) as error:
+        load_config(_write(tmp_path, {**GOOD, **patch}))
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_schema_view_is_what_committed_rows_mean() -> None:
+    """What a committed checkpoint records: a change there is refused; a change elsewhere (the
+    epoch cap, the Spark settings) is not part of it."""
+    base = load_config_dict(GOOD)
+    view = base.schema_view()
+    assert view["aggregations"] == {"views": "count(*)", "revenue": "sum(amount)"}
+    assert load_config_dict({**GOOD, "epoch": {"max_records": 5}}).schema_view() == view
+    changed = load_config_dict({**GOOD, "window": {"size": "2m"}}).schema_view()
+    assert changed != view
+
+
+@pytest.mark.parametrize("missing", ["kafka", "window", "name", "event", "aggregations"])
 def test_missing_field_is_named(tmp_path: Path, missing: str) -> None:
     data = {k: v for k, v in GOOD.items() if k != missing}
     with pytest.raises(ConfigError, match=f"field '{missing}': Field required"):

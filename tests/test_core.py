@@ -30,7 +30,7 @@ from eos.outcomes import Outcome
 from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
 from eos.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
-from eos.tables import STAGING_SCHEMA, ensure_tables, read_table, replace_epoch, tables_for
+from eos.tables import ensure_tables, read_table, replace_epoch, staging_schema, tables_for
 
 from support import (
     delta_path,
@@ -137,7 +137,8 @@ def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -
         for phase in (epochlog.PLANNED, epochlog.PRECOMMITTED, epochlog.COMMITTED):
             epochlog.append(tables, epoch, phase, plan_hash=f"{epoch:016x}", plan="{}")
         row = {"epoch": epoch, "kind": "offsets", "plan_hash": f"{epoch:016x}", "partition": 0}
-        replace_epoch(tables.staging, pa.Table.from_pylist([row], schema=STAGING_SCHEMA), epoch)
+        replace_epoch(tables.staging, pa.Table.from_pylist([row], schema=staging_schema(config)),
+                      epoch)
     log_rows = epochlog.rows(tables)
     prune_staging(tables, committed=11, retention=2)
     staging_rows = read_table(tables.staging)
@@ -277,9 +278,9 @@ def test_unreachable_kafka_fails_clearly_and_stages_nothing(
 
 def test_audit_of_a_pipeline_with_a_subset_of_aggregations(tmp_path: Path, kafka: str,
                                                            spark: Any) -> None:
-    """`aggregations: [count, max]` used to make `eos verify` report every window as an
-    unexpected row (it compared all five aggregates); it compares the configured ones."""
-    config = write_pipeline(tmp_path, aggregations=["count", "max"])
+    """A pipeline computing two of the clicks aggregations used to make `eos verify` report
+    every window as an unexpected row (it compared all five); it compares the configured ones."""
+    config = write_pipeline(tmp_path, aggregations={"count": "count(*)", "max": "max(value)"})
     spec = GeneratorSpec(events=1500, keys=10, interval_ms=20, disorder_ms=500, seed=5)
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
     run_until_caught_up(config, spark, "subset")

@@ -24,7 +24,7 @@ from eos.config import PipelineConfig
 from eos.errors import EXIT_TRANSIENT, ProtocolViolation
 from eos.kafka import client_settings, is_embedded_broker
 from eos.plan import plan_of
-from eos.produce import GeneratorSpec, generate, send
+from eos.produce import GeneratorSpec, generate, generator_options, send
 from eos.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
 from eos.stage import spark_session
 from eos.tables import tables_for
@@ -127,7 +127,7 @@ def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.
             "only a real broker (KAFKA_BOOTSTRAP_SERVERS) can keep racing Kafka commits apart")
     spec = GeneratorSpec(events=events_per_epoch * epochs, keys=30, interval_ms=25,
                          disorder_ms=1000, late_fraction=0.02, late_delay_ms=20_000,
-                         bad_fraction=0.02, seed=seed)
+                         bad_fraction=0.02, seed=seed, users=200, **generator_options(config))
     records = list(generate(spec))
     faults_dir = tempfile.mkdtemp(prefix="eos-chaos-")
     for i in range(epochs):

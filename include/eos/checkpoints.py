@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from eos.config import PipelineConfig
 from eos.layout import Tables
 from eos.sinks.delta import FencedWrite, fenced_append, txn_version
 from eos.tables import TS, read_table
@@ -29,6 +30,7 @@ CHECKPOINTS_SCHEMA = pa.schema(
         ("rows", pa.string()),  # JSON {output: rows}
         ("sinks", pa.string()),  # JSON {sink: outcome and version} as this commit left them
         ("committed_at", TS),
+        ("config", pa.string()),  # JSON: the config's schema view this epoch was computed with
     ]
 )
 
@@ -42,6 +44,7 @@ class Checkpoint:
     rows: dict[str, int] = field(default_factory=dict)
     sinks: dict[str, Any] = field(default_factory=dict)
     committed_at: datetime | None = None
+    config: dict[str, Any] = field(default_factory=dict)
 
     def to_row(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,7 @@ class Checkpoint:
             "rows": json.dumps(self.rows, sort_keys=True),
             "sinks": json.dumps(self.sinks, sort_keys=True, default=str),
             "committed_at": self.committed_at or datetime.now(UTC),
+            "config": json.dumps(self.config, sort_keys=True),
         }
 
     @classmethod
@@ -61,6 +65,7 @@ class Checkpoint:
             until={int(p): u for p, u in json.loads(row["until"]).items()},
             watermark_ms=row["watermark_ms"], rows=json.loads(row["rows"]),
             sinks=json.loads(row["sinks"]), committed_at=row["committed_at"],
+            config=json.loads(row.get("config") or "{}"),
         )
 
 
@@ -99,3 +104,32 @@ def committed_offsets(tables: Tables, epoch: int) -> dict[int, int]:
             f"the checkpoint table's txn says epoch {epoch} is committed but holds no row for it"
         )
     return checkpoint.until
+
+
+def _changes(before: Any, after: Any, where: str = "") -> list[str]:
+    """Dotted paths where two JSON-like values differ, with both values."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [change for key in sorted(set(before) | set(after))
+                for change in _changes(before.get(key), after.get(key),
+                                       f"{where}.{key}" if where else str(key))]
+    return [] if before == after else [f"{where or 'config'}: {before!r} -> {after!r}"]
+
+
+def check_schema_view(tables: Tables, committed: int, config: PipelineConfig) -> None:
+    """Refuse to go on when what committed rows mean (the config's schema view: parsing,
+    grouping, windows, aggregations) changed since the last committed epoch: its open windows'
+    state and every committed row were computed under the old one."""
+    if committed < 0:
+        return
+    checkpoint = read(tables, committed)
+    if checkpoint is None or not checkpoint.config:
+        return
+    changes = _changes(checkpoint.config, config.schema_view())
+    if changes:
+        from eos.errors import ConfigError
+
+        raise ConfigError(
+            f"pipeline '{config.name}' committed epochs 0..{committed} with another schema; "
+            f"changed: {'; '.join(changes)}. Its state and committed rows mean the old config: "
+            "give the changed pipeline a new name (and tables), or replay it from the start"
+        )

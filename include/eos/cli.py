@@ -45,20 +45,19 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from eos.kafka import client_settings
-    from eos.produce import GeneratorSpec, produce
+    from eos.produce import GeneratorSpec, generator_options, produce
 
     config = _config(args)
     spec = GeneratorSpec(
         events=args.events,
         keys=args.keys,
+        users=args.users,
         interval_ms=args.interval_ms,
         disorder_ms=args.disorder_ms,
         late_fraction=args.late_fraction,
         bad_fraction=args.bad_fraction,
         seed=args.seed,
-        key_field=config.event.key,
-        time_field=config.event.time,
-        value_field=config.event.value,
+        **generator_options(config, args.shape),
     )
     summary = produce(spec, config.kafka.topic, client_settings(config.kafka.client), args.rate)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.kinds.items()))
@@ -84,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("produce", help="produce deterministic sample events")
     _pipeline_args(p)
     p.add_argument("--events", type=int, required=True)
-    p.add_argument("--keys", type=int, default=100)
+    p.add_argument("--shape", choices=["clicks", "pageviews"], default=None,
+                   help="event shape; default: the one the pipeline's event fields read "
+                        "(pageviews for the pageviews pipeline, else clicks)")
+    p.add_argument("--keys", type=int, default=100, help="distinct keys (clicks) or pages")
+    p.add_argument("--users", type=int, default=500, help="distinct users (pageviews)")
     p.add_argument("--interval-ms", type=int, default=10, help="event-time step between events")
     p.add_argument("--disorder-ms", type=int, default=0)
     p.add_argument("--late-fraction", type=float, default=0.0)

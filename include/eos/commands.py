@@ -128,9 +128,10 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
 
     p = sub.add_parser("demo", help="the main job: broker, sample events, epochs, audit")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--pipeline", default="clicks")
+    group.add_argument("--pipeline", default="pageviews")
     group.add_argument("--config")
-    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--events", type=int, default=None,
+                   help="events to produce (default: 100,000 pageviews or 200,000 clicks)")
     p.add_argument("--via", choices=["airflow", "cli"], default="airflow")
     p.set_defaults(func=cmd_demo)
 

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from eos.errors import ConfigError
 
@@ -40,7 +48,22 @@ def parse_duration_ms(value: Any) -> int:
 
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
 OUTPUTS = ("windows", "late", "quarantine")  # what an epoch produces; each goes to its sinks
-Aggregation = Literal["count", "sum", "min", "max", "avg"]
+
+FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # a field or output column: a plain SQL identifier
+TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601", "kafka_timestamp")
+# Columns every window row has; a field or aggregation may not take these names.
+RESERVED = ("window_start", "window_end", "epoch")
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(f"{what} '{value}' must be a plain identifier (letters, digits, _; "
+                         "starting with a letter)")
+    if value.lower() in RESERVED:
+        raise ValueError(f"{what} '{value}' is reserved for the window columns {RESERVED}")
+    return value
 
 
 class _Strict(BaseModel):
@@ -55,24 +78,172 @@ class KafkaConfig(_Strict):
     split_records: int = Field(default=250_000, gt=0)
 
 
+class FieldType(_Strict):
+    """A declared type: ``string | long | double | boolean | decimal(p,s)``."""
+
+    name: str
+    precision: int | None = None
+    scale: int | None = None
+
+    @classmethod
+    def parse(cls, text: Any) -> FieldType:
+        if not isinstance(text, str):
+            raise ValueError(f"a type is one of {FIELD_TYPES} or decimal(p,s), got {text!r}")
+        text = text.strip().lower()
+        match = _DECIMAL.match(text)
+        if match:
+            precision, scale = int(match.group(1)), int(match.group(2))
+            if not 1 <= precision <= 38 or scale > precision:
+                raise ValueError(f"{text}: need 1 <= p <= 38 and s <= p")
+            return cls(name="decimal", precision=precision, scale=scale)
+        if text not in FIELD_TYPES:
+            raise ValueError(f"unknown type '{text}': use one of {FIELD_TYPES} or decimal(p,s)")
+        return cls(name=text)
+
+    def __str__(self) -> str:
+        return f"decimal({self.precision},{self.scale})" if self.name == "decimal" else self.name
+
+    @property
+    def numeric(self) -> bool:
+        return self.name in ("long", "double", "decimal")
+
+
+class FieldSpec(_Strict):
+    """One declared event field: where it is in the JSON object and what type it must have.
+
+    ``optional`` fields may be absent or null (they become SQL NULL); every other field must be
+    present, non-null and of its type, or the record is quarantined naming the field."""
+
+    path: tuple[str, ...]
+    type: FieldType
+    optional: bool = False
+
+    @classmethod
+    def parse(cls, name: str, value: Any) -> FieldSpec:
+        if isinstance(value, str):
+            return cls(path=(name,), type=FieldType.parse(value))
+        if not isinstance(value, dict):
+            raise ValueError(f"field '{name}': write `{name}: TYPE` or "
+                             f"`{name}: {{path: a.b, type: TYPE}}`, got {value!r}")
+        unknown = set(value) - {"path", "type", "optional"}
+        if unknown or "type" not in value:
+            raise ValueError(f"field '{name}': keys are path, type (required), optional; "
+                             f"got {sorted(value)}")
+        path = value.get("path", name)
+        if not isinstance(path, str) or not all(path.split(".")):
+            raise ValueError(f"field '{name}': path must be dotted keys like user.id, got {path!r}")
+        optional = value.get("optional", False)
+        if not isinstance(optional, bool):
+            raise ValueError(f"field '{name}': optional is true or false")
+        return cls(path=tuple(path.split(".")), type=FieldType.parse(value["type"]),
+                   optional=optional)
+
+
+class TimeConfig(_Strict):
+    """Where event time comes from: a field in one of the formats, or the Kafka timestamp."""
+
+    field: str | None = None
+    format: Literal["epoch_ms", "epoch_s", "iso8601", "kafka_timestamp"] = "epoch_ms"
+
+    @model_validator(mode="after")
+    def _field_iff_needed(self) -> TimeConfig:
+        if self.format == "kafka_timestamp" and self.field is not None:
+            raise ValueError("format kafka_timestamp takes no field")
+        if self.format != "kafka_timestamp" and not self.field:
+            raise ValueError(f"format {self.format} needs the field the time is in")
+        return self
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(self.field.split(".")) if self.field else ()
+
+
+def _fields(value: Any) -> dict[str, FieldSpec]:
+    if not isinstance(value, dict) or not value:
+        raise ValueError("fields: a mapping of name -> type (at least one)")
+    return {_check_name(str(name), "field"): FieldSpec.parse(str(name), spec)
+            for name, spec in value.items()}
+
+
 class EventConfig(_Strict):
-    key: str = "key"
-    time: str = "ts"
-    value: str = "value"
+    format: Literal["json"] = "json"
+    time: TimeConfig
+    fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
+    filter: str | None = None
     max_future: DurationMs = 86_400_000
+
+    @model_validator(mode="after")
+    def _filter_parses(self) -> EventConfig:
+        if self.filter is not None:
+            from eos.sql import filter_columns
+
+            unknown = sorted(set(filter_columns(self.filter)) - set(self.fields))
+            if unknown:
+                raise ValueError(f"filter uses {unknown}, which are not declared fields "
+                                 f"(declared: {sorted(self.fields)})")
+        return self
+
+
+_CALL = re.compile(r"^\s*([a-z_]+)\s*\(\s*(\*|[A-Za-z][A-Za-z0-9_]*)\s*\)\s*$")
+
+
+class AggregationSpec(_Strict):
+    """``output: function(field)``; the functions live in ``eos.aggregations``."""
+
+    function: str
+    field: str | None  # None for count(*)
+
+    @classmethod
+    def parse(cls, output: str, text: Any) -> AggregationSpec:
+        from eos.aggregations import FUNCTIONS
+
+        match = _CALL.match(text) if isinstance(text, str) else None
+        if not match:
+            raise ValueError(f"aggregation '{output}': write function(field), e.g. sum(amount) "
+                             f"or count(*), got {text!r}")
+        function, argument = match.groups()
+        if function not in FUNCTIONS:
+            raise ValueError(f"aggregation '{output}': unknown function '{function}' "
+                             f"(known: {', '.join(FUNCTIONS)})")
+        if argument == "*" and function != "count":
+            raise ValueError(f"aggregation '{output}': only count takes *, "
+                             f"{function} needs a field")
+        return cls(function=function, field=None if argument == "*" else argument)
+
+    def __str__(self) -> str:
+        return f"{self.function}({self.field or '*'})"
+
+
+def _aggregations(value: Any) -> dict[str, AggregationSpec]:
+    if not isinstance(value, dict) or not value:
+        raise ValueError("aggregations: a mapping of output column -> function(field), "
+                         "e.g. {views: count(*)}")
+    return {_check_name(str(out), "aggregation"): AggregationSpec.parse(str(out), text)
+            for out, text in value.items()}
 
 
 class WindowConfig(_Strict):
-    size: DurationMs
+    """DESIGN §3: tumbling (size), hopping (size, slide) or session (gap) event-time windows."""
+
+    type: Literal["tumbling", "hopping", "session"] = "tumbling"
+    size: DurationMs | None = None
+    slide: DurationMs | None = None
+    gap: DurationMs | None = None
     allowed_lateness: DurationMs = 0
     idle_timeout: DurationMs | None = None
 
-    @field_validator("size")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError("window size must be positive")
-        return v
+    @model_validator(mode="after")
+    def _shape(self) -> WindowConfig:
+        needs = {"tumbling": {"size"}, "hopping": {"size", "slide"}, "session": {"gap"}}[self.type]
+        given = {k for k in ("size", "slide", "gap") if getattr(self, k) is not None}
+        if given != needs:
+            raise ValueError(f"a {self.type} window takes {sorted(needs)}, got {sorted(given)}")
+        for name in needs:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.type == "hopping" and (self.slide > self.size or self.size % self.slide):
+            raise ValueError(f"hopping: slide ({self.slide} ms) must divide size ({self.size} ms)")
+        return self
 
 
 class EpochConfig(_Strict):
@@ -122,11 +293,10 @@ class SinksConfig(_Strict):
 class PipelineConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     kafka: KafkaConfig
-    event: EventConfig = Field(default_factory=EventConfig)
+    event: EventConfig
+    group_by: list[str] = Field(default_factory=list)
     window: WindowConfig
-    aggregations: list[Aggregation] = Field(
-        default_factory=lambda: ["count", "sum", "min", "max", "avg"], min_length=1
-    )
+    aggregations: Annotated[dict[str, AggregationSpec], BeforeValidator(_aggregations)]
     epoch: EpochConfig = Field(default_factory=EpochConfig)
     tables: TablesConfig = Field(default_factory=TablesConfig)
     sinks: SinksConfig = Field(default_factory=SinksConfig)
@@ -144,6 +314,41 @@ class PipelineConfig(_Strict):
         if doubled:
             raise ValueError(f"each sink may appear once per pipeline; repeated: {doubled}")
         return sinks
+
+    @model_validator(mode="after")
+    def _fields_declared(self) -> PipelineConfig:
+        """Every field used is declared and fits its use: one message naming it."""
+        from eos.aggregations import FUNCTIONS
+
+        declared = self.event.fields
+        for name in self.group_by:
+            if name not in declared:
+                raise ValueError(f"group_by: field '{name}' is not declared in event.fields "
+                                 f"(declared: {sorted(declared)})")
+        if len(set(self.group_by)) != len(self.group_by):
+            raise ValueError(f"group_by lists a field twice: {self.group_by}")
+        for output, spec in self.aggregations.items():
+            if output in self.group_by:
+                raise ValueError(f"aggregation '{output}' has the name of a group_by field")
+            if spec.field is None:
+                continue
+            if spec.field not in declared:
+                raise ValueError(f"aggregation '{output}': field '{spec.field}' is not declared "
+                                 f"in event.fields (declared: {sorted(declared)})")
+            problem = FUNCTIONS[spec.function].refuses(declared[spec.field].type)
+            if problem:
+                raise ValueError(f"aggregation '{output}': {spec}: {problem}")
+        return self
+
+    def schema_view(self) -> dict[str, Any]:
+        """The config that decides what committed rows mean: event parsing, grouping, windows,
+        aggregations. Committed epochs record it; a pipeline whose view changed is refused."""
+        return {
+            "event": self.event.model_dump(mode="json"),
+            "group_by": list(self.group_by),
+            "window": self.window.model_dump(mode="json"),
+            "aggregations": {k: str(v) for k, v in self.aggregations.items()},
+        }
 
     @property
     def app_id(self) -> str:
@@ -165,8 +370,10 @@ def data_dir() -> Path:
 def _describe(error: ValidationError, source: str) -> str:
     problems = []
     for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        problems.append(f"field '{field}': {item['msg']}")
+        message = item["msg"].removeprefix("Value error, ")
+        field = ".".join(str(p) for p in item["loc"])
+        # A check across sections (a field used but not declared) names the field itself.
+        problems.append(f"field '{field}': {message}" if field else message)
     return f"invalid pipeline config {source}: " + "; ".join(problems)
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 from eos import broker
 from eos.config import PipelineConfig
+from eos.errors import DataLoss
 from eos.kafka import client_settings
-from eos.produce import GeneratorSpec, produce
+from eos.produce import GeneratorSpec, generator_options, produce
 
 
 def reset(config: PipelineConfig) -> None:
@@ -64,15 +65,31 @@ def summary(config: PipelineConfig) -> str:
         rows = sink.read_back()
         lines.append(f"{sink.name} ({sink.output}): {len(rows)} rows")
         if sink.output == "windows":
-            keys = {r["key"] for r in rows}
-            events = sum(r.get("count") or 0 for r in rows)
-            lines.append(f"  {len(keys)} keys, {events} events aggregated")
+            lines += _windows_view(config, rows)
         if sink.output == "quarantine" and rows:
             reasons = Counter(r["reason"] for r in rows)
             lines += [f"  reason x{n}: {reason}" for reason, n in reasons.most_common(6)]
         if sink.kind == "kafka":
             lines += _kafka_view(sink)
     return "\n".join(lines)
+
+
+def _windows_view(config: PipelineConfig, rows: list[dict[str, Any]]) -> list[str]:
+    """How many groups and windows, and how many events the ``count(*)`` column adds up to."""
+    groups = {tuple(r.get(g) for g in config.group_by) for r in rows}
+    windows = {(r.get("window_start"), r.get("window_end")) for r in rows}
+    grouped = f"({', '.join(config.group_by)})" if config.group_by else "(no group_by)"
+    line = f"  {len(groups)} groups of {grouped}, {len(windows)} windows"
+    counts = [out for out, spec in config.aggregations.items()
+              if spec.function == "count" and spec.field is None]
+    if counts:
+        total = sum(r.get(counts[0]) or 0 for r in rows)
+        if config.window.type == "hopping":
+            per_event = config.window.size // config.window.slide
+            line += f", {total} (event, window) pairs aggregated (each event is in {per_event})"
+        else:
+            line += f", {total} events aggregated"
+    return [line]
 
 
 def _kafka_view(sink: Any) -> list[str]:
@@ -91,23 +108,57 @@ def _kafka_view(sink: Any) -> list[str]:
             if message is None or message.error():
                 break
             headers = {k: v.decode() for k, v in message.headers() or []}
-            lines.append(f"    key={message.key().decode()} headers={headers}")
+            key = message.key()
+            lines.append(f"    key={key.decode() if key is not None else None} headers={headers}")
             lines.append(f"      value={message.value().decode()}")
     finally:
         c.close()
     return lines
 
 
-def demo(config: PipelineConfig, events: int, via: str, max_epochs: int = 50) -> int:
+# Events the demo produces by default, per shape: what the embedded broker retains in full
+# (librdkafka's mock cluster keeps ~5 MiB per partition; a pageview is about twice a click).
+DEMO_EVENTS = {"clicks": 200_000, "pageviews": 100_000}
+
+
+def demo_spec(config: PipelineConfig, events: int | None = None) -> GeneratorSpec:
+    """The demo's sample events, in the shape ``config`` reads (``eos.produce.shape_for``):
+    pageviews for 50 pages by 500 users, or clicks over 200 keys; both with some disorder, 1%
+    late by 3 to 6 minutes and 0.5% bad records."""
+    options = generator_options(config)
+    shape = options["shape"]
+    keys = 50 if shape == "pageviews" else 200
+    return GeneratorSpec(events=events or DEMO_EVENTS[shape], keys=keys, users=500,
+                         interval_ms=10, disorder_ms=3000,
+                         late_fraction=0.01, late_delay_ms=180_000, bad_fraction=0.005, seed=1,
+                         **options)
+
+
+def _check_retained(settings: dict[str, Any], topic: str, produced: int) -> None:
+    """Fail now, not at the audit, if the broker already dropped some of what was produced."""
+    from eos.kafka import topic_watermarks
+
+    marks = topic_watermarks(settings, topic)
+    dropped = sum(low for low, _ in marks.values())
+    if dropped:
+        raise DataLoss(
+            f"the broker kept only {produced - dropped} of the {produced} records produced to "
+            f"'{topic}' (the embedded broker retains about 5 MiB per partition); run the demo "
+            f"with fewer --events or point KAFKA_BOOTSTRAP_SERVERS at a real broker")
+
+
+def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int = 50) -> int:
     from eos.audit import audit
 
     print(f"[1/4] starting the embedded broker and clearing {config.root}", flush=True)
     reset(config)
-    spec = GeneratorSpec(events=events, keys=200, interval_ms=10, disorder_ms=3000,
-                         late_fraction=0.01, late_delay_ms=180_000, bad_fraction=0.005, seed=1)
-    print(f"[2/4] producing {events} events to '{config.kafka.topic}'", flush=True)
-    done = produce(spec, config.kafka.topic, client_settings(config.kafka.client))
+    spec = demo_spec(config, events)
+    settings = client_settings(config.kafka.client)
+    print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.topic}'",
+          flush=True)
+    done = produce(spec, config.kafka.topic, settings)
     print(f"      {done.records} records in {done.seconds:.1f}s: {dict(done.kinds)}", flush=True)
+    _check_retained(settings, config.kafka.topic, done.records)
     print(f"[3/4] running epochs ({'Airflow DAG runs' if via == 'airflow' else 'eos run'}, "
           f"at most {config.epoch.max_records} records each)", flush=True)
     run_until_caught_up(config, via, max_epochs)

@@ -9,25 +9,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eos.aggregations import aggregations_for, output_column
 from eos.config import PipelineConfig
-from eos.tables import DEC, TS
+from eos.schema import arrow_type
+from eos.tables import TS, group_column
 
 MS_TO_US = 1000
-
-LATE_SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("event_time", TS),
-        ("value", DEC),
-        ("window_start", TS),
-        ("window_end", TS),
-        ("watermark", TS),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("kafka_timestamp", TS),
-        ("epoch", pa.int64()),
-    ]
-)
 
 QUARANTINE_SCHEMA = pa.schema(
     [
@@ -41,72 +28,84 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 
-_AGG_TYPES = {"count": pa.int64(), "sum": DEC, "min": DEC, "max": DEC, "avg": pa.float64()}
+
+def _group_fields(config: PipelineConfig) -> list[tuple[str, pa.DataType]]:
+    return [(g, arrow_type(config.event.fields[g].type)) for g in config.group_by]
 
 
 def windows_schema(config: PipelineConfig) -> pa.Schema:
-    aggregates = [(name, _AGG_TYPES[name]) for name in _AGG_TYPES if name in config.aggregations]
-    return pa.schema(
-        [("key", pa.string()), ("window_start", TS), ("window_end", TS), *aggregates,
-         ("epoch", pa.int64())]
-    )
+    """DESIGN §3: group fields, ``window_start``, ``window_end``, the aggregations by name,
+    ``epoch``. Every sink of the output (Delta and Kafka) gets these columns."""
+    aggregates = [(a.output, a.output_type()) for a in aggregations_for(config)]
+    return pa.schema([*_group_fields(config), ("window_start", TS), ("window_end", TS),
+                      *aggregates, ("epoch", pa.int64())])
+
+
+def late_schema(config: PipelineConfig) -> pa.Schema:
+    """One row per late (record, window) pair: the record's group fields and event time, the
+    window it missed, the watermark it was judged against, and where the record is in Kafka."""
+    return pa.schema([*_group_fields(config), ("event_time", TS), ("window_start", TS),
+                      ("window_end", TS), ("watermark", TS), ("partition", pa.int32()),
+                      ("offset", pa.int64()), ("kafka_timestamp", TS), ("epoch", pa.int64())])
 
 
 def output_schema(config: PipelineConfig, output: str) -> pa.Schema:
     if output == "windows":
         return windows_schema(config)
-    return {"late": LATE_SCHEMA, "quarantine": QUARANTINE_SCHEMA}[output]
+    if output == "late":
+        return late_schema(config)
+    return QUARANTINE_SCHEMA
 
 
-def _ts(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    return pc.multiply(column, MS_TO_US).cast(pa.timestamp("us", tz="UTC"))
+def _ts(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
+    return pc.multiply(column, MS_TO_US).cast(TS)
 
 
-def exact_double(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Decimal -> nearest double. Arrow's direct cast scales in floating point and can be off by
-    one ulp (291.14 -> 291.14000000000004); going through the decimal text rounds correctly."""
-    return column.cast(pa.string()).cast(pa.float64())
+def _epoch(epoch: int, n: int) -> pa.Array:
+    return pa.array([epoch] * n, pa.int64())
+
+
+def _kind(staged: pa.Table, kind: str) -> pa.Table:
+    return staged.filter(pc.equal(staged["kind"], kind))
+
+
+def _groups(config: PipelineConfig, rows: pa.Table) -> dict[str, pa.ChunkedArray]:
+    return {g: rows[group_column(g)] for g in config.group_by}
 
 
 def window_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
-    rows = staged.filter(pc.equal(staged["kind"], "output"))
-    start = rows["window_start_ms"]
+    rows = _kind(staged, "output")
     cols = {
-        "key": rows["key"],
-        "window_start": _ts(start),
-        "window_end": _ts(pc.add(start, config.window.size)),
-        "count": rows["count"],
-        "sum": rows["sum"],
-        "min": rows["min"],
-        "max": rows["max"],
-        "avg": pc.divide(exact_double(rows["sum"]), rows["count"].cast(pa.float64())),
-        "epoch": pa.array([epoch] * rows.num_rows, pa.int64()),
+        **_groups(config, rows),
+        "window_start": _ts(rows["window_start_ms"]),
+        "window_end": _ts(rows["window_end_ms"]),
+        **{a.output: rows[output_column(a.output)] for a in aggregations_for(config)},
+        "epoch": _epoch(epoch, rows.num_rows),
     }
     schema = windows_schema(config)
     return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
 def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: int) -> pa.Table:
-    rows = staged.filter(pc.equal(staged["kind"], "late"))
-    start = rows["window_start_ms"]
+    rows = _kind(staged, "late")
     n = rows.num_rows
     cols = {
-        "key": rows["key"],
+        **_groups(config, rows),
         "event_time": _ts(rows["event_ms"]),
-        "value": rows["value"],
-        "window_start": _ts(start),
-        "window_end": _ts(pc.add(start, config.window.size)),
-        "watermark": _ts(pa.chunked_array([pa.array([watermark] * n, pa.int64())])),
+        "window_start": _ts(rows["window_start_ms"]),
+        "window_end": _ts(rows["window_end_ms"]),
+        "watermark": _ts(pa.array([watermark] * n, pa.int64())),
         "partition": rows["partition"],
         "offset": rows["offset"],
         "kafka_timestamp": _ts(rows["kafka_timestamp_ms"]),
-        "epoch": pa.array([epoch] * n, pa.int64()),
+        "epoch": _epoch(epoch, n),
     }
-    return pa.Table.from_arrays([cols[n] for n in LATE_SCHEMA.names], schema=LATE_SCHEMA)
+    schema = late_schema(config)
+    return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
 def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
-    rows = staged.filter(pc.equal(staged["kind"], "quarantine"))
+    rows = _kind(staged, "quarantine")
     cols = {
         "reason": rows["reason"],
         "raw_key": rows["raw_key"],
@@ -114,7 +113,7 @@ def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
         "partition": rows["partition"],
         "offset": rows["offset"],
         "kafka_timestamp": _ts(rows["kafka_timestamp_ms"]),
-        "epoch": pa.array([epoch] * rows.num_rows, pa.int64()),
+        "epoch": _epoch(epoch, rows.num_rows),
     }
     names = QUARANTINE_SCHEMA.names
     return pa.Table.from_arrays([cols[n] for n in names], schema=QUARANTINE_SCHEMA)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from eos import checkpoints, epochlog, faults
 from eos.checkpoints import Checkpoint
@@ -37,7 +36,7 @@ from eos.phaselog import log_phase, timed
 from eos.plan import Plan, new_plan, plan_of
 from eos.sinks import sinks_for
 from eos.sinks.base import SinkCommit
-from eos.stage import compute_staging_rows, count_kinds, staged_epoch
+from eos.stage import compute_staging_rows, count_kinds, staged_epoch, watermark_row
 from eos.tables import ensure_tables, open_table, replace_epoch
 
 
@@ -135,6 +134,7 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
     with timed() as took:
         tables = ensure_tables(config)
         committed = checkpoints.committed_epoch(tables, config.app_id)
+        checkpoints.check_schema_view(tables, committed, config)
         check_sinks(config, committed)
         plan, how = _existing_plan(tables, committed, run_id)
         if plan is None:
@@ -202,6 +202,7 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
                 "staged and committed in order"
             )
         else:
+            checkpoints.check_schema_view(tables, committed, config)
             _stage(config, tables, plan, spark, result)
     result.timings_ms["total"] = total["ms"]
     log_phase(
@@ -296,7 +297,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: P
     checkpoint = Checkpoint(
         epoch=epoch, plan_hash=plan.hash, until={r.partition: r.until for r in plan.ranges},
         watermark_ms=_staged_watermark(staged), rows=result.rows,
-        sinks={s.sink: _sink_summary(s) for s in result.sinks},
+        sinks={s.sink: _sink_summary(s) for s in result.sinks}, config=config.schema_view(),
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)
     faults.hit("commit.after_checkpoint")
@@ -356,6 +357,5 @@ def recover(config: PipelineConfig) -> tuple[int | None, Outcome]:
 # -- helpers ------------------------------------------------------------------------------------
 
 def _staged_watermark(staged: pa.Table) -> int:
-    """wm(N): the watermark row staged with epoch N (the state row without a key)."""
-    marks = staged.filter(pc.and_(pc.equal(staged["kind"], "state"), pc.is_null(staged["key"])))
-    return marks["watermark_ms"][0].as_py()
+    """wm(N): the watermark row staged with epoch N."""
+    return watermark_row(staged)["watermark_ms"]

@@ -16,48 +16,61 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eos.config import PipelineConfig
-from eos.errors import ProtocolViolation
-from eos.events import (
-    NEG_INF,
-    Event,
-    Rejected,
-    advance_watermark,
-    idle_watermark,
-    parse_event,
-)
+from eos.aggregations import aggregations_for, output_column
+from eos.config import EventConfig, PipelineConfig
+from eos.errors import ConfigError, ProtocolViolation
 from eos.kafka import client_settings
+from eos.parse import NEG_INF, Parser
 from eos.phaselog import timed
 from eos.plan import Plan, plan_of
-from eos.tables import DEC, STAGING_SCHEMA, Tables, read_epoch
+from eos.schema import (
+    EVENT_MS,
+    KAFKA_TS,
+    OFFSET,
+    PARTITION,
+    RAW_KEY,
+    RAW_VALUE,
+    REASON,
+    ddl,
+    parsed_schema,
+)
+from eos.tables import Tables, group_column, read_epoch, staging_schema
+from eos.windows import END, START, window_type
 
-PARSED_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("kafka_timestamp_ms", pa.int64()),
-        ("key", pa.string()),
-        ("event_ms", pa.int64()),
-        ("value", DEC),
-        ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()),
-        ("reason", pa.string()),
-    ]
-)
-PARSED_DDL = (
-    "partition int, offset long, kafka_timestamp_ms long, key string, event_ms long, "
-    "value decimal(38,9), raw_key binary, raw_value binary, reason string"
-)
-STATE_COLUMNS = ["key", "window_start_ms", "count", "sum", "min", "max"]
+WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
 
 
 @dataclass(frozen=True)
 class EpochState:
     """What epoch N resumes from: epoch N-1's open windows and its watermark."""
 
-    windows: pa.Table
+    windows: pa.Table  # group (g__), START, END and state (s__) columns
     watermark_ms: int
     max_event_ms: int | None
+
+
+@dataclass(frozen=True)
+class Computed:
+    """What Spark computed for epoch N (the watermark rule is applied after, in Arrow)."""
+
+    windows: pa.Table  # every window's merged state and its final values
+    side: pa.Table  # late (record, window) pairs and quarantined records
+    max_event_ms: int | None  # over every record that parsed, the filter's drops included
+    filtered: int
+
+
+def advance_watermark(previous_ms: int, max_event_ms: int | None, lateness_ms: int) -> int:
+    """wm(N) = max(wm(N-1), max event time in epochs <= N - allowed lateness)."""
+    if max_event_ms is None:
+        return previous_ms
+    return max(previous_ms, max_event_ms - lateness_ms)
+
+
+def idle_watermark(previous_ms: int, clock_ms: int | None, idle_timeout_ms: int | None) -> int:
+    """With an idle timeout, an epoch with no events lets the watermark follow the planned clock."""
+    if clock_ms is None or idle_timeout_ms is None:
+        return previous_ms
+    return max(previous_ms, clock_ms - idle_timeout_ms)
 
 
 def spark_session(config: PipelineConfig):
@@ -70,6 +83,7 @@ def spark_session(config: PipelineConfig):
         .master(os.environ.get("EOS_SPARK_MASTER", config.spark.master))
         .config("spark.sql.shuffle.partitions", str(config.spark.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.ansi.enabled", "true")  # overflow fails the epoch, never wraps
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
@@ -83,48 +97,16 @@ def spark_session(config: PipelineConfig):
     return spark
 
 
-def parse_records(config: PipelineConfig):
-    """mapInArrow function: raw Kafka records -> parsed events or quarantine reasons."""
-    event = config.event
+def parse_records(event: EventConfig):
+    """mapInArrow function: raw Kafka records -> parsed events or quarantine reasons. The parser
+    is compiled on the worker (from the picklable config), once per task."""
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parser = Parser(event)
         for batch in batches:
-            values = batch.column("value").to_pylist()
-            stamps = batch.column("timestamp_ms").to_pylist()
-            parsed = [
-                parse_event(v, t, event.key, event.time, event.value, event.max_future)
-                for v, t in zip(values, stamps, strict=True)
-            ]
-            yield _parsed_batch(batch, parsed, values)
+            yield parser.parse_batch(batch)
 
     return parse
-
-
-def _parsed_batch(batch: pa.RecordBatch, parsed: list[Event | Rejected],
-                  values: list[bytes | None]) -> pa.RecordBatch:
-    """Columns built one comprehension at a time: per-record appends cost as much as parsing."""
-    ok = [type(p) is Event for p in parsed]
-    if all(ok):
-        keys = [p.key for p in parsed]
-        times = [p.ts_ms for p in parsed]
-        amounts = [p.value for p in parsed]
-        raw_keys = raw_values = reasons = [None] * len(parsed)
-    else:
-        keys = [p.key if g else None for p, g in zip(parsed, ok, strict=True)]
-        times = [p.ts_ms if g else None for p, g in zip(parsed, ok, strict=True)]
-        amounts = [p.value if g else None for p, g in zip(parsed, ok, strict=True)]
-        raw = batch.column("key").to_pylist()
-        raw_keys = [None if g else k for k, g in zip(raw, ok, strict=True)]
-        raw_values = [None if g else v for v, g in zip(values, ok, strict=True)]
-        reasons = [None if g else p.reason for p, g in zip(parsed, ok, strict=True)]
-    return pa.RecordBatch.from_arrays(
-        [batch.column("partition"), batch.column("offset"), batch.column("timestamp_ms"),
-         pa.array(keys, pa.string()), pa.array(times, pa.int64()),
-         pa.array(amounts, PARSED_SCHEMA.field("value").type),
-         pa.array(raw_keys, pa.binary()), pa.array(raw_values, pa.binary()),
-         pa.array(reasons, pa.string())],
-        schema=PARSED_SCHEMA,
-    )
 
 
 def staged_epoch(tables: Tables, epoch: int, plan_hash: str) -> pa.Table | None:
@@ -133,21 +115,29 @@ def staged_epoch(tables: Tables, epoch: int, plan_hash: str) -> pa.Table | None:
     One Delta commit holds the whole epoch, so the watermark row being present means every row is.
     """
     rows = read_epoch(tables.staging, epoch)
-    complete = pc.and_(
-        pc.and_(pc.equal(rows["kind"], "state"), pc.is_null(rows["key"])),
-        pc.equal(rows["plan_hash"], plan_hash),
-    )
+    complete = pc.and_(pc.equal(rows["kind"], WATERMARK), pc.equal(rows["plan_hash"], plan_hash))
     if not pc.any(complete).as_py():
         return None
     return rows.filter(pc.equal(rows["plan_hash"], plan_hash))
 
 
-def resume_state(tables: Tables, epoch: int) -> EpochState:
+def watermark_row(staged: pa.Table) -> dict[str, Any]:
+    return staged.filter(pc.equal(staged["kind"], WATERMARK)).to_pylist()[0]
+
+
+def state_columns(config: PipelineConfig) -> list[str]:
+    """The columns of an open window in staging: group, bounds, every aggregation's state."""
+    states = [name for a in aggregations_for(config) for name, _ in a.state()]
+    return [*(group_column(g) for g in config.group_by), START, END, *states]
+
+
+def resume_state(config: PipelineConfig, tables: Tables, epoch: int) -> EpochState:
     """Epoch N-1's open windows and watermark: the committed state epoch N starts from."""
+    columns = state_columns(config)
     previous = epoch - 1
     if previous < 0:
-        schema = pa.schema([STAGING_SCHEMA.field(c) for c in STATE_COLUMNS])
-        empty = pa.Table.from_pylist([], schema=schema)
+        schema = staging_schema(config)
+        empty = pa.Table.from_pylist([], schema=pa.schema([schema.field(c) for c in columns]))
         return EpochState(empty, NEG_INF, None)
     staged = staged_epoch(tables, previous, plan_of(tables, previous).hash)
     if staged is None:
@@ -155,16 +145,15 @@ def resume_state(tables: Tables, epoch: int) -> EpochState:
             f"the state of committed epoch {previous} is missing from staging; epoch {epoch} "
             "cannot resume without it"
         )
-    state = staged.filter(pc.equal(staged["kind"], "state"))
-    mark = state.filter(pc.is_null(state["key"])).to_pylist()[0]
-    windows = state.filter(pc.is_valid(state["key"])).select(STATE_COLUMNS)
+    mark = watermark_row(staged)
+    windows = staged.filter(pc.equal(staged["kind"], "state")).select(columns)
     return EpochState(windows, mark["watermark_ms"], mark["max_event_ms"])
 
 
-def _conform(columns: dict[str, Any], n: int) -> pa.Table:
+def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
     """A staging-schema table from the given columns; every other column null."""
     arrays = []
-    for f in STAGING_SCHEMA:
+    for f in schema:
         value = columns.get(f.name)
         if value is None:
             arrays.append(pa.nulls(n, f.type))
@@ -173,7 +162,7 @@ def _conform(columns: dict[str, Any], n: int) -> pa.Table:
         else:
             arrays.append(pa.array(value, f.type) if isinstance(value, list) else
                           pa.array([value] * n, f.type))
-    return pa.Table.from_arrays(arrays, schema=STAGING_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka") -> Any:
@@ -198,111 +187,121 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
     )
 
 
-def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
-                  timings: dict[str, float]) -> tuple[pa.Table, pa.Table]:
-    """Spark part: read the plan's ranges, parse, window, combine with state.
+def _filter(F: Any, config: PipelineConfig) -> Any:
+    """The config's filter as a Spark column; a row it keeps is one where it is true."""
+    if config.event.filter is None:
+        return F.lit(True)
+    return F.coalesce(F.expr(config.event.filter), F.lit(False))
 
-    Returns (windows with their max event time, late and quarantined records).
-    """
+
+def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
+                  timings: dict[str, float]) -> Computed:
+    """Spark part: read the plan's ranges, parse, filter, assign windows, aggregate, and merge
+    with the open windows of epoch N-1."""
     from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F
 
-    size = config.window.size
-    wm_prev = state.watermark_ms
+    group = list(config.group_by)
+    aggs = aggregations_for(config)
+    windows = window_type(config.window)
     raw = read_ranges(spark, config, plan)
-    parsed = raw.mapInArrow(parse_records(config), PARSED_DDL).withColumn(
-        "window_start_ms", F.col("event_ms") - F.pmod(F.col("event_ms"), F.lit(size))
-    )
+    parsed = raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        with timed() as took:
-            parsed.count()
+        good = parsed.where(F.col(REASON).isNull())
+        try:
+            keep = _filter(F, config)
+            with timed() as took:
+                stats = parsed.agg(
+                    F.max(EVENT_MS).alias("max_event"),
+                    F.count(F.when(F.col(REASON).isNull() & ~keep, 1)).alias("filtered"),
+                ).first()
+        except (AnalysisException, ParseException) as error:
+            raise ConfigError(f"event.filter {config.event.filter!r} does not run on Spark: "
+                              f"{str(error).splitlines()[0]}") from None
         timings["read_parse"] = took["ms"]
-        # Late iff the event's window was already emitted: its end <= the previous watermark.
-        is_late = F.col("window_start_ms") + F.lit(size) <= F.lit(wm_prev)
-        good = parsed.where(F.col("reason").isNull())
-        partials = (
-            good.where(~is_late)
-            .groupBy("key", "window_start_ms")
-            .agg(
-                F.count(F.lit(1)).alias("count"),
-                F.sum("value").alias("sum"),
-                F.min("value").alias("min"),
-                F.max("value").alias("max"),
-                F.max("event_ms").alias("max_event_ms"),
-            )
-        )
-        previous = spark.createDataFrame(state.windows).withColumn(
-            "max_event_ms", F.lit(None).cast("long")
-        )
+        # One row per (event, window); a pair is late iff its window was already emitted.
+        pairs = windows.assign(F, good.where(keep), EVENT_MS)
+        late = windows.is_late(F, state.watermark_ms)
+        partials = (pairs.where(~late).groupBy(*group, START, END)
+                    .agg(*[e for a in aggs for e in a.partial(F)]))
+        previous = spark.createDataFrame(state.windows)
+        for name in group:
+            previous = previous.withColumnRenamed(group_column(name), name)
         with timed() as took:
-            windows = (
-                partials.unionByName(previous)
-                .groupBy("key", "window_start_ms")
-                .agg(
-                    F.sum("count").alias("count"),
-                    F.sum("sum").cast("decimal(38,9)").alias("sum"),
-                    F.min("min").alias("min"),
-                    F.max("max").alias("max"),
-                    F.max("max_event_ms").alias("max_event_ms"),
-                )
-                .toArrow()
-            )
+            merged = windows.combine(F, partials.unionByName(previous), group,
+                                     [e for a in aggs for e in a.merge(F)])
+            result = merged.select(
+                *[F.col(g).alias(group_column(g)) for g in group], START, END,
+                *[F.col(name) for a in aggs for name, _ in a.state()],
+                *[a.final(F).alias(output_column(a.output)) for a in aggs],
+            ).toArrow()
         timings["aggregate"] = took["ms"]
         with timed() as took:
-            side = (
-                parsed.where(F.col("reason").isNotNull() | is_late)
-                .withColumn(
-                    "kind", F.when(F.col("reason").isNotNull(), "quarantine").otherwise("late")
-                )
-                .toArrow()
-            )
+            late_rows = pairs.where(late).select(
+                F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
+                F.col(EVENT_MS).alias("event_ms"), START, END,
+                F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+                F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
+            quarantined = parsed.where(F.col(REASON).isNotNull()).select(
+                F.lit("quarantine").alias("kind"),
+                F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+                F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
+                F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
+            side = late_rows.unionByName(quarantined, allowMissingColumns=True).toArrow()
         timings["side_rows"] = took["ms"]
     finally:
         parsed.unpersist()
-    return windows, side
+    return Computed(result, side, stats["max_event"], stats["filtered"])
 
 
 def build_staging_rows(config: PipelineConfig, plan: Plan, state: EpochState,
-                       windows: pa.Table, side: pa.Table) -> tuple[pa.Table, int]:
+                       computed: Computed) -> tuple[pa.Table, int]:
     """All staged rows of epoch N and its watermark: the watermark rule lives here, once."""
-    size = config.window.size
-    window_max = pc.max(windows["max_event_ms"]).as_py() if windows.num_rows else None
-    candidates = [m for m in (state.max_event_ms, window_max) if m is not None]
+    schema = staging_schema(config)
+    windows = computed.windows
+    candidates = [m for m in (state.max_event_ms, computed.max_event_ms) if m is not None]
     max_event = max(candidates) if candidates else None
     watermark = advance_watermark(state.watermark_ms, max_event, config.window.allowed_lateness)
     if plan.records == 0:
         watermark = idle_watermark(watermark, plan.clock_ms, config.window.idle_timeout)
-    ends = pc.add(windows["window_start_ms"], size)
-    emit = pc.less_equal(ends, watermark)
+    emit = pc.less_equal(windows[END], watermark)
     common = {"epoch": plan.epoch, "plan_hash": plan.hash}
+    keys = [group_column(g) for g in config.group_by]
+    outputs = [output_column(a.output) for a in aggregations_for(config)]
+    states = [c for c in state_columns(config) if c not in (*keys, START, END)]
     parts = []
-    for kind, mask in (("output", emit), ("state", pc.invert(emit))):
+    for kind, mask, values in (("output", emit, outputs), ("state", pc.invert(emit), states)):
         chosen = windows.filter(mask)
-        cols = {c: chosen[c] for c in STATE_COLUMNS}
-        parts.append(_conform({**common, **cols, "kind": kind}, chosen.num_rows))
-    parts.append(_conform({**common, "kind": "state", "watermark_ms": watermark,
-                           "max_event_ms": max_event}, 1))
-    parts.append(_conform({
+        cols = {c: chosen[c] for c in (*keys, START, END, *values)}
+        parts.append(_conform(schema, {**common, **cols, "kind": kind}, chosen.num_rows))
+    parts.append(_conform(schema, {
         **common, "kind": "offsets",
         "partition": [r.partition for r in plan.ranges],
         "offset": [r.start for r in plan.ranges],
         "until": [r.until for r in plan.ranges],
     }, len(plan.ranges)))
-    side_cols = ["kind", "partition", "offset", "kafka_timestamp_ms", "key", "event_ms", "value",
-                 "window_start_ms", "raw_key", "raw_value", "reason"]
-    parts.append(_conform({**common, **{c: side[c] for c in side_cols}}, side.num_rows))
+    side = computed.side
+    parts.append(_conform(schema, {**common, **{c: side[c] for c in side.column_names}},
+                          side.num_rows))
+    # The watermark row last: staged_epoch takes its presence as "the epoch is complete".
+    parts.append(_conform(schema, {**common, "kind": WATERMARK, "watermark_ms": watermark,
+                                   "max_event_ms": max_event, "filtered": computed.filtered}, 1))
     rows = pa.concat_tables(parts)
-    order = [("kind", "ascending"), ("key", "ascending"), ("window_start_ms", "ascending"),
-             ("partition", "ascending"), ("offset", "ascending")]
+    order = [("kind", "ascending"), *[(k, "ascending") for k in keys],
+             (START, "ascending"), (END, "ascending"), ("partition", "ascending"),
+             ("offset", "ascending")]
     return rows.sort_by(order), watermark
 
 
 def count_kinds(rows: pa.Table) -> dict[str, int]:
+    """Rows per kind of a staged epoch, and the events its filter dropped."""
     counts = {k: 0 for k in ("output", "state", "late", "quarantine", "offsets")}
     for item in pc.value_counts(rows["kind"]).to_pylist():
-        counts[item["values"]] = item["counts"]
-    counts["state"] -= 1  # the watermark row is not a window
+        if item["values"] in counts:
+            counts[item["values"]] = item["counts"]
+    counts["filtered"] = watermark_row(rows)["filtered"] or 0
     return counts
 
 
@@ -310,9 +309,9 @@ def compute_staging_rows(config: PipelineConfig, tables: Tables, plan: Plan, spa
                          timings: dict[str, float]) -> tuple[pa.Table, int]:
     """Every staged row of epoch N and its watermark: a pure function of the plan and epoch
     N-1's state (no clock, no randomness), so every attempt computes the same rows."""
-    state = resume_state(tables, plan.epoch)
+    state = resume_state(config, tables, plan.epoch)
     with timed() as took:
         session = spark or spark_session(config)
     timings["spark_start"] = took["ms"]
-    windows, side = compute_epoch(session, config, plan, state, timings)
-    return build_staging_rows(config, plan, state, windows, side)
+    computed = compute_epoch(session, config, plan, state, timings)
+    return build_staging_rows(config, plan, state, computed)

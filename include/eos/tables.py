@@ -32,31 +32,48 @@ EPOCHS_SCHEMA = pa.schema(
     ]
 )
 
-# One wide schema for every kind of staged row, so an epoch is a single Delta commit.
-STAGING_SCHEMA = pa.schema(
+# One wide schema for every kind of staged row, so an epoch is a single Delta commit. The
+# protocol's columns are fixed; the pipeline's own columns follow (``staging_schema``).
+STAGING_PROTOCOL = pa.schema(
     [
         ("epoch", pa.int64()),
-        ("kind", pa.string()),  # output | state | offsets | late | quarantine
+        ("kind", pa.string()),  # output | state | watermark | offsets | late | quarantine
         ("plan_hash", pa.string()),
-        ("key", pa.string()),
         ("window_start_ms", pa.int64()),
-        ("count", pa.int64()),
-        ("sum", DEC),
-        ("min", DEC),
-        ("max", DEC),
-        ("watermark_ms", pa.int64()),  # state row with null key: the watermark after this epoch
+        ("window_end_ms", pa.int64()),
+        ("watermark_ms", pa.int64()),  # the watermark row: wm(N), the last row written
         ("max_event_ms", pa.int64()),
+        ("filtered", pa.int64()),  # the watermark row: events the filter dropped in epoch N
         ("partition", pa.int32()),
         ("offset", pa.int64()),  # offsets rows: from; late/quarantine rows: the record's offset
         ("until", pa.int64()),
         ("kafka_timestamp_ms", pa.int64()),
         ("event_ms", pa.int64()),
-        ("value", DEC),
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),
         ("reason", pa.string()),
     ]
 )
+GROUP_PREFIX = "g__"  # group fields; state (s__) and output (o__) columns: eos.aggregations
+
+
+def group_column(name: str) -> str:
+    return f"{GROUP_PREFIX}{name}"
+
+
+def staging_schema(config: PipelineConfig) -> pa.Schema:
+    """The protocol's columns, then the group fields, every aggregation's state columns and
+    output column: derived from the config, which is why its schema view may not change."""
+    from eos.aggregations import aggregations_for, output_column
+    from eos.schema import arrow_type
+
+    fields = config.event.fields
+    groups = [(group_column(g), arrow_type(fields[g].type)) for g in config.group_by]
+    aggs = aggregations_for(config)
+    states = [column for a in aggs for column in a.state()]
+    outputs = [(output_column(a.output), a.output_type()) for a in aggs]
+    return pa.schema([*STAGING_PROTOCOL, *groups, *states, *outputs])
+
 
 def ensure_tables(config: PipelineConfig) -> Tables:
     """Create the pipeline's own tables if missing. Idempotent; safe when processes race."""
@@ -69,7 +86,7 @@ def ensure_tables(config: PipelineConfig) -> Tables:
     except OSError as error:
         raise EosError(f"cannot create table root {tables.root}: {error.strerror}") from None
     create_table(tables.epochs, EPOCHS_SCHEMA)
-    create_table(tables.staging, STAGING_SCHEMA, ["epoch"])
+    create_table(tables.staging, staging_schema(config), ["epoch"])
     create_table(tables.checkpoints, CHECKPOINTS_SCHEMA)
     return tables
 

@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 TIMEOUT_S = 30.0
 CREATE_TIMEOUT_S = 15.0
 MARKER_SUFFIX = ".eos-markers"
-GROUP_COLUMNS = ("key",)  # the output's group fields (issue #10 makes them configurable)
 
 
 class KafkaSinkOptions(BaseModel):
@@ -202,7 +201,9 @@ class KafkaSink(Sink):
             if err is not None:
                 failures.append(err)
 
-        group = [c for c in GROUP_COLUMNS if c in rows.schema.names]
+        # Windows and late rows are keyed by their group fields (one group, one partition);
+        # quarantined records have no group.
+        group = list(self.config.group_by) if self.output != "quarantine" else []
         keys = encode_keys(rows, group)
         for key, value in zip(keys, encode_values(rows), strict=True):
             while True:
