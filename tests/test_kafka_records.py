@@ -11,7 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eos.outputs import LATE_SCHEMA, QUARANTINE_SCHEMA
+from eos.config import load_pipeline
+from eos.outputs import QUARANTINE_SCHEMA, late_schema, windows_schema
 from eos.sinks.kafka import decode_value, encode_keys, encode_values
 
 DEC = pa.decimal128(38, 9)
@@ -54,5 +55,6 @@ def test_the_documented_format() -> None:
                                  schema=SCHEMA)
     assert b'"at":"2026-01-01T00:01:02.345678Z"' in encode_values(finer)[0]  # not cut to ms
     assert decode_value(encode_values(finer)[0], SCHEMA)["at"].microsecond == 345678
-    for schema in (LATE_SCHEMA, QUARANTINE_SCHEMA):
+    demo = load_pipeline("pageviews")
+    for schema in (windows_schema(demo), late_schema(demo), QUARANTINE_SCHEMA):
         assert encode_values(schema.empty_table()) == []
