@@ -73,7 +73,7 @@ class Env:
             data["sinks"] = sinks
         path = self.workdir / "configs" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(data))
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
         return load_config(path)
 
 

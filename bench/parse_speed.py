@@ -40,7 +40,7 @@ def _pipeline(env: Env, name: str, topic: str, event: dict[str, Any] | None) -> 
     path = env.workdir / "configs" / f"{name}.yaml"
     data = yaml.safe_load(path.read_text())
     data.update(event=event, group_by=["page"], aggregations={"views": "count(*)"})
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_config(path)
 
 

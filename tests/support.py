@@ -46,7 +46,7 @@ def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
     }
     data.update(overrides)
     path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))  # declared order is column order
     return load_config(path)
 
 

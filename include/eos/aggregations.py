@@ -14,12 +14,40 @@ recomputes every function on its own in plain Python and shares none of this.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-from eos.config import FieldType, PipelineConfig
-from eos.schema import arrow_type, spark_ddl
+    from eos.config import FieldType, PipelineConfig
+
+
+class _OnFirstUse:
+    """A module imported when first used: ``eos.config`` checks aggregations while the DAG file
+    is parsed, which must not import pyarrow (the dag processor re-parses constantly)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(import_module(self._name), attribute)
+
+
+if not TYPE_CHECKING:
+    pa = _OnFirstUse("pyarrow")
+
+
+def arrow_type(ftype: FieldType) -> pa.DataType:
+    from eos.schema import arrow_type as of_field
+
+    return of_field(ftype)
+
+
+def spark_ddl(dtype: pa.DataType) -> str:
+    from eos.schema import spark_ddl as of_arrow
+
+    return of_arrow(dtype)
 
 HLL_LG_CONFIG_K = 12  # Spark's default: 4096 registers, relative standard error about 1.6%
 
