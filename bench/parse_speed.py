@@ -30,7 +30,7 @@ PAGEVIEWS_DOUBLE = {**PAGEVIEWS, "fields": {**PAGEVIEWS["fields"], "revenue": "d
 
 
 def _pipeline(env: Env, name: str, topic: str, event: dict[str, Any] | None) -> PipelineConfig:
-    config = env.config(name, topic, max_records=10_000_000, split_records=25_000)
+    config = env.config(name, topic, max_records=10_000_000)
     if event is None:
         return config
     import yaml
