@@ -105,7 +105,7 @@ def environment(
                 started_broker = True
             env = Env(root, bootstrap, spark, sampler)
             if own_spark:
-                from eos.stage import spark_session
+                from eos.spark import local_session as spark_session
 
                 started = time.perf_counter()
                 env.spark = spark_session(env.config("bench-session", "bench-session"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -17,6 +18,12 @@ from eos.config import PipelineConfig, load_config
 from eos.plan import Plan
 
 KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.faults)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def unique_topic(prefix: str = "t") -> str:

@@ -30,7 +30,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,7 +52,7 @@ from eos.protocol import committed_epoch
 from eos.tables import tables_for
 from eos.ui import PASSWORDS_FILE, airflow_env
 
-from support import unique_topic, write_pipeline
+from support import free_port, unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -71,12 +70,6 @@ BACKFILL_TIMEOUT_S = 1200.0
 CLI_TIMEOUT_S = 300.0
 POLL_S = 3.0
 AIRFLOW = Path(sys.executable).parent / "airflow"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float,
@@ -218,7 +211,7 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, kafka: s
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory, pipelines: dict[str, PipelineConfig],
-            data_dir: Path, kafka: str) -> Iterator[Airflow]:
+            data_dir: Path, kafka: str, spark_server: dict) -> Iterator[Airflow]:
     home = tmp_path_factory.mktemp("airflow-home")
     configs = list(pipelines.values())
     port = free_port()

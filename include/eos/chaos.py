@@ -10,6 +10,7 @@ exactly that epoch; at the end the independent audit counts records lost and dou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -26,7 +27,7 @@ from eos.kafka import client_settings, is_embedded_broker
 from eos.plan import plan_of
 from eos.produce import GeneratorSpec, generate, generator_options, send
 from eos.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
-from eos.stage import spark_session
+from eos.spark import local_session
 from eos.tables import tables_for
 
 CONCURRENT_COMMITS = "commit.two_attempts_at_once"
@@ -113,9 +114,21 @@ def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
 
 def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.5,
           events_per_epoch: int = 400, spark: Any = None) -> ChaosReport:
+    with contextlib.ExitStack() as stack:
+        if spark is None and config.compute.mode == "connect":
+            from eos import connect
+
+            spark = stack.enter_context(connect.session(config, connect.resolve_endpoint()))
+        return _chaos(config, epochs, seed, fault_rate, events_per_epoch,
+                      spark or local_session(config))
+
+
+def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
+           events_per_epoch: int, session: Any) -> ChaosReport:
+    """Faulty attempts run as ``eos`` processes (on the pipeline's compute mode); fault-free ones
+    run here on ``session``."""
     rng = random.Random(seed)
     report = ChaosReport()
-    session = spark or spark_session(config)
     settings = client_settings(config.kafka.client)
     menu = {phase: list(points) for phase, points in PHASE_FAULTS.items()}
     has_kafka_sink = any("kafka" in spec for _, spec in config.sinks.by_output())

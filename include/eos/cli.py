@@ -43,6 +43,30 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0 if state["reachable"] else 1
 
 
+def cmd_spark(args: argparse.Namespace) -> int:
+    from eos import connect
+
+    if args.action == "start":
+        conf = dict(item.split("=", 1) for item in args.conf or [])
+        state = connect.start(port=args.port, master=args.master, driver_memory=args.driver_memory,
+                              session_timeout=args.session_timeout, conf=conf)
+        print(f"Spark Connect server running at sc://{state['host']}:{state['port']} "
+              f"(pid {state['pid']}, master {state['master']})")
+        print(f"token: {state['token_file']} (owner-only); log: {state['log']}; "
+              "stop it with `eos spark stop`")
+        return 0
+    if args.action == "stop":
+        print("Spark Connect server stopped" if connect.stop()
+              else "no Spark Connect server was running")
+        return 0
+    state = connect.status()
+    if state is None:
+        print("no Spark Connect server is running (start one with `eos spark start`)")
+        return 1
+    print(json.dumps(state, indent=2))
+    return 0 if state["healthy"] else 1
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from eos.kafka import client_settings
     from eos.produce import GeneratorSpec, generator_options, produce
@@ -79,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--topic", action="append", help="create this topic at start (repeatable)")
     p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("spark", help="the long-lived Spark Connect server (compute.mode: connect)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=15002)
+    p.add_argument("--master", default=None, help="default: $EOS_SPARK_MASTER or local[2]")
+    p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--session-timeout", default="15min",
+                   help="an abandoned session (its client died) is closed after this idle time")
+    p.add_argument("--conf", action="append", help="key=value, a server-wide Spark setting")
+    p.set_defaults(func=cmd_spark)
 
     p = sub.add_parser("produce", help="produce deterministic sample events")
     _pipeline_args(p)

@@ -19,7 +19,7 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
 
 
 def run_epoch(config: PipelineConfig, run_id: str) -> dict[str, Any]:
-    """begin -> precommit (spark-submit, as the DAG runs it) -> commit, for one epoch."""
+    """begin -> precommit (on ``compute.mode``, as the DAG runs it) -> commit, for one epoch."""
     from eos.protocol import begin, commit
     from eos.spark import run_precommit
 
@@ -135,7 +135,7 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
     p.add_argument("--via", choices=["airflow", "cli"], default="airflow")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("run", help="run K epochs: begin -> precommit (spark-submit) -> commit")
+    p = sub.add_parser("run", help="run K epochs: begin -> precommit (compute.mode) -> commit")
     pipeline_args(p)
     p.add_argument("--epochs", type=int, default=1)
     p.set_defaults(func=cmd_run)
@@ -152,7 +152,7 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
     p = sub.add_parser("recover", help="commit the epoch after the last checkpoint if staged")
     pipeline_args(p)
     p.set_defaults(func=cmd_phase)
-    for name, helptext in (("precommit", "stage epoch N with spark-submit"),
+    for name, helptext in (("precommit", "stage epoch N (on compute.mode)"),
                            ("commit", "promote staged epoch N (idempotent)"),
                            ("abort", "discard staged epoch N")):
         p = sub.add_parser(name, help=helptext)

@@ -257,10 +257,44 @@ class TablesConfig(_Strict):
 
 
 class SparkConfig(_Strict):
+    """Spark settings. ``submit`` mode: the per-epoch application's (master, driver memory, any
+    ``conf``). ``connect`` mode: the server owns master and memory (``eos spark start``); the
+    session gets ``shuffle_partitions`` and the runtime SQL settings in ``conf``."""
+
     master: str = "local[2]"
     shuffle_partitions: int = Field(default=2, gt=0)
     driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
+
+
+COMPUTE_MODE_ENV = "EOS_COMPUTE_MODE"  # deployment-wide default for pipelines that do not say
+
+
+def _default_compute_mode() -> str:
+    return os.environ.get(COMPUTE_MODE_ENV) or "connect"
+
+
+class ComputeConfig(_Strict):
+    """Where precommit's Spark work runs (DESIGN §2). ``connect`` (the default): a long-lived
+    Spark Connect server reached through the Airflow connection ``connection`` (outside Airflow:
+    ``EOS_SPARK_REMOTE`` or the server ``eos spark start`` runs). ``submit``: one Spark application
+    per epoch (``spark-submit``), for clusters that want that. Both run the same precommit."""
+
+    mode: Literal["connect", "submit"] = Field(default_factory=_default_compute_mode)
+    connection: str = "spark_connect_default"
+    # ``pipeline``: every precommit of this pipeline joins one server session (a fixed id), so
+    # the server's Python workers stay warm (a new session starts its own: ~3 s measured);
+    # idle, it expires with the server's session timeout. ``task``: a fresh session per
+    # precommit, released when it ends.
+    session: Literal["pipeline", "task"] = "pipeline"
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _known_mode(cls, value: Any) -> Any:
+        if value not in ("connect", "submit"):
+            raise ValueError(f"compute.mode must be 'connect' or 'submit', got {value!r} (from the "
+                             f"config or {COMPUTE_MODE_ENV})")
+        return value
 
 
 def _one_sink(value: Any) -> dict[str, Any]:
@@ -302,6 +336,7 @@ class PipelineConfig(_Strict):
     sinks: SinksConfig = Field(default_factory=SinksConfig)
     schedule: str | None = None
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
     source_path: str | None = None
 
     @field_validator("sinks")

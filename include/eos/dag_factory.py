@@ -1,6 +1,6 @@
 """One Airflow DAG per pipeline: one DAG run is one checkpoint epoch (the Airflow adapter).
 
-``begin`` (plan or reuse epoch N) -> ``precommit`` (spark-submit stages N) -> ``commit``
+``begin`` (plan or reuse epoch N) -> ``precommit`` (Spark stages N) -> ``commit``
 (every sink, then the checkpoint; idempotent, retried until it succeeds), and ``abort`` when
 precommit failed. The DAG only wires the library's phases together: every decision lives in
 ``eos.protocol``. Building a DAG does no I/O beyond reading the pipeline's YAML: no Kafka, no
@@ -9,6 +9,12 @@ Spark, no Delta at parse time (the library modules that touch them are imported 
 Retry policy, per task (``eos.errors``): a ``TransientError`` (or anything unexpected) fails
 the attempt and Airflow retries it with backoff; a ``PermanentError`` (protocol violation, data
 loss, bad config) fails the task at once, without retries, with the error's message.
+
+Compute (``compute.mode``): ``connect`` (default) runs precommit in the task's own process with a
+session on the long-lived Spark Connect server named by the Airflow connection
+``compute.connection`` (type ``spark_connect``, default ``spark_connect_default``, the token in its
+password); ``submit`` runs ``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection
+``spark_default``: one Spark application per epoch. Both run ``eos.protocol.precommit``.
 """
 
 from __future__ import annotations
@@ -146,6 +152,57 @@ def _phase_logging() -> None:
     configure()
 
 
+PRECOMMIT_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30),
+                     "execution_timeout": timedelta(minutes=30)}
+PRECOMMIT_DOC = ("Stage epoch N in one Delta commit (no-op when staged for the same plan hash or "
+                 "already committed). Retried on a transient failure (a server or broker that "
+                 "does not answer, a lost Spark Connect session); a permanent one (data loss, a "
+                 "bad config, a protocol violation) fails at once. ")
+
+
+def _connect_precommit(config: PipelineConfig) -> Any:
+    """precommit on the Spark Connect server of connection ``compute.connection``."""
+
+    @task(task_id="precommit", doc_md=PRECOMMIT_DOC + "Runs on the Spark Connect server of "
+          f"connection `{config.compute.connection}` (type spark_connect, token in the "
+          "password); start a local one with `eos spark start`.", **PRECOMMIT_RETRIES)
+    @_phase
+    def precommit(**context: Any) -> str:
+        from eos.connect import airflow_endpoint
+        from eos.errors import ProtocolViolation
+        from eos.spark import connect_precommit
+
+        planned = _plan_of_run(context)
+        if not planned:
+            raise ProtocolViolation("this run has no plan from begin: clear the run from begin")
+        endpoint = airflow_endpoint(config.compute.connection)
+        log.info("eos precommit: epoch=%s plan_hash=%s on %s", planned["epoch"],
+                 planned["plan_hash"], endpoint.address)
+        return connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint)
+
+    return precommit()
+
+
+def _submit_precommit(config: PipelineConfig) -> Any:
+    """precommit as one spark-submit per epoch (connection ``spark_default`` names the master)."""
+    return PrecommitOperator(
+        task_id="precommit",
+        application=str(PRECOMMIT_APP),
+        application_args=app_args(
+            config, f"{{{{ {BEGIN_XCOM}['epoch'] }}}}", f"{{{{ {BEGIN_XCOM}['plan_hash'] }}}}"
+        ),
+        conf=spark_conf(config),
+        conn_id=SPARK_CONN_ID,
+        spark_binary=spark_submit_binary(),
+        env_vars={k: v for k, v in submit_env().items() if k.startswith("PYSPARK_")},
+        name=f"eos-precommit-{config.name}",
+        doc_md=PRECOMMIT_DOC + f"Exit code {EXIT_PERMANENT} is permanent. Needs connection "
+        "`spark_default` naming the master, e.g. "
+        'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
+        **PRECOMMIT_RETRIES,
+    )
+
+
 def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     """The DAG of one pipeline; ``dag_kwargs`` override DAG arguments (tests, special setups)."""
     assets = sink_assets(config)
@@ -193,26 +250,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             log.info("eos begin: %s", summary)
             return summary
 
-        precommit = PrecommitOperator(
-            task_id="precommit",
-            application=str(PRECOMMIT_APP),
-            application_args=app_args(
-                config, f"{{{{ {BEGIN_XCOM}['epoch'] }}}}", f"{{{{ {BEGIN_XCOM}['plan_hash'] }}}}"
-            ),
-            conf=spark_conf(config),
-            conn_id=SPARK_CONN_ID,
-            spark_binary=spark_submit_binary(),
-            env_vars={k: v for k, v in submit_env().items() if k.startswith("PYSPARK_")},
-            name=f"eos-precommit-{config.name}",
-            retries=2,
-            retry_delay=timedelta(seconds=30),
-            execution_timeout=timedelta(minutes=30),
-            doc_md="Stage epoch N in one Delta commit (no-op when staged for the same plan "
-            "hash or already committed). Retried on a transient failure; a permanent one (exit "
-            f"code {EXIT_PERMANENT}) fails at once. Needs connection `spark_default` naming the "
-            "master, "
-            'e.g. AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
-        )
+        precommit = (_submit_precommit(config) if config.compute.mode == "submit"
+                     else _connect_precommit(config))
 
         @task(
             task_id="commit",

@@ -148,10 +148,36 @@ def _check_retained(settings: dict[str, Any], topic: str, produced: int) -> None
 
 
 def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int = 50) -> int:
+    """The whole demo; the Spark Connect server is stopped at the end if the demo started it,
+    the broker keeps running (with the demo's topic) so ``eos status``/``verify`` work after."""
+    from eos import connect
+    from eos.ui import needs_spark_server
+
+    started_spark = needs_spark_server([config]) and connect.read_state() is None
+    try:
+        return _demo(config, events, via, max_epochs)
+    finally:
+        if started_spark and connect.stop():
+            print("stopped the Spark Connect server the demo started", flush=True)
+        state = broker.read_state()
+        if state is not None:
+            print(f"the embedded broker keeps running at {state['bootstrap']} (pid "
+                  f"{state['pid']}) so `eos status` and `eos verify` can read it; stop it with "
+                  "`eos broker stop`", flush=True)
+
+
+def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int) -> int:
     from eos.audit import audit
+    from eos.ui import needs_spark_server
 
     print(f"[1/4] starting the embedded broker and clearing {config.root}", flush=True)
     reset(config)
+    if needs_spark_server([config]):
+        from eos import connect
+
+        state = connect.start()
+        print(f"      Spark Connect server at sc://{state['host']}:{state['port']} "
+              f"(pid {state['pid']}; log {state['log']})", flush=True)
     spec = demo_spec(config, events)
     settings = client_settings(config.kafka.client)
     print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.topic}'",

@@ -38,6 +38,16 @@ class KafkaUnavailable(TransientError):
     """The broker cannot be reached or does not answer in time."""
 
 
+class ComputeUnavailable(TransientError):
+    """The Spark Connect server cannot be reached, refused the token, or lost the session (it
+    restarted mid-epoch): nothing was staged; retry once it is back."""
+
+
+class SparkJobFailed(TransientError):
+    """A Spark job of precommit failed (an executor or Python worker died, a task failed):
+    nothing was staged; the epoch's inputs are unchanged, so a retry recomputes it."""
+
+
 class SinkUnavailable(TransientError):
     """A sink cannot be reached or refused a write for a reason that may pass (retry)."""
 
@@ -87,8 +97,10 @@ def describe_failure(error: BaseException) -> str:
     match = _WRAPPED.search(str(error))
     if match:
         return f"{match.group(1)}: {match.group(2).strip()}"
-    first = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {first[0] if first else ''}"
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    # A gRPC failure (Spark Connect) says what happened in its status and details lines.
+    grpc = [line for line in lines if line.startswith(("status = ", "details = "))]
+    return f"{type(error).__name__}: {' '.join(grpc) if grpc else (lines[0] if lines else '')}"
 
 
 def wrapped_error_class(error: BaseException) -> type[EosError] | None:

@@ -40,6 +40,8 @@ POINTS = (
 )
 WAIT = "wait"
 FAIL = "fail"
+SETTINGS = ("EOS_FAULTS", "EOS_FAULTS_DIR", "EOS_BARRIER_PARTIES", "EOS_BARRIER_TIMEOUT_S",
+            "EOS_BARRIER_STAGGER_MS")
 
 
 @cache
@@ -62,6 +64,26 @@ def _faults_dir() -> Path:
     base = Path(os.environ.get("EOS_FAULTS_DIR") or data_dir() / "faults")
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+def settings() -> dict[str, str]:
+    """This process's fault settings, for code that runs elsewhere: Spark executors on a Connect
+    server do not inherit the client's environment, so the reader carries them in its options."""
+    found = {k: os.environ[k] for k in SETTINGS if k in os.environ}
+    if found.get("EOS_FAULTS"):
+        found["EOS_FAULTS_DIR"] = str(_faults_dir())  # resolved here: executors may lack it
+    return found
+
+
+def adopt(given: dict[str, str]) -> None:
+    """Arm exactly ``given`` in this process (a reused Spark Python worker must forget the
+    previous task's faults)."""
+    for key in SETTINGS:
+        if key in given:
+            os.environ[key] = given[key]
+        else:
+            os.environ.pop(key, None)
+    _armed.cache_clear()
 
 
 _waited: dict[str, int] = {}

@@ -49,6 +49,7 @@ class StageResult:
     watermark_ms: int | None = None
     staging_version: int | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    line: str = ""  # the phase line precommit logged (what ``eos precommit`` prints)
 
 
 @dataclass
@@ -205,7 +206,7 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
             checkpoints.check_schema_view(tables, committed, config)
             _stage(config, tables, plan, spark, result)
     result.timings_ms["total"] = total["ms"]
-    log_phase(
+    result.line = log_phase(
         "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
         ranges=plan.describe_ranges(), rows=result.counts, watermark_ms=result.watermark_ms,
         staging_version=result.staging_version, durations_ms=result.timings_ms,

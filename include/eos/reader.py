@@ -58,6 +58,7 @@ class KafkaRangeReader(DataSourceReader):
         self.timeout_s = int(options.get("read_timeout_ms", 60_000)) / 1000
         self.config_path = options.get("config")
         self.bootstrap = options.get("bootstrap")
+        self.faults = json.loads(options.get("faults") or "{}")
 
     def partitions(self) -> list[InputPartition]:
         splits = splits_of(self.ranges, self.split_records)
@@ -77,6 +78,9 @@ class KafkaRangeReader(DataSourceReader):
         split: KafkaSplit = partition  # type: ignore[assignment]
         if split.until <= split.start:
             return
+        from eos import faults
+
+        faults.adopt(self.faults)
         yield from read_split(self.topic, split, self._settings(), self.timeout_s)
 
 

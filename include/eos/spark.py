@@ -1,5 +1,10 @@
-"""How precommit is launched: ``spark-submit`` of ``spark_apps/precommit.py``, the same way from
-``eos run`` and from the DAG's SparkSubmitOperator, so both run exactly one code path."""
+"""Where precommit's Spark work runs (``compute.mode``), in one place for ``eos run`` and the DAG.
+
+- ``connect`` (default): this process opens a session on the long-lived Spark Connect server
+  (``eos.connect``) and runs ``eos.protocol.precommit`` with it.
+- ``submit``: ``spark-submit`` of ``spark_apps/precommit.py``, the same command the DAG's
+  SparkSubmitOperator runs: one Spark application per epoch, the same precommit inside.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from eos.config import PROJECT_ROOT, PipelineConfig
 from eos.errors import EXIT_PERMANENT, PermanentError, TransientError
@@ -42,6 +48,10 @@ def app_args(config: PipelineConfig, epoch: int | str, plan_hash: str | None = N
 def submit_env() -> dict[str, str]:
     """Spark's Python workers must run this interpreter, not whatever python3 is on PATH."""
     env = dict(os.environ)
+    # pyspark marks a process that opened a Connect session in its environment; a child that
+    # inherited the mark would try to open a Connect session instead of starting Spark.
+    for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
+        env.pop(key, None)
     env["PYSPARK_PYTHON"] = worker_python()
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return env
@@ -60,7 +70,67 @@ def submit_command(config: PipelineConfig, epoch: int, plan_hash: str | None = N
     return [*cmd, str(PRECOMMIT_APP), *app_args(config, epoch, plan_hash)]
 
 
-def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None) -> str:
+def local_session(config: PipelineConfig) -> Any:
+    """A classic (in-process JVM) session: the submit app's, and tools' that want no server.
+    Under spark-submit, submit's own settings take precedence."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from eos.connect import SESSION_CONF
+
+    builder = (
+        SparkSession.builder.appName(f"eos-precommit-{config.name}")
+        .master(os.environ.get("EOS_SPARK_MASTER", config.spark.master))
+        .config("spark.sql.shuffle.partitions", str(config.spark.shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    for key, value in {**SESSION_CONF, **config.spark.conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    from eos.reader import KafkaRangeDataSource
+
+    spark.dataSource.register(KafkaRangeDataSource)
+    return spark
+
+
+def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None,
+                  endpoint: Any = None) -> str:
+    """Stage epoch N where ``compute.mode`` says; return its phase line, or raise a typed error.
+    ``endpoint`` (connect mode): the server to use; default ``eos.connect.resolve_endpoint``."""
+    if config.compute.mode == "submit":
+        return submit_precommit(config, epoch, plan_hash)
+    return connect_precommit(config, epoch, plan_hash, endpoint)
+
+
+def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None,
+                      endpoint: Any = None) -> str:
+    """precommit in this process, its Spark work on the Connect server. An ``EosError`` raised on
+    an executor (data loss, a broker that does not answer) keeps its class and retry policy."""
+    from pyspark.errors import PySparkException
+
+    from eos import connect
+    from eos.errors import SparkJobFailed, describe_failure, wrapped_error_class
+    from eos.protocol import precommit
+
+    endpoint = endpoint or connect.resolve_endpoint()
+    with connect.session(config, endpoint) as spark:
+        try:
+            result = precommit(config, epoch, spark=spark, expected_hash=plan_hash)
+        except Exception as error:
+            wrapped = wrapped_error_class(error)
+            if wrapped is not None:
+                raise wrapped(describe_failure(error).split(": ", 1)[-1]) from error
+            if isinstance(error, PySparkException) and connect.compute_error(
+                    error, endpoint) is None:
+                raise SparkJobFailed(f"precommit of epoch {epoch} failed on {endpoint.address}: "
+                                     f"{describe_failure(error)}") from error
+            raise
+    return result.line
+
+
+def submit_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None) -> str:
     """Run the Spark app for epoch N; return its result line, or raise with its error."""
     proc = subprocess.run(
         submit_command(config, epoch, plan_hash),

@@ -7,8 +7,6 @@ decisions (is N committed, already staged, may it be written) live in ``eos.prot
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +32,7 @@ from eos.schema import (
     ddl,
     parsed_schema,
 )
+from eos.spark import local_session
 from eos.tables import Tables, group_column, read_epoch, staging_schema
 from eos.windows import END, START, window_type
 
@@ -71,30 +70,6 @@ def idle_watermark(previous_ms: int, clock_ms: int | None, idle_timeout_ms: int 
     if clock_ms is None or idle_timeout_ms is None:
         return previous_ms
     return max(previous_ms, clock_ms - idle_timeout_ms)
-
-
-def spark_session(config: PipelineConfig):
-    """The session for precommit; under spark-submit, submit's own settings take precedence."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(f"eos-precommit-{config.name}")
-        .master(os.environ.get("EOS_SPARK_MASTER", config.spark.master))
-        .config("spark.sql.shuffle.partitions", str(config.spark.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.ansi.enabled", "true")  # overflow fails the epoch, never wraps
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
-    for key, value in config.spark.conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    from eos.reader import KafkaRangeDataSource
-
-    spark.dataSource.register(KafkaRangeDataSource)
-    return spark
 
 
 def parse_records(event: EventConfig):
@@ -172,6 +147,8 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
     variants)."""
     import json
 
+    from eos import faults
+
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
@@ -183,6 +160,7 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
         .option("read_timeout_ms", str(config.kafka.read_timeout))
         .option("config", config.source_path or "")
         .option("bootstrap", bootstrap)
+        .option("faults", json.dumps(faults.settings()))  # tests only; empty in production
         .load()
     )
 
@@ -201,12 +179,17 @@ def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSt
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     group = list(config.group_by)
     aggs = aggregations_for(config)
     windows = window_type(config.window)
-    raw = read_ranges(spark, config, plan)
-    parsed = raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+    if plan.records:
+        raw = read_ranges(spark, config, plan)
+        parsed = raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+    else:  # nothing to read: the same (empty) input without starting Python workers
+        empty = parsed_schema(config.event).empty_table()
+        parsed = spark.createDataFrame(empty, schema=from_arrow_schema(empty.schema))
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         good = parsed.where(F.col(REASON).isNull())
@@ -226,7 +209,9 @@ def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSt
         late = windows.is_late(F, state.watermark_ms)
         partials = (pairs.where(~late).groupBy(*group, START, END)
                     .agg(*[e for a in aggs for e in a.partial(F)]))
-        previous = spark.createDataFrame(state.windows)
+        # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
+        previous = spark.createDataFrame(state.windows,
+                                         schema=from_arrow_schema(state.windows.schema))
         for name in group:
             previous = previous.withColumnRenamed(group_column(name), name)
         with timed() as took:
@@ -311,7 +296,7 @@ def compute_staging_rows(config: PipelineConfig, tables: Tables, plan: Plan, spa
     N-1's state (no clock, no randomness), so every attempt computes the same rows."""
     state = resume_state(config, tables, plan.epoch)
     with timed() as took:
-        session = spark or spark_session(config)
+        session = spark or local_session(config)
     timings["spark_start"] = took["ms"]
     computed = compute_epoch(session, config, plan, state, timings)
     return build_staging_rows(config, plan, state, computed)

@@ -26,6 +26,7 @@ def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
         masters.pop() if len(masters) == 1 else "local[2]"
     )
     env = {
+        **_spark_connect_connection(),
         # Without a spark_default connection, SparkSubmitOperator would submit to yarn.
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master}),
         "AIRFLOW__API__PORT": str(port),
@@ -47,19 +48,38 @@ def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
     return env
 
 
+def _spark_connect_connection() -> dict[str, str]:
+    """``spark_connect_default`` for the server ``eos spark start`` runs, if one does (its
+    token goes into the child's environment only, never to the terminal)."""
+    from eos import connect
+
+    state = connect.read_state()
+    if state is None:
+        return {}
+    return {"AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": connect.airflow_connection(state)}
+
+
 def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
              port: int = 8080) -> int:
     """Run Airflow in the foreground until Ctrl-C; return its exit code.
 
     The embedded broker is started with the named pipelines' topics (all pipelines when none is
-    named) unless ``KAFKA_BOOTSTRAP_SERVERS`` names another broker; it is stopped afterwards
-    only if this call started it. Every pipeline's DAG is shown, named or not.
+    named) unless ``KAFKA_BOOTSTRAP_SERVERS`` names another broker, and the Spark Connect server
+    when a pipeline computes on it; each is stopped afterwards only if this call started it.
+    Every pipeline's DAG is shown, named or not.
     """
-    from eos import broker
+    from eos import broker, connect
 
     configs = ([load_pipeline(name) for name in pipeline_names] if pipeline_names
                else [load_config(path) for path in list_pipelines()])
     home.mkdir(parents=True, exist_ok=True)
+    started_spark = False
+    if needs_spark_server(configs):
+        started_spark = connect.read_state() is None
+        print("starting the Spark Connect server (eos spark start)..." if started_spark
+              else "using the running Spark Connect server", flush=True)
+        spark = connect.start()
+        print(f"Spark Connect server at sc://{spark['host']}:{spark['port']} (pid {spark['pid']})")
     env = airflow_env(configs, home, port)
 
     started_broker = False
@@ -89,7 +109,18 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
         _stop_group(proc)
         if started_broker:
             broker.stop()
+        if started_spark:
+            connect.stop()
     return code
+
+
+def needs_spark_server(configs: list[PipelineConfig]) -> bool:
+    """Whether a local Spark Connect server should run: a pipeline computes on Connect and
+    no other server is named (``EOS_SPARK_REMOTE``)."""
+    from eos.connect import REMOTE_ENV
+
+    return (any(c.compute.mode == "connect" for c in configs)
+            and not os.environ.get(REMOTE_ENV))
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

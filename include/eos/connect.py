@@ -1,0 +1,429 @@
+"""Spark Connect (``compute.mode: connect``): the long-lived server precommit runs on, and the
+session one precommit opens on it.
+
+Why: starting Spark costs 12-17 s, which ``spark-submit`` pays every epoch. A Connect server pays
+it once; each precommit is then a short Python process (an Airflow task) that opens a session,
+registers the Kafka data source in it (data sources are registered per session), computes epoch
+N on the server, writes staging itself with delta-rs, and releases the session.
+
+Server (``eos spark start | stop | status``): ``SparkConnectServer`` from the pyspark wheel, run
+with ``spark-submit --class`` in the background, bound to 127.0.0.1, its token generated once and
+kept in ``<data dir>/spark-connect.token`` (mode 0600). The token reaches the server through its
+environment (``SPARK_CONNECT_AUTHENTICATE_TOKEN``), never its command line (``ps`` shows that),
+and is never logged or printed. A state file says where it listens; its log is
+``<data dir>/spark-connect.log``. Abandoned sessions (a client that died) expire after
+``session_timeout``; executions whose client went away are interrupted after
+``detached_timeout``.
+
+A zombie on a shared server: a precommit whose client died keeps running server-side for a
+while, but it cannot stage anything: the staging write is made by the client, which is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlparse
+
+from eos.config import PipelineConfig, data_dir
+from eos.errors import ComputeUnavailable, ConfigError, EosError
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # where the server reads its token
+REMOTE_ENV = "EOS_SPARK_REMOTE"  # outside Airflow: sc://host:port/;token=... of another server
+START_TIMEOUT_S = 180.0
+# Session settings precommit needs on every server (a cluster's server may default otherwise).
+SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.ansi.enabled": "true",  # a long overflow fails the epoch instead of wrapping
+}
+
+
+# -- where a server is ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a Spark Connect server listens and how to authenticate; ``address`` is safe to
+    print, ``url()`` holds the token and goes only to pyspark."""
+
+    host: str
+    port: int
+    token: str | None = field(default=None, repr=False)
+    use_ssl: bool = False
+    source: str = ""  # where this came from, for error messages
+
+    @property
+    def address(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    def url(self, session_id: str | None = None) -> str:
+        params = ["user_agent=eos"]
+        if session_id:
+            params.append(f"session_id={session_id}")
+        if self.use_ssl:
+            params.append("use_ssl=true")
+        if self.token and self.use_ssl:
+            params.append(f"token={quote(self.token, safe='')}")
+        elif self.token:
+            # pyspark sends `token` only over TLS (or to the literal host "localhost"); the server
+            # checks the same bearer header either way, so send it as request metadata.
+            params.append(f"authorization={quote('Bearer ' + self.token, safe='')}")
+        return f"{self.address}/;{';'.join(params)}"
+
+    @classmethod
+    def from_url(cls, url: str, source: str) -> Endpoint:
+        """``sc://host:port/;token=...;use_ssl=true`` (pyspark's connection string)."""
+        # urlparse splits ";params" only for schemes it knows: parse as http, as pyspark does.
+        rest = url.split("://", 1)[1] if "://" in url else url
+        parsed = urlparse(f"http://{rest}")
+        params = dict(p.split("=", 1) for p in parsed.params.split(";") if "=" in p)
+        if not url.startswith("sc://") and "://" in url:
+            raise ConfigError(f"{source}: not a Spark Connect URL (sc://host:port)")
+        if not parsed.hostname:
+            raise ConfigError(f"{source}: not a Spark Connect URL (sc://host:port)")
+        token = params.get("token")
+        return cls(parsed.hostname, parsed.port or DEFAULT_PORT,
+                   unquote(token) if token else None,
+                   params.get("use_ssl", "").lower() == "true", source)
+
+
+def airflow_endpoint(conn_id: str) -> Endpoint:
+    """The server named by an Airflow connection of type ``spark_connect`` (host, port, token in
+    the password, ``use_ssl`` in extra), read through the provider's hook."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    try:
+        conn = SparkConnectHook.get_connection(conn_id)
+    except Exception as error:  # AirflowNotFoundException: no such connection
+        raise ConfigError(
+            f"Airflow connection '{conn_id}' (type spark_connect) is not defined: create it, e.g. "
+            f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark_connect\", \"host\": "
+            f"\"127.0.0.1\", \"port\": {DEFAULT_PORT}, \"password\": \"<token>\"}}' "
+            f"({type(error).__name__})") from None
+    host = str(conn.host or "")
+    parsed = urlparse(host if "://" in host else f"sc://{host}")
+    use_ssl = str(conn.extra_dejson.get("use_ssl", "false")).lower() == "true"
+    return Endpoint(parsed.hostname or "127.0.0.1", int(conn.port or parsed.port or DEFAULT_PORT),
+                    conn.password or None, use_ssl, f"Airflow connection '{conn_id}'")
+
+
+def resolve_endpoint(base: Path | None = None) -> Endpoint:
+    """Outside Airflow: ``EOS_SPARK_REMOTE`` if set, else the server ``eos spark start`` runs."""
+    remote = os.environ.get(REMOTE_ENV)
+    if remote:
+        return Endpoint.from_url(remote, REMOTE_ENV)
+    state = read_state(base)
+    if state is None:
+        raise ComputeUnavailable(
+            f"no Spark Connect server is running for {base or data_dir()}: start it with "
+            f"`eos spark start`, set {REMOTE_ENV}, or use compute.mode: submit")
+    return Endpoint(state["host"], int(state["port"]), read_token(base), False,
+                    "the server `eos spark start` runs")
+
+
+# -- the session one precommit uses ---------------------------------------------------
+
+def reachable(endpoint: Endpoint, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _unreachable(endpoint: Endpoint) -> ComputeUnavailable:
+    return ComputeUnavailable(
+        f"Spark Connect server {endpoint.address} ({endpoint.source}) is not reachable: start it "
+        "with `eos spark start` (or fix the connection); nothing was staged")
+
+
+def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
+    """The typed error for a Connect failure that is about the server, not the epoch: an
+    unreachable server, a refused token, a session the server no longer knows (it restarted or
+    expired the session). None for anything else (a failed job keeps its own error)."""
+    from pyspark.errors import PySparkException
+
+    if not isinstance(error, PySparkException):
+        return None
+    text = f"{error.getCondition() or ''} {error}"
+    where = f"Spark Connect server {endpoint.address} ({endpoint.source})"
+    if "UNAUTHENTICATED" in text:
+        reason = next((r for r in ("No authentication token provided",
+                                   "Invalid authentication token") if r in text), "refused")
+        return ComputeUnavailable(
+            f"{where} refused the token ({reason}): set the connection's password to the "
+            "server's token (`eos spark status` says where it is kept); nothing was staged")
+    if any(sign in text for sign in ("INVALID_HANDLE", "SESSION_NOT_FOUND", "NO_ACTIVE_SESSION")):
+        return ComputeUnavailable(
+            f"{where} lost this session (it restarted or expired it): the epoch is retried; "
+            f"nothing was staged ({str(error).splitlines()[0][:200]})")
+    if "UNAVAILABLE" in text or "Connection refused" in text or "failed to connect" in text:
+        return _unreachable(endpoint)
+    if any(sign in text for sign in ("Stream removed", "Socket closed", "RST_STREAM",
+                                     "Connection reset", "StatusCode.CANCELLED")):
+        return ComputeUnavailable(
+            f"{where} dropped the connection mid-epoch (it stopped or restarted): the epoch is "
+            f"retried; nothing was staged ({str(error).splitlines()[0][:200]})")
+    return None
+
+
+def _fail_fast(spark: Any) -> None:
+    """Retry a lost server for ~15 s, not pyspark's default ~10 min: a restart mid-epoch should
+    fail the attempt soon and let the task's retry (a new session) redo the epoch."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=6, max_backoff=5000)])
+
+
+def _configure(spark: Any, config: PipelineConfig) -> None:
+    settings = {**SESSION_CONF,
+                "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
+                **config.spark.conf}
+    for key, value in settings.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception as error:
+            error_class = getattr(error, "getCondition", lambda: None)() or ""
+            if not error_class.startswith("CANNOT_MODIFY"):
+                raise
+            raise ConfigError(
+                f"spark.conf {key} cannot be set per session on Spark Connect: set it on the "
+                f"server (`eos spark start --conf {key}=...`) or use compute.mode: submit "
+                f"({str(error).splitlines()[0][:160]})") from None
+
+
+def pipeline_session_id(config: PipelineConfig) -> str:
+    """The server session every precommit of this pipeline joins (``compute.session:
+    pipeline``): derived from the pipeline's identity, so it is the same in every process."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{config.app_id}@{config.root}"))
+
+
+@contextlib.contextmanager
+def session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
+    """A Connect session with this pipeline's settings and the ``eos_kafka`` source registered
+    (sources are registered per session). ``compute.session: task``: a fresh session, released
+    on the server when the block ends, however it ends. ``pipeline``: the pipeline's session,
+    left open for the next precommit (the client connection is closed either way)."""
+    if not reachable(endpoint):
+        raise _unreachable(endpoint)
+    from pyspark.sql import SparkSession
+
+    from eos.reader import KafkaRangeDataSource
+
+    shared = config.compute.session == "pipeline"
+    spark = None
+    try:
+        url = endpoint.url(pipeline_session_id(config) if shared else None)
+        spark = SparkSession.builder.remote(url).create()
+        spark.release_session_on_close = not shared
+        _fail_fast(spark)
+        _configure(spark, config)
+        spark.dataSource.register(KafkaRangeDataSource)
+    except Exception as error:
+        if spark is not None:
+            spark.stop()
+        typed = compute_error(error, endpoint)
+        if typed is None:
+            raise
+        raise typed from None
+    try:
+        yield spark
+    except Exception as error:
+        typed = compute_error(error, endpoint)
+        if typed is None:
+            raise
+        raise typed from error
+    finally:
+        spark.stop()  # (task sessions) releases it server-side; pyspark logs, never raises
+
+
+# -- the server -----------------------------------------------------------------------------
+
+def state_path(base: Path | None = None) -> Path:
+    return (base or data_dir()) / "spark-connect.json"
+
+
+def token_path(base: Path | None = None) -> Path:
+    return (base or data_dir()) / "spark-connect.token"
+
+
+def log_path(base: Path | None = None) -> Path:
+    return (base or data_dir()) / "spark-connect.log"
+
+
+def read_token(base: Path | None = None) -> str:
+    return token_path(base).read_text().strip()
+
+
+def _ensure_token(base: Path) -> str:
+    """The deployment's token: generated once, owner-only, reused across restarts (so Airflow's
+    connection stays valid)."""
+    path = token_path(base)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    os.chmod(path, 0o600)
+    return read_token(base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):  # our own child that exited: reap it
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+def read_state(base: Path | None = None) -> dict[str, Any] | None:
+    """The running server's state, or None (a stale file from a dead server is ignored)."""
+    try:
+        state = json.loads(state_path(base).read_text())
+    except (OSError, ValueError):
+        return None
+    return state if _alive(int(state.get("pid", -1))) else None
+
+
+def server_command(port: int, master: str, driver_memory: str, host: str,
+                   session_timeout: str, detached_timeout: str,
+                   conf: dict[str, str]) -> list[str]:
+    from eos.spark import spark_submit_binary, worker_python
+
+    settings = {
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.session.manager.defaultSessionTimeout": session_timeout,
+        "spark.connect.execute.manager.detachedTimeout": detached_timeout,
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.pyspark.python": worker_python(),
+        **conf,
+    }
+    cmd = [spark_submit_binary(), "--master", master, "--driver-memory", driver_memory,
+           "--name", "eos-spark-connect", "--class", SERVER_CLASS]
+    for key, value in settings.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "spark-internal"]
+
+
+def _server_env(token: str) -> dict[str, str]:
+    import pyspark
+
+    from eos.spark import submit_env
+
+    env = submit_env()
+    env[TOKEN_ENV] = token
+    env.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def healthy(endpoint: Endpoint, timeout: float = 60.0) -> bool:
+    """An authenticated round trip: open a session, run a trivial query, release it."""
+    if not reachable(endpoint):
+        return False
+    from pyspark.sql import SparkSession
+
+    try:
+        spark = SparkSession.builder.remote(endpoint.url()).create()
+        try:
+            _fail_fast(spark)
+            return spark.range(1).count() == 1
+        finally:
+            spark.stop()
+    except Exception:
+        return False
+
+
+def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None = None,
+          driver_memory: str = "4g", host: str = "127.0.0.1", session_timeout: str = "15min",
+          detached_timeout: str = "2min", conf: dict[str, str] | None = None) -> dict[str, Any]:
+    """Start the server in the background unless one runs for this data dir; wait until it
+    answers an authenticated query; return its state (no token in it)."""
+    base = base or data_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    existing = read_state(base)
+    if existing is not None:
+        return existing
+    token = _ensure_token(base)
+    master = master or os.environ.get("EOS_SPARK_MASTER", "local[2]")
+    log = log_path(base)
+    cmd = server_command(port, master, driver_memory, host, session_timeout, detached_timeout,
+                         conf or {})
+    with log.open("ab") as out:
+        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env=_server_env(token),
+                                 start_new_session=True)  # its own group: stop kills the tree
+    state = {"host": "127.0.0.1" if host in ("0.0.0.0", "::") else host, "port": port,
+             "pid": child.pid, "master": master, "started_at": time.time(), "log": str(log),
+             "token_file": str(token_path(base))}
+    endpoint = Endpoint(state["host"], port, token, False, "eos spark start")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise EosError(f"Spark Connect server exited with code {child.returncode} "
+                           f"(port {port} in use?); see {log}")
+        if healthy(endpoint):
+            tmp = state_path(base).with_suffix(".tmp")
+            tmp.write_text(json.dumps(state))
+            tmp.replace(state_path(base))
+            return state
+        time.sleep(0.5)
+    _kill_group(child.pid, 5.0)
+    raise EosError(f"Spark Connect server did not answer within {START_TIMEOUT_S:.0f}s; see {log}")
+
+
+def _kill_group(pid: int, timeout: float) -> None:
+    """SIGTERM the server's process group (JVM and its Python workers), SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    while _alive(pid):
+        time.sleep(0.05)
+
+
+def stop(base: Path | None = None, timeout: float = 20.0) -> bool:
+    """Stop the server; True if one was running. Leaves no process behind."""
+    state = read_state(base)
+    state_path(base).unlink(missing_ok=True)
+    if state is None:
+        return False
+    _kill_group(int(state["pid"]), timeout)
+    return True
+
+
+def status(base: Path | None = None) -> dict[str, Any] | None:
+    state = read_state(base)
+    if state is None:
+        return None
+    endpoint = Endpoint(state["host"], int(state["port"]), read_token(base), False, "status")
+    return {**state, "address": endpoint.address, "healthy": healthy(endpoint)}
+
+
+def airflow_connection(state: dict[str, Any], base: Path | None = None) -> str:
+    """``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT`` for a running server (holds the token: pass it to
+    a child process's environment, never print it)."""
+    return json.dumps({"conn_type": "spark_connect", "host": state["host"],
+                       "port": int(state["port"]), "password": read_token(base)})
