@@ -3,7 +3,7 @@
 Everything runs on the embedded default, as ``./dev demo`` does: the broker is started with
 ``eos.broker.start`` under a temporary data directory and stopped at the end, unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names another broker (then that one is used and left alone). The
-Spark session is ``eos.stage.spark_session`` (``local[2]``), created once and shared by every
+Spark session is ``eos.spark.local_session`` (``local[2]``), created once and shared by every
 epoch, as the test suite does; the cost of starting Spark for each epoch the way production does
 (``spark-submit``) is measured separately.
 """
@@ -66,8 +66,7 @@ class Env:
                              "max": "max(value)", "avg": "avg(value)"},
             "epoch": {"max_records": max_records, "staging_retention": retention},
             "tables": {"root": str(self.workdir / "tables" / name)},
-            "spark": {"master": "local[2]", "shuffle_partitions": 2,
-                      "conf": {"spark.ui.showConsoleProgress": "false"}},
+            "spark": {"master": "local[2]", "shuffle_partitions": 2},
         }
         if sinks is not None:
             data["sinks"] = sinks

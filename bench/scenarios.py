@@ -396,15 +396,16 @@ _DURATIONS = re.compile(r"durations_ms=(\{[^}]*\})")
 
 
 def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
-    """What production pays per epoch to start Spark: ``eos.spark.run_precommit`` (spark-submit
-    of ``spark_apps/precommit.py``) on a caught-up pipeline.
+    """What ``compute.mode: submit`` pays per epoch to start Spark:
+    ``eos.spark.submit_precommit`` (spark-submit of ``spark_apps/precommit.py``) on a caught-up
+    pipeline.
 
     * ``committed``: an already committed epoch: JVM + Python driver start and exit, no session.
     * ``empty``: a new, empty epoch: the same plus SparkSession creation, an empty Spark job and
       the staging write; ``session`` is the SparkSession creation time the app itself logs.
     """
     from eos.protocol import begin, commit, committed_epoch
-    from eos.spark import run_precommit
+    from eos.spark import submit_precommit as run_precommit
 
     out: dict[str, list[float]] = {"committed": [], "empty": [], "session": [],
                                    "empty_inside": []}

@@ -39,11 +39,12 @@ RUN set -eux; \
     python3.11 -m venv /opt/venv; \
     /opt/venv/bin/pip install --no-cache-dir \
         confluent-kafka==2.12.2 \
-        deltalake==1.2.1 \
+        deltalake==1.6.6 \
         pyarrow==21.0.0 \
         pandas==2.3.3 \
         pyyaml==6.0.3 \
-        pydantic==2.11.10
+        pydantic==2.11.10 \
+        msgspec==0.22.0
 
 # docker-compose.yaml runs these containers as ${AIRFLOW_UID}:0 so that files they write into the
 # mounted project (EOS_DATA_DIR) belong to the same user as the Airflow containers' files.

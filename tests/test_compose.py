@@ -7,6 +7,7 @@ wherever the compose CLI is installed; the structural checks below run everywher
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ EXPECTED_SERVICES = {
     "airflow-triggerer",
     "spark-master",
     "spark-worker",
+    "spark-connect",
 }
 
 # `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`, `${VAR?message}`
@@ -125,3 +127,15 @@ def test_compose_file_structure_and_secrets() -> None:
                         f"{name}: {key} embeds a literal password; use ${{...}}"
                     )
     assert checked_passwords > 0, "expected at least the postgres password to be checked"
+
+    # Spark Connect: the server takes its token from the environment, and Airflow's connection
+    # to it carries the same interpolated token as its password; nothing literal.
+    connect_env = _environment(services["spark-connect"])
+    token = connect_env["SPARK_CONNECT_AUTHENTICATE_TOKEN"]
+    assert isinstance(token, str) and INTERPOLATION.match(token), token
+    assert not any("token" in str(arg) for arg in services["spark-connect"]["command"])
+    airflow_env = _environment(services["airflow-scheduler"])
+    connection = json.loads(airflow_env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+    assert connection["conn_type"] == "spark_connect"
+    assert connection["host"] == "spark-connect" and connection["port"] == 15002
+    assert connection["password"] == token

@@ -28,6 +28,7 @@ from deltalake import DeltaTable
 from eos import epochlog
 from eos.audit import audit
 from eos.config import PipelineConfig, load_config, pipeline_path
+from eos.dag_factory import PrecommitOperator
 from eos.kafka import client_settings
 from eos.produce import GeneratorSpec, produce
 from eos.tables import read_table, tables_for
@@ -48,8 +49,11 @@ SPEC = GeneratorSpec(
 SUCCESS = {"begin": "success", "precommit": "success", "commit": "success", "abort": "skipped"}
 
 
-def make_pipeline(pipelines_dir: Path, data_dir: Path, prefix: str) -> PipelineConfig:
-    """A pipeline on a fresh topic holding SPEC's records; dags/ builds ``eos_<name>`` for it."""
+def make_pipeline(pipelines_dir: Path, data_dir: Path, prefix: str,
+                  mode: str = "connect") -> PipelineConfig:
+    """A pipeline on a fresh topic holding SPEC's records; dags/ builds ``eos_<name>`` for it.
+    ``mode``: its ``compute.mode`` (connect: the session's Spark Connect server, found through
+    ``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT``; submit: spark-submit on ``spark_default``)."""
     name = f"{prefix}_{unique_topic('')[1:]}"
     config = write_pipeline(
         pipelines_dir,
@@ -58,6 +62,7 @@ def make_pipeline(pipelines_dir: Path, data_dir: Path, prefix: str) -> PipelineC
         window={"size": "10s", "allowed_lateness": "2s"},
         epoch={"max_records": 1000, "staging_retention": 3},
         tables={"root": str(data_dir / name)},
+        compute={"mode": mode},
     )
     produce(SPEC, config.kafka.topic, client_settings(config.kafka.client), progress=False)
     return config
@@ -107,7 +112,14 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert dag.catchup is False
     assert dag.timetable.summary == config.schedule
 
+    # compute.mode connect (the default): a TaskFlow task on the Spark Connect server.
     precommit = tasks["precommit"]
+    assert not isinstance(precommit, SparkSubmitOperator)
+    assert "spark_connect_default" in precommit.doc_md
+    assert precommit.retries == 2
+    # EOS_COMPUTE_MODE=submit switches a deployment to one spark-submit per epoch.
+    monkeypatch.setenv("EOS_COMPUTE_MODE", "submit")
+    precommit = af.load_dag("eos_clicks").task_dict["precommit"]
     assert isinstance(precommit, SparkSubmitOperator) and isinstance(precommit, PrecommitOperator)
     assert precommit.application.endswith("spark_apps/precommit.py")
     assert "{{ ti.xcom_pull(task_ids='begin')['epoch'] }}" in precommit.application_args
@@ -153,8 +165,10 @@ def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str) -> dict:
-    """A pipeline driven by three successful DAG runs: the result a failure must reproduce."""
+def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str,
+              spark_server: dict) -> dict:
+    """A pipeline driven by three successful DAG runs on Spark Connect (the default compute):
+    the result a failure (in submit mode, below) must reproduce."""
     config = make_pipeline(pipelines_dir, data_dir, "afref")
     dag = af.load_dag(f"eos_{config.name}")
     runs = [af.run_dag(dag, i) for i in range(3)]
@@ -183,10 +197,10 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
     records = [json.loads(row["plan"])["ranges"] for row in plans]
     assert [sum(r["until"] - r["start"] for r in ranges) for ranges in records] == [1000, 1000, 400]
 
-    # precommit was spark-submitted with the epoch and plan hash begin returned.
-    args = af.rendered_fields(reference["runs"][1], "precommit")["application_args"]
-    assert args[args.index("--epoch") + 1] == "1"
-    assert args[args.index("--plan-hash") + 1] == plans[1]["plan_hash"]
+    # precommit ran on the Spark Connect server, staging the plan begin returned.
+    assert not isinstance(reference["dag"].get_task("precommit"), PrecommitOperator)
+    staged = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.PRECOMMITTED]
+    assert [r["plan_hash"] for r in staged] == [plans[1]["plan_hash"]]
 
     # Every committed epoch published the target asset.
     events = af.asset_events(f"file://{Path(target).resolve()}")
@@ -212,11 +226,19 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
 def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
-    config = make_pipeline(pipelines_dir, data_dir, "affail")
+    # compute.mode submit: the SparkSubmitOperator path, compared with the Connect reference.
+    config = make_pipeline(pipelines_dir, data_dir, "affail", mode="submit")
     tables = tables_for(config)
     target = delta_path(config, "target")
     dag = af.load_dag(f"eos_{config.name}")
-    assert af.task_states(af.run_dag(dag, 0)) == SUCCESS
+    assert isinstance(dag.get_task("precommit"), PrecommitOperator)
+    first = af.run_dag(dag, 0)
+    assert af.task_states(first) == SUCCESS
+    # precommit was spark-submitted with the epoch and plan hash begin returned.
+    args = af.rendered_fields(first, "precommit")["application_args"]
+    assert args[args.index("--epoch") + 1] == "0"
+    assert args[args.index("--plan-hash") + 1] == epochlog.plan_row_for_run(
+        tables, run_id_of(0))["plan_hash"]
     target_before = DeltaTable(target).version()
 
     # Run 1: the Spark app stages epoch 1 and is SIGKILLed before it exits (only the

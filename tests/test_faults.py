@@ -52,8 +52,19 @@ SPEC = GeneratorSpec(events=2400, keys=20, interval_ms=25, disorder_ms=800, late
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path, kafka: str) -> PipelineConfig:
-    config = write_pipeline(tmp_path, epoch={"max_records": 800, "staging_retention": 1})
+def mode() -> str:
+    """The compute mode of ``pipeline``: Connect (the default); tests whose fault is in Spark's
+    part parametrize it over both modes."""
+    return "connect"
+
+
+BOTH_MODES = pytest.mark.parametrize("mode", ["connect", "submit"])
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path, kafka: str, mode: str) -> PipelineConfig:
+    config = write_pipeline(tmp_path, epoch={"max_records": 800, "staging_retention": 1},
+                            compute={"mode": mode})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     return config
 
@@ -89,6 +100,7 @@ def test_crash_after_begin_reruns_with_the_logged_plan(pipeline: PipelineConfig,
     finish_and_audit(pipeline, spark, "after-begin")
 
 
+@BOTH_MODES
 @pytest.mark.parametrize("point", ["precommit.mid_read", "precommit.before_write"])
 def test_spark_killed_during_precommit_stages_nothing(pipeline: PipelineConfig, spark: Any,
                                                       tmp_path: Path, point: str) -> None:
@@ -110,6 +122,7 @@ def test_spark_killed_during_precommit_stages_nothing(pipeline: PipelineConfig, 
     finish_and_audit(pipeline, spark, "mid-precommit")
 
 
+@BOTH_MODES
 def test_crash_after_precommit_reuses_the_staged_epoch(pipeline: PipelineConfig, spark: Any,
                                                        tmp_path: Path) -> None:
     plan = begin(pipeline, run_id="r0")
@@ -324,9 +337,12 @@ def test_unwritable_table_root_and_broken_config_fail_clearly(tmp_path: Path, ka
     assert "field 'kafka.topic'" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_chaos_run_loses_and_doubles_nothing(tmp_path: Path, kafka: str, spark: Any) -> None:
-    """The short CI version of `eos chaos`: every epoch has a fault in some phase."""
-    config = write_pipeline(tmp_path)
+@BOTH_MODES
+def test_chaos_run_loses_and_doubles_nothing(tmp_path: Path, kafka: str, spark: Any,
+                                             mode: str) -> None:
+    """The short CI version of `eos chaos`: every epoch has a fault in some phase; the faulty
+    attempts run as ``eos`` processes on the compute mode under test."""
+    config = write_pipeline(tmp_path, compute={"mode": mode})
     report = chaos(config, epochs=7, seed=14, fault_rate=0.6, events_per_epoch=300, spark=spark)
     print(report.render())
     assert sum(report.faults.values()) >= 5

@@ -357,13 +357,14 @@ def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None
           driver_memory: str = "4g", host: str = "127.0.0.1", session_timeout: str = "15min",
           detached_timeout: str = "2min", conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Start the server in the background unless one runs for this data dir; wait until it
-    answers an authenticated query; return its state (no token in it)."""
+    answers an authenticated query; return its state (no token in it). ``port=0``: a free one."""
     base = base or data_dir()
     base.mkdir(parents=True, exist_ok=True)
     existing = read_state(base)
     if existing is not None:
         return existing
     token = _ensure_token(base)
+    port = port or _free_port()
     master = master or os.environ.get("EOS_SPARK_MASTER", "local[2]")
     log = log_path(base)
     cmd = server_command(port, master, driver_memory, host, session_timeout, detached_timeout,
@@ -389,6 +390,12 @@ def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None
         time.sleep(0.5)
     _kill_group(child.pid, 5.0)
     raise EosError(f"Spark Connect server did not answer within {START_TIMEOUT_S:.0f}s; see {log}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _kill_group(pid: int, timeout: float) -> None:

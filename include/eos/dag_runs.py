@@ -85,7 +85,8 @@ class DagRunner:
         started = time.monotonic()
         with _output_to(self.home / "dag-runs.log"):
             run = self.dag.test(logical_date=when, run_after=when)
-        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        instances = run.get_task_instances()
+        states = {ti.task_id: ti.state for ti in instances}
         if run.state != "success":
             raise RuntimeError(f"DAG run {run.run_id} ended {run.state}: {states}")
         tables = tables_for(self.config)
@@ -95,4 +96,12 @@ class DagRunner:
         details = json.loads(committed[-1]["details"]) if committed else {}
         return {"epoch": plan.epoch, "plan_hash": plan.hash, "records": plan.records,
                 "outcome": "committed", "rows": details.get("rows", {}),
-                "run_id": run.run_id, "seconds": round(time.monotonic() - started, 1)}
+                "run_id": run.run_id, "seconds": round(time.monotonic() - started, 1),
+                "tasks": _task_times(instances)}
+
+
+def _task_times(instances: list[Any]) -> dict[str, dict[str, float]]:
+    """Start, end (epoch seconds) and duration of each task that ran."""
+    return {ti.task_id: {"start": ti.start_date.timestamp(), "end": ti.end_date.timestamp(),
+                         "seconds": (ti.end_date - ti.start_date).total_seconds()}
+            for ti in instances if ti.start_date and ti.end_date}

@@ -31,6 +31,7 @@ def spark_conf(config: PipelineConfig) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(config.spark.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # no progress bars in task logs
         "spark.driver.memory": config.spark.driver_memory,
         "spark.pyspark.python": worker_python(),
         "spark.pyspark.driver.python": sys.executable,
@@ -83,6 +84,7 @@ def local_session(config: PipelineConfig) -> Any:
         .master(os.environ.get("EOS_SPARK_MASTER", config.spark.master))
         .config("spark.sql.shuffle.partitions", str(config.spark.shuffle_partitions))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
     for key, value in {**SESSION_CONF, **config.spark.conf}.items():
