@@ -8,6 +8,7 @@ Spark's own failure code otherwise (retried).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from eos.config import load_pipeline
@@ -22,6 +23,12 @@ from eos.errors import (
 )
 from eos.phaselog import configure
 from eos.protocol import precommit
+
+# pyspark marks a process that opened a Spark Connect session in its environment; inherited by
+# this app (e.g. from an Airflow worker that ran a Connect task), the mark would make
+# getOrCreate() ask for a Connect URL instead of starting Spark here.
+for _mark in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
+    os.environ.pop(_mark, None)
 
 
 def main(argv: list[str]) -> int:

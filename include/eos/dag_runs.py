@@ -2,7 +2,8 @@
 
 Each epoch is one ``DAG.test()`` run of the same DAG the scheduler runs (parsed from ``dags/``),
 in a throwaway Airflow home with a SQLite metadata DB: Airflow's dependency checks, trigger rules
-and retries apply; the tasks call the same library code and ``spark-submit`` as in production.
+and retries apply; the tasks call the same library code and compute (Spark Connect or
+``spark-submit``, per ``compute.mode``) as in production.
 """
 
 from __future__ import annotations
