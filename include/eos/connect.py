@@ -211,6 +211,25 @@ def pipeline_session_id(config: PipelineConfig) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{config.app_id}@{config.root}"))
 
 
+CONNECT_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+@contextlib.contextmanager
+def _connect_marks_restored() -> Iterator[None]:
+    """pyspark marks a process that opened a Connect session in ``os.environ`` and from then on
+    builds every DataFrame operation (even a classic session's) the Connect way; put the marks
+    back as they were when the Connect session is done with."""
+    saved = {key: os.environ.get(key) for key in CONNECT_MARKS}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @contextlib.contextmanager
 def session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
     """A Connect session with this pipeline's settings and the ``eos_kafka`` source registered
@@ -219,6 +238,13 @@ def session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
     left open for the next precommit (the client connection is closed either way)."""
     if not reachable(endpoint):
         raise _unreachable(endpoint)
+
+
+    with _connect_marks_restored():
+        yield from _session(config, endpoint)
+
+
+def _session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from eos.reader import KafkaRangeDataSource
@@ -342,15 +368,16 @@ def healthy(endpoint: Endpoint, timeout: float = 60.0) -> bool:
         return False
     from pyspark.sql import SparkSession
 
-    try:
-        spark = SparkSession.builder.remote(endpoint.url()).create()
+    with _connect_marks_restored():
         try:
-            _fail_fast(spark)
-            return spark.range(1).count() == 1
-        finally:
-            spark.stop()
-    except Exception:
-        return False
+            spark = SparkSession.builder.remote(endpoint.url()).create()
+            try:
+                _fail_fast(spark)
+                return spark.range(1).count() == 1
+            finally:
+                spark.stop()
+        except Exception:
+            return False
 
 
 def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None = None,

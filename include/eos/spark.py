@@ -51,7 +51,9 @@ def submit_env() -> dict[str, str]:
     env = dict(os.environ)
     # pyspark marks a process that opened a Connect session in its environment; a child that
     # inherited the mark would try to open a Connect session instead of starting Spark.
-    for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"):
+    from eos.connect import CONNECT_MARKS
+
+    for key in CONNECT_MARKS:
         env.pop(key, None)
     env["PYSPARK_PYTHON"] = worker_python()
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
