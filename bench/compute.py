@@ -34,6 +34,7 @@ from bench.env import Env, environment
 
 _SECONDS = re.compile(r"(\d+(?:\.\d+)?)s$")
 MODES = ("connect", "submit")
+PARTS = ("empty", "deployed", "dagrun")
 
 
 def eos_run(config_path: str, epochs: int) -> tuple[float, list[float], list[int]]:
@@ -133,6 +134,11 @@ def dag_runs(env: Env, chunk: int, log: Any) -> list[dict[str, Any]]:
 
     topic = "bench-dagrun"
     config = mode_config(env, "connect", "dagrun", topic, chunk)
+    # dags/ builds DAGs from the YAMLs in EOS_PIPELINES_DIR: only this one.
+    dags_dir = env.workdir / "dag-pipelines"
+    dags_dir.mkdir(exist_ok=True)
+    (dags_dir / Path(config.source_path).name).write_text(Path(config.source_path).read_text())
+    os.environ["EOS_PIPELINES_DIR"] = str(dags_dir)
     records = sc.generator(2 * chunk)
     runner = DagRunner(config)
     out = []
@@ -157,32 +163,49 @@ def _gaps(tasks: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def render(results: dict[str, Any]) -> str:
+    """The tables of the parts that ran."""
     lines = ["## Compute modes side by side (python -m bench.compute)", ""]
-    empty = results["empty"]
-    lines += ["| empty epoch through `eos run` (s) | connect | submit |", "| --- | ---: | ---: |"]
+    if "empty" in results:
+        lines += _render_empty(results["empty"])
+    if "deployed" in results:
+        lines += _render_deployed(results["deployed"])
+    if "dag_runs" in results:
+        lines += _render_dag_runs(results["dag_runs"])
+    return "\n".join(lines)
+
+
+def _render_empty(empty: dict[str, Any]) -> list[str]:
+    lines = ["| empty epoch through `eos run` (s) | connect | submit |", "| --- | ---: | ---: |"]
     for key, label in (("median_after_first", "per epoch (median, 2nd epoch on)"),
                        ("first_in_process", "first epoch of a process"),
                        ("process_wall_median", "`eos run --epochs 1` process, wall")):
         lines.append(f"| {label} | {empty['connect'][key]:.2f} | {empty['submit'][key]:.2f} |")
-    d: Deployed = results["deployed"]
+    return [*lines, ""]
+
+
+def _render_deployed(d: Deployed) -> list[str]:
     rates = d.rates()
-    lines += ["", f"| {d.events:,} events, {d.epochs} epochs as deployed | seconds | events/s "
-              "| / ALO |", "| --- | ---: | ---: | ---: |"]
+    lines = [f"| {d.events:,} events, {d.epochs} epochs as deployed | seconds | events/s "
+             "| / ALO |", "| --- | ---: | ---: | ---: |"]
     for mode in MODES:
         lines.append(f"| exactly-once, {mode} (a fresh `eos run` process per epoch) | "
                      f"{d.eo[mode]:.1f} | {rates[f'eo_{mode}']:,.0f} | "
                      f"{rates[f'eo_{mode}'] / rates['alo']:.2f}x |")
     lines.append(f"| at-least-once baseline (in-process, same ranges) | {d.alo:.1f} | "
                  f"{rates['alo']:,.0f} | 1.00x |")
-    lines += ["", "| Airflow DAG run (connect) | records | run (s) | begin | precommit | commit "
-              "| Airflow overhead | gaps between tasks |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for run in results["dag_runs"]:
+    return [*lines, ""]
+
+
+def _render_dag_runs(runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["| Airflow DAG run (connect) | records | run (s) | begin | precommit | commit "
+             "| Airflow overhead | gaps between tasks |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for run in runs:
         gaps = ", ".join(f"{k} {v:.1f}s" for k, v in run["gaps"].items())
         lines.append(f"| {run['label']} | {run['records']:,} | {run['seconds']:.1f} | "
                      f"{run['begin']:.1f} | {run['precommit']:.1f} | {run['commit']:.1f} | "
                      f"{run['airflow_overhead']:.1f} | {gaps} |")
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--epoch-records", type=int, default=sc.MAX_RETAINED_EVENTS)
     p.add_argument("--empty-epochs", type=int, default=6)
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                   help="which measurements to run (default: all, in this order)")
     args = p.parse_args(argv)
     started = time.perf_counter()
 
@@ -205,12 +230,15 @@ def main(argv: list[str] | None = None) -> int:
         state = connect.start(base=base, port=0)
         try:
             log(f"Spark Connect server on port {state['port']}")
-            results["empty"] = empty_epochs(env, args.empty_epochs, log)
-            results["deployed"] = deployed(env, args.events, args.epoch_records, log)
-            results["dag_runs"] = dag_runs(env, args.epoch_records, log)
+            if "empty" in args.parts:
+                results["empty"] = empty_epochs(env, args.empty_epochs, log)
+            if "deployed" in args.parts:
+                results["deployed"] = deployed(env, args.events, args.epoch_records, log)
+            if "dagrun" in args.parts:
+                results["dag_runs"] = dag_runs(env, args.epoch_records, log)
         finally:
+            print(render(results), flush=True)  # whatever ran, even if a later part failed
             connect.stop(base)
-    print(render(results))
     log("done")
     return 0
 
