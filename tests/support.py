@@ -86,6 +86,17 @@ def run_until_caught_up(config: PipelineConfig, spark: Any, tag: str,
     raise AssertionError(f"not caught up after {limit} epochs")
 
 
+def finish_and_audit(config: PipelineConfig, spark: Any, tag: str, records: int) -> None:
+    """Recovery by rerunning: run the remaining epochs, then audit everything from scratch:
+    every sink equals the ground truth of all ``records`` produced."""
+    from eos.audit import audit
+
+    run_until_caught_up(config, spark, tag)
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.records == records
+
+
 def sink(config: PipelineConfig, name: str) -> Any:
     """The configured sink named ``name`` (``delta:target``, ``kafka:<topic>``)."""
     from eos.sinks import sinks_for

@@ -18,6 +18,7 @@ from eos import broker as embedded
 from eos.audit import read_range
 from eos.errors import KafkaUnavailable, TopicMissing
 from eos.kafka import client_settings, topic_watermarks
+from eos.processes import alive
 from eos.produce import GeneratorSpec, generate, produce
 
 from support import unique_topic
@@ -160,7 +161,7 @@ def test_broker_cli_start_stop_leaves_no_process(tmp_path: Path) -> None:
     status = subprocess.run([*eos, "broker", "status"], env=env, capture_output=True, text=True)
     assert status.returncode == 0 and '"reachable": true' in status.stdout
     subprocess.run([*eos, "broker", "stop"], env=env, check=True, capture_output=True)
-    assert not embedded._alive(state["pid"]) or _is_zombie(state["pid"])
+    assert not alive(state["pid"]) or _is_zombie(state["pid"])
     assert not embedded.state_path(tmp_path).exists()
     status = subprocess.run([*eos, "broker", "status"], env=env, capture_output=True, text=True)
     assert status.returncode == 1

@@ -33,7 +33,7 @@ from eos.protocol import begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
 from eos.tables import read_table, tables_for
 
-from support import eos_cli, free_port, run_until_caught_up, table_versions, write_pipeline
+from support import eos_cli, finish_and_audit, free_port, table_versions, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,11 +52,7 @@ def loaded_pipeline(directory: Path, **overrides: Any) -> PipelineConfig:
 
 
 def audited(config: PipelineConfig, spark: Any, tag: str) -> None:
-    """Run the remaining epochs, then check every sink against Kafka from scratch."""
-    run_until_caught_up(config, spark, tag)
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == SPEC.events
+    finish_and_audit(config, spark, tag, SPEC.events)
 
 
 def remote_url(endpoint: connect.Endpoint) -> str:

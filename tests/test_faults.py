@@ -34,12 +34,12 @@ from eos.protocol import begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
 from eos.tables import ensure_tables, read_table, replace_epoch, tables_for
 
+import support
 from support import (
     KILLED,
     commit_summary,
     delta_path,
     eos_cli,
-    run_until_caught_up,
     sink,
     table_versions,
     write_pipeline,
@@ -70,11 +70,7 @@ def pipeline(tmp_path: Path, kafka: str, mode: str) -> PipelineConfig:
 
 
 def finish_and_audit(config: PipelineConfig, spark: Any, tag: str) -> None:
-    """Recovery by rerunning: run the remaining epochs, then audit everything from scratch."""
-    run_until_caught_up(config, spark, tag)
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == SPEC.events
+    support.finish_and_audit(config, spark, tag, SPEC.events)
 
 
 SINKS = ["delta:target", "delta:late", "delta:quarantine"]  # the default sinks, commit order

@@ -21,22 +21,13 @@ from typing import Any
 
 from eos.config import data_dir
 from eos.errors import EosError
+from eos.processes import alive
 
 START_TIMEOUT_S = 30.0
 
 
 def state_path(base: Path | None = None) -> Path:
     return (base or data_dir()) / "broker.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _reachable(bootstrap: str, timeout: float = 2.0) -> bool:
@@ -55,7 +46,7 @@ def read_state(base: Path | None = None) -> dict[str, Any] | None:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not _alive(int(state.get("pid", -1))):
+    if not alive(int(state.get("pid", -1))):
         return None
     return state
 
@@ -136,10 +127,10 @@ def stop(base: Path | None = None, timeout: float = 15.0) -> bool:
     pid = int(state["pid"])
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         os.kill(pid, signal.SIGKILL)
         _reap(pid)
     state_path(base).unlink(missing_ok=True)

@@ -39,6 +39,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from eos.config import PipelineConfig, data_dir
 from eos.errors import ComputeUnavailable, ConfigError, EosError
+from eos.processes import alive
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -306,26 +307,13 @@ def _ensure_token(base: Path) -> str:
     return read_token(base)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(ChildProcessError):  # our own child that exited: reap it
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    return True
-
-
 def read_state(base: Path | None = None) -> dict[str, Any] | None:
     """The running server's state, or None (a stale file from a dead server is ignored)."""
     try:
         state = json.loads(state_path(base).read_text())
     except (OSError, ValueError):
         return None
-    return state if _alive(int(state.get("pid", -1))) else None
+    return state if alive(int(state.get("pid", -1))) else None
 
 
 def server_command(port: int, master: str, driver_memory: str, host: str,
@@ -430,11 +418,11 @@ def _kill_group(pid: int, timeout: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    while _alive(pid):
+    while alive(pid):
         time.sleep(0.05)
 
 

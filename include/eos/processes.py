@@ -1,0 +1,21 @@
+"""Small helpers for the background servers the dev tools supervise (broker, Spark Connect)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs; an exited child of ours is reaped (not left a zombie) and is not
+    alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
