@@ -9,7 +9,6 @@ keeps serving the rest of the suite.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
@@ -28,6 +27,7 @@ from eos.audit import audit
 from eos.config import PipelineConfig
 from eos.errors import EXIT_TRANSIENT, ComputeUnavailable
 from eos.kafka import client_settings
+from eos.processes import group_members
 from eos.produce import GeneratorSpec, generate, send
 from eos.protocol import begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
@@ -274,13 +274,6 @@ def test_stop_leaves_no_process(tmp_path: Path, kafka: str) -> None:
     pgid = state["pid"]
     assert connect.stop(base)
     assert connect.read_state(base) is None
-    survivors = [p for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == pgid]
+    survivors = group_members(pgid)
     assert not survivors, f"processes of the server's group survived: {survivors}"
     assert not connect.stop(base)
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None

@@ -39,7 +39,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from eos.config import PipelineConfig, data_dir
 from eos.errors import ComputeUnavailable, ConfigError, EosError
-from eos.processes import alive
+from eos.processes import alive, group_members
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -173,8 +173,10 @@ def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
             f"nothing was staged ({str(error).splitlines()[0][:200]})")
     if "UNAVAILABLE" in text or "Connection refused" in text or "failed to connect" in text:
         return _unreachable(endpoint)
+    # A server stopping (or restarting) mid-request drops the stream or fails the RPC itself.
     if any(sign in text for sign in ("Stream removed", "Socket closed", "RST_STREAM",
-                                     "Connection reset", "StatusCode.CANCELLED")):
+                                     "Connection reset", "StatusCode.CANCELLED",
+                                     "Application error processing RPC")):
         return ComputeUnavailable(
             f"{where} dropped the connection mid-epoch (it stopped or restarted): the epoch is "
             f"retried; nothing was staged ({str(error).splitlines()[0][:200]})")
@@ -422,7 +424,11 @@ def _kill_group(pid: int, timeout: float) -> None:
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    while alive(pid):
+    # The JVM's Python workers are in the group too: wait until every member is gone.
+    deadline = time.monotonic() + 30
+    while (alive(pid) or group_members(pid)) and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
         time.sleep(0.05)
 
 

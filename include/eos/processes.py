@@ -19,3 +19,19 @@ def alive(pid: int) -> bool:
         if os.waitpid(pid, os.WNOHANG)[0] == pid:
             return False
     return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes in process group ``pgid`` (Linux ``/proc``), zombies excluded."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
