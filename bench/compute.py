@@ -52,16 +52,8 @@ def eos_run(config_path: str, epochs: int) -> tuple[float, list[float], list[int
 
 
 def mode_config(env: Env, mode: str, name: str, topic: str, max_records: int) -> Any:
-    """``env.config`` with ``compute.mode`` set (the file is what ``eos run`` reads)."""
-    import yaml
-
-    from eos.config import load_config
-
-    config = env.config(f"{name}-{mode}", topic, max_records=max_records)
-    data = yaml.safe_load(Path(config.source_path).read_text())
-    data["compute"] = {"mode": mode}
-    Path(config.source_path).write_text(yaml.safe_dump(data, sort_keys=False))
-    return load_config(config.source_path)
+    """A pipeline file (what ``eos run`` reads) computing on ``mode``."""
+    return env.config(f"{name}-{mode}", topic, max_records=max_records, compute={"mode": mode})
 
 
 @dataclass

@@ -52,6 +52,7 @@ class Env:
         split_records: int = 250_000,
         retention: int = 3,
         sinks: dict[str, Any] | None = None,
+        compute: dict[str, Any] | None = None,
     ) -> PipelineConfig:
         """A pipeline config file under the work dir (spark-submit needs a real file)."""
         data = {
@@ -70,6 +71,8 @@ class Env:
         }
         if sinks is not None:
             data["sinks"] = sinks
+        if compute is not None:
+            data["compute"] = compute
         path = self.workdir / "configs" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(data, sort_keys=False))

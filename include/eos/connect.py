@@ -91,9 +91,7 @@ class Endpoint:
         rest = url.split("://", 1)[1] if "://" in url else url
         parsed = urlparse(f"http://{rest}")
         params = dict(p.split("=", 1) for p in parsed.params.split(";") if "=" in p)
-        if not url.startswith("sc://") and "://" in url:
-            raise ConfigError(f"{source}: not a Spark Connect URL (sc://host:port)")
-        if not parsed.hostname:
+        if ("://" in url and not url.startswith("sc://")) or not parsed.hostname:
             raise ConfigError(f"{source}: not a Spark Connect URL (sc://host:port)")
         token = params.get("token")
         return cls(parsed.hostname, parsed.port or DEFAULT_PORT,
@@ -261,22 +259,15 @@ def _session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
         _fail_fast(spark)
         _configure(spark, config)
         spark.dataSource.register(KafkaRangeDataSource)
-    except Exception as error:
-        if spark is not None:
-            spark.stop()
-        typed = compute_error(error, endpoint)
-        if typed is None:
-            raise
-        raise typed from None
-    try:
         yield spark
-    except Exception as error:
+    except Exception as error:  # setting up or using the session: a server problem is typed
         typed = compute_error(error, endpoint)
         if typed is None:
             raise
         raise typed from error
     finally:
-        spark.stop()  # (task sessions) releases it server-side; pyspark logs, never raises
+        if spark is not None:
+            spark.stop()  # (task sessions) releases it server-side; pyspark logs, never raises
 
 
 # -- the server -----------------------------------------------------------------------------
@@ -352,7 +343,7 @@ def _server_env(token: str) -> dict[str, str]:
     return env
 
 
-def healthy(endpoint: Endpoint, timeout: float = 60.0) -> bool:
+def healthy(endpoint: Endpoint) -> bool:
     """An authenticated round trip: open a session, run a trivial query, release it."""
     if not reachable(endpoint):
         return False

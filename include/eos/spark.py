@@ -99,13 +99,13 @@ def local_session(config: PipelineConfig) -> Any:
     return spark
 
 
-def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None,
-                  endpoint: Any = None) -> str:
+def run_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None) -> str:
     """Stage epoch N where ``compute.mode`` says; return its phase line, or raise a typed error.
-    ``endpoint`` (connect mode): the server to use; default ``eos.connect.resolve_endpoint``."""
+    Connect mode uses the server ``eos.connect.resolve_endpoint`` finds (the DAG passes the one
+    of its Airflow connection to ``connect_precommit`` itself)."""
     if config.compute.mode == "submit":
         return submit_precommit(config, epoch, plan_hash)
-    return connect_precommit(config, epoch, plan_hash, endpoint)
+    return connect_precommit(config, epoch, plan_hash)
 
 
 def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None,
