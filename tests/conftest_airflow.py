@@ -64,9 +64,10 @@ def airflow_db() -> Iterator[Path]:
     yield _HOME
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pipelines_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The pipeline YAMLs dags/eos_pipelines.py builds DAGs from during these tests."""
+    """The pipeline YAMLs dags/eos_pipelines.py builds DAGs from during a module's tests
+    (module-scoped: later modules' ``--pipeline NAME`` means the shipped pipelines again)."""
     path = tmp_path_factory.mktemp("af-pipelines")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EOS_PIPELINES_DIR", str(path))

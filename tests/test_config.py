@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eos.config import list_pipelines, load_config, load_pipeline, parse_duration_ms
+from eos.config import (
+    PIPELINES_DIR_ENV,
+    list_pipelines,
+    load_config,
+    load_pipeline,
+    parse_duration_ms,
+)
 from eos.errors import ConfigError
 
 GOOD = {
@@ -26,6 +32,13 @@ def _write(tmp_path: Path, data: object) -> Path:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+@pytest.fixture(autouse=True)
+def shipped_pipelines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--pipeline NAME`` here means the shipped pipelines, whatever directory the Airflow
+    tests pointed ``EOS_PIPELINES_DIR`` at for the session."""
+    monkeypatch.delenv(PIPELINES_DIR_ENV, raising=False)
 
 
 def test_every_shipped_pipeline_loads() -> None:

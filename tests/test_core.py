@@ -30,6 +30,7 @@ from eos.outcomes import Outcome
 from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
 from eos.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
+from eos.status import EpochState, pipeline_status, render
 from eos.tables import ensure_tables, read_table, replace_epoch, staging_schema, tables_for
 
 from support import (
@@ -220,7 +221,8 @@ def split_results() -> dict[int, Counter]:
     return {}
 
 
-def test_fresh_process_resumes_from_committed_state(tmp_path: Path, kafka: str) -> None:
+def test_fresh_process_resumes_from_committed_state(tmp_path: Path, kafka: str,
+                                                   spark_server: dict) -> None:
     """`eos run` in new processes (spark-submit each epoch) resumes offsets and open windows."""
     config = write_pipeline(tmp_path, window={"size": "5s", "allowed_lateness": "1s"})
     spec = GeneratorSpec(events=2000, keys=10, interval_ms=10, disorder_ms=500, seed=3)
@@ -239,6 +241,23 @@ def test_fresh_process_resumes_from_committed_state(tmp_path: Path, kafka: str) 
     status = subprocess.run([*eos, "status", "--config", str(config.source_path)],
                             capture_output=True, text=True, check=True)
     assert "last committed epoch: 1" in status.stdout and "lag" in status.stdout
+    assert "last audit" in status.stdout and ": OK (epochs 0..1, 0 problem(s))" in status.stdout
+    shown = pipeline_status(config)
+    assert [(e.epoch, e.state, e.records) for e in shown.epochs] == [
+        (0, EpochState.COMMITTED, 1000), (1, EpochState.COMMITTED, 1000)]
+    assert shown.lag == 0 and shown.last_audit is not None and shown.last_audit.ok
+    assert all(e.durations_ms["begin"] and e.durations_ms["precommit"] and e.durations_ms["commit"]
+               for e in shown.epochs)
+
+
+def test_status_of_a_pipeline_that_never_ran_creates_nothing(tmp_path: Path, kafka: str) -> None:
+    """``eos status`` and the epochs view only read: no table appears, no sink is prepared."""
+    config = write_pipeline(tmp_path)
+    shown = pipeline_status(config)
+    assert (shown.committed_epoch, shown.epochs, shown.last_audit) == (-1, [], None)
+    assert shown.lag_error is not None and config.kafka.topic in shown.lag_error
+    assert not tables_for(config).root.exists()
+    assert "last committed epoch: none" in render(shown)
 
 
 def test_phase_processes_exit_cleanly_after_reading_delta(tmp_path: Path, kafka: str) -> None:

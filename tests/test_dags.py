@@ -170,7 +170,7 @@ def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str,
     """A pipeline driven by three successful DAG runs on Spark Connect (the default compute):
     the result a failure (in submit mode, below) must reproduce."""
     config = make_pipeline(pipelines_dir, data_dir, "afref")
-    dag = af.load_dag(f"eos_{config.name}")
+    dag = af.load_dag(config.dag_id)
     runs = [af.run_dag(dag, i) for i in range(3)]
     return {"config": config, "dag": dag, "runs": runs}
 
@@ -230,7 +230,7 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     config = make_pipeline(pipelines_dir, data_dir, "affail", mode="submit")
     tables = tables_for(config)
     target = delta_path(config, "target")
-    dag = af.load_dag(f"eos_{config.name}")
+    dag = af.load_dag(config.dag_id)
     assert isinstance(dag.get_task("precommit"), PrecommitOperator)
     first = af.run_dag(dag, 0)
     assert af.task_states(first) == SUCCESS
@@ -317,7 +317,7 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
     from eos import faults
 
     config = make_pipeline(pipelines_dir, data_dir, "afretry")
-    dag = af.load_dag(f"eos_{config.name}")
+    dag = af.load_dag(config.dag_id)
     commit = dag.get_task("commit")
     assert commit.retries >= 50
     commit.retry_delay, commit.retry_exponential_backoff = timedelta(seconds=1), False

@@ -32,6 +32,7 @@ from eos.plan import plan_of
 from eos.produce import GeneratorSpec, generate, send
 from eos.protocol import begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
+from eos.status import EpochState, pipeline_status
 from eos.tables import ensure_tables, read_table, replace_epoch, tables_for
 
 import support
@@ -119,7 +120,12 @@ def test_spark_killed_during_precommit_stages_nothing(pipeline: PipelineConfig, 
     if point == "precommit.mid_read":
         assert eos_cli(pipeline, "abort", "--epoch", "0").returncode == 0
         assert epochlog.rows(tables, 0)[-1]["phase"] == epochlog.ABORTED
+        shown = pipeline_status(pipeline, with_lag=False).epochs
+        assert [(e.epoch, e.state, e.aborts) for e in shown] == [(0, EpochState.ABORTED, 1)]
     finish_and_audit(pipeline, spark, "mid-precommit")
+    shown = pipeline_status(pipeline, with_lag=False).epochs  # a rerun committed epoch 0
+    assert (shown[0].state, shown[0].run_id, shown[0].aborts) == (
+        EpochState.COMMITTED, "r0", int(point == "precommit.mid_read"))
 
 
 @BOTH_MODES

@@ -13,10 +13,11 @@ counts within the sketch's error bound.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -374,6 +375,21 @@ def check_checkpoints(tables: Tables, plans: list[Plan],
                 f"holds plan {checkpoint.plan_hash}, until {checkpoint.until}, watermark "
                 f"{checkpoint.watermark_ms}; expected {plan.hash}, {want_until}, {want_mark}"))
     return problems
+
+
+def verify(config: PipelineConfig) -> AuditReport:
+    """``eos verify``: audit, and record the verdict beside the pipeline's tables
+    (``eos.audits``) for ``eos status`` and the epochs view."""
+    from eos import audits
+
+    started = time.monotonic()
+    report = audit(config)
+    audits.record(tables_for(config), audits.AuditVerdict(
+        at=datetime.now(UTC), ok=report.ok, committed_epoch=report.committed_epoch,
+        records=report.records,
+        problems=len(report.problems), duration_ms=round((time.monotonic() - started) * 1000, 1),
+        report=report.render()))
+    return report
 
 
 def audit(config: PipelineConfig) -> AuditReport:

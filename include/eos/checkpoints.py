@@ -19,7 +19,7 @@ import pyarrow as pa
 from eos.config import PipelineConfig
 from eos.layout import Tables
 from eos.sinks.delta import FencedWrite, fenced_append, txn_version
-from eos.tables import TS, read_table
+from eos.tables import TS, open_table, read_table
 
 CHECKPOINTS_SCHEMA = pa.schema(
     [
@@ -84,6 +84,14 @@ def append(tables: Tables, app_id: str, checkpoint: Checkpoint) -> FencedWrite:
 def read_all(tables: Tables) -> list[Checkpoint]:
     """Every checkpoint row, by epoch (the audit checks there is exactly one per epoch)."""
     rows = read_table(tables.checkpoints).to_pylist()
+    return sorted((Checkpoint.from_row(r) for r in rows), key=lambda c: c.epoch)
+
+
+def read_since(tables: Tables, epoch: int) -> list[Checkpoint]:
+    """Checkpoints of epochs ``>= epoch``, by epoch (none if the table does not exist yet)."""
+    if open_table(tables.checkpoints) is None:
+        return []
+    rows = read_table(tables.checkpoints, filters=[("epoch", ">=", int(epoch))]).to_pylist()
     return sorted((Checkpoint.from_row(r) for r in rows), key=lambda c: c.epoch)
 
 

@@ -53,9 +53,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from eos.status import render_status
+    from eos.status import pipeline_status, render
 
-    print(render_status(_config(args), limit=args.limit))
+    print(render(pipeline_status(_config(args), limit=args.limit)))
     return 0
 
 
@@ -82,9 +82,9 @@ def cmd_phase(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from eos.audit import audit
+    from eos.audit import verify
 
-    report = audit(_config(args))
+    report = verify(_config(args))
     print(report.render())
     return 0 if report.ok else 1
 

@@ -26,6 +26,7 @@ from eos.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
+PIPELINES_DIR_ENV = "EOS_PIPELINES_DIR"  # another directory of pipeline YAMLs (tests, benches)
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -386,6 +387,11 @@ class PipelineConfig(_Strict):
         }
 
     @property
+    def dag_id(self) -> str:
+        """The Airflow DAG that runs this pipeline's epochs (``eos.dag_factory``)."""
+        return f"eos_{self.name}"
+
+    @property
     def app_id(self) -> str:
         """The Delta ``txn`` application id: one per pipeline, shared by every sink."""
         return f"eos:{self.name}"
@@ -434,8 +440,15 @@ def load_config(path: str | Path) -> PipelineConfig:
     return parse_config(data, str(path.resolve()))
 
 
+def pipelines_dir() -> Path:
+    """Where the pipelines live: ``$EOS_PIPELINES_DIR``, else ``include/pipelines``. The DAG
+    file, ``--pipeline NAME`` and the epochs view all read this one directory."""
+    override = os.environ.get(PIPELINES_DIR_ENV)
+    return Path(override) if override else PIPELINES_DIR
+
+
 def pipeline_path(name: str) -> Path:
-    return PIPELINES_DIR / f"{name}.yaml"
+    return pipelines_dir() / f"{name}.yaml"
 
 
 def load_pipeline(name: str | None = None, path: str | Path | None = None) -> PipelineConfig:
@@ -446,10 +459,10 @@ def load_pipeline(name: str | None = None, path: str | Path | None = None) -> Pi
         return load_config(path)
     candidate = pipeline_path(name)
     if not candidate.exists():
-        known = ", ".join(sorted(p.stem for p in PIPELINES_DIR.glob("*.yaml"))) or "none"
-        raise ConfigError(f"no pipeline named '{name}' in {PIPELINES_DIR} (known: {known})")
+        known = ", ".join(sorted(p.stem for p in list_pipelines())) or "none"
+        raise ConfigError(f"no pipeline named '{name}' in {pipelines_dir()} (known: {known})")
     return load_config(candidate)
 
 
 def list_pipelines() -> list[Path]:
-    return sorted(PIPELINES_DIR.glob("*.yaml"))
+    return sorted(pipelines_dir().glob("*.yaml"))

@@ -20,10 +20,8 @@ password); ``submit`` runs ``spark_apps/precommit.py`` with ``SparkSubmitOperato
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from airflow.exceptions import AirflowException, AirflowFailException
@@ -36,7 +34,6 @@ from eos.sinks import sinks_for
 from eos.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 
 SPARK_CONN_ID = "spark_default"
-PIPELINES_DIR_ENV = "EOS_PIPELINES_DIR"  # build DAGs from another directory of pipeline YAMLs
 START_DATE = datetime(2025, 1, 1)  # naive: Airflow reads it in its default timezone (UTC)
 BEGIN_XCOM = "ti.xcom_pull(task_ids='begin')"
 
@@ -55,10 +52,6 @@ OPERATOR_NOTES = """
   behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
   skipped), then clear the failed run. It reprocesses its own epoch with the same plan.
 """
-
-
-def dag_id(config: PipelineConfig) -> str:
-    return f"eos_{config.name}"
 
 
 def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
@@ -135,9 +128,7 @@ class PrecommitOperator(SparkSubmitOperator):
 
 def pipeline_configs() -> list[PipelineConfig]:
     """Every pipeline config: ``include/pipelines/*.yaml``, or ``$EOS_PIPELINES_DIR/*.yaml``."""
-    override = os.environ.get(PIPELINES_DIR_ENV)
-    paths: Iterable[Path] = sorted(Path(override).glob("*.yaml")) if override else list_pipelines()
-    return [load_config(path) for path in paths]
+    return [load_config(path) for path in list_pipelines()]
 
 
 def _plan_of_run(context: Any) -> dict[str, Any] | None:
@@ -223,7 +214,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         "execution_timeout": short,
     }
     kwargs: dict[str, Any] = {
-        "dag_id": dag_id(config),
+        "dag_id": config.dag_id,
         "description": f"exactly-once micro-batches of '{config.kafka.topic}' into "
         f"{config.root}: one run = one epoch",
         "schedule": config.schedule,
@@ -322,4 +313,4 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
 def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG]:
     """``{dag_id: DAG}`` for every pipeline config, for a DAG file's globals()."""
     configs = pipeline_configs() if configs is None else configs
-    return {dag_id(config): build_dag(config) for config in configs}
+    return {config.dag_id: build_dag(config) for config in configs}

@@ -58,9 +58,9 @@ def _airflow_runner(config: PipelineConfig):
 def summary(config: PipelineConfig) -> str:
     """The status, then what each sink holds, read back the way its consumers read it."""
     from eos.sinks import sinks_for
-    from eos.status import render_status
+    from eos.status import pipeline_status, render
 
-    lines = [render_status(config), ""]
+    lines = [render(pipeline_status(config)), ""]
     for sink in sinks_for(config):
         rows = sink.read_back()
         lines.append(f"{sink.name} ({sink.output}): {len(rows)} rows")

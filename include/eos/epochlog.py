@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from eos.tables import EPOCHS_SCHEMA, Tables, read_table
+from eos.tables import EPOCHS_SCHEMA, Tables, open_table, read_table
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
 
@@ -42,11 +43,26 @@ def append(
     write_deltalake(tables.epochs, pa.Table.from_pylist([row], schema=EPOCHS_SCHEMA), mode="append")
 
 
-def rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
-    """Log rows in the order they were logged (by time, then plan hash for ties)."""
-    filters = [("epoch", "=", int(epoch))] if epoch is not None else None
+def rows(tables: Tables, epoch: int | None = None, since: int | None = None
+         ) -> list[dict[str, Any]]:
+    """Log rows of one ``epoch``, of epochs ``>= since``, or all, in the order they were logged
+    (by time, then plan hash for ties). A log not created yet has no rows."""
+    if epoch is not None:
+        filters = [("epoch", "=", int(epoch))]
+    else:
+        filters = [("epoch", ">=", int(since))] if since else None
+    if open_table(tables.epochs) is None:
+        return []
     data = read_table(tables.epochs, filters=filters).to_pylist()
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
+
+
+def last_epoch(tables: Tables) -> int | None:
+    """The highest epoch the log mentions (None: an empty or missing log). Reads one column."""
+    if open_table(tables.epochs) is None:
+        return None
+    values = read_table(tables.epochs, columns=["epoch"])["epoch"]
+    return pc.max(values).as_py() if len(values) else None
 
 
 def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:

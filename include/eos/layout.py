@@ -26,6 +26,12 @@ class Tables:
     def checkpoints(self) -> str:
         return str(self.root / "checkpoints")
 
+    @property
+    def audits(self) -> str:
+        """The verdicts of ``eos verify`` (``eos.audits``): written by the audit, never read by
+        the protocol."""
+        return str(self.root / "audits")
+
 
 def tables_for(config: PipelineConfig) -> Tables:
     return Tables(config.root)

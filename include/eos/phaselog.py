@@ -29,12 +29,16 @@ def log_phase(phase: str, **fields: Any) -> str:
 @contextmanager
 def timed() -> Iterator[dict[str, float]]:
     """Wall time of a block in ms; only ever logged, never an input to what an epoch computes."""
-    box: dict[str, float] = {}
-    start = time.monotonic()
+    box: dict[str, float] = {"start": time.monotonic()}
     try:
         yield box
     finally:
-        box["ms"] = round((time.monotonic() - start) * 1000, 1)
+        box["ms"] = elapsed_ms(box)
+
+
+def elapsed_ms(box: dict[str, float]) -> float:
+    """The time so far inside a ``timed()`` block (for a log row written before it ends)."""
+    return round((time.monotonic() - box["start"]) * 1000, 1)
 
 
 def configure(level: int = logging.INFO) -> None:

@@ -32,7 +32,7 @@ from eos.layout import Tables, tables_for
 from eos.maintenance import maintain, prune_staging
 from eos.outcomes import Outcome
 from eos.outputs import epoch_outputs, output_schema
-from eos.phaselog import log_phase, timed
+from eos.phaselog import elapsed_ms, log_phase, timed
 from eos.plan import Plan, new_plan, plan_of
 from eos.sinks import sinks_for
 from eos.sinks.base import SinkCommit
@@ -141,14 +141,16 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
         if plan is None:
             fresh = new_plan(config, tables, committed + 1)
             epochlog.append(tables, fresh.epoch, epochlog.PLANNED, run_id=run_id,
-                            plan_hash=fresh.hash, plan=fresh.to_json())
+                            plan_hash=fresh.hash, plan=fresh.to_json(),
+                            duration_ms=elapsed_ms(took))
             faults.hit("begin.after_log")
             plan = Plan.from_json(epochlog.first_plan_row(tables, fresh.epoch)["plan"])
             how = Outcome.PLANNED if plan == fresh else Outcome.REUSED_RACE
         elif run_id and how is not Outcome.REUSED_RUN:
             # Bind this run to the epoch it adopted, so clearing it later finds the same epoch.
             epochlog.append(tables, plan.epoch, epochlog.PLANNED, run_id=run_id,
-                            plan_hash=plan.hash, plan=plan.to_json())
+                            plan_hash=plan.hash, plan=plan.to_json(),
+                            duration_ms=elapsed_ms(took))
     log_phase(
         "begin", epoch=plan.epoch, plan_hash=plan.hash, outcome=how, committed_epoch=committed,
         records=plan.records, ranges=plan.describe_ranges(), run_id=run_id, duration_ms=took["ms"],
@@ -267,7 +269,7 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
                 "epochs commit in order"
             )
         else:
-            _commit_sinks_and_checkpoint(config, tables, plan, result)
+            _commit_sinks_and_checkpoint(config, tables, plan, result, took)
     result.duration_ms = took["ms"]
     log_phase(
         "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome, rows=result.rows,
@@ -279,7 +281,7 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
 
 
 def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: Plan,
-                                 result: CommitResult) -> None:
+                                 result: CommitResult, took: dict[str, float]) -> None:
     epoch = plan.epoch
     staged = staged_epoch(tables, epoch, plan.hash)
     if staged is None:
@@ -307,7 +309,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: P
         return
     result.checkpoint_version = written.version
     epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
-                    details=result.summary())
+                    duration_ms=elapsed_ms(took), details=result.summary())
     result.pruned_before = prune_staging(tables, epoch, config.epoch.staging_retention)
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:

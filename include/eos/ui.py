@@ -30,13 +30,15 @@ def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
         # Without a spark_default connection, SparkSubmitOperator would submit to yarn.
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master}),
         "AIRFLOW__API__PORT": str(port),
+        # The API server (UI, REST API, the epochs view) listens on loopback only.
+        "AIRFLOW__API__HOST": "127.0.0.1",
         # SQLite: wait for the lock instead of failing `airflow backfill create` while the
         # scheduler writes.
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
         # LocalExecutor forks this many workers up front; the tasks here are few and Spark-heavy.
         "AIRFLOW__CORE__PARALLELISM": "4",
         # Task processes report to the API server; its default URL assumes port 8080.
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         **os.environ,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
@@ -88,9 +90,11 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
         state = broker.start(topics=sorted({config.kafka.topic for config in configs}))
         print(f"embedded Kafka broker at {state['bootstrap']} (pid {state['pid']})")
 
-    print(f"Airflow UI: http://localhost:{env['AIRFLOW__API__PORT']}  (AIRFLOW_HOME={home})")
+    url = f"http://127.0.0.1:{env['AIRFLOW__API__PORT']}"
+    print(f"Airflow UI: {url}  (AIRFLOW_HOME={home})")
+    print(f"epochs view: Browse -> Exactly-once epochs ({url}/plugin/eos-epochs)")
     print(f"login: admin, password in {home / PASSWORDS_FILE} (written on the first start)")
-    print("DAGs: " + ", ".join(f"eos_{config.name}" for config in configs)
+    print("DAGs: " + ", ".join(config.dag_id for config in configs)
           + " (new DAGs start paused: unpause or trigger them in the UI); Ctrl-C stops")
     airflow = Path(sys.executable).parent / "airflow"
     # Airflow runs in a process group of its own, with SIGINT handled (a shell may have ignored

@@ -1,0 +1,95 @@
+"""``python -m bench.epochs_view``: how long the Airflow UI's epochs view takes for a pipeline
+with 50 epochs (issue #12: "in under a second", measured, not asserted).
+
+A pipeline runs ``--epochs`` non-empty epochs in-process (``bench.scenarios.eo_epoch``, run ids
+shaped like Airflow's so every row has its links), is verified once (so the page has a verdict),
+and then the view is timed, median of ``--repeat``:
+- ``status``: ``eos.status.pipeline_status(limit=50)``, what every page and ``eos status`` read
+  (epoch log and checkpoints of those epochs, each sink's marker, the topic's high watermarks);
+- ``page``: ``GET /pipelines/<name>`` on the plugin's FastAPI app in this process (Starlette's
+  test client; Airflow's authentication dependency replaced by a fixed user, since the app's
+  own work is what is measured; tests/test_epochs_view.py covers the real login);
+- ``json``: ``GET /api/pipelines/<name>``;
+- ``index``: ``GET /`` (every pipeline's committed epoch and verdict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import scenarios as sc
+from bench.env import environment
+
+
+def timed(call: Callable[[], object], repeat: int) -> tuple[float, object]:
+    """Median milliseconds of ``call`` over ``repeat`` runs (after one untimed warm-up)."""
+    result = call()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = call()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.epochs_view",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=50, help="epochs to run and show (default 50)")
+    p.add_argument("--epoch-records", type=int, default=200, help="records per epoch (default 200)")
+    p.add_argument("--repeat", type=int, default=7, help="timed requests per figure (default 7)")
+    p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
+    args = p.parse_args(argv)
+
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from eos.audit import verify
+    from eos.config import PIPELINES_DIR_ENV
+    from eos.epochs_view import create_app
+    from eos.status import pipeline_status
+
+    with environment(args.workdir) as env:
+        config = env.config("view", "bench-view", max_records=args.epoch_records)
+        sc.produce_topic(env, "bench-view", args.epochs * args.epoch_records)
+        print(f"running {args.epochs} epochs of {args.epoch_records} records...", file=sys.stderr)
+        for i in range(args.epochs):
+            sc.eo_epoch(config, env.spark, f"manual__bench-{i}")
+        verify(config)
+        # The app lists pipelines from the pipelines directory: point it at the bench's.
+        os.environ[PIPELINES_DIR_ENV] = str(Path(config.source_path).parent)
+        app = create_app()
+        app.dependency_overrides[get_user] = lambda: object()
+        client = TestClient(app)
+
+        def get(path: str) -> Callable[[], object]:
+            def call() -> object:
+                response = client.get(path)
+                response.raise_for_status()
+                return response
+            return call
+
+        rows = []
+        status_ms, status = timed(lambda: pipeline_status(config, limit=50), args.repeat)
+        rows.append(("status (pipeline_status)", status_ms, "-"))
+        for label, path in (("page (HTML)", f"/pipelines/{config.name}"),
+                            ("json (API)", f"/api/pipelines/{config.name}"), ("index", "/")):
+            ms, response = timed(get(path), args.repeat)
+            rows.append((label, ms, f"{len(response.content) / 1024:.0f} KiB"))
+
+    print(f"\nEpochs view of a pipeline with {len(status.epochs)} epochs shown "
+          f"({status.epochs_logged} logged), median of {args.repeat}:")
+    print(f"{'what':<26} {'ms':>8} {'size':>9}")
+    for label, ms, size in rows:
+        print(f"{label:<26} {ms:>8.0f} {size:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""Airflow plugin: the "Exactly-once epochs" view under Browse (see ``eos.epochs_view``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+
+from eos.epochs_view import EXTERNAL_VIEW, fastapi_app
+
+
+class EpochsViewPlugin(AirflowPlugin):
+    name = "eos_epochs"
+    external_views = [EXTERNAL_VIEW]  # noqa: RUF012 (Airflow reads plugin attributes as lists)
+
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        # Built when the API server asks, not when a task process loads plugins.
+        return [fastapi_app()]
