@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import scenarios as sc
-from bench.env import environment
+from bench.env import Env, environment
 
 
 def timed(call: Callable[[], object], repeat: int) -> tuple[float, object]:
@@ -38,15 +38,11 @@ def timed(call: Callable[[], object], repeat: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.epochs_view",
-                                description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=50, help="epochs to run and show (default 50)")
-    p.add_argument("--epoch-records", type=int, default=200, help="records per epoch (default 200)")
-    p.add_argument("--repeat", type=int, default=7, help="timed requests per figure (default 7)")
-    p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
-    args = p.parse_args(argv)
+Row = tuple[str, float, str]  # what, median ms, response size
 
+
+def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[list[Row], int]:
+    """Run ``epochs`` epochs and one audit, then time the view; the rows and the epochs shown."""
     from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
@@ -55,39 +51,59 @@ def main(argv: list[str] | None = None) -> int:
     from eos.epochs_view import create_app
     from eos.status import pipeline_status
 
-    with environment(args.workdir) as env:
-        config = env.config("view", "bench-view", max_records=args.epoch_records)
-        sc.produce_topic(env, "bench-view", args.epochs * args.epoch_records)
-        print(f"running {args.epochs} epochs of {args.epoch_records} records...", file=sys.stderr)
-        for i in range(args.epochs):
-            sc.eo_epoch(config, env.spark, f"manual__bench-{i}")
-        verify(config)
-        # The app lists pipelines from the pipelines directory: point it at the bench's.
-        os.environ[PIPELINES_DIR_ENV] = str(Path(config.source_path).parent)
-        app = create_app()
-        app.dependency_overrides[get_user] = lambda: object()
-        client = TestClient(app)
+    config = env.config("view", "bench-view", max_records=epoch_records)
+    sc.produce_topic(env, "bench-view", epochs * epoch_records)
+    for i in range(epochs):
+        sc.eo_epoch(config, env.spark, f"manual__bench-{i}")
+    verify(config)
+    app = create_app()
+    app.dependency_overrides[get_user] = lambda: object()
+    client = TestClient(app)
 
-        def get(path: str) -> Callable[[], object]:
-            def call() -> object:
-                response = client.get(path)
-                response.raise_for_status()
-                return response
-            return call
+    def get(path: str) -> Callable[[], object]:
+        def call() -> object:
+            response = client.get(path)
+            response.raise_for_status()
+            return response
+        return call
 
-        rows = []
-        status_ms, status = timed(lambda: pipeline_status(config, limit=50), args.repeat)
-        rows.append(("status (pipeline_status)", status_ms, "-"))
+    # The app lists pipelines from the pipelines directory: the bench's, while measuring.
+    previous = os.environ.get(PIPELINES_DIR_ENV)
+    os.environ[PIPELINES_DIR_ENV] = str(Path(config.source_path).parent)
+    try:
+        status_ms, status = timed(lambda: pipeline_status(config, limit=50), repeat)
+        rows: list[Row] = [("status (pipeline_status)", status_ms, "-")]
         for label, path in (("page (HTML)", f"/pipelines/{config.name}"),
                             ("json (API)", f"/api/pipelines/{config.name}"), ("index", "/")):
-            ms, response = timed(get(path), args.repeat)
+            ms, response = timed(get(path), repeat)
             rows.append((label, ms, f"{len(response.content) / 1024:.0f} KiB"))
+    finally:
+        if previous is None:
+            os.environ.pop(PIPELINES_DIR_ENV, None)
+        else:
+            os.environ[PIPELINES_DIR_ENV] = previous
+    return rows, len(status.epochs)
 
-    print(f"\nEpochs view of a pipeline with {len(status.epochs)} epochs shown "
-          f"({status.epochs_logged} logged), median of {args.repeat}:")
-    print(f"{'what':<26} {'ms':>8} {'size':>9}")
-    for label, ms, size in rows:
-        print(f"{label:<26} {ms:>8.0f} {size:>9}")
+
+def render(rows: list[Row], shown: int, repeat: int) -> str:
+    lines = [f"Epochs view of a pipeline with {shown} epochs shown, median of {repeat}:",
+             f"{'what':<26} {'ms':>8} {'size':>9}"]
+    lines += [f"{label:<26} {ms:>8.0f} {size:>9}" for label, ms, size in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.epochs_view",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=50, help="epochs to run and show (default 50)")
+    p.add_argument("--epoch-records", type=int, default=200, help="records per epoch (default 200)")
+    p.add_argument("--repeat", type=int, default=7, help="timed requests per figure (default 7)")
+    p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
+    args = p.parse_args(argv)
+    with environment(args.workdir) as env:
+        print(f"running {args.epochs} epochs of {args.epoch_records} records...", file=sys.stderr)
+        rows, shown = measure(env, args.epochs, args.epoch_records, args.repeat)
+    print("\n" + render(rows, shown, args.repeat))
     return 0
 
 

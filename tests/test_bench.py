@@ -6,6 +6,9 @@ only proves that ``python -m bench`` works and that its table is complete.
 
 from __future__ import annotations
 
+# bench.epochs_view imports airflow: point it at the tests' throwaway AIRFLOW_HOME first.
+import conftest_airflow  # noqa: F401  # isort: skip
+
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
+from bench import epochs_view
 from bench.__main__ import options_from, parse_args
+from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
 from bench.run import run
 
@@ -46,3 +51,14 @@ def test_quick_benchmark_prints_every_figure(
     plot(results, png)
     assert png.stat().st_size > 0
     assert "| figure |" in render(results, markdown=True)
+
+
+def test_epochs_view_benchmark_prints_every_figure(kafka: str, spark: Any, data_dir: Path,
+                                                   tmp_path: Path) -> None:
+    with environment(tmp_path / "view", spark=spark) as env:
+        rows, shown = epochs_view.measure(env, epochs=3, epoch_records=100, repeat=1)
+    assert shown == 3
+    assert [label for label, _, _ in rows] == [
+        "status (pipeline_status)", "page (HTML)", "json (API)", "index"]
+    assert all(ms > 0 for _, ms, _ in rows)
+    assert "median of 1" in epochs_view.render(rows, shown, 1)

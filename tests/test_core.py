@@ -246,6 +246,7 @@ def test_fresh_process_resumes_from_committed_state(tmp_path: Path, kafka: str,
     assert [(e.epoch, e.state, e.records) for e in shown.epochs] == [
         (0, EpochState.COMMITTED, 1000), (1, EpochState.COMMITTED, 1000)]
     assert shown.lag == 0 and shown.last_audit is not None and shown.last_audit.ok
+    assert [e.epoch for e in pipeline_status(config, limit=1).epochs] == [1]
     assert all(e.durations_ms["begin"] and e.durations_ms["precommit"] and e.durations_ms["commit"]
                for e in shown.epochs)
 

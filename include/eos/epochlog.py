@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
 from eos.tables import EPOCHS_SCHEMA, Tables, open_table, read_table
@@ -55,14 +54,6 @@ def rows(tables: Tables, epoch: int | None = None, since: int | None = None
         return []
     data = read_table(tables.epochs, filters=filters).to_pylist()
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
-
-
-def last_epoch(tables: Tables) -> int | None:
-    """The highest epoch the log mentions (None: an empty or missing log). Reads one column."""
-    if open_table(tables.epochs) is None:
-        return None
-    values = read_table(tables.epochs, columns=["epoch"])["epoch"]
-    return pc.max(values).as_py() if len(values) else None
 
 
 def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:

@@ -81,7 +81,7 @@ def create_app() -> Any:
                 continue
             rows.append({"name": status.name, "dag_id": status.dag_id,
                          "committed_epoch": status.committed_epoch,
-                         "epochs_logged": status.epochs_logged, "last_audit": status.last_audit})
+                         "last_audit": status.last_audit})
         return rows
 
     def require_header(request: Request) -> None:

@@ -75,7 +75,7 @@ class PipelineStatus:
     tables_root: str
     committed_epoch: int  # -1: none
     epochs: list[EpochStatus]  # the last ``limit`` epochs logged, oldest first
-    epochs_logged: int
+    epochs_logged: int | None  # the highest epoch logged + 1 (None: the log was not read)
     sinks: dict[str, int] = field(default_factory=dict)  # each sink's own committed epoch
     sinks_error: str | None = None
     partitions: list[PartitionLag] = field(default_factory=list)
@@ -114,9 +114,7 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
 
     tables = tables_for(config)
     committed = checkpoints.committed_epoch(tables, config.app_id)
-    last_logged = epochlog.last_epoch(tables)
-    since = max(0, (last_logged if last_logged is not None else -1) - limit + 1)
-    epochs = _epochs(tables, committed, since)
+    epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
     sinks, sinks_error = _sinks(config, committed)
     try:
         settings, lag_error = client_settings(config.kafka.client), None
@@ -128,19 +126,29 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
     return PipelineStatus(
         name=config.name, topic=config.kafka.topic, dag_id=config.dag_id,
         tables_root=str(tables.root), committed_epoch=committed, epochs=epochs,
-        epochs_logged=0 if last_logged is None else last_logged + 1,
+        epochs_logged=None if last_logged is None else last_logged + 1,
         sinks=sinks, sinks_error=sinks_error, partitions=partitions, lag_error=lag_error,
         last_audit=audits.latest(tables), client=redact(settings),
     )
 
 
-def _epochs(tables: Tables, committed: int, since: int) -> list[EpochStatus]:
+def _epochs(tables: Tables, committed: int, limit: int) -> tuple[list[EpochStatus], int | None]:
+    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log.
+
+    ``begin`` only ever plans the epoch after the checkpoint, so the log's last epoch is the
+    checkpoint's or the next one: reading from ``committed + 1 - limit`` covers the last
+    ``limit`` epochs either way (the oldest read is dropped when ``committed + 1`` is logged;
+    epochs beyond, should any exist, are read too).
+    """
+    since = max(0, committed + 1 - limit)
     by_epoch: dict[int, list[dict[str, Any]]] = {}
     for row in epochlog.rows(tables, since=since):
         by_epoch.setdefault(row["epoch"], []).append(row)
-    done = {c.epoch: c for c in checkpoints.read_since(tables, since)}
-    return [_epoch(epoch, rows, epoch <= committed, done.get(epoch))
-            for epoch, rows in sorted(by_epoch.items())]
+    shown = sorted(by_epoch)[-limit:]
+    done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])} if shown else {}
+    epochs = [_epoch(epoch, by_epoch[epoch], epoch <= committed, done.get(epoch))
+              for epoch in shown]
+    return epochs, (shown[-1] if shown else (committed if committed >= 0 else None))
 
 
 def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
