@@ -25,11 +25,10 @@ import psutil
 import pytest
 
 from eos.config import PipelineConfig
-from eos.kafka import client_settings
-from eos.produce import GeneratorSpec, produce
+from eos.produce import GeneratorSpec
 from eos.ui import PASSWORDS_FILE, airflow_env
 
-from support import free_port, unique_topic, write_pipeline
+from support import dag_pipeline, free_port
 
 RUNS = 3
 COMMIT_FAULT = "commit.between_sinks"  # eos.faults: SIGKILL after the first sink, before the rest
@@ -155,22 +154,9 @@ def stop_process_tree(proc: subprocess.Popen) -> list[str]:
 
 def make_pipeline(directory: Path, data_dir: Path, prefix: str,
                   spec: GeneratorSpec) -> PipelineConfig:
-    """A pipeline on a topic of its own holding ``spec``'s records, epochs of 1,000 records,
-    on SCHEDULE (so a backfill has logical dates)."""
-    name = f"{prefix}_{unique_topic('')[1:]}"
-    config = write_pipeline(
-        directory,
-        name=name,
-        kafka={"topic": unique_topic(prefix), "read_timeout": "30s"},
-        window={"size": "10s", "allowed_lateness": "2s"},
-        epoch={"max_records": 1000, "staging_retention": 3},
-        tables={"root": str(data_dir / name)},
-        # A cron schedule gives the backfill its logical dates (Airflow 3: CronTriggerTimetable,
-        # logical date = fire time, 00:00 UTC on the first of each month).
-        schedule=SCHEDULE,
-    )
-    produce(spec, config.kafka.topic, client_settings(config.kafka.client), progress=False)
-    return config
+    """A pipeline on SCHEDULE, so that a backfill has logical dates (Airflow 3:
+    CronTriggerTimetable, logical date = fire time, 00:00 UTC on the first of each month)."""
+    return dag_pipeline(directory, data_dir, prefix, spec, schedule=SCHEDULE)
 
 
 @contextlib.contextmanager

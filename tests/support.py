@@ -15,7 +15,9 @@ from typing import Any
 import yaml
 
 from eos.config import PipelineConfig, load_config
+from eos.kafka import client_settings
 from eos.plan import Plan
+from eos.produce import GeneratorSpec, produce
 
 KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.faults)
 
@@ -55,6 +57,25 @@ def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))  # declared order is column order
     return load_config(path)
+
+
+def dag_pipeline(directory: Path, data_dir: Path, prefix: str, spec: GeneratorSpec,
+                 **overrides: object) -> PipelineConfig:
+    """A pipeline for the Airflow tests: a topic of its own holding ``spec``'s records, epochs
+    of 1,000 records, tables under ``data_dir``; its YAML in ``directory``, where dags/ finds
+    it (``EOS_PIPELINES_DIR``)."""
+    name = f"{prefix}_{unique_topic('')[1:]}"
+    config = write_pipeline(
+        directory,
+        name=name,
+        kafka={"topic": unique_topic(prefix), "read_timeout": "30s"},
+        window={"size": "10s", "allowed_lateness": "2s"},
+        epoch={"max_records": 1000, "staging_retention": 3},
+        tables={"root": str(data_dir / name)},
+        **overrides,
+    )
+    produce(spec, config.kafka.topic, client_settings(config.kafka.client), progress=False)
+    return config
 
 
 def kafka_sink_pipeline(directory: Path, **overrides: object) -> PipelineConfig:

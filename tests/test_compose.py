@@ -139,3 +139,15 @@ def test_compose_file_structure_and_secrets() -> None:
     assert connection["conn_type"] == "spark_connect"
     assert connection["host"] == "spark-connect" and connection["port"] == 15002
     assert connection["password"] == token
+
+
+def test_published_ports_listen_on_loopback_only() -> None:
+    """The stack's servers are reachable from this machine only (the API server, the epochs
+    view, Kafka, Spark's master and UI): every published port names 127.0.0.1."""
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    published = {name: service["ports"] for name, service in services.items()
+                 if service.get("ports")}
+    assert "airflow-apiserver" in published, published
+    for name, ports in published.items():
+        for port in ports:
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"

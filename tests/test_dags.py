@@ -29,11 +29,10 @@ from eos import epochlog
 from eos.audit import audit
 from eos.config import PipelineConfig, load_config, pipeline_path
 from eos.dag_factory import PrecommitOperator
-from eos.kafka import client_settings
-from eos.produce import GeneratorSpec, produce
+from eos.produce import GeneratorSpec
 from eos.tables import read_table, tables_for
 
-from support import delta_path, sink, table_versions, unique_topic, write_pipeline
+from support import dag_pipeline, delta_path, sink, table_versions
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -54,18 +53,7 @@ def make_pipeline(pipelines_dir: Path, data_dir: Path, prefix: str,
     """A pipeline on a fresh topic holding SPEC's records; dags/ builds ``eos_<name>`` for it.
     ``mode``: its ``compute.mode`` (connect: the session's Spark Connect server, found through
     ``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT``; submit: spark-submit on ``spark_default``)."""
-    name = f"{prefix}_{unique_topic('')[1:]}"
-    config = write_pipeline(
-        pipelines_dir,
-        name=name,
-        kafka={"topic": unique_topic(prefix), "read_timeout": "30s"},
-        window={"size": "10s", "allowed_lateness": "2s"},
-        epoch={"max_records": 1000, "staging_retention": 3},
-        tables={"root": str(data_dir / name)},
-        compute={"mode": mode},
-    )
-    produce(SPEC, config.kafka.topic, client_settings(config.kafka.client), progress=False)
-    return config
+    return dag_pipeline(pipelines_dir, data_dir, prefix, SPEC, compute={"mode": mode})
 
 
 def txn_by_version(path: str, app_id: str) -> list[int | None]:
