@@ -3,7 +3,8 @@ Airflow 3.1 API server mounts from ``plugins/eos_epochs.py``, and the nav entry 
 
 Thin by design: every page and API answer is ``eos.status.pipeline_status`` (what ``eos status``
 prints) rendered by ``eos.epochs_page``; the verify button starts ``eos verify`` through
-``eos.verify_runs``. Nothing here writes a table.
+``eos.verify_runs``. The app writes no table (an audit it starts records its verdict, as
+``eos verify`` always does).
 
 Security: the API server does not authenticate plugin apps by itself, so the app depends on
 Airflow's ``requires_authenticated()`` for every route: the browser's Airflow session cookie
