@@ -14,7 +14,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from eos.layout import Tables
-from eos.tables import TS, open_table, read_table
+from eos.tables import TS, read_existing
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ def record(tables: Tables, verdict: AuditVerdict) -> None:
 
 def latest(tables: Tables) -> AuditVerdict | None:
     """The most recent verdict, None if the pipeline was never verified."""
-    if open_table(tables.audits) is None:
-        return None
-    rows = read_table(tables.audits).to_pylist()
+    read = read_existing(tables.audits)
+    rows = [] if read is None else read.to_pylist()
     return AuditVerdict(**max(rows, key=lambda r: r["at"])) if rows else None

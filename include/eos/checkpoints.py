@@ -19,7 +19,7 @@ import pyarrow as pa
 from eos.config import PipelineConfig
 from eos.layout import Tables
 from eos.sinks.delta import FencedWrite, fenced_append, txn_version
-from eos.tables import TS, open_table, read_table
+from eos.tables import TS, read_existing, read_table
 
 CHECKPOINTS_SCHEMA = pa.schema(
     [
@@ -89,9 +89,8 @@ def read_all(tables: Tables) -> list[Checkpoint]:
 
 def read_since(tables: Tables, epoch: int) -> list[Checkpoint]:
     """Checkpoints of epochs ``>= epoch``, by epoch (none if the table does not exist yet)."""
-    if open_table(tables.checkpoints) is None:
-        return []
-    rows = read_table(tables.checkpoints, filters=[("epoch", ">=", int(epoch))]).to_pylist()
+    read = read_existing(tables.checkpoints, filters=[("epoch", ">=", int(epoch))])
+    rows = [] if read is None else read.to_pylist()
     return sorted((Checkpoint.from_row(r) for r in rows), key=lambda c: c.epoch)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from eos.tables import EPOCHS_SCHEMA, Tables, open_table, read_table
+from eos.tables import EPOCHS_SCHEMA, Tables, read_existing
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
 
@@ -50,9 +50,8 @@ def rows(tables: Tables, epoch: int | None = None, since: int | None = None
         filters = [("epoch", "=", int(epoch))]
     else:
         filters = [("epoch", ">=", int(since))] if since else None
-    if open_table(tables.epochs) is None:
-        return []
-    data = read_table(tables.epochs, filters=filters).to_pylist()
+    read = read_existing(tables.epochs, filters=filters)
+    data = [] if read is None else read.to_pylist()
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
 
 

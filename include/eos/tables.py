@@ -116,7 +116,18 @@ def read_table(path: str, columns: list[str] | None = None, filters: list | None
     work succeeded, and a phase whose commit landed reports failure (measured: 50 of 60 ``eos
     begin`` processes exited 134).
     """
-    table = DeltaTable(path, version=version)
+    return _to_arrow(DeltaTable(path, version=version), path, columns, filters)
+
+
+def read_existing(path: str, columns: list[str] | None = None,
+                  filters: list | None = None) -> pa.Table | None:
+    """``read_table`` of a table that may not exist yet (None then), opening it once."""
+    table = open_table(path)
+    return None if table is None else _to_arrow(table, path, columns, filters)
+
+
+def _to_arrow(table: DeltaTable, path: str, columns: list[str] | None,
+              filters: list | None) -> pa.Table:
     return table.to_pyarrow_table(columns=columns, filters=filters,
                                   filesystem=_native_filesystem(path))
 
