@@ -56,9 +56,8 @@ def _produce(env: Env, shape: str, events: int) -> str:
 
 def _plan(config: PipelineConfig) -> Plan:
     from eos.plan import new_plan
-    from eos.tables import ensure_tables
 
-    return new_plan(config, ensure_tables(config), 0)
+    return new_plan(config, 0, {})
 
 
 def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:

@@ -181,7 +181,7 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     from eos.tables import ensure_tables
 
     # ALO carries no state: every epoch starts from nothing, as if it were epoch 0.
-    empty_state = resume_state(config, ensure_tables(config), 0)
+    empty_state = resume_state(config, ensure_tables(config), None)
     timings: dict[str, float] = {}
     t0 = now()
     computed = compute_epoch(env.spark, config, plan, empty_state, timings)
@@ -317,7 +317,9 @@ def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> N
     tables = ensure_tables(config)
     plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 0),))
     epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=plan.hash, plan=plan.to_json())
-    state = resume_state(config, tables, epoch)
+    from eos import checkpoints
+
+    state = resume_state(config, tables, checkpoints.read(tables, epoch - 1))
     size = config.window.size
     windows = _fabricated_windows(n_rows, size)
     # Every window closed: the max event time is far past the last window's end.

@@ -31,7 +31,14 @@ from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
 from eos.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.stage import staged_epoch
 from eos.status import EpochState, pipeline_status, render
-from eos.tables import ensure_tables, read_table, replace_epoch, staging_schema, tables_for
+from eos.tables import (
+    ensure_tables,
+    read_existing,
+    read_table,
+    replace_epoch,
+    staging_schema,
+    tables_for,
+)
 
 from support import (
     delta_path,
@@ -142,15 +149,18 @@ def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -
                       epoch)
     log_rows = epochlog.rows(tables)
     prune_staging(tables, committed=11, retention=2)
-    staging_rows = read_table(tables.staging)
+    staging_rows = read_table(tables.staging).sort_by("epoch")
     on_disk = sorted(Path(tables.staging).rglob("*.parquet"))
 
     done = maintain(tables, retention_hours=0)
 
     assert "error" not in done, done
+    # A phase's handles are snapshots; files they name may be gone after a vacuum with no
+    # retention (24 h in production): read as the next phase would, from fresh handles.
+    tables = tables_for(config)
     assert epochlog.rows(tables) == log_rows
     assert len(DeltaTable(tables.epochs).file_uris()) == 1
-    assert read_table(tables.staging).equals(staging_rows)
+    assert read_table(tables.staging).sort_by("epoch").equals(staging_rows)
     assert staging_rows.num_rows == 2 and len(on_disk) == 12
     assert len(sorted(Path(tables.staging).rglob("*.parquet"))) == 2
     assert epochlog.first_plan_row(tables, 11)["plan_hash"] == f"{11:016x}"
@@ -292,8 +302,8 @@ def test_unreachable_kafka_fails_clearly_and_stages_nothing(
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
     with pytest.raises(KafkaUnavailable, match=r"127\.0\.0\.1:1 did not answer"):
         begin(config, run_id="down")
-    tables = ensure_tables(config)
-    assert read_table(tables.staging).num_rows == 0
+    staged = read_existing(tables_for(config).staging)
+    assert staged is None or staged.num_rows == 0
 
 
 def test_audit_of_a_pipeline_with_a_subset_of_aggregations(tmp_path: Path, kafka: str,

@@ -19,7 +19,7 @@ import pyarrow as pa
 from eos.config import PipelineConfig
 from eos.layout import Tables
 from eos.sinks.delta import FencedWrite, fenced_append, txn_version
-from eos.tables import TS, read_existing, read_table
+from eos.tables import TS, handle, read_existing, read_table, scan
 
 CHECKPOINTS_SCHEMA = pa.schema(
     [
@@ -70,15 +70,21 @@ class Checkpoint:
 
 
 def committed_epoch(tables: Tables, app_id: str) -> int:
-    """The last committed epoch of the pipeline (-1 if none): the checkpoint ``txn`` version."""
-    return txn_version(tables.checkpoints, app_id)
+    """The last committed epoch of the pipeline (-1 if none): the checkpoint ``txn`` version,
+    as of the phase's snapshot of the table (``OpenTables``: opened once per phase)."""
+    return txn_version(tables.checkpoints, app_id, handle(tables, tables.checkpoints))
 
 
 def append(tables: Tables, app_id: str, checkpoint: Checkpoint) -> FencedWrite:
-    """Record epoch N as committed, exactly once even when two commit attempts race."""
+    """Record epoch N as committed, exactly once even when two commit attempts race.
+
+    Fenced through the phase's snapshot of the table, the one ``committed_epoch`` answered
+    from: if another attempt checkpointed N since, this append is refused (see
+    ``fenced_append``)."""
     data = pa.Table.from_pylist([checkpoint.to_row()], schema=CHECKPOINTS_SCHEMA)
     return fenced_append(tables.checkpoints, data, app_id, checkpoint.epoch,
-                         fault_point="checkpoint.before_write")
+                         fault_point="checkpoint.before_write",
+                         snapshot=handle(tables, tables.checkpoints))
 
 
 def read_all(tables: Tables) -> list[Checkpoint]:
@@ -95,22 +101,26 @@ def read_since(tables: Tables, epoch: int) -> list[Checkpoint]:
 
 
 def read(tables: Tables, epoch: int) -> Checkpoint | None:
-    rows = read_table(tables.checkpoints, filters=[("epoch", "=", int(epoch))]).to_pylist()
+    table = handle(tables, tables.checkpoints)
+    rows = [] if table is None else scan(table, filters=[("epoch", "=", int(epoch))]).to_pylist()
     return Checkpoint.from_row(rows[0]) if rows else None
 
 
-def committed_offsets(tables: Tables, epoch: int) -> dict[int, int]:
-    """``until`` per partition after committed epoch ``epoch``: where the next epoch starts."""
-    if epoch < 0:
-        return {}
-    checkpoint = read(tables, epoch)
+def last(tables: Tables, committed: int) -> Checkpoint | None:
+    """The checkpoint of the last committed epoch (None before the first): what the next epoch
+    starts from (``until``), what it was computed with (``config``), its plan hash. A phase
+    reads it once and passes it on."""
+    if committed < 0:
+        return None
+    checkpoint = read(tables, committed)
     if checkpoint is None:
         from eos.errors import ProtocolViolation
 
         raise ProtocolViolation(
-            f"the checkpoint table's txn says epoch {epoch} is committed but holds no row for it"
+            f"the checkpoint table's txn says epoch {committed} is committed but holds no row "
+            "for it"
         )
-    return checkpoint.until
+    return checkpoint
 
 
 def _changes(before: Any, after: Any, where: str = "") -> list[str]:
@@ -122,15 +132,13 @@ def _changes(before: Any, after: Any, where: str = "") -> list[str]:
     return [] if before == after else [f"{where or 'config'}: {before!r} -> {after!r}"]
 
 
-def check_schema_view(tables: Tables, committed: int, config: PipelineConfig) -> None:
+def check_schema_view(checkpoint: Checkpoint | None, config: PipelineConfig) -> None:
     """Refuse to go on when what committed rows mean (the config's schema view: parsing,
-    grouping, windows, aggregations) changed since the last committed epoch: its open windows'
-    state and every committed row were computed under the old one."""
-    if committed < 0:
-        return
-    checkpoint = read(tables, committed)
+    grouping, windows, aggregations) changed since the last committed epoch (``checkpoint``):
+    its open windows' state and every committed row were computed under the old one."""
     if checkpoint is None or not checkpoint.config:
         return
+    committed = checkpoint.epoch
     changes = _changes(checkpoint.config, config.schema_view())
     if changes:
         from eos.errors import ConfigError

@@ -13,9 +13,24 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from eos.tables import EPOCHS_SCHEMA, Tables, read_existing
+from eos.outcomes import Outcome
+from eos.tables import EPOCHS_SCHEMA, Tables, handle, scan
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
+
+
+def _row(epoch: int, phase: str, run_id: str | None, plan_hash: str | None, plan: str | None,
+         duration_ms: float | None, details: dict[str, Any] | None) -> pa.Table:
+    return pa.Table.from_pylist([{
+        "epoch": epoch,
+        "phase": phase,
+        "run_id": run_id,
+        "plan_hash": plan_hash,
+        "plan": plan,
+        "at": datetime.now(UTC),
+        "duration_ms": duration_ms,
+        "details": json.dumps(details, sort_keys=True, default=str) if details else None,
+    }], schema=EPOCHS_SCHEMA)
 
 
 def append(
@@ -29,46 +44,79 @@ def append(
     duration_ms: float | None = None,
     details: dict[str, Any] | None = None,
 ) -> None:
-    row = {
-        "epoch": epoch,
-        "phase": phase,
-        "run_id": run_id,
-        "plan_hash": plan_hash,
-        "plan": plan,
-        "at": datetime.now(UTC),
-        "duration_ms": duration_ms,
-        "details": json.dumps(details, sort_keys=True, default=str) if details else None,
-    }
-    write_deltalake(tables.epochs, pa.Table.from_pylist([row], schema=EPOCHS_SCHEMA), mode="append")
+    """Append one row (through the phase's handle of the log when there is one)."""
+    row = _row(epoch, phase, run_id, plan_hash, plan, duration_ms, details)
+    write_deltalake(handle(tables, tables.epochs) or tables.epochs, row, mode="append")
 
 
-def rows(tables: Tables, epoch: int | None = None, since: int | None = None
-         ) -> list[dict[str, Any]]:
-    """Log rows of one ``epoch``, of epochs ``>= since``, or all, in the order they were logged
-    (by time, then plan hash for ties). A log not created yet has no rows."""
+def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
+             run_id: str | None, duration_ms: float | None) -> bool:
+    """Log the *first* plan of ``epoch``: True if this call's plan is the one, False if another
+    planner's was logged first (read it with ``first_plan_row``).
+
+    The append carries ``txn(<app id>:plan, epoch)`` and is fenced through the phase's snapshot
+    of the log (the one ``plan_rows`` answered from), like a sink commit: of two planners that
+    both found no plan, exactly one appends; the other's commit is refused. So "the first plan
+    logged wins" is decided by Delta's commit order, not by comparing clocks, and the winner
+    knows it without reading the log again.
+    """
+    from eos.sinks.delta import fenced_append
+
+    row = _row(epoch, PLANNED, run_id, plan_hash, plan, duration_ms, None)
+    done = fenced_append(tables.epochs, row, f"{app_id}:plan", epoch,
+                         fault_point="begin.before_log", snapshot=handle(tables, tables.epochs),
+                         in_order=False)
+    return done.outcome is Outcome.COMMITTED
+
+
+def rows(tables: Tables, epoch: int | None = None, since: int | None = None,
+         run_id: str | None = None) -> list[dict[str, Any]]:
+    """Log rows of one ``epoch``, of epochs ``>= since``, of one ``run_id``, or all, in the order
+    they were logged (by time, then plan hash for ties). A log not created yet has no rows.
+
+    Filters are pushed into delta-rs' scan, which skips files by their statistics: the log is
+    never read whole unless asked to."""
+    filters = []
     if epoch is not None:
-        filters = [("epoch", "=", int(epoch))]
-    else:
-        filters = [("epoch", ">=", int(since))] if since else None
-    read = read_existing(tables.epochs, filters=filters)
-    data = [] if read is None else read.to_pylist()
+        filters.append(("epoch", "=", int(epoch)))
+    if since:
+        filters.append(("epoch", ">=", int(since)))
+    if run_id is not None:
+        filters.append(("run_id", "=", run_id))
+    table = handle(tables, tables.epochs)
+    return _in_log_order([] if table is None else scan(table, filters=filters or None).to_pylist())
+
+
+def _in_log_order(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
+
+
+def plan_rows(tables: Tables, epoch: int, run_id: str | None) -> list[dict[str, Any]]:
+    """The planned rows of ``epoch`` and those of ``run_id`` (at any epoch), in one read: what
+    ``begin`` needs to know whether its run or the epoch already has a plan."""
+    table = handle(tables, tables.epochs)
+    if table is None:
+        return []
+    where = [[("epoch", "=", int(epoch)), ("phase", "=", PLANNED)]]
+    if run_id:
+        where.append([("run_id", "=", run_id), ("phase", "=", PLANNED)])
+    return _in_log_order(scan(table, filters=where).to_pylist())
 
 
 def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:
     """The plan of ``epoch``: the first one logged wins, so racing planners agree on it."""
-    for row in rows(tables, epoch):
-        if row["phase"] == PLANNED:
-            return row
-    return None
+    return first_planned(rows(tables, epoch))
 
 
 def plan_row_for_run(tables: Tables, run_id: str) -> dict[str, Any] | None:
     """The plan a DAG run logged first: a run keeps its epoch, even when cleared much later."""
-    for row in rows(tables):
-        if row["phase"] == PLANNED and row["run_id"] == run_id:
-            return row
-    return None
+    return first_planned(rows(tables, run_id=run_id))
+
+
+def first_planned(logged: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first planned row of rows in log order (every planned row of an epoch carries the
+    plan its first one logged: later rows only bind runs to it)."""
+    return next((row for row in logged if row["phase"] == PLANNED), None)
 
 
 def compact(tables: Tables) -> dict[str, Any]:

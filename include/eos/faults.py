@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 POINTS = (
+    "begin.before_log",  # no plan found for the epoch; the fenced plan append is next
     "begin.after_log",  # plan logged, begin has not returned
     "precommit.before_write",  # Spark computed the epoch, nothing staged yet
     "precommit.mid_read",  # inside a Spark task, after its first batch was read

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from eos import epochlog
-from eos.checkpoints import committed_offsets
 from eos.config import PipelineConfig
 from eos.errors import DataLoss, ProtocolViolation
 from eos.kafka import client_settings, redact, topic_watermarks
@@ -81,12 +80,12 @@ def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
     return taken
 
 
-def new_plan(config: PipelineConfig, tables: Tables, epoch: int) -> Plan:
-    """Ranges from the committed offsets to the high watermarks, capped by ``max_records``."""
+def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int]) -> Plan:
+    """Ranges from the committed offsets (``until`` per partition in the checkpoint of epoch
+    N-1; empty before the first epoch) to the high watermarks, capped by ``max_records``."""
     settings = client_settings(config.kafka.client)
     topic = config.kafka.topic
     marks = topic_watermarks(settings, topic)
-    committed = committed_offsets(tables, epoch - 1)  # the checkpoint of epoch N-1
     starts: dict[int, int] = {}
     for partition, (low, high) in marks.items():
         default = low if config.kafka.start == "earliest" else high

@@ -37,7 +37,7 @@ from eos.plan import Plan, new_plan, plan_of
 from eos.sinks import sinks_for
 from eos.sinks.base import SinkCommit
 from eos.stage import compute_staging_rows, count_kinds, staged_epoch, watermark_row
-from eos.tables import ensure_tables, open_table, replace_epoch
+from eos.tables import OpenTables, ensure_tables, replace_epoch
 
 
 @dataclass
@@ -129,28 +129,31 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
     - the run was bound to an epoch before (a cleared run, committed or not): that epoch's plan,
       so clearing a run never moves it to another epoch;
     - the log already holds a plan for c + 1 (a crash after logging, a retry): that plan;
-    - otherwise a new plan for c + 1, logged *before* returning; planners that race both log,
-      and the first plan logged wins for everyone.
+    - otherwise a new plan for c + 1, logged *before* returning; of planners that race, exactly
+      one logs its plan (a fenced append, ``epochlog.log_plan``) and the others adopt it.
+
+    Costs: each table opened once, the epoch log read once (the run's rows and c + 1's, by file
+    statistics), the last checkpoint read once, one append.
     """
     with timed() as took:
         tables = ensure_tables(config)
         committed = checkpoints.committed_epoch(tables, config.app_id)
-        checkpoints.check_schema_view(tables, committed, config)
+        last = checkpoints.last(tables, committed)
+        checkpoints.check_schema_view(last, config)
         check_sinks(config, committed)
         plan, how = _existing_plan(tables, committed, run_id)
         if plan is None:
-            fresh = new_plan(config, tables, committed + 1)
-            epochlog.append(tables, fresh.epoch, epochlog.PLANNED, run_id=run_id,
-                            plan_hash=fresh.hash, plan=fresh.to_json(),
-                            duration_ms=elapsed_ms(took))
+            fresh = new_plan(config, committed + 1, last.until if last else {})
+            won = epochlog.log_plan(tables, config.app_id, fresh.epoch, fresh.to_json(),
+                                    fresh.hash, run_id, elapsed_ms(took))
             faults.hit("begin.after_log")
-            plan = Plan.from_json(epochlog.first_plan_row(tables, fresh.epoch)["plan"])
-            how = Outcome.PLANNED if plan == fresh else Outcome.REUSED_RACE
-        elif run_id and how is not Outcome.REUSED_RUN:
-            # Bind this run to the epoch it adopted, so clearing it later finds the same epoch.
-            epochlog.append(tables, plan.epoch, epochlog.PLANNED, run_id=run_id,
-                            plan_hash=plan.hash, plan=plan.to_json(),
-                            duration_ms=elapsed_ms(took))
+            plan, how = fresh, Outcome.PLANNED
+            if not won:  # another planner logged first: everyone uses its plan
+                plan = plan_of(tables, fresh.epoch)
+                how = Outcome.PLANNED if plan == fresh else Outcome.REUSED_RACE
+                _bind(tables, plan, run_id, took)
+        elif how is not Outcome.REUSED_RUN:
+            _bind(tables, plan, run_id, took)
     log_phase(
         "begin", epoch=plan.epoch, plan_hash=plan.hash, outcome=how, committed_epoch=committed,
         records=plan.records, ranges=plan.describe_ranges(), run_id=run_id, duration_ms=took["ms"],
@@ -158,13 +161,21 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
     return plan
 
 
+def _bind(tables: Tables, plan: Plan, run_id: str | None, took: dict[str, float]) -> None:
+    """Bind this run to the epoch it adopted, so clearing it later finds the same epoch."""
+    if run_id:
+        epochlog.append(tables, plan.epoch, epochlog.PLANNED, run_id=run_id,
+                        plan_hash=plan.hash, plan=plan.to_json(), duration_ms=elapsed_ms(took))
+
+
 def _existing_plan(tables: Tables, committed: int,
                    run_id: str | None) -> tuple[Plan | None, Outcome | None]:
-    if run_id:
-        row = epochlog.plan_row_for_run(tables, run_id)
-        if row is not None:
-            return Plan.from_json(row["plan"]), Outcome.REUSED_RUN
-    row = epochlog.first_plan_row(tables, committed + 1)
+    """The run's own plan, else the logged plan of c + 1: one read of the log for both."""
+    logged = epochlog.plan_rows(tables, committed + 1, run_id)
+    mine = epochlog.first_planned([r for r in logged if run_id and r["run_id"] == run_id])
+    if mine is not None:
+        return Plan.from_json(mine["plan"]), Outcome.REUSED_RUN
+    row = epochlog.first_planned([r for r in logged if r["epoch"] == committed + 1])
     if row is not None:
         return Plan.from_json(row["plan"]), Outcome.REUSED_LOG
     return None, None
@@ -205,8 +216,9 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
                 "staged and committed in order"
             )
         else:
-            checkpoints.check_schema_view(tables, committed, config)
-            _stage(config, tables, plan, spark, result)
+            previous = checkpoints.last(tables, committed)  # N-1: its config and plan hash
+            checkpoints.check_schema_view(previous, config)
+            _stage(config, tables, plan, previous, spark, result)
     result.timings_ms["total"] = total["ms"]
     result.line = log_phase(
         "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
@@ -216,16 +228,19 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
     return result
 
 
-def _stage(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
-           result: StageResult) -> None:
+def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
+           spark: Any, result: StageResult) -> None:
     timings = result.timings_ms
-    rows, watermark = compute_staging_rows(config, tables, plan, spark, timings)
+    rows, watermark = compute_staging_rows(config, tables, plan, previous, spark, timings)
     faults.hit("precommit.before_write")
+    # The compute took a while: ask the checkpoint table again, at its latest version.
+    tables.refresh(tables.checkpoints)
     if checkpoints.committed_epoch(tables, config.app_id) >= plan.epoch:
         result.outcome = Outcome.DISCARDED
         return
     with timed() as took:
-        result.staging_version = replace_epoch(tables.staging, rows, plan.epoch)
+        staging = tables.refresh(tables.staging)
+        result.staging_version = replace_epoch(staging, rows, plan.epoch)
     faults.hit("precommit.after_write")
     timings["staging_write"] = took["ms"]
     result.counts = count_kinds(rows)
@@ -283,12 +298,13 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
 def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: Plan,
                                  result: CommitResult, took: dict[str, float]) -> None:
     epoch = plan.epoch
-    staged = staged_epoch(tables, epoch, plan.hash)
+    # Open windows stay in staging: the commit promotes outputs, never reads the state.
+    staged = staged_epoch(tables, epoch, plan.hash, state=False)
     if staged is None:
         raise ProtocolViolation(
             f"epoch {epoch} is not pre-committed for plan {plan.hash}; run precommit first"
         )
-    previous = checkpoints.read(tables, epoch - 1) if epoch > 0 else None
+    previous = checkpoints.last(tables, epoch - 1)
     outputs = epoch_outputs(config, staged, epoch, previous.watermark_ms if previous else None)
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     sinks = sinks_for(config)
@@ -329,9 +345,7 @@ def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
         if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
             outcome = Outcome.NOTHING_TO_ABORT
         else:
-            staging = open_table(tables.staging)
-            if staging is not None:
-                staging.delete(f"epoch = {int(epoch)}")
+            tables.refresh(tables.staging).delete(f"epoch = {int(epoch)}")
             for sink in sinks_for(config):
                 sink.abort(epoch)
             epochlog.append(tables, epoch, epochlog.ABORTED, details={"reason": reason[:500]})

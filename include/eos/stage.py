@@ -15,12 +15,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eos.aggregations import aggregations_for, output_column
+from eos.checkpoints import Checkpoint
 from eos.config import EventConfig, PipelineConfig
 from eos.errors import ConfigError, ProtocolViolation
 from eos.kafka import client_settings
 from eos.parse import NEG_INF, Parser
 from eos.phaselog import timed
-from eos.plan import Plan, plan_of
+from eos.plan import Plan
 from eos.schema import (
     EVENT_MS,
     KAFKA_TS,
@@ -84,12 +85,15 @@ def parse_records(event: EventConfig):
     return parse
 
 
-def staged_epoch(tables: Tables, epoch: int, plan_hash: str) -> pa.Table | None:
-    """Epoch N's staged rows if a complete attempt for this plan is there, else None.
+def staged_epoch(tables: Tables, epoch: int, plan_hash: str,
+                 state: bool = True) -> pa.Table | None:
+    """Epoch N's staged rows if a complete attempt for this plan is there, else None; without
+    its open windows unless ``state`` (commit needs only what it promotes).
 
     One Delta commit holds the whole epoch, so the watermark row being present means every row is.
     """
-    rows = read_epoch(tables.staging, epoch)
+    rows = read_epoch(tables, tables.staging, epoch,
+                      filters=None if state else [("kind", "!=", "state")])
     complete = pc.and_(pc.equal(rows["kind"], WATERMARK), pc.equal(rows["plan_hash"], plan_hash))
     if not pc.any(complete).as_py():
         return None
@@ -106,19 +110,22 @@ def state_columns(config: PipelineConfig) -> list[str]:
     return [*(group_column(g) for g in config.group_by), START, END, *states]
 
 
-def resume_state(config: PipelineConfig, tables: Tables, epoch: int) -> EpochState:
-    """Epoch N-1's open windows and watermark: the committed state epoch N starts from."""
+def resume_state(config: PipelineConfig, tables: Tables,
+                 previous: Checkpoint | None) -> EpochState:
+    """Epoch N-1's open windows and watermark: the committed state epoch N starts from.
+
+    ``previous`` is N-1's checkpoint (None for epoch 0): its plan hash names N-1's staged rows,
+    so no other table is asked which attempt of N-1 was committed."""
     columns = state_columns(config)
-    previous = epoch - 1
-    if previous < 0:
+    if previous is None:
         schema = staging_schema(config)
         empty = pa.Table.from_pylist([], schema=pa.schema([schema.field(c) for c in columns]))
         return EpochState(empty, NEG_INF, None)
-    staged = staged_epoch(tables, previous, plan_of(tables, previous).hash)
+    staged = staged_epoch(tables, previous.epoch, previous.plan_hash)
     if staged is None:
         raise ProtocolViolation(
-            f"the state of committed epoch {previous} is missing from staging; epoch {epoch} "
-            "cannot resume without it"
+            f"the state of committed epoch {previous.epoch} is missing from staging; epoch "
+            f"{previous.epoch + 1} cannot resume without it"
         )
     mark = watermark_row(staged)
     windows = staged.filter(pc.equal(staged["kind"], "state")).select(columns)
@@ -290,11 +297,12 @@ def count_kinds(rows: pa.Table) -> dict[str, int]:
     return counts
 
 
-def compute_staging_rows(config: PipelineConfig, tables: Tables, plan: Plan, spark: Any,
+def compute_staging_rows(config: PipelineConfig, tables: Tables, plan: Plan,
+                         previous: Checkpoint | None, spark: Any,
                          timings: dict[str, float]) -> tuple[pa.Table, int]:
     """Every staged row of epoch N and its watermark: a pure function of the plan and epoch
     N-1's state (no clock, no randomness), so every attempt computes the same rows."""
-    state = resume_state(config, tables, plan.epoch)
+    state = resume_state(config, tables, previous)
     with timed() as took:
         session = spark or local_session(config)
     timings["spark_start"] = took["ms"]

@@ -208,7 +208,8 @@ def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, commi
          ) -> tuple[list[PartitionLag], str | None]:
     from eos.kafka import topic_watermarks
 
-    offsets = checkpoints.committed_offsets(tables, committed)
+    last = checkpoints.last(tables, committed)
+    offsets = last.until if last else {}
     try:
         marks = topic_watermarks(settings, config.kafka.topic)
     except EosError as error:

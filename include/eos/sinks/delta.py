@@ -23,6 +23,7 @@ from eos.sinks.base import NO_EPOCH, Sink, SinkCommit
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 
 @dataclass(frozen=True)
@@ -32,17 +33,20 @@ class FencedWrite:
     raced: bool = False
 
 
-def txn_version(path: str, app_id: str) -> int:
-    """The last epoch a Delta table holds for ``app_id`` (its ``txn`` version); -1 if none."""
+def txn_version(path: str, app_id: str, table: DeltaTable | None = None) -> int:
+    """The last epoch a Delta table holds for ``app_id`` (its ``txn`` version); -1 if none.
+
+    Read from ``table`` (an open snapshot of ``path``) when given, else from a fresh open."""
     from eos.tables import open_table
 
-    table = open_table(path)
+    table = table if table is not None else open_table(path)
     version = None if table is None else table.transaction_version(app_id)
     return NO_EPOCH if version is None else int(version)
 
 
 def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
-                  fault_point: str = "sink.before_write") -> FencedWrite:
+                  fault_point: str = "sink.before_write", snapshot: DeltaTable | None = None,
+                  in_order: bool = True) -> FencedWrite:
     """Append ``data`` with ``txn(app_id, epoch)`` exactly once, however many attempts race.
 
     Scenarios, decided here:
@@ -53,17 +57,22 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
       with ``raced=True``;
     - the conflict came from something else and ``epoch`` is still missing: ``CommitConflict``
       (transient: the retry starts from a fresh snapshot);
-    - the table holds less than ``epoch - 1``: epochs were skipped, ``ProtocolViolation``.
+    - the table holds less than ``epoch - 1``: epochs were skipped, ``ProtocolViolation``
+      (unless ``in_order`` is False: the epoch log's plan markers may start anywhere).
+
+    ``snapshot`` is an already open handle of ``path`` (the phase's, ``eos.tables.OpenTables``):
+    the check and the write go through it, however old it is; a write that lands moves it to
+    the version written. Without one, the table is opened here.
     """
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
-    snapshot = DeltaTable(path)
+    snapshot = snapshot if snapshot is not None else DeltaTable(path)
     held = snapshot.transaction_version(app_id)
     held = NO_EPOCH if held is None else int(held)
     if held >= epoch:
         return FencedWrite(Outcome.ALREADY_COMMITTED, None)
-    if held != epoch - 1:
+    if in_order and held != epoch - 1:
         raise ProtocolViolation(
             f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch {epoch} "
             "(epochs are committed in order, one at a time)"
@@ -73,7 +82,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
         write_deltalake(snapshot, data, mode="append", commit_properties=CommitProperties(
             app_transactions=[Transaction(app_id, epoch)]))
     except CommitFailedError as error:
-        if txn_version(path, app_id) >= epoch:
+        snapshot.update_incremental()  # the handle must not keep answering from before the race
+        if txn_version(path, app_id, snapshot) >= epoch:
             return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=True)
         raise CommitConflict(
             f"commit of epoch {epoch} to {path} conflicted with a concurrent write and the "
@@ -131,9 +141,14 @@ class DeltaSink(Sink):
         return txn_version(self.path, self.config.app_id)
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
-        """One Delta commit: the rows and ``txn(app id, epoch)``; see ``fenced_append``."""
-        self.prepare(rows.schema)
-        done = fenced_append(self.path, rows, self.config.app_id, epoch)
+        """One Delta commit: the rows and ``txn(app id, epoch)``; see ``fenced_append``. The
+        table is opened once: the open is the existence check and the fencing snapshot."""
+        from eos.tables import open_table
+
+        snapshot = open_table(self.path)
+        if snapshot is None:
+            self.prepare(rows.schema)
+        done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
     def abort(self, epoch: int) -> None:
