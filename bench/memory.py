@@ -103,3 +103,67 @@ class TreeSampler:
     def overall_mb(self) -> float | None:
         self.sample()
         return round(self._overall / MB, 1) if self.available else None
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _is_jvm(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
+
+
+class DriverSampler:
+    """Peak RSS of the Spark *driver* while a ``with`` block runs: this Python process (the
+    PySpark driver in-process) and, separately, the JVM(s) under it (Spark's driver JVM with the
+    executors of ``local[2]``). The Python workers Spark forks are executors, not the driver,
+    and are left out. Sampled every ``interval_s`` from ``/proc``."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s = interval_s
+        self.python = 0
+        self.jvm = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="driver-sampler", daemon=True)
+
+    def __enter__(self) -> DriverSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        me = os.getpid()
+        self.python = max(self.python, _rss(me))
+        jvms = [pid for pid in _descendants(me) if pid != me and _is_jvm(pid)]
+        self.jvm = max(self.jvm, sum(_rss(pid) for pid in jvms))
+
+    def peaks_mb(self) -> dict[str, float]:
+        return {"python": round(self.python / MB, 1), "jvm": round(self.jvm / MB, 1),
+                "driver": round((self.python + self.jvm) / MB, 1)}

@@ -296,7 +296,7 @@ def _fixed_overhead(env: Env, opts: Options, runs: dict[int, dict[str, Any]],
             probes.append(sc.EpochTiming(
                 plan.epoch, plan.records, t1 - t0, t2 - t1, t3 - t2,
                 read_parse=ms.get("read_parse", 0) / 1000,
-                aggregate=(ms.get("aggregate", 0) + ms.get("side_rows", 0)) / 1000,
+                aggregate=ms.get("aggregate", 0) / 1000,
                 staging_write=ms.get("staging_write", 0) / 1000))
     samples += probes
     fixed: dict[str, Any] = {

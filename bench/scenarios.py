@@ -111,7 +111,7 @@ def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, Epo
     timing = EpochTiming(
         epoch=plan.epoch, records=plan.records, begin=t1 - t0, precommit=t2 - t1, commit=t3 - t2,
         read_parse=ms.get("read_parse", 0.0) / 1000,
-        aggregate=(ms.get("aggregate", 0.0) + ms.get("side_rows", 0.0)) / 1000,
+        aggregate=ms.get("aggregate", 0.0) / 1000,
         staging_write=ms.get("staging_write", 0.0) / 1000,
         counts=dict(staged.counts),
     )
@@ -177,15 +177,19 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     from deltalake import write_deltalake
 
     from eos.outputs import window_rows
-    from eos.stage import compute_epoch, resume_state
+    from eos.stage import epoch_frames, resume_state
     from eos.tables import ensure_tables
 
-    # ALO carries no state: every epoch starts from nothing, as if it were epoch 0.
+    # ALO carries no state: every epoch starts from nothing, as if it were epoch 0. It collects
+    # the windows to this process and appends them with delta-rs, as a job without a staging
+    # protocol would.
     empty_state = resume_state(config, ensure_tables(config), None)
     timings: dict[str, float] = {}
     t0 = now()
-    computed = compute_epoch(env.spark, config, plan, empty_state, timings)
-    windows, side = computed.windows, computed.side
+    with epoch_frames(env.spark, config, plan, empty_state, timings) as frames:
+        started = now()
+        windows, side = frames.windows.toArrow(), frames.side.toArrow()
+        timings["aggregate"] = (now() - started) * 1000
     t1 = now()
     as_output = windows.append_column("kind", pa.array(["output"] * windows.num_rows))
     write_deltalake(f"{path}/target", window_rows(config, as_output, plan.epoch), mode="append")
@@ -196,7 +200,7 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     return ALORun(
         seconds=t2 - t0,
         read_parse=timings.get("read_parse", 0.0) / 1000,
-        aggregate=(timings.get("aggregate", 0.0) + timings.get("side_rows", 0.0)) / 1000,
+        aggregate=timings.get("aggregate", 0.0) / 1000,
         write=t2 - t1,
         output_rows=windows.num_rows,
     )
@@ -305,27 +309,28 @@ def _empty_side() -> pa.Table:
     return pa.schema([("kind", pa.string())]).empty_table()
 
 
-def stage_fabricated_epoch(config: PipelineConfig, epoch: int, n_rows: int) -> None:
+def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -> None:
     """Pre-commit epoch N holding exactly ``n_rows`` closed windows (output rows), as precommit
-    would stage them: plan in the epoch log, one staging commit with output, state, offsets."""
-    from eos import epochlog
+    stages them: plan in the epoch log, the rows written as files by Spark and committed into
+    staging in one Delta commit, with N-1's state carried over."""
+    from eos import checkpoints, epochlog, staging_files
     from eos.plan import PartitionRange
     from eos.produce import BASE_TIME_MS
-    from eos.stage import Computed, build_staging_rows, resume_state
-    from eos.tables import ensure_tables, replace_epoch
+    from eos.stage import Frames, resume_state, write_epoch
+    from eos.tables import ensure_tables, staging_schema
 
     tables = ensure_tables(config)
     plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 0),))
     epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=plan.hash, plan=plan.to_json())
-    from eos import checkpoints
-
     state = resume_state(config, tables, checkpoints.read(tables, epoch - 1))
     size = config.window.size
-    windows = _fabricated_windows(n_rows, size)
+    windows = spark.createDataFrame(_fabricated_windows(n_rows, size))
+    side = spark.createDataFrame(pa.table({"kind": pa.array([], pa.string())}))
     # Every window closed: the max event time is far past the last window's end.
-    computed = Computed(windows, _empty_side(), BASE_TIME_MS + 1000 * size, 0)
-    rows, _ = build_staging_rows(config, plan, state, computed)
-    replace_epoch(tables.staging, rows, epoch)
+    frames = Frames(windows, side, BASE_TIME_MS + 1000 * size, 0)
+    staged = write_epoch(spark, config, tables, plan, state, frames, {})
+    staging_files.commit(tables.refresh(tables.staging), staged.files, epoch,
+                         staging_schema(config))
 
 
 def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
@@ -354,7 +359,7 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
         DeltaTable.create(str(scratch / name), schema=schema, mode="ignore")
     commits, appends = [], []
     for epoch in range(reps):
-        commits.append(_timed_commit(config, epoch, n_rows))
+        commits.append(_timed_commit(config, env.spark, epoch, n_rows))
         from eos.plan import plan_of
 
         tables = ensure_tables(config)
@@ -375,14 +380,14 @@ def _kafka_commits(env: Env, n_rows: int, reps: int) -> list[float]:
     sinks = {"windows": [{"kafka": f"bench-commit-out-{n_rows}"}, {"delta": "target"}]}
     config = env.config(f"commit-kafka-{n_rows}", f"bench-commit-{n_rows}", sinks=sinks)
     check_sinks(config, -1)  # creates the topics, as begin does: not part of the timed commits
-    return [_timed_commit(config, epoch, n_rows) for epoch in range(reps)]
+    return [_timed_commit(config, env.spark, epoch, n_rows) for epoch in range(reps)]
 
 
-def _timed_commit(config: PipelineConfig, epoch: int, n_rows: int) -> float:
+def _timed_commit(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -> float:
     """Stage a fabricated epoch of ``n_rows`` windows, then time ``eos.protocol.commit`` of it."""
     from eos.protocol import commit
 
-    stage_fabricated_epoch(config, epoch, n_rows)
+    stage_fabricated_epoch(config, spark, epoch, n_rows)
     t0 = now()
     result = commit(config, epoch)
     took = now() - t0

@@ -20,11 +20,13 @@ import confluent_kafka as ck
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
+from deltalake import DeltaTable
 
 from eos import checkpoints, epochlog
 from eos.audit import audit
 from eos.chaos import CONCURRENT_COMMITS, chaos
-from eos.config import PipelineConfig
+from eos.config import PipelineConfig, load_config
 from eos.errors import EosError
 from eos.kafka import client_settings
 from eos.outcomes import Outcome
@@ -95,6 +97,35 @@ def test_crash_after_begin_reruns_with_the_logged_plan(pipeline: PipelineConfig,
     # A different run (a fresh trigger) also reads exactly the logged range.
     assert begin(pipeline, run_id="other") == logged
     finish_and_audit(pipeline, spark, "after-begin")
+
+
+@pytest.mark.parametrize("stagger_ms", [0, 400])
+def test_two_planners_released_together_agree_on_one_logged_plan(
+    pipeline: PipelineConfig, spark: Any, tmp_path: Path, stagger_ms: int
+) -> None:
+    """Two `eos begin` of different runs, each held after finding no plan for epoch 0, then
+    released together or 400 ms apart. They plan *different* ranges (the second reads the same
+    pipeline with a smaller ``max_records``), so agreeing is not a coincidence of equal plans:
+    exactly one plan is logged (a fenced append, ``txn(<app>:plan, 0)``), the other run adopts
+    it and binds itself to it, and both return it."""
+    data = yaml.safe_load(Path(pipeline.source_path).read_text())
+    data["epoch"]["max_records"] = 500
+    smaller = tmp_path / "smaller.yaml"
+    smaller.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {"EOS_BARRIER_STAGGER_MS": str(stagger_ms)}
+    racers = [eos_cli(config, "begin", "--run-id", f"planner-{i}", faults="begin.before_log:wait",
+                      faults_dir=tmp_path, env=env, wait=False)
+              for i, config in enumerate((pipeline, load_config(smaller)))]
+    outputs = [r.communicate(timeout=180) for r in racers]
+    for racer, (_, err) in zip(racers, outputs, strict=True):
+        assert racer.returncode == 0, err[-3000:]
+    returned = {json.loads(out)["plan_hash"] for out, _ in outputs}
+    tables = tables_for(pipeline)
+    planned = [r for r in epochlog.rows(tables, 0) if r["phase"] == epochlog.PLANNED]
+    assert returned == {r["plan_hash"] for r in planned} and len(returned) == 1
+    assert sorted(r["run_id"] for r in planned) == ["planner-0", "planner-1"]
+    assert DeltaTable(tables.epochs).transaction_version(f"{pipeline.app_id}:plan") == 0
+    finish_and_audit(pipeline, spark, f"planners-{stagger_ms}")
 
 
 @BOTH_MODES

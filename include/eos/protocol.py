@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eos import checkpoints, epochlog, faults
+from eos import checkpoints, epochlog, faults, staging_files
 from eos.checkpoints import Checkpoint
 from eos.config import PipelineConfig
 from eos.errors import ProtocolViolation
@@ -36,8 +36,8 @@ from eos.phaselog import elapsed_ms, log_phase, timed
 from eos.plan import Plan, new_plan, plan_of
 from eos.sinks import sinks_for
 from eos.sinks.base import SinkCommit
-from eos.stage import compute_staging_rows, count_kinds, staged_epoch, watermark_row
-from eos.tables import OpenTables, ensure_tables, replace_epoch
+from eos.stage import compute_staged_files, count_kinds, staged_epoch, watermark_row
+from eos.tables import OpenTables, ensure_tables, staging_schema
 
 
 @dataclass
@@ -231,25 +231,26 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
 def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
            spark: Any, result: StageResult) -> None:
     timings = result.timings_ms
-    rows, watermark = compute_staging_rows(config, tables, plan, previous, spark, timings)
+    staged = compute_staged_files(config, tables, plan, previous, spark, timings)
     faults.hit("precommit.before_write")
     # The compute took a while: ask the checkpoint table again, at its latest version.
     tables.refresh(tables.checkpoints)
     if checkpoints.committed_epoch(tables, config.app_id) >= plan.epoch:
-        result.outcome = Outcome.DISCARDED
+        result.outcome = Outcome.DISCARDED  # our files stay invisible; a vacuum deletes them
         return
     with timed() as took:
-        staging = tables.refresh(tables.staging)
-        result.staging_version = replace_epoch(staging, rows, plan.epoch)
+        result.staging_version = staging_files.commit(
+            tables.refresh(tables.staging), staged.files, plan.epoch, staging_schema(config))
     faults.hit("precommit.after_write")
     timings["staging_write"] = took["ms"]
-    result.counts = count_kinds(rows)
-    result.watermark_ms = watermark
+    result.counts = staged.counts
+    result.watermark_ms = staged.watermark_ms
     epochlog.append(
         tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
         duration_ms=sum(timings.values()),
-        details={"rows": result.counts, "watermark_ms": watermark,
-                 "staging_version": result.staging_version, "timings_ms": timings},
+        details={"rows": result.counts, "watermark_ms": staged.watermark_ms,
+                 "staging_version": result.staging_version, "files": len(staged.files),
+                 "timings_ms": timings},
     )
 
 

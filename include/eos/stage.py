@@ -8,12 +8,14 @@ decisions (is N committed, already staged, may it be written) live in ``eos.prot
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eos import staging_files
 from eos.aggregations import aggregations_for, output_column
 from eos.checkpoints import Checkpoint
 from eos.config import EventConfig, PipelineConfig
@@ -34,7 +36,8 @@ from eos.schema import (
     parsed_schema,
 )
 from eos.spark import local_session
-from eos.tables import Tables, group_column, read_epoch, staging_schema
+from eos.staging_files import KIND_DIR, StagedFile
+from eos.tables import Tables, group_column, handle, read_epoch, scan, staging_schema
 from eos.windows import END, START, window_type
 
 WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
@@ -42,21 +45,35 @@ WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in t
 
 @dataclass(frozen=True)
 class EpochState:
-    """What epoch N resumes from: epoch N-1's open windows and its watermark."""
+    """What epoch N resumes from: where epoch N-1's open windows are, and its watermark.
 
-    windows: pa.Table  # group (g__), START, END and state (s__) columns
+    The windows themselves are never read here: Spark reads ``files`` (N-1's staged files, the
+    rows of its committed plan hash with kind ``state``) on its executors."""
+
+    files: tuple[str, ...]  # URIs of N-1's staged Parquet files; empty before epoch 0
+    plan_hash: str | None  # N-1's committed plan hash
     watermark_ms: int
     max_event_ms: int | None
 
 
 @dataclass(frozen=True)
-class Computed:
-    """What Spark computed for epoch N (the watermark rule is applied after, in Arrow)."""
+class Frames:
+    """What Spark computes for epoch N, as DataFrames nobody has collected (the watermark rule
+    is applied when they are staged)."""
 
-    windows: pa.Table  # every window's merged state and its final values
-    side: pa.Table  # late (record, window) pairs and quarantined records
+    windows: Any  # every window's merged state and its final values
+    side: Any  # late (record, window) pairs and quarantined records
     max_event_ms: int | None  # over every record that parsed, the filter's drops included
     filtered: int
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """Epoch N written as files and not yet committed: what ``precommit`` commits in one go."""
+
+    files: list[StagedFile]
+    counts: dict[str, int]
+    watermark_ms: int
 
 
 def advance_watermark(previous_ms: int, max_event_ms: int | None, lateness_ms: int) -> int:
@@ -112,24 +129,40 @@ def state_columns(config: PipelineConfig) -> list[str]:
 
 def resume_state(config: PipelineConfig, tables: Tables,
                  previous: Checkpoint | None) -> EpochState:
-    """Epoch N-1's open windows and watermark: the committed state epoch N starts from.
+    """Where epoch N-1's open windows are, and its watermark: the committed state N starts from.
 
     ``previous`` is N-1's checkpoint (None for epoch 0): its plan hash names N-1's staged rows,
-    so no other table is asked which attempt of N-1 was committed."""
-    columns = state_columns(config)
+    so no other table is asked which attempt of N-1 was committed. Only N-1's watermark row is
+    read here; the open windows stay in their files for Spark."""
     if previous is None:
-        schema = staging_schema(config)
-        empty = pa.Table.from_pylist([], schema=pa.schema([schema.field(c) for c in columns]))
-        return EpochState(empty, NEG_INF, None)
-    staged = staged_epoch(tables, previous.epoch, previous.plan_hash)
-    if staged is None:
+        return EpochState((), None, NEG_INF, None)
+    staging = handle(tables, tables.staging)
+    mark = scan(staging, filters=[("epoch", "=", previous.epoch), ("kind", "=", WATERMARK),
+                                  ("plan_hash", "=", previous.plan_hash)]).to_pylist()
+    if not mark:
         raise ProtocolViolation(
             f"the state of committed epoch {previous.epoch} is missing from staging; epoch "
             f"{previous.epoch + 1} cannot resume without it"
         )
-    mark = watermark_row(staged)
-    windows = staged.filter(pc.equal(staged["kind"], "state")).select(columns)
-    return EpochState(windows, mark["watermark_ms"], mark["max_event_ms"])
+    files = tuple(staging.file_uris(partition_filters=[("epoch", "=", str(previous.epoch))]))
+    return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"])
+
+
+def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
+    """N-1's open windows as a DataFrame, read by the executors from N-1's staged files."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = staging_schema(config)
+    columns = state_columns(config)
+    arrow = pa.schema([schema.field(c) for c in columns])
+    if not state.files:
+        # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
+        return spark.createDataFrame(arrow.empty_table(), schema=from_arrow_schema(arrow))
+    read = pa.schema([schema.field(c) for c in ("kind", "plan_hash", *columns)])
+    return (spark.read.schema(from_arrow_schema(read)).parquet(*state.files)
+            .where((F.col("kind") == "state") & (F.col("plan_hash") == state.plan_hash))
+            .select(*columns))
 
 
 def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
@@ -179,10 +212,12 @@ def _filter(F: Any, config: PipelineConfig) -> Any:
     return F.coalesce(F.expr(config.event.filter), F.lit(False))
 
 
-def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
-                  timings: dict[str, float]) -> Computed:
+@contextmanager
+def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
+                 timings: dict[str, float]) -> Iterator[Frames]:
     """Spark part: read the plan's ranges, parse, filter, assign windows, aggregate, and merge
-    with the open windows of epoch N-1."""
+    with the open windows of epoch N-1. The parsed input is cached while the ``with`` lasts
+    (one read of Kafka for the windows and the side rows)."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F
@@ -216,75 +251,109 @@ def compute_epoch(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSt
         late = windows.is_late(F, state.watermark_ms)
         partials = (pairs.where(~late).groupBy(*group, START, END)
                     .agg(*[e for a in aggs for e in a.partial(F)]))
-        # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
-        previous = spark.createDataFrame(state.windows,
-                                         schema=from_arrow_schema(state.windows.schema))
+        previous = state_frame(spark, config, state)
         for name in group:
             previous = previous.withColumnRenamed(group_column(name), name)
-        with timed() as took:
-            merged = windows.combine(F, partials.unionByName(previous), group,
-                                     [e for a in aggs for e in a.merge(F)])
-            result = merged.select(
-                *[F.col(g).alias(group_column(g)) for g in group], START, END,
-                *[F.col(name) for a in aggs for name, _ in a.state()],
-                *[a.final(F).alias(output_column(a.output)) for a in aggs],
-            ).toArrow()
-        timings["aggregate"] = took["ms"]
-        with timed() as took:
-            late_rows = pairs.where(late).select(
-                F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
-                F.col(EVENT_MS).alias("event_ms"), START, END,
-                F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
-                F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
-            quarantined = parsed.where(F.col(REASON).isNotNull()).select(
-                F.lit("quarantine").alias("kind"),
-                F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
-                F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
-                F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
-            side = late_rows.unionByName(quarantined, allowMissingColumns=True).toArrow()
-        timings["side_rows"] = took["ms"]
+        merged = windows.combine(F, partials.unionByName(previous), group,
+                                 [e for a in aggs for e in a.merge(F)])
+        result = merged.select(
+            *[F.col(g).alias(group_column(g)) for g in group], START, END,
+            *[F.col(name) for a in aggs for name, _ in a.state()],
+            *[a.final(F).alias(output_column(a.output)) for a in aggs],
+        )
+        late_rows = pairs.where(late).select(
+            F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
+            F.col(EVENT_MS).alias("event_ms"), START, END,
+            F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+            F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
+        quarantined = parsed.where(F.col(REASON).isNotNull()).select(
+            F.lit("quarantine").alias("kind"),
+            F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+            F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
+            F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
+        side = late_rows.unionByName(quarantined, allowMissingColumns=True)
+        yield Frames(result, side, stats["max_event"], stats["filtered"])
     finally:
         parsed.unpersist()
-    return Computed(result, side, stats["max_event"], stats["filtered"])
 
 
-def build_staging_rows(config: PipelineConfig, plan: Plan, state: EpochState,
-                       computed: Computed) -> tuple[pa.Table, int]:
-    """All staged rows of epoch N and its watermark: the watermark rule lives here, once."""
-    schema = staging_schema(config)
-    windows = computed.windows
-    candidates = [m for m in (state.max_event_ms, computed.max_event_ms) if m is not None]
+def epoch_watermark(config: PipelineConfig, plan: Plan, state: EpochState,
+                    max_event_ms: int | None) -> tuple[int, int | None]:
+    """wm(N) and the max event time over epochs <= N: the watermark rule lives here, once."""
+    candidates = [m for m in (state.max_event_ms, max_event_ms) if m is not None]
     max_event = max(candidates) if candidates else None
     watermark = advance_watermark(state.watermark_ms, max_event, config.window.allowed_lateness)
     if plan.records == 0:
         watermark = idle_watermark(watermark, plan.clock_ms, config.window.idle_timeout)
-    emit = pc.less_equal(windows[END], watermark)
-    common = {"epoch": plan.epoch, "plan_hash": plan.hash}
+    return watermark, max_event
+
+
+def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
+                  watermark: int) -> Any:
+    """Every window and side row of epoch N in the staging schema (``epoch`` aside: it is the
+    partition), plus the ``part_kind`` the files are written by. A window whose end is at or
+    before wm(N) is an ``output`` row (final values), any other a ``state`` row (open window)."""
+    schema = staging_schema(config)
     keys = [group_column(g) for g in config.group_by]
     outputs = [output_column(a.output) for a in aggregations_for(config)]
     states = [c for c in state_columns(config) if c not in (*keys, START, END)]
-    parts = []
-    for kind, mask, values in (("output", emit, outputs), ("state", pc.invert(emit), states)):
-        chosen = windows.filter(mask)
-        cols = {c: chosen[c] for c in (*keys, START, END, *values)}
-        parts.append(_conform(schema, {**common, **cols, "kind": kind}, chosen.num_rows))
-    parts.append(_conform(schema, {
+    emit = F.col(END) <= F.lit(watermark)
+    columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit("state"))}
+    columns.update({c: F.when(emit, F.col(c)) for c in outputs})
+    columns.update({c: F.when(~emit, F.col(c)) for c in states})
+    windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
+                                      for f in schema if f.name != "epoch"])
+    side = frames.side.select(*[_column(F, f, {}, frames.side.columns)
+                                for f in schema if f.name != "epoch"])
+    rows = windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
+    return rows.withColumn(KIND_DIR, F.col("kind"))
+
+
+def _column(F: Any, field: pa.Field, given: dict[str, Any], present: list[str]) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    value = given.get(field.name)
+    if value is None:
+        value = F.col(field.name) if field.name in present else F.lit(None)
+    return value.cast(from_arrow_type(field.type)).alias(field.name)
+
+
+def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event: int | None,
+                  filtered: int) -> pa.Table:
+    """The rows of epoch N the driver writes itself: the plan's offsets, and the watermark row
+    (wm(N), the max event time, the events the filter dropped). ``staged_epoch`` takes the
+    watermark row's presence as "the epoch is complete": it is in the same commit as the rest."""
+    schema = pa.schema([f for f in staging_schema(config) if f.name != "epoch"])
+    common = {"plan_hash": plan.hash}
+    offsets = _conform(schema, {
         **common, "kind": "offsets",
         "partition": [r.partition for r in plan.ranges],
         "offset": [r.start for r in plan.ranges],
         "until": [r.until for r in plan.ranges],
-    }, len(plan.ranges)))
-    side = computed.side
-    parts.append(_conform(schema, {**common, **{c: side[c] for c in side.column_names}},
-                          side.num_rows))
-    # The watermark row last: staged_epoch takes its presence as "the epoch is complete".
-    parts.append(_conform(schema, {**common, "kind": WATERMARK, "watermark_ms": watermark,
-                                   "max_event_ms": max_event, "filtered": computed.filtered}, 1))
-    rows = pa.concat_tables(parts)
-    order = [("kind", "ascending"), *[(k, "ascending") for k in keys],
-             (START, "ascending"), (END, "ascending"), ("partition", "ascending"),
-             ("offset", "ascending")]
-    return rows.sort_by(order), watermark
+    }, len(plan.ranges))
+    mark = _conform(schema, {**common, "kind": WATERMARK, "watermark_ms": watermark,
+                             "max_event_ms": max_event, "filtered": filtered}, 1)
+    return pa.concat_tables([offsets, mark])
+
+
+def write_epoch(spark: Any, config: PipelineConfig, tables: Tables, plan: Plan,
+                state: EpochState, frames: Frames, timings: dict[str, float]) -> StagedFiles:
+    """Write epoch N's rows as files under staging (executors: windows, state, side rows; the
+    driver: offsets and the watermark row). Nothing is visible until ``staging_files.commit``."""
+    from pyspark.sql import functions as F
+
+    watermark, max_event = epoch_watermark(config, plan, state, frames.max_event_ms)
+    directory = staging_files.attempt_dir(tables.staging, plan.epoch)
+    with timed() as took:
+        staging_files.write_frame(staging_frame(F, config, plan, frames, watermark), directory)
+    timings["aggregate"] = took["ms"]
+    staging_files.write_table(protocol_rows(config, plan, watermark, max_event,
+                                            frames.filtered), directory, "protocol")
+    files = staging_files.collect(tables.staging, directory)
+    counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
+    counts.update(staging_files.counts_by_kind(files))
+    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
+    return StagedFiles(files, counts, watermark)
 
 
 def count_kinds(rows: pa.Table) -> dict[str, int]:
@@ -297,14 +366,14 @@ def count_kinds(rows: pa.Table) -> dict[str, int]:
     return counts
 
 
-def compute_staging_rows(config: PipelineConfig, tables: Tables, plan: Plan,
+def compute_staged_files(config: PipelineConfig, tables: Tables, plan: Plan,
                          previous: Checkpoint | None, spark: Any,
-                         timings: dict[str, float]) -> tuple[pa.Table, int]:
-    """Every staged row of epoch N and its watermark: a pure function of the plan and epoch
-    N-1's state (no clock, no randomness), so every attempt computes the same rows."""
+                         timings: dict[str, float]) -> StagedFiles:
+    """Epoch N written as staging files: a pure function of the plan and epoch N-1's state (no
+    clock, no randomness), so every attempt writes the same rows."""
     state = resume_state(config, tables, previous)
     with timed() as took:
         session = spark or local_session(config)
     timings["spark_start"] = took["ms"]
-    computed = compute_epoch(session, config, plan, state, timings)
-    return build_staging_rows(config, plan, state, computed)
+    with epoch_frames(session, config, plan, state, timings) as frames:
+        return write_epoch(session, config, tables, plan, state, frames, timings)

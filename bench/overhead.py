@@ -1,0 +1,162 @@
+"""``python -m bench.overhead``: the protocol's fixed cost per epoch vs the epochs it has logged.
+
+Issue #13 asks that ``begin`` and ``commit`` together take at most 0.1 s on an empty epoch of a
+pipeline with 1,000 epochs of history. This builds that history for real (``begin``,
+``precommit`` on the shared in-process Spark session, ``commit``: every table, sink and
+maintenance run as in production) and times ``--probes`` more empty epochs at each ``--at``
+count, counting every Delta call they make (``bench.deltaops``). Precommit is not part of the
+figure (its Spark jobs over nothing cost ~0.4 s; see docs/benchmarks.md).
+
+Figures are medians; Delta calls are per epoch: table opens, writes, deletes (``deltaops``)
+and reads (every ``eos.tables.scan``, delta-rs' engine, counted here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import deltaops
+from bench.env import Env, environment
+from eos.config import PipelineConfig
+
+
+@dataclass
+class Probe:
+    epochs_logged: int
+    begin_ms: float
+    commit_ms: float
+    calls: dict[str, dict[str, float]]  # phase -> Delta call -> calls per epoch
+
+    @property
+    def total_ms(self) -> float:
+        return self.begin_ms + self.commit_ms
+
+
+def epoch(config: PipelineConfig, spark: Any, run_id: str) -> None:
+    """One empty epoch through the protocol."""
+    from eos.protocol import begin, commit, precommit
+
+    plan = begin(config, run_id=run_id)
+    if plan.records:
+        raise AssertionError("the overhead probe expects epochs that read nothing")
+    precommit(config, plan.epoch, spark=spark)
+    commit(config, plan.epoch)
+
+
+def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe:
+    """``probes`` empty epochs, timed and their Delta calls counted."""
+    import eos.checkpoints
+    import eos.epochlog
+    import eos.tables
+
+    readers = (eos.epochlog, eos.checkpoints, eos.tables)  # every module calling ``scan``
+    scans: dict[str, int] = {}
+    phase = {"name": "other"}
+    originals = {m: m.scan for m in readers}
+
+    def counted(original: Any) -> Any:
+        def scan(*args: Any, **kwargs: Any) -> Any:
+            scans[phase["name"]] = scans.get(phase["name"], 0) + 1
+            return original(*args, **kwargs)
+        return scan
+
+    begins, commits = [], []
+    with deltaops.counting() as counter:
+        try:
+            for module, original in originals.items():
+                module.scan = counted(original)
+            for i in range(probes):
+                from eos.protocol import begin, commit, precommit
+
+                with counter.in_phase("begin"):
+                    phase["name"] = "begin"
+                    t0 = time.perf_counter()
+                    plan = begin(config, run_id=f"probe-{logged}-{i}")
+                    begins.append(time.perf_counter() - t0)
+                with counter.in_phase("precommit"):
+                    phase["name"] = "precommit"
+                    precommit(config, plan.epoch, spark=spark)
+                with counter.in_phase("commit"):
+                    phase["name"] = "commit"
+                    t0 = time.perf_counter()
+                    commit(config, plan.epoch)
+                    commits.append(time.perf_counter() - t0)
+        finally:
+            for module, original in originals.items():
+                module.scan = original
+    calls = {ph: {op: n for op, (n, _) in ops.items()}
+             for ph, ops in counter.summary(probes).items()}
+    for ph, n in scans.items():
+        calls.setdefault(ph, {})["reads"] = n / probes
+    return Probe(logged, statistics.median(begins) * 1000, statistics.median(commits) * 1000,
+                 calls)
+
+
+def measure(env: Env, at: list[int], probes: int, log: Any = print) -> list[Probe]:
+    """Build history up to each count in ``at`` and probe there."""
+    from eos import broker
+
+    config = env.config("overhead", "bench-overhead")
+    _ensure_topic(broker.read_state()["bootstrap"] if broker.read_state() else env.bootstrap,
+                  config.kafka.topic)
+    done, out = 0, []
+    started = time.perf_counter()
+    for target in sorted(at):
+        while done < target:
+            epoch(config, env.spark, f"history-{done}")
+            done += 1
+            if done % 100 == 0:
+                log(f"bench.overhead: {done} epochs logged, {time.perf_counter() - started:.0f} s")
+        out.append(probe(config, env.spark, done, probes))
+        done += probes
+    return out
+
+
+def _ensure_topic(bootstrap: str, topic: str) -> None:
+    """A metadata request from a producer creates the topic on the embedded broker; a real
+    broker needs it to exist (or auto-creation)."""
+    import confluent_kafka as ck
+
+    from eos.kafka import client_settings
+
+    settings = {**client_settings(), "bootstrap.servers": bootstrap, "log_level": 3}
+    ck.Producer(settings).list_topics(topic, timeout=10)
+
+
+def render(probes: list[Probe]) -> str:
+    lines = ["| epochs logged | begin (ms) | commit (ms) | begin + commit (ms) | Delta calls "
+             "per epoch: begin | commit |", "| ---: | ---: | ---: | ---: | --- | --- |"]
+    for p in probes:
+        lines.append(f"| {p.epochs_logged:,} | {p.begin_ms:.1f} | {p.commit_ms:.1f} | "
+                     f"{p.total_ms:.1f} | {_calls(p.calls.get('begin', {}))} | "
+                     f"{_calls(p.calls.get('commit', {}))} |")
+    return "\n".join(lines)
+
+
+def _calls(ops: dict[str, float]) -> str:
+    return ", ".join(f"{op} {n:g}" for op, n in sorted(ops.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.overhead",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--at", type=int, nargs="+", default=[10, 100, 1000],
+                   help="probe after this many epochs (default 10 100 1000)")
+    p.add_argument("--probes", type=int, default=10, help="empty epochs timed at each count")
+    p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
+    args = p.parse_args(argv)
+    with environment(args.workdir) as env:
+        probes = measure(env, args.at, args.probes,
+                         log=lambda msg: print(msg, file=sys.stderr))
+    print("\n" + render(probes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""``python -m bench.state_scale``: one epoch on top of 1M (and 10M) open windows.
+
+Issue #13: "an epoch with 1M open windows completes with the driver's peak RSS under 2 GiB",
+and what the state costs per epoch. A pipeline with one-day windows (nothing closes during the
+run) runs epoch 0 for real; then epoch 0's staged state is *replaced* by ``--windows`` open
+windows (distinct keys in the same day window, in a separate process so this process, the
+PySpark driver, never holds them); then epoch 1 runs for real on ``--epoch-records`` new events
+and is measured: precommit and its parts, commit, the state rows it read (epoch 0's) and wrote
+(epoch 1's), and the peak RSS of the driver (this Python process and the Spark JVM, sampled by
+``bench.memory.DriverSampler``). The audit afterwards would not hold (the injected windows have
+no events in Kafka), so none is run; the epoch's own checks (plan, staging, fenced commits) do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import scenarios as sc
+from bench.env import Env, environment
+from bench.memory import DriverSampler
+from eos.config import load_config
+
+DAY_MS = 86_400_000
+
+
+def inject_state(config_path: str, windows: int) -> None:
+    """Replace epoch 0's staged open windows by ``windows`` fabricated ones (keys ``s0000000``..,
+    the day window of the generator's events, three events of 12.5 each), keeping its watermark
+    and offsets rows: one staging commit, as precommit writes it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from eos import checkpoints
+    from eos.produce import BASE_TIME_MS
+    from eos.stage import state_columns
+    from eos.tables import ensure_tables, read_epoch, replace_epoch, staging_schema
+
+    config = load_config(config_path)
+    tables = ensure_tables(config)
+    staged = read_epoch(tables, tables.staging, 0)
+    kept = staged.filter(pc.not_equal(staged["kind"], "state"))
+    schema = staging_schema(config)
+    start = BASE_TIME_MS - BASE_TIME_MS % DAY_MS
+    ids = pa.array(range(windows), pa.int64())
+    dec = pa.decimal128(38, 9)
+    state = {
+        "g__key": pc.binary_join_element_wise("s", pc.utf8_lpad(pc.cast(ids, pa.string()), 7,
+                                                                 "0"), ""),
+        "window_start_ms": pa.repeat(pa.scalar(start, pa.int64()), windows),
+        "window_end_ms": pa.repeat(pa.scalar(start + DAY_MS, pa.int64()), windows),
+        "s__count__n": pa.repeat(pa.scalar(3, pa.int64()), windows),
+        "s__sum__sum": pa.repeat(pa.scalar(37.5, pa.float64()), windows).cast(dec),
+        "s__min__v": pa.repeat(pa.scalar(12.5, pa.float64()), windows).cast(dec),
+        "s__max__v": pa.repeat(pa.scalar(12.5, pa.float64()), windows).cast(dec),
+        "s__avg__sum": pa.repeat(pa.scalar(37.5, pa.float64()), windows).cast(dec),
+        "s__avg__n": pa.repeat(pa.scalar(3, pa.int64()), windows),
+    }
+    assert set(state) == set(state_columns(config)), state_columns(config)
+    plan_hash = checkpoints.read(tables, 0).plan_hash
+    columns = []
+    for field in schema:
+        if field.name in state:
+            columns.append(state[field.name].cast(field.type))
+        elif field.name == "kind":
+            columns.append(pa.repeat(pa.scalar("state"), windows))
+        elif field.name == "plan_hash":
+            columns.append(pa.repeat(pa.scalar(plan_hash), windows))
+        elif field.name == "epoch":
+            columns.append(pa.repeat(pa.scalar(0, pa.int64()), windows))
+        else:
+            columns.append(pa.nulls(windows, field.type))
+    fabricated = pa.Table.from_arrays(columns, schema=schema)
+    replace_epoch(tables.staging, pa.concat_tables([kept.cast(schema), fabricated]), 0)
+
+
+def measure(env: Env, windows: int, epoch_records: int, log: Any = print) -> dict[str, Any]:
+    """Epoch 0, the injected state, then epoch 1 measured."""
+    name = f"state-{windows}"
+    config = env.config(name, f"bench-{name}", window="1d", lateness="0s",
+                        max_records=epoch_records)
+    records = sc.generator(2 * epoch_records, keys=1000)
+    sc.send_chunk(env, config.kafka.topic, records, epoch_records)
+    sc.eo_epoch(config, env.spark, f"{name}-0")
+    log(f"bench.state_scale: injecting {windows:,} open windows")
+    started = time.perf_counter()
+    child = multiprocessing.get_context("spawn").Process(
+        target=inject_state, args=(str(config.source_path), windows))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"injecting the state failed (exit {child.exitcode})")
+    injected_s = time.perf_counter() - started
+    sc.send_chunk(env, config.kafka.topic, records, epoch_records)
+    log(f"bench.state_scale: epoch 1 on {windows:,} open windows")
+    with DriverSampler() as sampler:
+        plan, timing = sc.eo_epoch(config, env.spark, f"{name}-1")
+    if plan.records != epoch_records:
+        raise AssertionError(f"epoch 1 read {plan.records} records, wanted {epoch_records}")
+    return {"windows": windows, "records": plan.records, "inject_s": injected_s,
+            "state_read": windows, "state_written": timing.counts.get("state"),
+            "begin_s": timing.begin, "precommit_s": timing.precommit,
+            "read_parse_s": timing.read_parse, "aggregate_s": timing.aggregate,
+            "staging_write_s": timing.staging_write, "precommit_other_s": timing.precommit_other,
+            "commit_s": timing.commit, "total_s": timing.total, **sampler.peaks_mb()}
+
+
+ROWS = [("open windows (state rows read)", "windows", "{:,}"),
+        ("state rows written", "state_written", "{:,}"),
+        ("events in the epoch", "records", "{:,}"),
+        ("epoch total (s)", "total_s", "{:.2f}"),
+        ("  begin (s)", "begin_s", "{:.2f}"),
+        ("  precommit (s)", "precommit_s", "{:.2f}"),
+        ("    read+parse (s)", "read_parse_s", "{:.2f}"),
+        ("    aggregate + state merge (s)", "aggregate_s", "{:.2f}"),
+        ("    staging write (s)", "staging_write_s", "{:.2f}"),
+        ("    other: state read, staging rows (s)", "precommit_other_s", "{:.2f}"),
+        ("  commit (s)", "commit_s", "{:.2f}"),
+        ("peak RSS, Python driver process (MiB)", "python", "{:,.0f}"),
+        ("peak RSS, Spark JVM: driver + local executors (MiB)", "jvm", "{:,.0f}"),
+        ("peak RSS, driver: sum of both peaks (MiB)", "driver", "{:,.0f}")]
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    head = "| figure | " + " | ".join(f"{r['windows']:,} windows" for r in results) + " |"
+    lines = [head, "| --- |" + " ---: |" * len(results)]
+    for label, key, fmt in ROWS:
+        cells = [fmt.format(r[key]) if r.get(key) is not None else "n/a" for r in results]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.state_scale",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--windows", type=int, nargs="+", default=[1_000_000],
+                   help="open windows before the measured epoch (default 1000000)")
+    p.add_argument("--epoch-records", type=int, default=100_000,
+                   help="events in the measured epoch (default 100000)")
+    p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
+    args = p.parse_args(argv)
+    results = []
+    with environment(args.workdir) as env:
+        for windows in args.windows:
+            results.append(measure(env, windows, args.epoch_records,
+                                   log=lambda msg: print(msg, file=sys.stderr)))
+    print("\n" + render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
