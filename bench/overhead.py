@@ -53,9 +53,11 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
     """``probes`` empty epochs, timed and their Delta calls counted."""
     import eos.checkpoints
     import eos.epochlog
+    import eos.stage
     import eos.tables
 
-    readers = (eos.epochlog, eos.checkpoints, eos.tables)  # every module calling ``scan``
+    # every module calling ``scan``
+    readers = (eos.epochlog, eos.checkpoints, eos.stage, eos.tables)
     scans: dict[str, int] = {}
     phase = {"name": "other"}
     originals = {m: m.scan for m in readers}

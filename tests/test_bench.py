@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
-from bench import epochs_view
+from bench import epochs_view, overhead, state_scale
 from bench.__main__ import options_from, parse_args
 from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
@@ -62,3 +62,31 @@ def test_epochs_view_benchmark_prints_every_figure(kafka: str, spark: Any, data_
         "status (pipeline_status)", "page (HTML)", "json (API)", "index"]
     assert all(ms > 0 for _, ms, _ in rows)
     assert "median of 1" in epochs_view.render(rows, shown, 1)
+
+
+def test_overhead_benchmark_counts_each_phase(kafka: str, spark: Any, data_dir: Path,
+                                             tmp_path: Path) -> None:
+    with environment(tmp_path / "overhead", spark=spark) as env:
+        probes = overhead.measure(env, at=[3], probes=2, log=lambda _msg: None)
+    assert [p.epochs_logged for p in probes] == [3]
+    calls = probes[0].calls
+    # begin reads the log once and the last checkpoint once; commit reads log, staging and
+    # the previous checkpoint once each (issue #13: never a table twice for one question).
+    assert calls["begin"]["reads"] == 2, calls
+    assert calls["commit"]["reads"] == 3, calls
+    assert probes[0].begin_ms > 0 and probes[0].commit_ms > 0
+    assert "| 3 |" in overhead.render(probes)
+
+
+def test_state_scale_benchmark_carries_the_injected_windows(kafka: str, spark: Any,
+                                                            data_dir: Path,
+                                                            tmp_path: Path) -> None:
+    with environment(tmp_path / "state", spark=spark) as env:
+        result = state_scale.measure(env, windows=3000, epoch_records=400,
+                                     log=lambda _msg: None)
+    # The 3,000 injected open windows stay open (one-day windows) next to the generator's keys.
+    assert result["records"] == 400
+    assert 3000 < result["state_written"] <= 3000 + 1000, result
+    table = state_scale.render([result])
+    for label, _, _ in state_scale.ROWS:
+        assert label in table and "n/a" not in table.split(label, 1)[1].splitlines()[0], label

@@ -111,6 +111,8 @@ def staged_epoch(tables: Tables, epoch: int, plan_hash: str,
     """
     rows = read_epoch(tables, tables.staging, epoch,
                       filters=None if state else [("kind", "!=", "state")])
+    if rows is None:
+        return None
     complete = pc.and_(pc.equal(rows["kind"], WATERMARK), pc.equal(rows["plan_hash"], plan_hash))
     if not pc.any(complete).as_py():
         return None

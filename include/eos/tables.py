@@ -195,12 +195,24 @@ def scan(table: DeltaTable, columns: list[str] | None = None,
     return data.cast(_plain(data.schema))
 
 
-_VIEWS = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
-
-
 def _plain(schema: pa.Schema) -> pa.Schema:
-    """delta-rs' engine returns string and binary *views*; the library works in plain types."""
-    return pa.schema([f.with_type(_VIEWS.get(f.type, f.type)) for f in schema])
+    """delta-rs' engine returns string and binary *views* (nested ones too); the library works
+    in plain types."""
+    return pa.schema([f.with_type(_plain_type(f.type)) for f in schema])
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        item = t.value_field
+        return pa.list_(item.with_type(_plain_type(item.type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_plain_type(t.field(i).type))
+                          for i in range(t.num_fields)])
+    return t
 
 
 _OPS = {"=", "!=", "<", "<=", ">", ">="}
@@ -229,6 +241,10 @@ def _literal(value: Any) -> str:
 
 
 def read_epoch(tables: Tables, path: str, epoch: int, columns: list[str] | None = None,
-               filters: list | None = None) -> pa.Table:
-    """One epoch of a table partitioned by epoch (staging), through the phase's handle."""
-    return scan(handle(tables, path), columns, [("epoch", "=", int(epoch)), *(filters or [])])
+               filters: list | None = None) -> pa.Table | None:
+    """One epoch of a table partitioned by epoch (staging), through the phase's handle; None
+    when the table does not exist yet."""
+    table = handle(tables, path)
+    if table is None:
+        return None
+    return scan(table, columns, [("epoch", "=", int(epoch)), *(filters or [])])
