@@ -324,13 +324,20 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=plan.hash, plan=plan.to_json())
     state = resume_state(config, tables, checkpoints.read(tables, epoch - 1))
     size = config.window.size
-    windows = spark.createDataFrame(_fabricated_windows(n_rows, size))
-    side = spark.createDataFrame(pa.table({"kind": pa.array([], pa.string())}))
+    windows, side = (_frame(spark, t) for t in (_fabricated_windows(n_rows, size),
+                                                  pa.table({"kind": pa.array([], pa.string())})))
     # Every window closed: the max event time is far past the last window's end.
     frames = Frames(windows, side, BASE_TIME_MS + 1000 * size, 0)
     staged = write_epoch(spark, config, tables, plan, state, frames, {})
     staging_files.commit(tables.refresh(tables.staging), staged.files, epoch,
                          staging_schema(config))
+
+
+def _frame(spark: Any, table: pa.Table) -> Any:
+    """A DataFrame of an Arrow table, empty ones too (Spark Connect cannot infer their schema)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
 
 
 def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
