@@ -328,7 +328,7 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
                                                   pa.table({"kind": pa.array([], pa.string())})))
     # Every window closed: the max event time is far past the last window's end.
     frames = Frames(windows, side, BASE_TIME_MS + 1000 * size, 0)
-    staged = write_epoch(spark, config, tables, plan, state, frames, {})
+    staged = write_epoch(config, tables, plan, state, frames, {})
     staging_files.commit(tables.refresh(tables.staging), staged.files, epoch,
                          staging_schema(config))
 

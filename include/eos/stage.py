@@ -338,8 +338,8 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
     return pa.concat_tables([offsets, mark])
 
 
-def write_epoch(spark: Any, config: PipelineConfig, tables: Tables, plan: Plan,
-                state: EpochState, frames: Frames, timings: dict[str, float]) -> StagedFiles:
+def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: EpochState,
+                frames: Frames, timings: dict[str, float]) -> StagedFiles:
     """Write epoch N's rows as files under staging (executors: windows, state, side rows; the
     driver: offsets and the watermark row). Nothing is visible until ``staging_files.commit``."""
     from pyspark.sql import functions as F
@@ -378,4 +378,4 @@ def compute_staged_files(config: PipelineConfig, tables: Tables, plan: Plan,
         session = spark or local_session(config)
     timings["spark_start"] = took["ms"]
     with epoch_frames(session, config, plan, state, timings) as frames:
-        return write_epoch(session, config, tables, plan, state, frames, timings)
+        return write_epoch(config, tables, plan, state, frames, timings)
