@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 from eos.outcomes import Outcome
 from eos.tables import EPOCHS_SCHEMA, Tables, handle, scan
@@ -117,15 +117,3 @@ def first_planned(logged: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The first planned row of rows in log order (every planned row of an epoch carries the
     plan its first one logged: later rows only bind runs to it)."""
     return next((row for row in logged if row["phase"] == PLANNED), None)
-
-
-def compact(tables: Tables) -> dict[str, Any]:
-    """Rewrite the log's one-row-per-append files into one.
-
-    Every read of the log opens every live file, so without this each epoch's begin, precommit
-    and commit get slower with the number of epochs logged (0.18 s per read at 300 epochs,
-    0.010 s compacted). Rows are unchanged; only files are merged.
-    """
-    metrics = DeltaTable(tables.epochs).optimize.compact()
-    return {"files_removed": metrics.get("numFilesRemoved"),
-            "files_added": metrics.get("numFilesAdded")}

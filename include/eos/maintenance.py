@@ -10,7 +10,6 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from eos import epochlog
 from eos.layout import Tables
 from eos.tables import latest, open_table
 
@@ -42,7 +41,7 @@ def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS) -> d
     """
     done: dict[str, Any] = {}
     try:
-        done["epoch_log"] = epochlog.compact(tables)
+        done["epoch_log"] = _compact(tables.epochs)
         done["checkpoints"] = _compact(tables.checkpoints)
         for name, path in (("epoch_log", tables.epochs), ("staging", tables.staging)):
             removed = DeltaTable(path).vacuum(retention_hours=retention_hours, dry_run=False,
@@ -54,6 +53,7 @@ def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS) -> d
 
 
 def _compact(path: str) -> dict[str, Any]:
+    """Rewrite a table's one-row-per-append files into one; rows and ``txn`` versions stay."""
     table = open_table(path)
     if table is None:
         return {}

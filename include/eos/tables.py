@@ -155,12 +155,12 @@ def open_table(path: str) -> DeltaTable | None:
         return None
 
 
-def replace_epoch(table: str | DeltaTable, data: pa.Table, epoch: int) -> int:
+def replace_epoch(path: str, data: pa.Table, epoch: int) -> int:
     """Replace exactly epoch ``epoch`` of a table partitioned by epoch, in one Delta commit."""
     write_deltalake(
-        table, data, mode="overwrite", predicate=f"epoch = {int(epoch)}", partition_by=["epoch"]
+        path, data, mode="overwrite", predicate=f"epoch = {int(epoch)}", partition_by=["epoch"]
     )
-    return (table if isinstance(table, DeltaTable) else DeltaTable(table)).version()
+    return DeltaTable(path).version()
 
 
 def read_table(path: str, columns: list[str] | None = None, filters: list | None = None,
