@@ -330,7 +330,7 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     frames = Frames(windows, side, BASE_TIME_MS + 1000 * size, 0)
     staged = write_epoch(config, tables, plan, state, frames, {})
     staging_files.commit(tables.refresh(tables.staging), staged.files, epoch,
-                         staging_schema(config))
+                         staging_schema(config), config.app_id, plan.hash)
 
 
 def _frame(spark: Any, table: pa.Table) -> Any:

@@ -84,7 +84,7 @@ def append(tables: Tables, app_id: str, checkpoint: Checkpoint) -> FencedWrite:
     data = pa.Table.from_pylist([checkpoint.to_row()], schema=CHECKPOINTS_SCHEMA)
     return fenced_append(tables.checkpoints, data, app_id, checkpoint.epoch,
                          fault_point="checkpoint.before_write",
-                         snapshot=handle(tables, tables.checkpoints))
+                         snapshot=handle(tables, tables.checkpoints), op="checkpoint")
 
 
 def read_all(tables: Tables) -> list[Checkpoint]:
@@ -132,19 +132,25 @@ def _changes(before: Any, after: Any, where: str = "") -> list[str]:
     return [] if before == after else [f"{where or 'config'}: {before!r} -> {after!r}"]
 
 
+def schema_changes(checkpoint: Checkpoint | None, config: PipelineConfig) -> list[str]:
+    """What changed in the config's schema view since ``checkpoint``'s epoch was computed."""
+    if checkpoint is None or not checkpoint.config:
+        return []
+    return _changes(checkpoint.config, config.schema_view())
+
+
 def check_schema_view(checkpoint: Checkpoint | None, config: PipelineConfig) -> None:
     """Refuse to go on when what committed rows mean (the config's schema view: parsing,
     grouping, windows, aggregations) changed since the last committed epoch (``checkpoint``):
     its open windows' state and every committed row were computed under the old one."""
-    if checkpoint is None or not checkpoint.config:
-        return
-    committed = checkpoint.epoch
-    changes = _changes(checkpoint.config, config.schema_view())
-    if changes:
+    changes = schema_changes(checkpoint, config)
+    if checkpoint is not None and changes:
+        committed = checkpoint.epoch
         from eos.errors import ConfigError
 
         raise ConfigError(
             f"pipeline '{config.name}' committed epochs 0..{committed} with another schema; "
             f"changed: {'; '.join(changes)}. Its state and committed rows mean the old config: "
-            "give the changed pipeline a new name (and tables), or replay it from the start"
+            "give the changed pipeline a new name (and tables), or replay it from the start "
+            "(eos rewind --to-epoch -1)"
         )

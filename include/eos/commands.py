@@ -89,6 +89,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_rewind(args: argparse.Namespace) -> int:
+    """Rewind to a committed epoch; the next runs replay the later ones (``eos.rewind``)."""
+    from eos.outcomes import Outcome
+    from eos.rewind import rewind
+
+    config = _config(args)
+    result = rewind(config, args.to_epoch, republish=args.republish, run_id=args.run_id)
+    plan = result.plan
+    if result.outcome is Outcome.NOTHING_TO_REWIND or plan is None:
+        print(f"'{config.name}': epoch {args.to_epoch} is the last committed epoch; "
+              "nothing to rewind")
+    else:
+        print(f"'{config.name}' rewound from epoch {plan.from_epoch} to {plan.to_epoch} "
+              f"(rewind {plan.rewind_id}); the next runs replay epochs {plan.to_epoch + 1}.."
+              f"{plan.from_epoch} from their logged plans"
+              + (f"; republishing to {', '.join(plan.republish)}" if plan.republish else ""))
+    print(json.dumps(result.summary()))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from eos.config import load_pipeline
     from eos.demo import demo
@@ -161,6 +181,16 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
         if name == "abort":
             p.add_argument("--reason", default="aborted by hand")
         p.set_defaults(func=cmd_phase)
+
+    p = sub.add_parser("rewind", help="go back to committed epoch N; the next runs replay N+1..")
+    pipeline_args(p)
+    p.add_argument("--to-epoch", type=int, required=True,
+                   help="the last epoch that stays committed; -1 replays from the start")
+    p.add_argument("--republish", action="store_true",
+                   help="rewind even sinks that cannot withdraw records (Kafka topics): their "
+                        "consumers see the replayed epochs again")
+    p.add_argument("--run-id", default=None, help="recorded with the rewind in the epoch log")
+    p.set_defaults(func=cmd_rewind)
 
     p = sub.add_parser("verify", help="audit committed tables against Kafka from scratch")
     pipeline_args(p)

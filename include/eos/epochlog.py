@@ -17,6 +17,8 @@ from eos.outcomes import Outcome
 from eos.tables import EPOCHS_SCHEMA, Tables, handle, scan
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
+# A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes (``eos.rewind``).
+REWINDING, REWOUND = "rewinding", "rewound"
 
 
 def _row(epoch: int, phase: str, run_id: str | None, plan_hash: str | None, plan: str | None,
@@ -65,7 +67,7 @@ def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
     row = _row(epoch, PLANNED, run_id, plan_hash, plan, duration_ms, None)
     done = fenced_append(tables.epochs, row, f"{app_id}:plan", epoch,
                          fault_point="begin.before_log", snapshot=handle(tables, tables.epochs),
-                         in_order=False)
+                         in_order=False, op="plan")
     return done.outcome is Outcome.COMMITTED
 
 
@@ -92,15 +94,47 @@ def _in_log_order(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plan_rows(tables: Tables, epoch: int, run_id: str | None) -> list[dict[str, Any]]:
-    """The planned rows of ``epoch`` and those of ``run_id`` (at any epoch), in one read: what
-    ``begin`` needs to know whether its run or the epoch already has a plan."""
+    """The planned rows of ``epoch`` and those of ``run_id`` (at any epoch), and every rewind
+    row, in one read: what ``begin`` needs to know whether its run or the epoch already has a
+    plan, and whether a rewind is unfinished."""
     table = handle(tables, tables.epochs)
     if table is None:
         return []
-    where = [[("epoch", "=", int(epoch)), ("phase", "=", PLANNED)]]
+    where = [[("epoch", "=", int(epoch)), ("phase", "=", PLANNED)],
+             [("phase", "=", REWINDING)], [("phase", "=", REWOUND)]]
     if run_id:
         where.append([("run_id", "=", run_id), ("phase", "=", PLANNED)])
     return _in_log_order(scan(table, filters=where).to_pylist())
+
+
+def rewind_rows(tables: Tables) -> list[dict[str, Any]]:
+    """Every rewind row (started and finished), in log order."""
+    table = handle(tables, tables.epochs)
+    if table is None:
+        return []
+    where = [[("phase", "=", REWINDING)], [("phase", "=", REWOUND)]]
+    return _in_log_order(scan(table, filters=where).to_pylist())
+
+
+def unfinished_rewind(logged: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The plan (details) of a rewind logged as started and never as finished, if any."""
+    started = [json.loads(r["details"]) for r in logged if r["phase"] == REWINDING]
+    done = {json.loads(r["details"])["rewind_id"] for r in logged if r["phase"] == REWOUND}
+    return next((plan for plan in started if plan["rewind_id"] not in done), None)
+
+
+def log_rewind(tables: Tables, app_id: str, seq: int, epoch: int, run_id: str | None,
+               details: dict[str, Any]) -> bool:
+    """Log the start of rewind number ``seq`` (at ``epoch``, the first one it replays): True if
+    this call logged it, False if a concurrent attempt logged rewind ``seq`` first (fenced as
+    ``log_plan`` is, with ``txn(<app id>:rewind, seq)``)."""
+    from eos.sinks.delta import fenced_append
+
+    row = _row(epoch, REWINDING, run_id, None, None, None, details)
+    done = fenced_append(tables.epochs, row, f"{app_id}:rewind", seq,
+                         fault_point="rewind.before_log", snapshot=handle(tables, tables.epochs),
+                         in_order=False, op="rewind-log")
+    return done.outcome is Outcome.COMMITTED
 
 
 def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:

@@ -72,6 +72,15 @@ class DataLoss(PermanentError):
     """Records an epoch must read are no longer in Kafka (retention, truncation)."""
 
 
+class RewindRefused(PermanentError):
+    """A rewind cannot be done as asked (the reason says why and what would work); nothing
+    was changed."""
+
+
+class RewindUnfinished(PermanentError):
+    """A rewind was started and not finished: epochs cannot run until it is rerun."""
+
+
 class ProtocolViolation(PermanentError):
     """The tables contradict the protocol's invariants; never repaired silently."""
 

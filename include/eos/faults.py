@@ -38,6 +38,11 @@ POINTS = (
     "sink.before_write",  # a sink checked its marker (< N) and is about to write N
     "sink.kafka.in_transaction",  # a Kafka sink produced and flushed N, not yet committed
     "checkpoint.before_write",  # the checkpoint check (< N) passed, the append is next
+    "rewind.before_log",  # a rewind was planned and checked, its start not yet logged
+    "rewind.after_log",  # the rewind's start is logged, no table restored yet
+    "rewind.between_tables",  # one table restored (sink, staging), the next not yet
+    "rewind.before_checkpoints",  # sinks and staging restored, the checkpoint table not yet
+    "rewind.before_done",  # every table restored, the rewind not yet logged as finished
 )
 WAIT = "wait"
 FAIL = "fail"

@@ -28,8 +28,12 @@ class Outcome(StrEnum):
     # recover
     NOTHING_PENDING = "nothing pending"  # no planned epoch after the last checkpoint
     NEEDS_PRECOMMIT = "needs precommit"  # the pending epoch is planned but not staged
+    # rewind
+    REWOUND = "rewound"  # every table is back at epoch N; the next runs replay N + 1..
+    NOTHING_TO_REWIND = "nothing to rewind"  # N is the last committed epoch already
 
     @property
     def wrote(self) -> bool:
         """Whether this attempt changed a table (as opposed to finding the work done)."""
-        return self in (Outcome.PLANNED, Outcome.STAGED, Outcome.COMMITTED, Outcome.ABORTED)
+        return self in (Outcome.PLANNED, Outcome.STAGED, Outcome.COMMITTED, Outcome.ABORTED,
+                        Outcome.REWOUND)

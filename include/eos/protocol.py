@@ -34,6 +34,7 @@ from eos.outcomes import Outcome
 from eos.outputs import epoch_outputs, output_schema
 from eos.phaselog import elapsed_ms, log_phase, timed
 from eos.plan import Plan, new_plan, plan_of
+from eos.rewind import check_none_unfinished
 from eos.sinks import sinks_for
 from eos.sinks.base import SinkCommit
 from eos.stage import compute_staged_files, count_kinds, staged_epoch, watermark_row
@@ -126,8 +127,10 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
     """Return the plan of the epoch this run processes, logging a new one only if none exists.
 
     Scenarios:
+    - a rewind is unfinished: ``RewindUnfinished`` (finish the rewind first);
     - the run was bound to an epoch before (a cleared run, committed or not): that epoch's plan,
-      so clearing a run never moves it to another epoch;
+      so clearing a run never moves it to another epoch (after a rewind, a backfill of the
+      same runs replays each run's own epoch);
     - the log already holds a plan for c + 1 (a crash after logging, a retry): that plan;
     - otherwise a new plan for c + 1, logged *before* returning; of planners that race, exactly
       one logs its plan (a fenced append, ``epochlog.log_plan``) and the others adopt it.
@@ -140,8 +143,10 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
         committed = checkpoints.committed_epoch(tables, config.app_id)
         last = checkpoints.last(tables, committed)
         checkpoints.check_schema_view(last, config)
+        logged = epochlog.plan_rows(tables, committed + 1, run_id)
+        check_none_unfinished(logged)  # a half-done rewind: its tables are not consistent
         check_sinks(config, committed)
-        plan, how = _existing_plan(tables, committed, run_id)
+        plan, how = _existing_plan(logged, committed, run_id)
         if plan is None:
             fresh = new_plan(config, committed + 1, last.until if last else {})
             won = epochlog.log_plan(tables, config.app_id, fresh.epoch, fresh.to_json(),
@@ -168,10 +173,9 @@ def _bind(tables: Tables, plan: Plan, run_id: str | None, took: dict[str, float]
                         plan_hash=plan.hash, plan=plan.to_json(), duration_ms=elapsed_ms(took))
 
 
-def _existing_plan(tables: Tables, committed: int,
+def _existing_plan(logged: list[dict[str, Any]], committed: int,
                    run_id: str | None) -> tuple[Plan | None, Outcome | None]:
-    """The run's own plan, else the logged plan of c + 1: one read of the log for both."""
-    logged = epochlog.plan_rows(tables, committed + 1, run_id)
+    """The run's own plan, else the logged plan of c + 1 (``logged``: one read of the log)."""
     mine = epochlog.first_planned([r for r in logged if run_id and r["run_id"] == run_id])
     if mine is not None:
         return Plan.from_json(mine["plan"]), Outcome.REUSED_RUN
@@ -240,7 +244,8 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
         return
     with timed() as took:
         result.staging_version = staging_files.commit(
-            tables.refresh(tables.staging), staged.files, plan.epoch, staging_schema(config))
+            tables.refresh(tables.staging), staged.files, plan.epoch, staging_schema(config),
+            config.app_id, plan.hash)
     faults.hit("precommit.after_write")
     timings["staging_write"] = took["ms"]
     result.counts = staged.counts

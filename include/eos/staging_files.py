@@ -107,16 +107,23 @@ def _kind_range(metadata: pq.FileMetaData) -> tuple[str, str]:
     return min(lows, default=""), max(highs, default="")
 
 
-def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.Schema) -> int:
+def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.Schema,
+           app_id: str, plan_hash: str) -> int:
     """One Delta commit: partition ``epoch=N`` becomes exactly ``files`` (any earlier attempt's
-    files are removed in the same commit). Returns the staging version written."""
+    files are removed in the same commit). Returns the staging version written. The commit info
+    names the epoch and its plan hash: a rewind to N restores staging to this version."""
     from deltalake.transaction import AddAction
+
+    from eos.restore import PLAN_HASH, commit_properties
 
     actions = [AddAction(f.path, f.size, {"epoch": str(int(epoch))}, f.modified_ms, True,
                          _stats(f)) for f in files]
     staging.create_write_transaction(actions, mode="overwrite", schema=schema,
                                      partition_by=["epoch"],
-                                     partition_filters=[("epoch", "=", str(int(epoch)))])
+                                     partition_filters=[("epoch", "=", str(int(epoch)))],
+                                     commit_properties=commit_properties(
+                                         app_id, epoch, "stage", txn=False,
+                                         **{PLAN_HASH: plan_hash}))
     staging.update_incremental()
     return staging.version()
 

@@ -33,6 +33,7 @@ class EpochState(StrEnum):
     PRECOMMITTED = "precommitted"
     COMMITTED = "committed"
     ABORTED = "aborted"
+    REWOUND = "rewound"  # committed once, then rewound: the next runs replay it
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,12 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
     done_details = _details(done)
     if committed:
         state = EpochState.COMMITTED
+    elif (replay := _since_rewound(rows)) is not None:
+        # Logged as committed (or as where a rewind's replay starts) but not in the checkpoint
+        # table: a rewind took it back. What the replay did with it since, if anything:
+        phases = {r["phase"] for r in replay}
+        state = (EpochState.PRECOMMITTED if epochlog.PRECOMMITTED in phases
+                 else EpochState.PLANNED if epochlog.PLANNED in phases else EpochState.REWOUND)
     elif rows[-1]["phase"] == epochlog.ABORTED:
         state = EpochState.ABORTED
     else:
@@ -185,6 +192,14 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
         committed_at=checkpoint.committed_at if checkpoint else None,
         aborts=sum(1 for r in rows if r["phase"] == epochlog.ABORTED),
     )
+
+
+def _since_rewound(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """For an epoch not committed now: its rows after the last sign that a rewind took it back
+    (a ``committed`` or rewind row), or None if there is none (it was never committed)."""
+    marks = [i for i, r in enumerate(rows)
+             if r["phase"] in (epochlog.COMMITTED, epochlog.REWINDING, epochlog.REWOUND)]
+    return rows[marks[-1] + 1:] if marks else None
 
 
 def _last(rows: list[dict[str, Any]], phase: str) -> dict[str, Any] | None:

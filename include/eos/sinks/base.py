@@ -43,6 +43,10 @@ class Sink(ABC):
     """One destination of one output (``windows``, ``late`` or ``quarantine``) of a pipeline."""
 
     kind: ClassVar[str]  # the key in the pipeline config, e.g. ``delta``
+    #: Whether ``rewind`` takes committed rows back (a Delta table restores an older version).
+    #: A sink that cannot (a Kafka topic: what is published stays published) is rewound only
+    #: when the user accepts that its consumers see the replayed epochs a second time.
+    withdraws: ClassVar[bool] = True
 
     def __init__(self, config: PipelineConfig, output: str, options: Any) -> None:
         self.config = config
@@ -101,12 +105,31 @@ class Sink(ABC):
         """
 
     @abstractmethod
+    def rewind_target(self, epoch: int) -> int | None:
+        """Where ``rewind(epoch)`` will take this sink (a table version; None for a sink with
+        no versions), found and checked before anything of the rewind is written: raises
+        ``RewindRefused`` when the sink cannot go back to ``epoch`` (its history is gone)."""
+
+    @abstractmethod
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """Make the sink hold epochs ``..epoch`` only, with its marker saying ``epoch``, in one
+        atomic step (``epoch`` is -1: nothing of the pipeline's). ``schema`` is the output's
+        schema under the current config (a full replay may have changed it).
+
+        Idempotent per ``rewind_id``: a rerun after a crash, or a concurrent attempt, finds the
+        sink rewound and does nothing. Returns the sink's version written, None if nothing was.
+        A sink that does not ``withdraw`` writes only the marker: the next commits republish.
+        """
+
+    @abstractmethod
     def read_back(self) -> list[dict[str, Any]]:
         """Every committed row of this pipeline, typed as the output's schema (for the audit)."""
 
     @abstractmethod
     def commits(self) -> list[int]:
-        """The epoch of every commit this sink still has a record of, oldest first. A sink may
+        """The epoch of every commit this sink still has a record of, oldest first, on its
+        current line: a rewind to N drops the commits after N (they are replayed). A sink may
         forget old ones (a compacted marker topic keeps the last); it never holds one twice.
         The audit expects a contiguous run ending at the last checkpoint."""
 

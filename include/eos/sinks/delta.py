@@ -46,7 +46,7 @@ def txn_version(path: str, app_id: str, table: DeltaTable | None = None) -> int:
 
 def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
                   fault_point: str = "sink.before_write", snapshot: DeltaTable | None = None,
-                  in_order: bool = True) -> FencedWrite:
+                  in_order: bool = True, op: str = "commit") -> FencedWrite:
     """Append ``data`` with ``txn(app_id, epoch)`` exactly once, however many attempts race.
 
     Scenarios, decided here:
@@ -62,10 +62,13 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
 
     ``snapshot`` is an already open handle of ``path`` (the phase's, ``eos.tables.OpenTables``):
     the check and the write go through it, however old it is; a write that lands moves it to
-    the version written. Without one, the table is opened here.
+    the version written. Without one, the table is opened here. The commit info names the app,
+    the epoch and ``op`` (``eos.restore``: what a rewind finds its versions by).
     """
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError
+
+    from eos.restore import commit_properties
 
     snapshot = snapshot if snapshot is not None else DeltaTable(path)
     held = snapshot.transaction_version(app_id)
@@ -79,8 +82,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
         )
     faults.hit(fault_point)
     try:
-        write_deltalake(snapshot, data, mode="append", commit_properties=CommitProperties(
-            app_transactions=[Transaction(app_id, epoch)]))
+        write_deltalake(snapshot, data, mode="append",
+                        commit_properties=commit_properties(app_id, epoch, op))
     except CommitFailedError as error:
         snapshot.update_incremental()  # the handle must not keep answering from before the race
         if txn_version(path, app_id, snapshot) >= epoch:
@@ -154,22 +157,37 @@ class DeltaSink(Sink):
     def abort(self, epoch: int) -> None:
         """Nothing to do: a failed Delta commit leaves only files no version names."""
 
+    def rewind_target(self, epoch: int) -> int:
+        """The version at which the table held ``epoch`` (its history says which)."""
+        from eos.restore import target_version
+
+        return target_version(self.path, self.config.app_id, epoch)
+
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """A Delta ``RESTORE`` to ``target`` carrying ``txn(app, epoch)`` (``eos.restore``); on a
+        full rewind, the emptied table takes the output's current schema."""
+        from eos.restore import replace_schema, restore
+
+        assert target is not None
+        version = restore(self.path, target, self.config.app_id, epoch, rewind_id)
+        if epoch == NO_EPOCH:
+            version = replace_schema(self.path, schema, self.config.app_id, epoch,
+                                     rewind_id) or version
+        return version
+
     def read_back(self) -> list[dict[str, Any]]:
         from eos.tables import read_table
 
         return read_table(self.path).to_pylist()
 
     def commits(self) -> list[int]:
-        """The ``txn`` version after each WRITE commit of the table, oldest first."""
+        """The epochs of the table's commits on its current line, from its history."""
         from deltalake import DeltaTable
 
-        versions = sorted(h["version"] for h in DeltaTable(self.path).history()
-                          if h.get("operation") == "WRITE")
-        epochs = []
-        for v in versions:
-            held = DeltaTable(self.path, version=v).transaction_version(self.config.app_id)
-            epochs.append(NO_EPOCH if held is None else int(held))
-        return epochs
+        from eos.restore import line
+
+        return line(DeltaTable(self.path), self.config.app_id)
 
     def asset_uri(self) -> str:
         path = self.path

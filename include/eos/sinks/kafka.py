@@ -18,7 +18,15 @@ transaction that times out was never reported committed, and the retry redoes it
 Records: key = the group fields as compact JSON with sorted keys (no key where the output has
 no group fields); value = a JSON object of the output columns (timestamps ISO-8601 UTC with
 milliseconds, decimals as exact JSON numbers, binary as base64); headers ``eos-pipeline``,
-``eos-epoch``, ``eos-plan-hash``. Consumers must read with ``isolation.level=read_committed``.
+``eos-epoch``, ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Consumers must read with
+``isolation.level=read_committed``.
+
+Rewinds (``eos.rewind``): published records cannot be withdrawn, so a rewind to N writes only a
+marker saying N (carrying the rewind's id). The replay then publishes epochs N+1.. again, each
+record headed ``eos-lineage: <rewind id>``: a consumer sees the rewind marker, then the replayed
+epochs a second time, and can tell the two lines apart by that header. Every marker carries the
+list of rewinds so far, so the current line survives the marker topic's compaction (it keeps
+the last marker only).
 
 What the embedded broker (librdkafka's mock cluster) does not do (DESIGN §2): fence
 transactional ids and filter ``read_committed``. On it, steps 1 and 4 still run and the happy
@@ -73,6 +81,7 @@ def _kafka_error(error: BaseException) -> Any:
 
 class KafkaSink(Sink):
     kind = "kafka"
+    withdraws = False  # a published record stays published: rewinds republish
     options: KafkaSinkOptions
 
     @classmethod
@@ -111,7 +120,8 @@ class KafkaSink(Sink):
         """One Kafka transaction holding N's rows and N's marker; see the module docstring."""
         self.prepare(rows.schema)
         producer = self._fenced_producer()
-        held = self._last_marker()
+        last = self._last_marker_value()
+        held = NO_EPOCH if last is None else int(last["epoch"])
         if held >= epoch:
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
         if held != epoch - 1:
@@ -122,13 +132,13 @@ class KafkaSink(Sink):
                 "(epochs are committed in order)"
             )
         faults.hit("sink.before_write")
-        headers = self._headers(epoch, plan_hash)
+        headers = self._headers(epoch, plan_hash, _line_of(last).get("lineage"))
         try:
             producer.begin_transaction()
             self._produce_rows(producer, rows, headers)
             faults.hit("sink.kafka.in_transaction")
             marker = {"pipeline": self.config.name, "epoch": epoch, "plan_hash": plan_hash,
-                      "rows": rows.num_rows}
+                      "rows": rows.num_rows, **_line_of(last)}
             producer.produce(self.options.markers, key=self.config.name.encode(),
                              value=json.dumps(marker, sort_keys=True).encode(), partition=0,
                              headers=headers)
@@ -142,19 +152,65 @@ class KafkaSink(Sink):
         that, and fences the producer that left it)."""
         self._fenced_producer()
 
+    def rewind_target(self, epoch: int) -> None:
+        """Nothing to go back to: a topic has no versions (``rewind`` writes a marker)."""
+        return None
+
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """One transaction holding a marker of ``epoch`` that names this rewind: the next
+        commits republish ``epoch + 1..`` under the rewind's lineage. Nothing is withdrawn."""
+        self.prepare(schema)
+        producer = self._fenced_producer()
+        last = self._last_marker_value()
+        if last is not None and last.get("rewind") == rewind_id:
+            return None
+        rewinds = [*_line_of(last).get("rewinds", []), [rewind_id, epoch]]
+        marker = {"pipeline": self.config.name, "epoch": epoch, "rewind": rewind_id,
+                  "lineage": rewind_id, "rewinds": rewinds}
+        try:
+            producer.begin_transaction()
+            producer.produce(self.options.markers, key=self.config.name.encode(),
+                             value=json.dumps(marker, sort_keys=True).encode(), partition=0)
+            self._commit_transaction(producer)
+        except Exception as error:
+            with contextlib.suppress(Exception):
+                producer.abort_transaction(TIMEOUT_S)
+            raise SinkUnavailable(f"Kafka sink {self.name}: the rewind marker of epoch {epoch} "
+                                  f"did not commit ({error}); rerunning the rewind is safe"
+                                  ) from None
+        return None
+
     def read_back(self) -> list[dict[str, Any]]:
-        """This pipeline's committed rows, as a ``read_committed`` consumer sees them."""
+        """This pipeline's committed rows on the sink's current line, as a ``read_committed``
+        consumer sees them, less the records a rewind superseded: for each epoch, the records
+        of the lineage that published it last (see the module docstring)."""
         from eos.outputs import output_schema
 
         schema = output_schema(self.config, self.output)
+        last = self._last_marker_value()
+        if last is None:
+            return []
+        rewinds = _line_of(last).get("rewinds", [])
         rows = []
         for record in self._read_topic(self.options.topic):
-            if _header(record, "eos-pipeline") == self.config.name:
+            if _header(record, "eos-pipeline") != self.config.name:
+                continue
+            epoch = int(_header(record, "eos-epoch") or NO_EPOCH)
+            if epoch <= last["epoch"] and _header(record, "eos-lineage") == _owner(rewinds,
+                                                                                    epoch):
                 rows.append(decode_value(record.value(), schema))
         return rows
 
     def commits(self) -> list[int]:
-        return self._marker_epochs(self._read_topic(self.options.markers))
+        """Marker epochs in order; a rewind marker of N drops the ones after N."""
+        epochs: list[int] = []
+        for marker in self._marker_values(self._read_topic(self.options.markers)):
+            if marker.get("rewind"):
+                epochs = [e for e in epochs if e <= marker["epoch"]]
+            else:
+                epochs.append(marker["epoch"])
+        return epochs
 
     def asset_uri(self) -> str:
         return f"kafka://{self.config.name}/{self.options.topic}"
@@ -187,9 +243,11 @@ class KafkaSink(Sink):
             ) from None
         return producer
 
-    def _headers(self, epoch: int, plan_hash: str) -> list[tuple[str, bytes]]:
-        return [("eos-pipeline", self.config.name.encode()), ("eos-epoch", str(epoch).encode()),
-                ("eos-plan-hash", plan_hash.encode())]
+    def _headers(self, epoch: int, plan_hash: str,
+                 lineage: str | None = None) -> list[tuple[str, bytes]]:
+        headers = [("eos-pipeline", self.config.name.encode()),
+                   ("eos-epoch", str(epoch).encode()), ("eos-plan-hash", plan_hash.encode())]
+        return headers + ([("eos-lineage", lineage.encode())] if lineage else [])
 
     def _produce_rows(self, producer: ck.Producer, rows: pa.Table,
                       headers: list[tuple[str, bytes]]) -> None:
@@ -266,25 +324,31 @@ class KafkaSink(Sink):
         ) from None
 
     def _last_marker(self) -> int:
-        """The highest epoch in this pipeline's markers, read with ``read_committed``: scan the
-        marker partition backwards from its end until a marker of this pipeline appears."""
+        """The epoch of this pipeline's last marker (-1 if none)."""
+        last = self._last_marker_value()
+        return NO_EPOCH if last is None else int(last["epoch"])
+
+    def _last_marker_value(self) -> dict[str, Any] | None:
+        """This pipeline's last marker, read with ``read_committed``: scan the marker partition
+        backwards from its end until a marker of this pipeline appears. The last one, not the
+        highest: after a rewind the last marker says a lower epoch, and it is the truth."""
         marks = self._watermarks(self.options.markers)
         if 0 not in marks:
-            return NO_EPOCH
+            return None
         low, high = marks[0]
         step, end = 64, high
         while end > low:
             start = max(low, end - step)
-            epochs = self._marker_epochs(self._read_partition(self.options.markers, 0, start))
-            if epochs:
-                return max(epochs)
+            markers = self._marker_values(self._read_partition(self.options.markers, 0, start))
+            if markers:
+                return markers[-1]
             end, step = start, step * 4
-        return NO_EPOCH
+        return None
 
-    def _marker_epochs(self, records: Iterable[ck.Message]) -> list[int]:
-        """The epochs of this pipeline's markers among ``records`` (other pipelines' skipped)."""
+    def _marker_values(self, records: Iterable[ck.Message]) -> list[dict[str, Any]]:
+        """This pipeline's markers among ``records`` (other pipelines' skipped), in order."""
         mine = self.config.name.encode()
-        return [json.loads(r.value())["epoch"] for r in records if r.key() == mine]
+        return [json.loads(r.value()) for r in records if r.key() == mine]
 
     def _watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
         """(log start, high watermark) per partition; empty when the topic does not exist."""
@@ -363,6 +427,24 @@ def _is_rejection(error: Any) -> bool:
                     ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
                     ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.RECORD_LIST_TOO_LARGE,
                     ck.KafkaError.INVALID_RECORD)
+
+
+def _line_of(marker: dict[str, Any] | None) -> dict[str, Any]:
+    """What the next marker inherits from ``marker``: the current lineage (the last rewind's
+    id) and every rewind so far ([id, to epoch], oldest first). Nothing before any rewind."""
+    if not marker or not marker.get("rewinds"):
+        return {}
+    return {"lineage": marker["lineage"], "rewinds": marker["rewinds"]}
+
+
+def _owner(rewinds: list[list[Any]], epoch: int) -> str | None:
+    """The lineage that published ``epoch`` last: the latest rewind to before ``epoch`` (its
+    replay republished it), or the original line (no header) if no rewind went below it."""
+    owner = None
+    for rewind_id, to_epoch in rewinds:
+        if epoch > to_epoch:
+            owner = rewind_id
+    return owner
 
 
 def _header(message: ck.Message, name: str) -> str | None:
