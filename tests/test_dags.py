@@ -128,6 +128,13 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert uris == [f"file://{Path(config.root / t).resolve()}"
                     for t in ("target", "late", "quarantine")]
 
+    # Its maintenance DAG: manual runs only, one rewind each, parameterised.
+    rewind = af.load_dag("eos_clicks__rewind")
+    assert set(rewind.task_dict) == {"rewind"}
+    assert rewind.timetable.summary == "None" and rewind.max_active_runs == 1
+    assert set(rewind.params) == {"to_epoch", "republish"}
+    assert rewind.params.get_param("to_epoch").schema == {"type": "integer", "minimum": -1}
+
 
 def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
     """The dag processor re-parses dags/ constantly: no heavy imports, no tables created."""
@@ -333,3 +340,43 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
     assert (ti.state, ti.try_number) == ("success", 2), af.task_states(run)
     assert (tmp_path / "commit.before_checkpoint.hits").read_text() == "x"
     assert audit(config).ok
+
+
+# ---------------------------------------------------------------------------------------------
+# (e) rewind and replay through Airflow: the rewind DAG, then the pipeline's runs replay
+
+
+@pytest.mark.timeout(900)
+def test_the_rewind_dag_rewinds_and_rerunning_the_same_runs_replays_them(
+    reference: dict, pipelines_dir: Path, data_dir: Path
+) -> None:
+    config = make_pipeline(pipelines_dir, data_dir, "afrw")
+    dag = af.load_dag(config.dag_id)
+    for index in range(3):
+        assert af.task_states(af.run_dag(dag, index)) == SUCCESS
+    target = delta_path(config, "target")
+    final = sorted_rows(target)
+
+    rewind_dag = af.load_dag(config.dag_id + "__rewind")
+    when = af.logical_date(10)
+    refused = rewind_dag.test(logical_date=when, run_after=when, run_conf={"to_epoch": 7})
+    assert refused.state == "failed"
+    assert task_instance(refused, "rewind").try_number == 1  # RewindRefused: permanent
+    later = af.logical_date(11)
+    done = rewind_dag.test(logical_date=later, run_after=later, run_conf={"to_epoch": 0})
+    assert af.task_states(done) == {"rewind": "success"}
+    assert DeltaTable(target).history(1)[0]["operation"] == "RESTORE"
+    assert DeltaTable(target).transaction_version(config.app_id) == 0
+    ref_config = reference["config"]
+    assert sorted_rows(target) == sorted_rows(
+        delta_path(ref_config, "target"),
+        version_with_txn(delta_path(ref_config, "target"), ref_config.app_id, 0))
+
+    # A backfill of the same dates (here: the runs cleared and rerun in order): each run keeps
+    # its epoch, so runs 1 and 2 replay epochs 1 and 2 with their logged plans; run 0 is a no-op.
+    for index in range(3):
+        assert af.task_states(af.run_dag(dag, index)) == SUCCESS
+    assert sorted_rows(target) == final
+    assert sink(config, "delta:target").commits() == [0, 1, 2]
+    report = audit(config)
+    assert report.ok and report.records == EVENTS, report.render()

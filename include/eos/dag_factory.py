@@ -26,7 +26,7 @@ from typing import Any
 
 from airflow.exceptions import AirflowException, AirflowFailException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, TriggerRule, task
+from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 
 from eos.config import PipelineConfig, list_pipelines, load_config
 from eos.errors import EXIT_PERMANENT
@@ -51,6 +51,30 @@ OPERATOR_NOTES = """
   them holds the only active slot (`max_active_runs=1`), so a cleared failed run stays queued
   behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
   skipped), then clear the failed run. It reprocesses its own epoch with the same plan.
+- To reprocess committed epochs after a fix (rewind and replay): pause this DAG, trigger
+  `<this dag>__rewind` with `to_epoch` N (the last epoch that stays committed, -1 for all), then
+  unpause. The next runs replay epochs N+1.. with their logged ranges and the current config;
+  to replay them at once, backfill this DAG's past dates with reprocess behavior `completed`:
+  each run replays its own epoch, in order (runs of epochs up to N are no-ops).
+"""
+
+REWIND_SUFFIX = "__rewind"
+REWIND_DOC = """
+### Rewind (`eos.rewind`)
+One manual run takes the pipeline back to committed epoch `to_epoch`: every Delta sink, staging
+and the checkpoint table are restored (Delta `RESTORE`, visible in each table's history) to the
+version at which that epoch was committed, with their markers saying it. The pipeline DAG's
+next runs then replay the later epochs from their logged plans, with the current code and
+config. Pause the pipeline DAG while this runs.
+
+- `to_epoch`: the last epoch that stays committed; -1 replays everything (needed after a change
+  of what rows mean: parsing, grouping, windows, aggregations).
+- `republish`: also rewind sinks that cannot withdraw records (Kafka topics); their consumers
+  then see the replayed epochs a second time.
+
+Retries: a refusal (`RewindRefused`: not allowed as asked, nothing changed) or an unfinished
+rewind to another epoch fails at once; anything else is retried, and a retry finishes the same
+rewind (each step is idempotent).
 """
 
 
@@ -310,7 +334,59 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     return dag
 
 
+def rewind_dag_id(config: PipelineConfig) -> str:
+    return config.dag_id + REWIND_SUFFIX
+
+
+def build_rewind_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    """The maintenance DAG of one pipeline: each manual run is one rewind (``REWIND_DOC``)."""
+    kwargs: dict[str, Any] = {
+        "dag_id": rewind_dag_id(config),
+        "description": f"rewind '{config.name}' to a committed epoch; its next runs replay",
+        "schedule": None,
+        "start_date": START_DATE,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": {"owner": "eos", "retries": 3, "retry_delay": timedelta(seconds=10),
+                         "retry_exponential_backoff": True,
+                         "execution_timeout": timedelta(minutes=30)},
+        "params": {
+            "to_epoch": Param(type="integer", minimum=-1,
+                              description="the last epoch that stays committed (-1: none)"),
+            "republish": Param(False, type="boolean",
+                               description="also rewind Kafka sinks: consumers see the replayed "
+                               "epochs again"),
+        },
+        "tags": ["eos", "eos-maintenance", config.name],
+        "doc_md": REWIND_DOC,
+        **dag_kwargs,
+    }
+    with DAG(**kwargs) as dag:
+
+        @task(task_id="rewind")
+        @_phase
+        def rewind(**context: Any) -> dict[str, Any]:
+            """Restore every table to the epoch asked for (idempotent: a retry finishes it)."""
+            from eos.rewind import rewind as rewind_pipeline
+
+            params = context["params"]
+            result = rewind_pipeline(config, int(params["to_epoch"]),
+                                     republish=bool(params["republish"]),
+                                     run_id=context["run_id"])
+            summary = result.summary()
+            log.info("eos rewind: %s", summary)
+            return summary
+
+        rewind()
+    return dag
+
+
 def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG]:
-    """``{dag_id: DAG}`` for every pipeline config, for a DAG file's globals()."""
+    """``{dag_id: DAG}`` for every pipeline config (its epochs' DAG and its rewind DAG), for a
+    DAG file's globals()."""
     configs = pipeline_configs() if configs is None else configs
-    return {config.dag_id: build_dag(config) for config in configs}
+    dags: dict[str, DAG] = {}
+    for config in configs:
+        dags[config.dag_id] = build_dag(config)
+        dags[rewind_dag_id(config)] = build_rewind_dag(config)
+    return dags

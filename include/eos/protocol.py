@@ -239,9 +239,15 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     faults.hit("precommit.before_write")
     # The compute took a while: ask the checkpoint table again, at its latest version.
     tables.refresh(tables.checkpoints)
-    if checkpoints.committed_epoch(tables, config.app_id) >= plan.epoch:
+    now = checkpoints.committed_epoch(tables, config.app_id)
+    if now >= plan.epoch:
         result.outcome = Outcome.DISCARDED  # our files stay invisible; a vacuum deletes them
         return
+    if now < plan.epoch - 1:  # a rewind moved the checkpoint back while we computed
+        raise ProtocolViolation(
+            f"epoch {plan.epoch} was computed from epoch {plan.epoch - 1}, but the last "
+            f"checkpoint is now epoch {now} (a rewind): not staging it"
+        )
     with timed() as took:
         result.staging_version = staging_files.commit(
             tables.refresh(tables.staging), staged.files, plan.epoch, staging_schema(config),

@@ -157,10 +157,18 @@ class DeltaSink(Sink):
     def abort(self, epoch: int) -> None:
         """Nothing to do: a failed Delta commit leaves only files no version names."""
 
-    def rewind_target(self, epoch: int) -> int:
-        """The version at which the table held ``epoch`` (its history says which)."""
+    def rewind_target(self, epoch: int) -> int | None:
+        """The version at which the table held ``epoch`` (its history says which); None for a
+        table not created yet when going back to before the first epoch (nothing to undo)."""
+        from eos.errors import RewindRefused
         from eos.restore import target_version
+        from eos.tables import open_table
 
+        if open_table(self.path) is None:
+            if epoch == NO_EPOCH:
+                return None
+            raise RewindRefused(f"sink {self.name}: {self.path} does not exist, so it holds no "
+                                f"epoch {epoch}; rewind to -1 to fill it from the start")
         return target_version(self.path, self.config.app_id, epoch)
 
     def rewind(self, epoch: int, target: int | None, rewind_id: str,
@@ -169,7 +177,8 @@ class DeltaSink(Sink):
         full rewind, the emptied table takes the output's current schema."""
         from eos.restore import replace_schema, restore
 
-        assert target is not None
+        if target is None:  # the table did not exist when the rewind was planned
+            return None
         version = restore(self.path, target, self.config.app_id, epoch, rewind_id)
         if epoch == NO_EPOCH:
             version = replace_schema(self.path, schema, self.config.app_id, epoch,
