@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
-from bench import epochs_view, overhead, state_scale
+from bench import epochs_view, overhead, rewind, state_scale
 from bench.__main__ import options_from, parse_args
 from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
@@ -90,3 +90,12 @@ def test_state_scale_benchmark_carries_the_injected_windows(kafka: str, spark: A
     table = state_scale.render([result])
     for label, _, _ in state_scale.ROWS:
         assert label in table and "n/a" not in table.split(label, 1)[1].splitlines()[0], label
+
+
+def test_rewind_benchmark_replays_and_verifies(kafka: str, spark: Any, data_dir: Path,
+                                               tmp_path: Path) -> None:
+    with environment(tmp_path / "rewind", spark=spark) as env:
+        result = rewind.measure(env, epochs=4, records=300, log=lambda _msg: None)
+    assert [(r["to_epoch"], r["rewound"]) for r in result["rewinds"]] == [(1, 2), (-1, 4)]
+    assert all(r["verified"] and r["tables"] == 5 for r in result["rewinds"]), result
+    assert "| -1 | 4 | 5 |" in rewind.render(result)

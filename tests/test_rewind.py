@@ -204,6 +204,32 @@ def test_an_unfinished_rewind_stops_epochs_until_it_is_rerun(tmp_path: Path, kaf
     assert report.ok and report.records == SPEC.events, report.render()
 
 
+@pytest.mark.parametrize("stagger_ms", [0, 400])
+def test_two_rewinds_released_together_log_one_rewind_and_agree(
+    tmp_path: Path, kafka: str, spark: Any, stagger_ms: int
+) -> None:
+    """Two attempts of the rewind task at once (a zombie and its retry), held right before the
+    rewind is logged: exactly one logs it; the other finishes that rewind or finds it done."""
+    config = make_pipeline(tmp_path, max_records=800)
+    run_epochs(config, spark, "first", 3)
+    reference = contents(config)
+    env = {"EOS_BARRIER_STAGGER_MS": str(stagger_ms)}
+    racers = [eos_cli(config, "rewind", "--to-epoch", "0", faults="rewind.before_log:wait",
+                      faults_dir=tmp_path, env=env, wait=False) for _ in range(2)]
+    outputs = [r.communicate(timeout=180) for r in racers]
+    for racer, (_, err) in zip(racers, outputs, strict=True):
+        assert racer.returncode == 0, err[-3000:]
+    outcomes = sorted(json.loads(out.strip().splitlines()[-1])["outcome"] for out, _ in outputs)
+    assert outcomes in ([Outcome.NOTHING_TO_REWIND, Outcome.REWOUND],
+                        [Outcome.REWOUND, Outcome.REWOUND]), outcomes
+    started = [r for r in epochlog.rewind_rows(tables_for(config))
+               if r["phase"] == epochlog.REWINDING]
+    assert len(started) == 1
+    assert set(markers(config).values()) == {0}
+    run_epochs(config, spark, "replay", 2)
+    assert contents(config) == reference
+
+
 def test_rewinds_that_cannot_be_done_are_refused_before_anything_is_written(
     tmp_path: Path, kafka: str, spark: Any
 ) -> None:

@@ -112,18 +112,36 @@ def rewound(table: DeltaTable, rewind_id: str) -> bool:
 def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str) -> int | None:
     """Restore ``path`` to ``version`` with ``txn(app_id, epoch)`` in the same commit; the
     version written, or None when there was nothing to do (this rewind did it already, or the
-    table is at ``version``). Idempotent; two racing attempts restore to the same files."""
+    table is at ``version``). Idempotent; of two racing attempts, one restores and the other
+    finds the table restored by this rewind."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
 
     table = DeltaTable(path)
     if rewound(table, rewind_id) or table.version() == version:
         return None
     properties = commit_properties(app_id, epoch, "rewind", **{REWIND: rewind_id})
-    if version < 0:  # back to before the table existed: remove every file instead
-        table.delete(commit_properties=properties)
-    else:
-        table.restore(version, commit_properties=properties)
+    try:
+        if version < 0:  # back to before the table existed: remove every file instead
+            table.delete(commit_properties=properties)
+        else:
+            table.restore(version, commit_properties=properties)
+    except CommitFailedError as error:
+        return _lost_race(path, rewind_id, error)
     return DeltaTable(path).version()
+
+
+def _lost_race(path: str, rewind_id: str, error: Exception) -> None:
+    """A concurrent commit beat ours: fine if it was this rewind's (another attempt of it),
+    else transient (a rerun restores from a fresh snapshot)."""
+    from deltalake import DeltaTable
+
+    from eos.errors import CommitConflict
+
+    if rewound(DeltaTable(path), rewind_id):
+        return None
+    raise CommitConflict(f"the rewind of {path} conflicted with a concurrent write ({error}); "
+                         "rerunning the rewind is safe") from None
 
 
 def replace_schema(path: str, schema: pa.Schema, app_id: str, epoch: int, rewind_id: str,
@@ -138,10 +156,20 @@ def replace_schema(path: str, schema: pa.Schema, app_id: str, epoch: int, rewind
     if table.to_pyarrow_dataset().count_rows():
         raise RewindRefused(f"Delta table {path} still holds rows after the rewind; its schema "
                             "cannot be replaced without losing them")
-    write_deltalake(table, schema.empty_table(), mode="overwrite", schema_mode="overwrite",
-                    partition_by=partition_by,
-                    commit_properties=commit_properties(app_id, epoch, "rewind",
-                                                        **{REWIND: rewind_id}))
+    from deltalake.exceptions import CommitFailedError
+
+    try:
+        write_deltalake(table, schema.empty_table(), mode="overwrite", schema_mode="overwrite",
+                        partition_by=partition_by,
+                        commit_properties=commit_properties(app_id, epoch, "rewind",
+                                                            **{REWIND: rewind_id}))
+    except CommitFailedError as error:
+        if _same_schema(DeltaTable(path), schema):  # another attempt of this rewind did it
+            return None
+        from eos.errors import CommitConflict
+
+        raise CommitConflict(f"replacing the schema of {path} conflicted with a concurrent "
+                             f"write ({error}); rerunning the rewind is safe") from None
     return DeltaTable(path).version()
 
 

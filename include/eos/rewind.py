@@ -100,14 +100,17 @@ def rewind(config: PipelineConfig, to_epoch: int, republish: bool = False,
         if plan is None:
             plan = plan_rewind(config, tables, to_epoch, republish)
             if plan is None:
-                result = RewindResult(None, Outcome.NOTHING_TO_REWIND)
-                log_phase("rewind", to_epoch=to_epoch, outcome=result.outcome)
-                return result
+                return _nothing(to_epoch, "it is the last committed epoch")
             faults.hit("rewind.before_log")
             if not epochlog.log_rewind(tables, config.app_id, plan.seq, plan.to_epoch + 1,
                                        run_id, plan.to_details()):
-                tables.refresh(tables.epochs)  # a concurrent attempt logged first: do its plan
-                plan = _unfinished(tables, to_epoch) or plan
+                # A concurrent attempt logged rewind ``seq`` first: finish its plan, or find
+                # it finished already.
+                tables.refresh(tables.epochs)
+                winner = _unfinished(tables, to_epoch)
+                if winner is None:
+                    return _nothing(to_epoch, "a concurrent attempt rewound it first")
+                plan = winner
         faults.hit("rewind.after_log")
         result = RewindResult(plan, Outcome.REWOUND, _restore(config, tables, plan))
         faults.hit("rewind.before_done")
@@ -117,6 +120,12 @@ def rewind(config: PipelineConfig, to_epoch: int, republish: bool = False,
     log_phase("rewind", rewind_id=plan.rewind_id, from_epoch=plan.from_epoch,
               to_epoch=plan.to_epoch, outcome=result.outcome, republished=plan.republish,
               versions=result.versions, duration_ms=result.duration_ms)
+    return result
+
+
+def _nothing(to_epoch: int, reason: str) -> RewindResult:
+    result = RewindResult(None, Outcome.NOTHING_TO_REWIND)
+    log_phase("rewind", to_epoch=to_epoch, outcome=result.outcome, reason=reason)
     return result
 
 

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 
+WRITE_ATTEMPTS = 3  # fenced appends re-checked after conflicts that were not a racing epoch
+
+
 @dataclass(frozen=True)
 class FencedWrite:
     outcome: Outcome
@@ -55,8 +58,11 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     - the table holds ``epoch - 1``: append; if a concurrent attempt commits first, delta-rs
       refuses ours (``CommitFailedError``) and the re-read finds ``epoch``: ``ALREADY_COMMITTED``
       with ``raced=True``;
-    - the conflict came from something else and ``epoch`` is still missing: ``CommitConflict``
-      (transient: the retry starts from a fresh snapshot);
+    - the conflict came from something else and ``epoch`` is still missing (seen: a second
+      ``CREATE TABLE`` commit from two processes creating the table at once, "Metadata changed
+      since last commit"): check and write again through the refreshed snapshot, up to
+      ``WRITE_ATTEMPTS`` times, then ``CommitConflict`` (transient: the task's retry starts
+      from a fresh snapshot);
     - the table holds less than ``epoch - 1``: epochs were skipped, ``ProtocolViolation``
       (unless ``in_order`` is False: the epoch log's plan markers may start anywhere).
 
@@ -71,35 +77,43 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     from eos.restore import commit_properties
 
     snapshot = snapshot if snapshot is not None else DeltaTable(path)
-    held = snapshot.transaction_version(app_id)
-    held = NO_EPOCH if held is None else int(held)
-    if held >= epoch:
-        return FencedWrite(Outcome.ALREADY_COMMITTED, None)
-    if in_order and held != epoch - 1:
-        raise ProtocolViolation(
-            f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch {epoch} "
-            "(epochs are committed in order, one at a time)"
-        )
-    faults.hit(fault_point)
-    try:
-        write_deltalake(snapshot, data, mode="append",
-                        commit_properties=commit_properties(app_id, epoch, op))
-    except CommitFailedError as error:
-        snapshot.update_incremental()  # the handle must not keep answering from before the race
-        if txn_version(path, app_id, snapshot) >= epoch:
-            return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=True)
-        raise CommitConflict(
-            f"commit of epoch {epoch} to {path} conflicted with a concurrent write and the "
-            f"epoch is still not there ({error}); retrying is safe"
-        ) from None
-    except OSError as error:
-        raise SinkUnavailable(f"cannot write epoch {epoch} to Delta table {path}: "
-                              f"{error}") from None
-    return FencedWrite(Outcome.COMMITTED, snapshot.version())
+    for attempt in range(WRITE_ATTEMPTS):
+        held = txn_version(path, app_id, snapshot)
+        if held >= epoch:
+            return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=attempt > 0)
+        if in_order and held != epoch - 1:
+            raise ProtocolViolation(
+                f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch "
+                f"{epoch} (epochs are committed in order, one at a time)"
+            )
+        if attempt == 0:
+            faults.hit(fault_point)
+        try:
+            write_deltalake(snapshot, data, mode="append",
+                            commit_properties=commit_properties(app_id, epoch, op))
+            return FencedWrite(Outcome.COMMITTED, snapshot.version())
+        except CommitFailedError as error:
+            # The handle must not keep answering from before the race: the next check (a
+            # concurrent attempt's epoch, or not) reads the commits that beat ours.
+            snapshot.update_incremental()
+            conflict = error
+        except OSError as error:
+            raise SinkUnavailable(f"cannot write epoch {epoch} to Delta table {path}: "
+                                  f"{error}") from None
+    if txn_version(path, app_id, snapshot) >= epoch:
+        return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=True)
+    raise CommitConflict(
+        f"commit of epoch {epoch} to {path} conflicted with concurrent writes "
+        f"{WRITE_ATTEMPTS} times and the epoch is still not there ({conflict}); retrying is safe"
+    )
 
 
 def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
-    """Create a Delta table unless it exists; two processes creating it at once is fine."""
+    """Create a Delta table unless it exists; two processes creating it at once is fine.
+
+    delta-rs 1.6.6 may then record two ``CREATE TABLE`` commits (versions 0 and 1, the same
+    schema, seen in CI): a writer whose snapshot is version 0 gets "Metadata changed since last
+    commit", which ``fenced_append`` re-checks and writes through."""
     from deltalake import DeltaTable
 
     from eos.errors import EosError
