@@ -94,7 +94,7 @@ class Airflow:
         response = httpx.request(method, f"{self.base}{path}", headers=headers, timeout=60,
                                  **kwargs)
         response.raise_for_status()
-        return response.json()
+        return response.json() if response.content else None
 
     def arm_commit_crash(self, armed: bool) -> Path:
         """Let the next commit task crash once between two sinks (or never); the counter file."""
@@ -105,24 +105,21 @@ class Airflow:
             counter.write_text("x")  # the one allowed hit is used up: the fault never fires
         return counter
 
-    def cli(self, *args: str, landed: Callable[[], bool] | None = None) -> str:
-        """Run an ``airflow`` command against this instance (same home, same metadata DB).
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess:
+        """Run an ``airflow`` command against this instance (same home, same metadata DB)."""
+        return subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True,
+                              text=True, timeout=CLI_TIMEOUT_S, check=False)
+
+    def cli(self, *args: str) -> str:
+        """``run_cli``, asserting success.
 
         SQLite has one writer at a time; with the scheduler, DAG processor and API server all
-        writing, a CLI transaction can still lose the lock after the 60 s busy timeout (seen in
-        CI on ``backfill create``), so it is retried. A command may write in more than one
-        transaction: the attempt that reported the lock may already have landed its effect
-        (seen in CI: the retry of ``backfill create`` met "Another backfill is running", its
-        own). ``landed`` says whether it did; a failed retry is then success.
+        writing, a CLI transaction can still lose the lock after the 60 s busy timeout, so it is
+        retried (a command that writes in several transactions needs more: ``create_backfill``).
         """
-        locked = False
         for _ in range(3):
-            proc = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True,
-                                  text=True, timeout=CLI_TIMEOUT_S, check=False)
-            if proc.returncode != 0 and locked and landed is not None and landed():
-                return proc.stdout
-            locked = "database is locked" in proc.stderr + proc.stdout
-            if proc.returncode == 0 or not locked:
+            proc = self.run_cli(*args)
+            if proc.returncode == 0 or "database is locked" not in proc.stderr + proc.stdout:
                 break
         assert proc.returncode == 0, (
             f"airflow {' '.join(args)} failed ({proc.returncode}):\n"
@@ -288,6 +285,32 @@ def monthly_dates(count: int) -> list[datetime]:
     return [first_of_month(now.year, now.month - back) for back in range(count - 1, -1, -1)]
 
 
+def create_backfill(airflow: Airflow, dag_id: str, *args: str) -> None:
+    """``airflow backfill create`` of RUNS runs, whole, on a paused DAG.
+
+    Airflow 3.1 commits the backfill row first, then creates its runs one by one. Under SQLite
+    lock contention the command can fail in between (seen in CI twice: the retry met "Another
+    backfill is running", its own; once a retry was taken for success with 2 of 3 runs, and
+    the scheduler then made the third a scheduled run). So after a failure: a backfill with
+    every run is done; a partial one is cancelled and its runs deleted (the DAG is paused, so
+    none started), and the create runs again.
+    """
+    for _ in range(3):
+        proc = airflow.run_cli("backfill", "create", *args)
+        if proc.returncode == 0:
+            return
+        made = airflow.api("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"]
+        if made and len(dag_runs(airflow, dag_id)) == RUNS:
+            return
+        for backfill_row in made:
+            if backfill_row.get("completed_at") is None:
+                airflow.api("PUT", f"/api/v2/backfills/{backfill_row['id']}/cancel")
+        for run in dag_runs(airflow, dag_id):
+            airflow.api("DELETE", f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}")
+    raise AssertionError(f"airflow backfill create {' '.join(args)} failed "
+                         f"({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
 def backfill(airflow: Airflow, config: PipelineConfig, *options: str) -> list[dict[str, Any]]:
     """Wait for the DAG to be parsed, create a backfill of RUNS dates, unpause the DAG, wait.
 
@@ -308,12 +331,9 @@ def backfill(airflow: Airflow, config: PipelineConfig, *options: str) -> list[di
 
     dates = monthly_dates(RUNS)
     # depends_on_past: Airflow requires a reprocess behaviour other than "none".
-    def created() -> bool:
-        return bool(airflow.api("GET", "/api/v2/backfills", params={"dag_id": dag_id})["backfills"])
-
-    airflow.cli("backfill", "create", "--dag-id", dag_id, "--from-date", dates[0].isoformat(),
-                "--to-date", dates[-1].isoformat(), "--reprocess-behavior", "failed", *options,
-                landed=created)
+    create_backfill(airflow, dag_id, "--dag-id", dag_id, "--from-date", dates[0].isoformat(),
+                    "--to-date", dates[-1].isoformat(), "--reprocess-behavior", "failed",
+                    *options)
     airflow.cli("dags", "unpause", dag_id)
 
     def all_done() -> list[dict[str, Any]] | None:
