@@ -277,3 +277,23 @@ def test_stop_leaves_no_process(tmp_path: Path, kafka: str) -> None:
     survivors = group_members(pgid)
     assert not survivors, f"processes of the server's group survived: {survivors}"
     assert not connect.stop(base)
+
+
+@pytest.mark.parametrize("message", [
+    # What a server being stopped answered mid-precommit in CI (session 8's stop): its
+    # SparkContext was torn down under the running job.
+    '(java.lang.NullPointerException) Cannot invoke "org.apache.spark.rpc.RpcEndpointRef.askSync'
+    '(Object, scala.reflect.ClassTag)" because the return value of "org.apache.spark.storage.'
+    'BlockManagerMaster.driverEndpoint()" is null',
+    "(org.apache.spark.SparkException) Job 3 cancelled because SparkContext was shut down",
+])
+def test_a_server_stopping_under_a_job_is_compute_unavailable(message: str) -> None:
+    """The restart test's race, pinned: whichever way the stopping server answers, the attempt
+    fails as ComputeUnavailable (transient, nothing staged), not as a failed Spark job."""
+    from pyspark.errors.exceptions.connect import UnknownException
+
+    endpoint = connect.Endpoint("127.0.0.1", 15002, "token", False, "test")
+    error = connect.compute_error(UnknownException(message=message), endpoint)
+    assert isinstance(error, ComputeUnavailable)
+    assert connect.compute_error(UnknownException(message="(java.lang.ArithmeticException) / by "
+                                                          "zero"), endpoint) is None

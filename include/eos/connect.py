@@ -149,6 +149,13 @@ def _unreachable(endpoint: Endpoint) -> ComputeUnavailable:
         "with `eos spark start` (or fix the connection); nothing was staged")
 
 
+SERVER_STOPPING_SIGNS = (
+    "Stream removed", "Socket closed", "RST_STREAM", "Connection reset", "StatusCode.CANCELLED",
+    "Application error processing RPC", "SparkContext was shut down",
+    "Cannot call methods on a stopped SparkContext", "SparkContext has been shutdown",
+    "BlockManagerMaster.driverEndpoint()\" is null")
+
+
 def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
     """The typed error for a Connect failure that is about the server, not the epoch: an
     unreachable server, a refused token, a session the server no longer knows (it restarted or
@@ -171,10 +178,10 @@ def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
             f"nothing was staged ({str(error).splitlines()[0][:200]})")
     if "UNAVAILABLE" in text or "Connection refused" in text or "failed to connect" in text:
         return _unreachable(endpoint)
-    # A server stopping (or restarting) mid-request drops the stream or fails the RPC itself.
-    if any(sign in text for sign in ("Stream removed", "Socket closed", "RST_STREAM",
-                                     "Connection reset", "StatusCode.CANCELLED",
-                                     "Application error processing RPC")):
+    # A server stopping (or restarting) mid-request drops the stream, fails the RPC itself, or
+    # answers from a SparkContext being torn down (seen in CI: an NPE from the block manager
+    # whose driver endpoint was already gone, or jobs cancelled by the shutdown).
+    if any(sign in text for sign in SERVER_STOPPING_SIGNS):
         return ComputeUnavailable(
             f"{where} dropped the connection mid-epoch (it stopped or restarted): the epoch is "
             f"retried; nothing was staged ({str(error).splitlines()[0][:200]})")
