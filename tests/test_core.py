@@ -17,10 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from eos import checkpoints, epochlog
+from eos import checkpoints, epochlog, staging_files
 from eos.audit import audit, read_range
 from eos.config import PipelineConfig
 from eos.errors import KafkaUnavailable, TopicMissing
@@ -125,6 +126,28 @@ def test_every_epoch_commits_once_with_its_txn(committed_pipeline: tuple) -> Non
     assert [c.epoch for c in rows] == epochs
     assert [c.plan_hash for c in rows] == [p.hash for p in plans]
     assert [c.until for c in rows] == [{r.partition: r.until for r in p.ranges} for p in plans]
+
+
+def test_the_next_epoch_reads_only_the_files_that_hold_state(committed_pipeline: tuple) -> None:
+    """An epoch's staged files: a few per kind (the write is coalesced to the shuffle
+    partitions), and the state the next epoch resumes from is found by file statistics: the
+    files kept hold every open window, and the files left out none."""
+    config, plans = committed_pipeline
+    staging = DeltaTable(tables_for(config).staging)
+    for plan in plans[-2:]:
+        every = staging.file_uris(file_pruning_predicate=[("epoch", "=", str(plan.epoch))])
+        assert every, f"epoch {plan.epoch} is no longer staged"
+        kinds = {uri: set(pq.read_table(uri, columns=["kind"])["kind"].to_pylist())
+                 for uri in every}
+        holding = set(staging_files.files_holding(staging, plan.epoch, "state"))
+        with_state = {uri for uri, held in kinds.items() if "state" in held}
+        assert with_state and with_state <= holding, kinds
+        # What else is kept is the driver's file, whose kinds range over "state" (offsets ..
+        # watermark): Spark opens it and filters its two rows out.
+        assert all(kinds[uri] == {"offsets", "watermark"} for uri in holding - with_state)
+        for kind in ("output", "state", "late", "quarantine"):
+            written = [uri for uri, held in kinds.items() if held == {kind}]
+            assert len(written) <= config.spark.shuffle_partitions, (kind, written)
 
 
 def test_commit_compacts_the_epoch_log_every_n_epochs(committed_pipeline: tuple) -> None:

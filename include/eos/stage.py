@@ -146,7 +146,7 @@ def resume_state(config: PipelineConfig, tables: Tables,
             f"the state of committed epoch {previous.epoch} is missing from staging; epoch "
             f"{previous.epoch + 1} cannot resume without it"
         )
-    files = tuple(staging.file_uris(partition_filters=[("epoch", "=", str(previous.epoch))]))
+    files = staging_files.files_holding(staging, previous.epoch, "state")
     return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"])
 
 
@@ -347,7 +347,8 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     watermark, max_event = epoch_watermark(config, plan, state, frames.max_event_ms)
     directory = staging_files.attempt_dir(tables.staging, plan.epoch)
     with timed() as took:
-        staging_files.write_frame(staging_frame(F, config, plan, frames, watermark), directory)
+        staging_files.write_frame(staging_frame(F, config, plan, frames, watermark), directory,
+                                  config.spark.shuffle_partitions)
     timings["aggregate"] = took["ms"]
     staging_files.write_table(protocol_rows(config, plan, watermark, max_event,
                                             frames.filtered), directory, "protocol")

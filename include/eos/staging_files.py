@@ -52,13 +52,29 @@ def attempt_dir(staging_uri: str, epoch: int) -> str:
     return f"{staging_uri.rstrip('/')}/epoch={int(epoch)}/attempt-{uuid.uuid4().hex}"
 
 
-def write_frame(frame: Any, directory: str) -> None:
+def write_frame(frame: Any, directory: str, tasks: int) -> None:
     """Executors write ``frame``'s rows under ``directory``, one sub-directory per kind. The
     frame must carry a ``part_kind`` column equal to ``kind`` (Spark drops partition columns
-    from the files; ``kind`` stays in them)."""
-    (frame.write.mode("error")
+    from the files; ``kind`` stays in them).
+
+    The rows are a union of the windows (``shuffle_partitions`` partitions, after the merge
+    with the state) and the side rows (one partition per Kafka split, twice: late and
+    quarantined). Written as they come, every partition writes a file per kind it holds: ~30
+    small files for a 200k-record epoch, each with its own task, writer and footer read. A
+    ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in a few files per kind: ~0.3 s
+    less per epoch here, and fewer files for the next epoch and ``commit`` to open."""
+    (frame.coalesce(max(1, tasks)).write.mode("error")
      .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
      .partitionBy(KIND_DIR).parquet(directory))
+
+
+def files_holding(staging: DeltaTable, epoch: int, kind: str) -> tuple[str, ...]:
+    """The URIs of epoch N's committed files that may hold rows of ``kind``: delta-rs prunes
+    by the partition and by the kind range each add action's statistics carry (a file without
+    statistics is kept). Reading N-1's state needs only its state files, not the output, late
+    and quarantine ones."""
+    return tuple(staging.file_uris(file_pruning_predicate=[
+        ("epoch", "=", str(int(epoch))), ("kind", "=", kind)]))
 
 
 def write_table(rows: pa.Table, directory: str, name: str) -> None:
