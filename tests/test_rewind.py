@@ -27,7 +27,15 @@ from eos.status import EpochState, pipeline_status
 from eos.tables import read_table, tables_for
 
 import support
-from support import KILLED, delta_path, eos_cli, kafka_sink_pipeline, run_epoch, write_pipeline
+from support import (
+    KILLED,
+    delta_path,
+    eos_cli,
+    kafka_sink_pipeline,
+    run_epoch,
+    table_versions,
+    write_pipeline,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -195,6 +203,11 @@ def test_an_unfinished_rewind_stops_epochs_until_it_is_rerun(tmp_path: Path, kaf
     with pytest.raises(RewindUnfinished, match="to epoch 0"):
         rewind(config, 1)  # another target must wait for the first rewind
     status = pipeline_status(config, with_lag=False)
+    moved = same_pipeline(config, tmp_path / "moved", sinks={"late": [{"delta": "late2"}]})
+    before = table_versions(config)
+    with pytest.raises(ConfigError, match="finish the rewind under the config it began with"):
+        rewind(moved, 0)  # the sinks changed between the crash and the rerun
+    assert table_versions(config) == before
     assert rewind(config, 0).outcome is Outcome.REWOUND
     assert status.committed_epoch == 2  # the checkpoint moves last
     states = {e.epoch: e.state for e in pipeline_status(config, with_lag=False).epochs}

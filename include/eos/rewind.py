@@ -36,7 +36,7 @@ from typing import Any
 
 from eos import checkpoints, epochlog, faults
 from eos.config import PipelineConfig
-from eos.errors import RewindRefused, RewindUnfinished
+from eos.errors import ConfigError, RewindRefused, RewindUnfinished
 from eos.outcomes import Outcome
 from eos.outputs import output_schema
 from eos.phaselog import log_phase, timed
@@ -227,6 +227,7 @@ def _restore(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> di
     """Step 3: the sinks, staging, then the checkpoint table (the authority) last."""
     versions: dict[str, int | None] = {}
     app, epoch, rid = config.app_id, plan.to_epoch, plan.rewind_id
+    _check_same_sinks(config, plan)
     for sink in sinks_for(config):
         versions[sink.name] = sink.rewind(epoch, plan.sinks[sink.name], rid,
                                           output_schema(config, sink.output))
@@ -238,6 +239,19 @@ def _restore(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> di
     faults.hit("rewind.before_checkpoints")
     versions["checkpoints"] = restore(tables.checkpoints, plan.checkpoints, app, epoch, rid)
     return versions
+
+
+def _check_same_sinks(config: PipelineConfig, plan: RewindPlan) -> None:
+    """A rewind restores the sinks it planned for. Rerunning a crashed rewind under a config
+    whose sinks changed since would leave a planned sink half-restored or meet a sink with no
+    target: refuse before touching anything, and say how to finish."""
+    configured = {sink.name for sink in sinks_for(config)}
+    if configured != set(plan.sinks):
+        raise ConfigError(
+            f"rewind {plan.rewind_id} to epoch {plan.to_epoch} was planned for the sinks "
+            f"{', '.join(sorted(plan.sinks)) or 'none'}, and the config now names "
+            f"{', '.join(sorted(configured)) or 'none'}: finish the rewind under the config it "
+            "began with (rerun it), then change the sinks")
 
 
 def _ranges(epochs: list[int]) -> str:

@@ -155,17 +155,21 @@ class DeltaSink(Sink):
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
         commit is checked against the snapshot it was planned on)."""
-        return txn_version(self.path, self.config.app_id)
+        from eos.tables import lent
+
+        with lent(self.path) as table:
+            return txn_version(self.path, self.config.app_id, table)
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         """One Delta commit: the rows and ``txn(app id, epoch)``; see ``fenced_append``. The
-        table is opened once: the open is the existence check and the fencing snapshot."""
-        from eos.tables import open_table
+        table is opened once (or a pooled handle brought up to date: ``eos.tables.lent``): the
+        open is the existence check and the fencing snapshot."""
+        from eos.tables import lent
 
-        snapshot = open_table(self.path)
-        if snapshot is None:
-            self.prepare(rows.schema)
-        done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
+        with lent(self.path) as snapshot:
+            if snapshot is None:
+                self.prepare(rows.schema)
+            done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
     def abort(self, epoch: int) -> None:

@@ -1,0 +1,79 @@
+"""The process's pool of open Delta handles (``eos.tables.checkout``/``checkin``): real delta-rs
+tables on disk, no Spark. A pooled handle must behave as a fresh open would: at the latest
+version, lent to one user at a time, and never reused for a different table under the same
+path."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+import eos.tables
+from eos.kafka import client_settings
+from eos.produce import GeneratorSpec, generate, send
+from eos.protocol import begin
+from eos.tables import checkin, checkout, ensure_tables
+
+from support import write_pipeline
+
+ROWS = pa.table({"n": pa.array([1, 2], pa.int64())})
+
+
+def test_a_pooled_handle_comes_back_at_the_latest_version(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    write_deltalake(path, ROWS)
+    first = checkout(path)
+    assert first is not None and first.version() == 0
+    checkin(path, first)
+    write_deltalake(path, ROWS, mode="append")  # another writer moves the table on
+    again = checkout(path)
+    assert again is first, "the handle was not reused"
+    assert again.version() == 1 and again.to_pyarrow_table().num_rows == 4
+    checkin(path, again)
+
+
+def test_a_handle_is_lent_to_one_user_at_a_time(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    write_deltalake(path, ROWS)
+    one, two = checkout(path), checkout(path)
+    assert one is not None and two is not None and one is not two
+    checkin(path, one)
+    checkin(path, one)  # given back twice: still lent once
+    assert checkout(path) is one
+    assert checkout(path) is not one
+
+
+def test_a_table_created_again_under_the_same_path_is_opened_afresh(tmp_path: Path) -> None:
+    """Patching the old snapshot with the new table's commits would answer wrong ``txn``
+    versions: the pool must notice the new first commit and open the new table."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, ROWS)
+    write_deltalake(path, ROWS, mode="append")
+    old = checkout(path)
+    assert old is not None and old.version() == 1
+    checkin(path, old)
+    shutil.rmtree(path)
+    write_deltalake(path, pa.table({"n": pa.array([7], pa.int64())}))
+    write_deltalake(path, pa.table({"n": pa.array([8], pa.int64())}), mode="append")
+    fresh = checkout(path)
+    assert fresh is not None and fresh is not old
+    assert sorted(fresh.to_pyarrow_table()["n"].to_pylist()) == [7, 8]
+
+
+def test_a_phase_gives_its_handles_back_when_it_is_done(tmp_path: Path, kafka: str) -> None:
+    config = write_pipeline(tmp_path)
+    spec = GeneratorSpec(events=20, keys=2)
+    send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
+    begin(config, run_id="r0")
+    gc.collect()
+    tables = ensure_tables(config)
+    pooled = [held for held, _ in eos.tables._pool.get(tables.epochs, [])]
+    assert len(pooled) == 1, "begin did not give its handle of the epoch log back"
+    log = tables.handle(tables.epochs)  # the next phase borrows it, brought up to date
+    assert log is pooled[0]
+    assert log.version() == DeltaTable(tables.epochs).version()
+    assert checkout(tables.epochs) is not log, "a handle in use was lent again"
