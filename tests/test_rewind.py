@@ -203,6 +203,7 @@ def test_an_unfinished_rewind_stops_epochs_until_it_is_rerun(tmp_path: Path, kaf
     with pytest.raises(RewindUnfinished, match="to epoch 0"):
         rewind(config, 1)  # another target must wait for the first rewind
     status = pipeline_status(config, with_lag=False)
+    (tmp_path / "moved").mkdir()
     moved = same_pipeline(config, tmp_path / "moved", sinks={"late": [{"delta": "late2"}]})
     before = table_versions(config)
     with pytest.raises(ConfigError, match="finish the rewind under the config it began with"):
