@@ -61,14 +61,12 @@ def _plan(config: PipelineConfig) -> Plan:
 
 
 def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
-    from eos.schema import ddl, parsed_schema
-    from eos.stage import parse_records, read_ranges
+    from eos.stage import read_ranges
 
     samples = []
     for _ in range(repeat):
         started = time.perf_counter()
-        n = (read_ranges(env.spark, config, plan)
-             .mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event))).count())
+        n = read_ranges(env.spark, config, plan, parse=True).count()
         samples.append(time.perf_counter() - started)
         assert n == plan.records, "read+parse lost records"
     return plan.records / statistics.median(samples)

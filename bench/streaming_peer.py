@@ -161,7 +161,7 @@ class KafkaStreamDataSource(DataSource):
 
 def register_stream_source(spark: Any) -> None:
     """Make ``eos_kafka_stream`` available; this module travels to Spark's Python workers by
-    value (as ``bench.proposals`` does), so they need no ``bench`` on their path."""
+    value (``cloudpickle.register_pickle_by_value``), so they need no ``bench`` on their path."""
     from pyspark import cloudpickle
 
     if __name__ != "__main__":  # run as a script, cloudpickle sends it by value anyway

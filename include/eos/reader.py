@@ -3,11 +3,20 @@
 Registered as ``eos_kafka``. One input split per partition range, large ranges cut into several
 so both cores work. A split stops by offset, not by count: offsets may have gaps (compaction,
 transaction markers), and nothing at or beyond ``until`` is ever returned.
+
+By default a row is the raw Kafka record (``RAW_SCHEMA``). With the ``parse_event`` option (an
+``EventConfig``, see ``event_option``) the reader also parses what it read, in the same Python
+worker, and a row is a parsed event or a quarantined record (``eos.schema.parsed_schema``):
+precommit reads this way. Parsing in a second Python stage (``mapInArrow``) sent every raw
+record from the reader's worker to the JVM and on to another worker, which cost more than the
+parse itself (docs/benchmarks.md, "Spark read+parse").
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +41,17 @@ RAW_DDL = (
     "topic string, partition int, offset long, timestamp_ms long, key binary, value binary"
 )
 BATCH_RECORDS = 10_000
+PARSE_OPTION = "parse_event"
+
+
+def event_option(event: Any) -> str:
+    """The ``parse_event`` option's value: the pipeline's ``EventConfig``, pickled (the parser
+    is built from it on the worker; it holds field declarations, never secrets)."""
+    return base64.b64encode(pickle.dumps(event)).decode("ascii")
+
+
+def _event(value: str | None) -> Any:
+    return None if not value else pickle.loads(base64.b64decode(value))
 
 
 @dataclass(frozen=True)
@@ -59,6 +79,7 @@ class KafkaRangeReader(DataSourceReader):
         self.config_path = options.get("config")
         self.bootstrap = options.get("bootstrap")
         self.faults = json.loads(options.get("faults") or "{}")
+        self.event = _event(options.get(PARSE_OPTION))
 
     def partitions(self) -> list[InputPartition]:
         splits = splits_of(self.ranges, self.split_records)
@@ -81,7 +102,15 @@ class KafkaRangeReader(DataSourceReader):
         from eos import faults
 
         faults.adopt(self.faults)
-        yield from read_split(self.topic, split, self._settings(), self.timeout_s)
+        records = read_split(self.topic, split, self._settings(), self.timeout_s)
+        if self.event is None:
+            yield from records
+            return
+        from eos.parse import Parser
+
+        parser = Parser(self.event)  # compiled once per split, on the worker
+        for batch in records:
+            yield parser.parse_batch(batch)
 
 
 def read_split(
@@ -172,7 +201,12 @@ class KafkaRangeDataSource(DataSource):
         return "eos_kafka"
 
     def schema(self) -> StructType | str:
-        return RAW_DDL
+        event = _event(self.options.get(PARSE_OPTION))
+        if event is None:
+            return RAW_DDL
+        from eos.schema import ddl, parsed_schema
+
+        return ddl(parsed_schema(event))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaRangeReader(dict(self.options))

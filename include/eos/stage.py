@@ -32,7 +32,6 @@ from eos.schema import (
     RAW_KEY,
     RAW_VALUE,
     REASON,
-    ddl,
     parsed_schema,
 )
 from eos.spark import local_session
@@ -182,20 +181,26 @@ def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka") -> Any:
-    """The plan's Kafka records as a DataFrame (raw: topic, partition, offset, key, value...).
+def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka",
+                parse: bool = False) -> Any:
+    """The plan's Kafka records as a DataFrame: raw (topic, partition, offset, key, value...),
+    or with ``parse`` parsed by the reader itself (``eos.reader``: one Python stage, not two).
 
     ``source`` names another registered data source taking the same options (the benchmark's
     variants)."""
     import json
 
     from eos import faults
+    from eos.reader import PARSE_OPTION, event_option
 
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
+    reader = spark.read.format(source)
+    if parse:
+        reader = reader.option(PARSE_OPTION, event_option(config.event))
     return (
-        spark.read.format(source)
+        reader
         .option("topic", plan.topic)
         .option("ranges", json.dumps(ranges))
         .option("split_records", str(config.kafka.split_records))
@@ -229,8 +234,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
     aggs = aggregations_for(config)
     windows = window_type(config.window)
     if plan.records:
-        raw = read_ranges(spark, config, plan)
-        parsed = raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+        parsed = read_ranges(spark, config, plan, parse=True)
     else:  # nothing to read: the same (empty) input without starting Python workers
         empty = parsed_schema(config.event).empty_table()
         parsed = spark.createDataFrame(empty, schema=from_arrow_schema(empty.schema))
