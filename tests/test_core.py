@@ -150,6 +150,26 @@ def test_the_next_epoch_reads_only_the_files_that_hold_state(committed_pipeline:
             assert len(written) <= config.spark.shuffle_partitions, (kind, written)
 
 
+def test_the_reader_parses_as_a_separate_parse_stage_would(committed_pipeline: tuple,
+                                                           spark: Any) -> None:
+    """Precommit reads with the reader parsing (one Python stage): the same rows, quarantine
+    reasons included, as the raw records parsed by a second stage, for every record of the
+    range exactly once."""
+    from eos.schema import OFFSET, PARTITION, REASON, ddl, parsed_schema
+    from eos.stage import parse_records, read_ranges
+
+    config, plans = committed_pipeline
+    plan = plans[1]
+    keys = [(PARTITION, "ascending"), (OFFSET, "ascending")]
+    fused = read_ranges(spark, config, plan, parse=True).toArrow().sort_by(keys)
+    staged = (read_ranges(spark, config, plan)
+              .mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+              .toArrow().sort_by(keys))
+    assert fused.num_rows == plan.records > 0
+    assert fused.equals(staged)
+    assert pc.sum(pc.is_valid(fused[REASON])).as_py() > 0, "the range must hold bad records"
+
+
 def test_commit_compacts_the_epoch_log_every_n_epochs(committed_pipeline: tuple) -> None:
     """maintenance_every=2: epochs 2 and 4 compact the log; the audit above ran after both."""
     config, plans = committed_pipeline

@@ -59,10 +59,11 @@ def write_frame(frame: Any, directory: str, tasks: int) -> None:
 
     The rows are a union of the windows (``shuffle_partitions`` partitions, after the merge
     with the state) and the side rows (one partition per Kafka split, twice: late and
-    quarantined). Written as they come, every partition writes a file per kind it holds: ~30
+    quarantined). Written as they come, every partition writes a file per kind it holds: ~10
     small files for a 200k-record epoch, each with its own task, writer and footer read. A
-    ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in a few files per kind: ~0.3 s
-    less per epoch here, and fewer files for the next epoch and ``commit`` to open."""
+    ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in ~6 files: ~0.2 s less per
+    epoch here (docs/benchmarks.md, session 9), and fewer files for the next epoch and
+    ``commit`` to open."""
     (frame.coalesce(max(1, tasks)).write.mode("error")
      .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
      .partitionBy(KIND_DIR).parquet(directory))

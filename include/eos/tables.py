@@ -94,6 +94,7 @@ def staging_schema(config: PipelineConfig) -> pa.Schema:
 
 POOL_SIZE = 64
 _pool: dict[str, list[tuple[DeltaTable, tuple[int, int]]]] = {}
+_lent_marks: dict[int, tuple[int, int]] = {}
 _pool_lock = threading.Lock()
 _pool_pid = os.getpid()
 
@@ -119,21 +120,32 @@ def checkout(path: str) -> DeltaTable | None:
     with _pool_lock:
         if _pool_pid != os.getpid():  # a forked child never shares its parent's handles
             _pool.clear()
+            _lent_marks.clear()
             _pool_pid = os.getpid()
         lent = _pool.get(path, [])
         found = lent.pop() if lent else None
+    table = None
     if found is not None and mark is not None and found[1] == mark:
         try:
             found[0].update_incremental()
-            return found[0]
+            table = found[0]
         except Exception:  # any doubt about a pooled handle: open it afresh
-            pass
-    return open_table(path)
+            table = None
+    if table is None:
+        table = open_table(path)
+    if table is not None and mark is not None:
+        with _pool_lock:
+            _lent_marks[id(table)] = mark  # the table it was opened on, kept while lent
+    return table
 
 
 def checkin(path: str, table: DeltaTable | None) -> None:
-    """Give a handle back to the pool, for the next phase of this process to reuse."""
-    mark = _first_commit(path) if table is not None else None
+    """Give a handle back to the pool, for the next phase of this process to reuse. Only a
+    handle ``checkout`` lent is pooled, with the first commit it was opened on."""
+    if table is None:
+        return
+    with _pool_lock:
+        mark = _lent_marks.pop(id(table), None)
     if mark is None:
         return
     with _pool_lock:
@@ -195,7 +207,7 @@ class OpenTables(Tables):
                 from eos.sinks.delta import create_table
 
                 create_table(path, *self.schemas[path])
-                table = DeltaTable(path)
+                table = checkout(path)
             self.handles[path] = table
         return self.handles[path]
 
