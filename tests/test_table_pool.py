@@ -47,6 +47,27 @@ def test_a_handle_is_lent_to_one_user_at_a_time(tmp_path: Path) -> None:
     assert checkout(path) is not one
 
 
+def test_the_pool_keeps_at_most_its_size_and_drops_the_oldest(tmp_path: Path,
+                                                                monkeypatch) -> None:
+    """More handles given back than the pool holds, some paths emptied by a checkout in
+    between: giving back never fails (it runs after a sink's commit), the oldest go first."""
+    monkeypatch.setattr(eos.tables, "POOL_SIZE", 3)
+    monkeypatch.setattr(eos.tables, "_pool", {})
+    paths = [str(tmp_path / f"t{i}") for i in range(5)]
+    for path in paths:
+        write_deltalake(path, ROWS)
+    lent = [(path, checkout(path)) for path in paths]
+    for path, table in lent[:2]:
+        checkin(path, table)
+    assert checkout(paths[0]) is lent[0][1]  # paths[0] is empty in the pool now
+    for path, table in lent[2:]:
+        checkin(path, table)
+    held = {path: [t for t, _ in tables] for path, tables in eos.tables._pool.items()}
+    assert sum(len(v) for v in held.values()) == 3
+    assert paths[1] not in held, "the oldest handle was kept"
+    assert all(held[path] == [table] for path, table in lent[2:])
+
+
 def test_a_table_created_again_under_the_same_path_is_opened_afresh(tmp_path: Path) -> None:
     """Patching the old snapshot with the new table's commits would answer wrong ``txn``
     versions: the pool must notice the new first commit and open the new table."""

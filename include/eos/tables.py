@@ -5,6 +5,7 @@ sinks (``eos.sinks.delta``); which epochs are committed is the checkpoint table'
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -122,8 +123,10 @@ def checkout(path: str) -> DeltaTable | None:
             _pool.clear()
             _lent_marks.clear()
             _pool_pid = os.getpid()
-        lent = _pool.get(path, [])
-        found = lent.pop() if lent else None
+        pooled = _pool.get(path)
+        found = pooled.pop() if pooled else None
+        if pooled is not None and not pooled:
+            del _pool[path]
     table = None
     if found is not None and mark is not None and found[1] == mark:
         try:
@@ -155,11 +158,16 @@ def checkin(path: str, table: DeltaTable | None) -> None:
         if any(held is table for held, _ in pooled):  # given back twice: lend it once
             return
         pooled.append((table, mark))
-        while sum(len(v) for v in _pool.values()) > POOL_SIZE:
-            oldest = next(iter(_pool))
-            _pool[oldest].pop(0)
-            if not _pool[oldest]:
-                del _pool[oldest]
+        _evict()
+
+
+def _evict() -> None:
+    """Drop the oldest pooled handles beyond ``POOL_SIZE`` (callers hold the lock)."""
+    while sum(len(held) for held in _pool.values()) > POOL_SIZE:
+        oldest = next(path for path, held in _pool.items() if held)
+        _pool[oldest].pop(0)
+        if not _pool[oldest]:
+            del _pool[oldest]
 
 
 @contextmanager
@@ -169,12 +177,18 @@ def lent(path: str) -> Iterator[DeltaTable | None]:
     try:
         yield table
     finally:
-        checkin(path, table)
+        _give_back({path: table})
 
 
 def _give_back(handles: dict[str, DeltaTable | None]) -> None:
+    """Give handles back after the work is done: a failure here costs a reopen later, never the
+    work (it runs right after a sink's commit), so it is logged, not raised."""
     for path, table in handles.items():
-        checkin(path, table)
+        try:
+            checkin(path, table)
+        except Exception as error:
+            logging.getLogger("eos").warning("a Delta handle of %s was not pooled: %r",
+                                             path, error)
 
 
 @dataclass(frozen=True)
