@@ -5,7 +5,6 @@ sinks (``eos.sinks.delta``); which epochs are committed is the checkpoint table'
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import weakref
@@ -21,6 +20,7 @@ from deltalake.exceptions import TableNotFoundError
 from eos.config import PipelineConfig
 from eos.errors import EosError
 from eos.layout import Tables, tables_for  # noqa: F401 - re-exported
+from eos.phaselog import logger
 
 TS = pa.timestamp("us", tz="UTC")
 DEC = pa.decimal128(38, 9)
@@ -148,16 +148,12 @@ def checkin(path: str, table: DeltaTable | None) -> None:
     if table is None:
         return
     with _pool_lock:
+        # The mark is popped: a handle given back twice finds none the second time, so it is
+        # pooled (and lent) once.
         mark = _lent_marks.pop(id(table), None)
-    if mark is None:
-        return
-    with _pool_lock:
-        if _pool_pid != os.getpid():
+        if mark is None or _pool_pid != os.getpid():
             return
-        pooled = _pool.setdefault(path, [])
-        if any(held is table for held, _ in pooled):  # given back twice: lend it once
-            return
-        pooled.append((table, mark))
+        _pool.setdefault(path, []).append((table, mark))
         _evict()
 
 
@@ -187,7 +183,7 @@ def _give_back(handles: dict[str, DeltaTable | None]) -> None:
         try:
             checkin(path, table)
         except Exception as error:
-            logging.getLogger("eos").warning("a Delta handle of %s was not pooled: %r",
+            logger.warning("a Delta handle of %s was not pooled: %r",
                                              path, error)
 
 
