@@ -53,6 +53,7 @@ class Env:
         retention: int = 3,
         sinks: dict[str, Any] | None = None,
         compute: dict[str, Any] | None = None,
+        log_retention: str | None = None,
     ) -> PipelineConfig:
         """A pipeline config file under the work dir (spark-submit needs a real file)."""
         data = {
@@ -73,6 +74,8 @@ class Env:
             data["sinks"] = sinks
         if compute is not None:
             data["compute"] = compute
+        if log_retention is not None:
+            data["epoch"]["log_retention"] = log_retention
         path = self.workdir / "configs" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -72,9 +72,12 @@ SPEC = GeneratorSpec(events=6000, keys=40, interval_ms=20, disorder_ms=1500, lat
 
 @pytest.fixture(scope="module")
 def committed_pipeline(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any):
-    """A pipeline run over several capped epochs with disorder, late and bad records."""
+    """A pipeline run over several capped epochs with disorder, late and bad records; every
+    second commit maintains the protocol tables, their Delta logs cleaned up to the latest
+    checkpoint (no log retention), so everything checked here ran on cleaned-up logs."""
     config = write_pipeline(tmp_path_factory.mktemp("core"),
-                            epoch={"max_records": 1500, "maintenance_every": 2})
+                            epoch={"max_records": 1500, "maintenance_every": 2,
+                                   "log_retention": "0s"})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     plans = run_until_caught_up(config, spark, "core")
     return config, plans
@@ -171,14 +174,19 @@ def test_the_reader_parses_as_a_separate_parse_stage_would(committed_pipeline: t
 
 
 def test_commit_compacts_the_epoch_log_every_n_epochs(committed_pipeline: tuple) -> None:
-    """maintenance_every=2: epochs 2 and 4 compact the log; the audit above ran after both."""
+    """maintenance_every=2: even epochs compact the log and clean up the protocol tables'
+    Delta logs; the audit above ran after them."""
     config, plans = committed_pipeline
-    history = DeltaTable(tables_for(config).epochs).history()
-    optimized = [h for h in history if h["operation"] == "OPTIMIZE"]
-    assert len(optimized) == sum(1 for p in plans if p.epoch > 0 and p.epoch % 2 == 0)
+    t = tables_for(config)
     # The last maintenance left one file; each epoch after it logs three rows (three files).
     since = plans[-1].epoch % 2
-    assert len(DeltaTable(tables_for(config).epochs).file_uris()) == 1 + 3 * since
+    assert len(DeltaTable(t.epochs).file_uris()) == 1 + 3 * since
+    # Each epoch adds three commits to the epoch log and two to staging; what is left is the
+    # last maintenance's checkpoint and what came after it, not the whole history.
+    for path, per_epoch in ((t.epochs, 3), (t.staging, 2), (t.checkpoints, 1)):
+        commits = list(Path(path, "_delta_log").glob("*.json"))
+        assert 0 < len(commits) <= per_epoch * (since + 1) + 3 < per_epoch * len(plans), commits
+    assert committed_epoch(config) == plans[-1].epoch
 
 
 def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -> None:
@@ -205,8 +213,41 @@ def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -
     assert len(DeltaTable(tables.epochs).file_uris()) == 1
     assert read_table(tables.staging).sort_by("epoch").equals(staging_rows)
     assert staging_rows.num_rows == 2 and len(on_disk) == 12
-    assert len(sorted(Path(tables.staging).rglob("*.parquet"))) == 2
+    data_files = [f for f in Path(tables.staging).rglob("*.parquet") if "_delta_log" not in f.parts]
+    assert len(data_files) == 2
     assert epochlog.first_plan_row(tables, 11)["plan_hash"] == f"{11:016x}"
+
+
+def test_log_cleanup_keeps_the_authority_rows_and_pooled_handles_right(tmp_path: Path) -> None:
+    """A cleanup of the protocol tables' Delta logs keeps every row, the checkpoint ``txn``
+    version (the authority, kept in the Delta checkpoint) and its fence; a handle pooled before
+    the cleanup, whose commit file is gone, is opened afresh, not brought up to date."""
+    config = write_pipeline(tmp_path)
+    tables = ensure_tables(config)
+    for epoch in range(6):
+        epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=f"{epoch:016x}", plan="{}")
+        mark = checkpoints.Checkpoint(epoch=epoch, plan_hash=f"{epoch:016x}", until={0: epoch},
+                                      watermark_ms=epoch)
+        assert checkpoints.append(tables, config.app_id, mark).outcome is Outcome.COMMITTED
+        tables = ensure_tables(config)  # the next phase: pooled handles brought up to date
+    log_rows = epochlog.rows(tables)
+    del tables  # its handles go back to the pool, marked with the commit files they hold
+
+    done = maintain(tables_for(config), log_retention_ms=0)
+
+    assert "error" not in done, done
+    assert done["epoch_log_log_files_deleted"] >= 6 and done["checkpoints_log_files_deleted"] >= 6
+    tables = ensure_tables(config)
+    assert epochlog.rows(tables) == log_rows
+    assert checkpoints.committed_epoch(tables, config.app_id) == 5
+    again = checkpoints.Checkpoint(epoch=5, plan_hash=f"{5:016x}", until={0: 5}, watermark_ms=5)
+    assert checkpoints.append(tables, config.app_id, again).outcome is Outcome.ALREADY_COMMITTED
+    nxt = checkpoints.Checkpoint(epoch=6, plan_hash=f"{6:016x}", until={0: 6}, watermark_ms=6)
+    assert checkpoints.append(ensure_tables(config), config.app_id, nxt).outcome \
+        is Outcome.COMMITTED
+    assert checkpoints.committed_epoch(ensure_tables(config), config.app_id) == 6
+    log = DeltaTable(tables_for(config).checkpoints).metadata().configuration
+    assert log["delta.logRetentionDuration"] == "interval 0 seconds"
 
 
 def test_rerunning_committed_epochs_changes_nothing(committed_pipeline: tuple, spark: Any) -> None:

@@ -251,6 +251,11 @@ class EpochConfig(_Strict):
     max_records: int = Field(default=500_000, gt=0)
     staging_retention: int = Field(default=3, ge=1)
     maintenance_every: int = Field(default=100, ge=0)
+    # How long the epoch log's, staging's and the checkpoint table's Delta log history is kept
+    # (their ``delta.logRetentionDuration``; maintenance checkpoints them and cleans up older
+    # commit files). Every Delta read and write lists the table's ``_delta_log``, so this is what
+    # bounds the per-epoch cost; it is also how far back a rewind can find those tables' commits.
+    log_retention: DurationMs = Field(default=86_400_000, ge=0)
 
 
 class TablesConfig(_Strict):

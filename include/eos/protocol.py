@@ -341,7 +341,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: P
     result.pruned_before = prune_staging(tables, epoch, config.epoch.staging_retention)
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
-        result.maintenance = maintain(tables)
+        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)
 
 
 # -- abort and recover --------------------------------------------------------------------------

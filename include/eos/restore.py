@@ -61,7 +61,8 @@ def version_of(table: DeltaTable, path: str, app_id: str, epoch: int,
     raise RewindRefused(
         f"Delta table {path} has no commit of epoch {epoch}"
         f"{f' (plan {plan_hash})' if plan_hash else ''} in its history: it cannot be restored "
-        "to it (commits made before rewind support carry no eos.epoch)"
+        "to it (commits made before rewind support carry no eos.epoch; protocol tables keep "
+        "their commits for epoch.log_retention)"
     )
 
 

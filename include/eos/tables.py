@@ -89,25 +89,26 @@ def staging_schema(config: PipelineConfig) -> pa.Schema:
 # with and brings one up to date with ``update_incremental`` (~2.5 ms: only the new commits)
 # instead of opening again. A pooled handle is lent to one user at a time: a fenced write is
 # checked and written through one snapshot, which another phase must not move in between.
-# Only local tables are pooled, and a handle is reused only while the table's first commit file
-# is the one it was opened on: a table deleted and created again under the same path is opened
-# afresh, never patched with the new table's commits.
+# Only local tables are pooled, and a handle is reused only while the commit file of the version
+# it holds is the one it read (same mtime and size): a table deleted and created again under the
+# same path is opened afresh, never patched with the new table's commits. That file survives
+# until a log cleanup removes it (``epoch.log_retention``); then the handle is opened afresh.
 
 POOL_SIZE = 64
 _pool: dict[str, list[tuple[DeltaTable, tuple[int, int]]]] = {}
-_lent_marks: dict[int, tuple[int, int]] = {}
+_lent: set[int] = set()  # ids of the handles ``checkout`` lent and nobody gave back yet
 _pool_lock = threading.Lock()
 _pool_pid = os.getpid()
 
 
-def _first_commit(path: str) -> tuple[int, int] | None:
-    """(mtime, size) of the table's version-0 commit file; None when it cannot be told (a
-    remote table, a log whose first commits were cleaned up): such handles are not pooled."""
+def _commit_mark(path: str, version: int) -> tuple[int, int] | None:
+    """(mtime, size) of the table's commit file of ``version``; None when it cannot be told (a
+    remote table, a commit file cleaned up): such handles are not pooled, or not reused."""
     if "://" in path and not path.startswith("file://"):
         return None
     local = path.removeprefix("file://")
     try:
-        found = os.stat(os.path.join(local, "_delta_log", f"{0:020d}.json"))
+        found = os.stat(os.path.join(local, "_delta_log", f"{version:020d}.json"))
     except OSError:
         return None
     return found.st_mtime_ns, found.st_size
@@ -117,18 +118,17 @@ def checkout(path: str) -> DeltaTable | None:
     """``path``'s table at its latest version, lent to the caller alone (``checkin`` gives it
     back); None when the table does not exist."""
     global _pool_pid
-    mark = _first_commit(path)
     with _pool_lock:
         if _pool_pid != os.getpid():  # a forked child never shares its parent's handles
             _pool.clear()
-            _lent_marks.clear()
+            _lent.clear()
             _pool_pid = os.getpid()
         pooled = _pool.get(path)
         found = pooled.pop() if pooled else None
         if pooled is not None and not pooled:
             del _pool[path]
     table = None
-    if found is not None and mark is not None and found[1] == mark:
+    if found is not None and _commit_mark(path, found[0].version()) == found[1]:
         try:
             found[0].update_incremental()
             table = found[0]
@@ -136,25 +136,34 @@ def checkout(path: str) -> DeltaTable | None:
             table = None
     if table is None:
         table = open_table(path)
-    if table is not None and mark is not None:
+    if table is not None:
         with _pool_lock:
-            _lent_marks[id(table)] = mark  # the table it was opened on, kept while lent
+            _lent.add(id(table))
     return table
 
 
 def checkin(path: str, table: DeltaTable | None) -> None:
     """Give a handle back to the pool, for the next phase of this process to reuse. Only a
-    handle ``checkout`` lent is pooled, with the first commit it was opened on."""
+    handle ``checkout`` lent is pooled, with the mark of the commit it holds."""
     if table is None:
         return
+    mark = _commit_mark(path, table.version())
     with _pool_lock:
-        # The mark is popped: a handle given back twice finds none the second time, so it is
-        # pooled (and lent) once.
-        mark = _lent_marks.pop(id(table), None)
+        # The lent id is removed: a handle given back twice is pooled (and lent) once.
+        if id(table) not in _lent:
+            return
+        _lent.discard(id(table))
         if mark is None or _pool_pid != os.getpid():
             return
         _pool.setdefault(path, []).append((table, mark))
         _evict()
+
+
+def pooled(path: str) -> bool:
+    """Whether this process holds a handle of ``path`` (so the table existed when it was given
+    back: tables the protocol uses are never deleted by it)."""
+    with _pool_lock:
+        return _pool_pid == os.getpid() and bool(_pool.get(path))
 
 
 def _evict() -> None:

@@ -117,8 +117,10 @@ def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = 
     from deltalake import DeltaTable
 
     from eos.errors import EosError
+    from eos.tables import pooled
 
-    if DeltaTable.is_deltatable(path):
+    # A table this process holds a handle of exists; asking costs a listing of its log.
+    if pooled(path) or DeltaTable.is_deltatable(path):
         return
     try:
         DeltaTable.create(path, schema=schema, partition_by=partition_by, mode="ignore")
