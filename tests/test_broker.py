@@ -40,6 +40,26 @@ def test_high_watermark_is_exact_after_flush(kafka: str) -> None:
     assert marks[0] == (0, 1234)
 
 
+def test_a_kept_metadata_client_answers_what_the_broker_holds_now(kafka: str) -> None:
+    """The process keeps its metadata consumer between plans; its answers are never cached."""
+    import eos.kafka
+
+    topic = unique_topic()
+    _produce(kafka, topic, 10)
+    settings = client_settings()
+    assert topic_watermarks(settings, topic)[0] == (0, 10)
+    with eos.kafka.metadata_client(settings) as kept:
+        pass
+    _produce(kafka, topic, 5)
+    assert topic_watermarks(settings, topic)[0] == (0, 15)
+    with eos.kafka.metadata_client(settings) as again:
+        assert again is kept
+    with pytest.raises(TopicMissing):
+        topic_watermarks(settings, unique_topic())  # a failed request drops the client
+    with eos.kafka.metadata_client(settings) as fresh:
+        assert fresh is not kept
+
+
 def test_range_read_is_exact_and_stops_at_until(kafka: str) -> None:
     topic = unique_topic()
     _produce(kafka, topic, 500)

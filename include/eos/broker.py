@@ -125,6 +125,9 @@ def stop(base: Path | None = None, timeout: float = 15.0) -> bool:
         state_path(base).unlink(missing_ok=True)
         return False
     pid = int(state["pid"])
+    from eos.kafka import forget_clients
+
+    forget_clients(state["bootstrap"])  # kept clients would reconnect to it, and log, forever
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while alive(pid) and time.monotonic() < deadline:

@@ -6,10 +6,13 @@ embedded broker's published address, else an error that says how to start one.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import confluent_kafka as ck
@@ -159,12 +162,61 @@ def watermarks(c: ck.Consumer, topic: str, partition: int, bootstrap: str) -> tu
 
 
 def topic_watermarks(settings: dict[str, Any], topic: str) -> dict[int, tuple[int, int]]:
-    """(log start, high watermark) per partition of ``topic``."""
+    """(log start, high watermark) per partition of ``topic``, asked of the broker now."""
     bootstrap = settings["bootstrap.servers"]
-    c = consumer(settings, group="eos-metadata")
-    try:
+    with metadata_client(settings) as c:
         return {p: watermarks(c, topic, p, bootstrap) for p in describe_topic(c, topic, bootstrap)}
-    finally:
+
+
+# A process keeps one metadata consumer per client settings: a fresh one costs a connection and
+# a metadata round trip (~25 ms on the embedded broker, a third of an empty epoch's begin), and
+# its answers are never cached (``list_topics`` and ``cached=False`` watermarks ask the broker
+# each time), so keeping it changes no answer. Lent to one caller at a time; one that failed a
+# request is closed and dropped (the next caller connects afresh). Forked children never use
+# their parent's (librdkafka's threads do not survive a fork): they are left alone, not closed.
+_metadata_clients: dict[tuple[tuple[str, str], ...], list[ck.Consumer]] = {}
+_metadata_lock = threading.Lock()
+_metadata_pid = os.getpid()
+_abandoned: list[Any] = []  # a forked child's copies of its parent's clients: never destroyed
+
+
+@contextmanager
+def metadata_client(settings: dict[str, Any]) -> Iterator[ck.Consumer]:
+    """A consumer for metadata requests (partitions, watermarks), lent from the process's keep."""
+    global _metadata_pid
+    key = tuple(sorted((k, str(v)) for k, v in settings.items()))
+    with _metadata_lock:
+        if _metadata_pid != os.getpid():
+            _abandoned.append(dict(_metadata_clients))
+            _metadata_clients.clear()
+            _metadata_pid = os.getpid()
+        kept = _metadata_clients.get(key)
+        c = kept.pop() if kept else None
+    if c is None:
+        c = consumer(settings, group="eos-metadata")
+    try:
+        yield c
+    except BaseException:
+        c.close()
+        raise
+    with _metadata_lock:
+        if _metadata_pid == os.getpid():
+            _metadata_clients.setdefault(key, []).append(c)
+            return
+    c.close()
+
+
+@atexit.register
+def forget_clients(bootstrap: str | None = None) -> None:
+    """Close the kept metadata clients (of ``bootstrap`` only, when given): at exit, and when the
+    embedded broker is stopped."""
+    with _metadata_lock:
+        if _metadata_pid != os.getpid():
+            return
+        keys = [k for k in _metadata_clients
+                if bootstrap is None or dict(k).get("bootstrap.servers") == bootstrap]
+        closing = [c for k in keys for c in _metadata_clients.pop(k)]
+    for c in closing:
         c.close()
 
 

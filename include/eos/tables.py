@@ -160,10 +160,11 @@ def checkin(path: str, table: DeltaTable | None) -> None:
 
 
 def pooled(path: str) -> bool:
-    """Whether this process holds a handle of ``path`` (so the table existed when it was given
-    back: tables the protocol uses are never deleted by it)."""
+    """Whether this process holds a handle of ``path`` whose commit file is still there (so the
+    table exists: a commit file is only deleted by a log cleanup, which keeps newer ones)."""
     with _pool_lock:
-        return _pool_pid == os.getpid() and bool(_pool.get(path))
+        held = list(_pool.get(path, ())) if _pool_pid == os.getpid() else []
+    return any(_commit_mark(path, table.version()) == mark for table, mark in held)
 
 
 def _evict() -> None:
