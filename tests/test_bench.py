@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
-from bench import epochs_view, overhead, rewind, state_scale
+from bench import deltalog, epochs_view, overhead, rewind, state_scale
 from bench.__main__ import options_from, parse_args
 from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
@@ -99,3 +99,12 @@ def test_rewind_benchmark_replays_and_verifies(kafka: str, spark: Any, data_dir:
     assert [(r["to_epoch"], r["rewound"]) for r in result["rewinds"]] == [(1, 2), (-1, 4)]
     assert all(r["verified"] and r["tables"] == 5 for r in result["rewinds"]), result
     assert "| -1 | 4 | 5 |" in rewind.render(result)
+
+
+def test_delta_log_benchmark_times_kept_and_cleaned_logs() -> None:
+    rows = deltalog.run([12], repeat=2)
+    assert [label for _, label, _ in rows] == ["kept (30-day default)", "cleaned up"]
+    kept, cleaned = rows[0][2], rows[1][2]
+    assert cleaned["log files"] < kept["log files"]  # the cleanup really removed commit files
+    assert all(ms > 0 for name, ms in kept.items() if name != "log files")
+    assert "| 12 | cleaned up |" in deltalog.render(rows)
