@@ -53,7 +53,7 @@ class Env:
         retention: int = 3,
         sinks: dict[str, Any] | None = None,
         compute: dict[str, Any] | None = None,
-        log_retention: str | None = None,
+        log_retention_ms: int | None = None,
     ) -> PipelineConfig:
         """A pipeline config file under the work dir (spark-submit needs a real file)."""
         data = {
@@ -74,12 +74,16 @@ class Env:
             data["sinks"] = sinks
         if compute is not None:
             data["compute"] = compute
-        if log_retention is not None:
-            data["epoch"]["log_retention"] = log_retention
         path = self.workdir / "configs" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return load_config(path)
+        config = load_config(path)
+        if log_retention_ms is None:
+            return config
+        # Below the config's floor (1 h) so that 1,000 epochs built in minutes get cleaned up:
+        # safe here, where no two attempts of an epoch ever run at once.
+        epoch = config.epoch.model_copy(update={"log_retention": log_retention_ms})
+        return config.model_copy(update={"epoch": epoch})
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from typing import Any
 
 from bench import deltaops
 from bench.env import Env, environment
-from eos.config import PipelineConfig
+from eos.config import PipelineConfig, parse_duration_ms
 
 
 @dataclass
@@ -101,11 +101,11 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
 
 
 def measure(env: Env, at: list[int], probes: int, log: Any = print,
-            log_retention: str | None = None) -> list[Probe]:
+            log_retention_ms: int | None = None) -> list[Probe]:
     """Build history up to each count in ``at`` and probe there."""
     from eos import broker
 
-    config = env.config("overhead", "bench-overhead", log_retention=log_retention)
+    config = env.config("overhead", "bench-overhead", log_retention_ms=log_retention_ms)
     _ensure_topic(broker.read_state()["bootstrap"] if broker.read_state() else env.bootstrap,
                   config.kafka.topic)
     done, out = 0, []
@@ -153,13 +153,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="probe after this many epochs (default 10 100 1000)")
     p.add_argument("--probes", type=int, default=10, help="empty epochs timed at each count")
     p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
-    p.add_argument("--log-retention", help="the pipeline's epoch.log_retention (default: the "
-                   "config's, 24h): how long the protocol tables keep their Delta log")
+    p.add_argument("--log-retention", type=parse_duration_ms, help="the pipeline's "
+                   "epoch.log_retention, e.g. 0s (default: the config's, 24h; below the config's "
+                   "1 h floor is allowed here, where attempts never race)")
     args = p.parse_args(argv)
     with environment(args.workdir) as env:
         probes = measure(env, args.at, args.probes,
                          log=lambda msg: print(msg, file=sys.stderr),
-                         log_retention=args.log_retention)
+                         log_retention_ms=args.log_retention)
     print("\n" + render(probes))
     return 0
 

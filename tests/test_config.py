@@ -119,6 +119,15 @@ def test_the_schema_view_is_what_committed_rows_mean() -> None:
     assert changed != view
 
 
+def test_log_retention_has_a_floor_that_outlasts_an_attempt(tmp_path: Path) -> None:
+    """Below an hour a racing attempt could commit under a log version a cleanup freed."""
+    assert load_config_dict(GOOD).epoch.log_retention == 86_400_000
+    assert load_config_dict({**GOOD, "epoch": {"log_retention": "1h"}}).epoch.log_retention \
+        == 3_600_000
+    with pytest.raises(ConfigError, match="log_retention"):
+        load_config(_write(tmp_path, {**GOOD, "epoch": {"log_retention": "10m"}}))
+
+
 @pytest.mark.parametrize("missing", ["kafka", "window", "name", "event", "aggregations"])
 def test_missing_field_is_named(tmp_path: Path, missing: str) -> None:
     data = {k: v for k, v in GOOD.items() if k != missing}

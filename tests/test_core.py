@@ -74,10 +74,12 @@ SPEC = GeneratorSpec(events=6000, keys=40, interval_ms=20, disorder_ms=1500, lat
 def committed_pipeline(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any):
     """A pipeline run over several capped epochs with disorder, late and bad records; every
     second commit maintains the protocol tables, their Delta logs cleaned up to the latest
-    checkpoint (no log retention), so everything checked here ran on cleaned-up logs."""
+    checkpoint (no log retention: below the config's 1 h floor, which guards against racing
+    attempts, and none race here), so everything checked here ran on cleaned-up logs."""
     config = write_pipeline(tmp_path_factory.mktemp("core"),
-                            epoch={"max_records": 1500, "maintenance_every": 2,
-                                   "log_retention": "0s"})
+                            epoch={"max_records": 1500, "maintenance_every": 2})
+    epoch = config.epoch.model_copy(update={"log_retention": 0})
+    config = config.model_copy(update={"epoch": epoch})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     plans = run_until_caught_up(config, spark, "core")
     return config, plans

@@ -255,7 +255,10 @@ class EpochConfig(_Strict):
     # (their ``delta.logRetentionDuration``; maintenance checkpoints them and cleans up older
     # commit files). Every Delta read and write lists the table's ``_delta_log``, so this is what
     # bounds the per-epoch cost; it is also how far back a rewind can find those tables' commits.
-    log_retention: DurationMs = Field(default=86_400_000, ge=0)
+    # At least an hour: a writer whose snapshot predates a cleanup could otherwise commit at a
+    # version number the cleanup freed, below the Delta checkpoint, where no reader looks (Delta's
+    # rule: the log retention must outlast any transaction).
+    log_retention: DurationMs = Field(default=86_400_000, ge=3_600_000)
 
 
 class TablesConfig(_Strict):
