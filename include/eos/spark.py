@@ -88,6 +88,9 @@ def local_session(config: PipelineConfig) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # pyspark records the Python call site of every Column call for error messages; with
+        # IPython absent it retries that import each time: ~0.1 s of plan building per epoch.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
     for key, value in {**SESSION_CONF, **config.spark.conf}.items():
         builder = builder.config(key, value)
