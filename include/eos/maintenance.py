@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from eos.layout import Tables
-from eos.tables import latest, open_table
+from eos.tables import latest, local_path, open_table
 
 VACUUM_RETENTION_HOURS = 24
 LOG_RETENTION = "delta.logRetentionDuration"
@@ -89,9 +89,8 @@ def _clean_log(path: str, log_retention_ms: int) -> int:
 
 def _log_files(path: str) -> int:
     """Files in a local table's ``_delta_log`` (0 for a remote table: not counted)."""
-    if "://" in path and not path.startswith("file://"):
-        return 0
-    return len(os.listdir(os.path.join(path.removeprefix("file://"), "_delta_log")))
+    local = local_path(path)
+    return 0 if local is None else len(os.listdir(os.path.join(local, "_delta_log")))
 
 
 def _compact(path: str) -> dict[str, Any]:

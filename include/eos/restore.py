@@ -99,7 +99,9 @@ def missing_files(path: str, version: int) -> list[str]:
     would fail half-way. Checked for local tables; object stores are checked by the restore."""
     from deltalake import DeltaTable
 
-    if version < 0 or ("://" in path and not path.startswith("file://")):
+    from eos.tables import local_path
+
+    if version < 0 or local_path(path) is None:
         return []
     return [uri for uri in DeltaTable(path, version=version).file_uris()
             if not os.path.exists(uri.removeprefix("file://"))]

@@ -101,12 +101,20 @@ _pool_lock = threading.Lock()
 _pool_pid = os.getpid()
 
 
+def local_path(path: str) -> str | None:
+    """The filesystem path of a local table (a plain path or a ``file://`` URI); None for a
+    table on an object store."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return path.removeprefix("file://")
+
+
 def _commit_mark(path: str, version: int) -> tuple[int, int] | None:
     """(mtime, size) of the table's commit file of ``version``; None when it cannot be told (a
     remote table, a commit file cleaned up): such handles are not pooled, or not reused."""
-    if "://" in path and not path.startswith("file://"):
+    local = local_path(path)
+    if local is None:
         return None
-    local = path.removeprefix("file://")
     try:
         found = os.stat(os.path.join(local, "_delta_log", f"{version:020d}.json"))
     except OSError:
