@@ -176,9 +176,10 @@ def pooled(path: str) -> bool:
 
 
 def _evict() -> None:
-    """Drop the oldest pooled handles beyond ``POOL_SIZE`` (callers hold the lock)."""
+    """Drop the oldest pooled handles beyond ``POOL_SIZE`` (callers hold the lock). No path's
+    list is ever empty: whoever empties one deletes it."""
     while sum(len(held) for held in _pool.values()) > POOL_SIZE:
-        oldest = next(path for path, held in _pool.items() if held)
+        oldest = next(iter(_pool))
         _pool[oldest].pop(0)
         if not _pool[oldest]:
             del _pool[oldest]
@@ -201,8 +202,7 @@ def _give_back(handles: dict[str, DeltaTable | None]) -> None:
         try:
             checkin(path, table)
         except Exception as error:
-            logger.warning("a Delta handle of %s was not pooled: %r",
-                                             path, error)
+            logger.warning("a Delta handle of %s was not pooled: %r", path, error)
 
 
 @dataclass(frozen=True)
