@@ -75,9 +75,13 @@ def committed_pipeline(tmp_path_factory: pytest.TempPathFactory, kafka: str, spa
     """A pipeline run over several capped epochs with disorder, late and bad records; every
     second commit maintains the protocol tables, their Delta logs cleaned up to the latest
     checkpoint (no log retention: below the config's 1 h floor, which guards against racing
-    attempts, and none race here), so everything checked here ran on cleaned-up logs."""
+    attempts, and none race here), so everything checked here ran on cleaned-up logs. The
+    executors write every epoch's files (``collect_rows: 0``), as for epochs too big to collect;
+    the rest of the suite stages its small epochs from the driver."""
     config = write_pipeline(tmp_path_factory.mktemp("core"),
-                            epoch={"max_records": 1500, "maintenance_every": 2})
+                            epoch={"max_records": 1500, "maintenance_every": 2},
+                            spark={"master": "local[2]", "shuffle_partitions": 2,
+                                   "collect_rows": 0})
     epoch = config.epoch.model_copy(update={"log_retention": 0})
     config = config.model_copy(update={"epoch": epoch})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
@@ -283,6 +287,38 @@ def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: 
     rows_b = staged_epoch(tables_for(config), plan.epoch, plan.hash)
     assert rows_a.to_pylist() == rows_b.to_pylist()
     assert precommit(config, plan.epoch, spark=spark).outcome is Outcome.REUSED_STAGE
+
+
+def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka: str,
+                                                          spark: Any) -> None:
+    """``spark.collect_rows`` decides who writes an epoch's files (the driver, from collected
+    Arrow, or the executors). Each epoch is staged both ways, one attempt aborted, and the
+    committed attempt alternates, so each writer also resumes from state the other wrote."""
+    config = write_pipeline(tmp_path, epoch={"max_records": 1000})
+    executors = config.model_copy(
+        update={"spark": config.spark.model_copy(update={"collect_rows": 0})})
+    spec = GeneratorSpec(events=3000, keys=30, interval_ms=20, disorder_ms=1500,
+                         late_fraction=0.05, late_delay_ms=20_000, bad_fraction=0.05, seed=11)
+    send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
+    writers = [("executors", executors), ("driver", config)]
+    kinds: Counter = Counter()
+    for n in range(3):  # 1,000 records each
+        plan = begin(config, run_id=f"writers-{n}")
+        staged = {}
+        for i, (name, attempt) in enumerate(writers):
+            result = precommit(attempt, plan.epoch, spark=spark)
+            assert (result.outcome, result.written_by) == (Outcome.STAGED, name)
+            rows = staged_epoch(tables_for(config), plan.epoch, plan.hash).to_pylist()
+            staged[name] = sorted(rows, key=lambda r: repr(sorted(r.items())))
+            if i == 0:
+                assert abort(config, plan.epoch, "the other writer's turn") is Outcome.ABORTED
+        assert staged["driver"] == staged["executors"]
+        kinds.update(r["kind"] for r in staged["driver"])
+        assert commit(config, plan.epoch).outcome is Outcome.COMMITTED
+        writers.reverse()
+    assert all(kinds[k] > 0 for k in ("output", "state", "late", "quarantine")), kinds
+    report = audit(config)
+    assert report.ok, report.render()
 
 
 @pytest.mark.parametrize("epochs", [1, 3, 10])

@@ -35,3 +35,38 @@ def test_splits_cover_ranges_exactly() -> None:
     splits = splits_of(ranges, 8)
     got = [(s.partition, s.start, s.until) for s in splits]
     assert got == [(0, 5, 13), (0, 13, 21), (0, 21, 23)]
+
+
+def test_an_epoch_is_collected_only_when_its_staged_rows_are_bounded_small() -> None:
+    """The bound: N-1's open windows + records x windows per event (a hopping window of 60 s
+    sliding by 20 s puts an event in 3); unknown state or wide quarantined records go to the
+    executors, as does ``collect_rows: 0``."""
+    from eos.config import parse_config
+    from eos.stage import COLLECT_RAW_BYTES, EpochState, Frames, collects
+
+    def config(window: dict, collect_rows: int = 1000):
+        return parse_config({
+            "name": "p", "kafka": {"topic": "t"},
+            "event": {"time": {"field": "ts", "format": "epoch_ms"}, "fields": {"k": "string"}},
+            "group_by": ["k"], "window": window, "aggregations": {"n": "count(*)"},
+            "spark": {"collect_rows": collect_rows}}, "test")
+
+    tumbling = config({"type": "tumbling", "size": "60s"})
+    hopping = config({"type": "hopping", "size": "60s", "slide": "20s"})
+    session = config({"type": "session", "gap": "30s"})
+    plan = Plan("p", "t", 1, (PartitionRange(0, 0, 200), PartitionRange(1, 0, 100)))
+    frames = Frames(None, None, None, 0, quarantined_bytes=0)
+
+    def state(rows: int | None) -> EpochState:
+        return EpochState((), "h", 0, None, rows)
+
+    assert collects(tumbling, plan, state(700), frames)  # 700 + 300 = 1000
+    assert not collects(tumbling, plan, state(701), frames)
+    assert collects(session, plan, state(700), frames)
+    assert collects(hopping, plan, state(100), frames)  # 100 + 3 x 300
+    assert not collects(hopping, plan, state(101), frames)
+    assert not collects(tumbling, plan, state(None), frames)
+    wide = Frames(None, None, None, 0, quarantined_bytes=COLLECT_RAW_BYTES + 1)
+    assert not collects(tumbling, plan, state(0), wide)
+    never = config({"type": "tumbling", "size": "60s"}, collect_rows=0)
+    assert not collects(never, Plan("p", "t", 1, ()), state(0), frames)

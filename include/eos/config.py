@@ -274,6 +274,11 @@ class SparkConfig(_Strict):
     shuffle_partitions: int = Field(default=2, gt=0)
     driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
+    # An epoch whose staged rows are bounded by this (N-1's open windows + records x windows per
+    # event) is collected to the driver as Arrow and written there, one Parquet file per kind; a
+    # larger one is written by the executors and never held by the driver. 0: always the
+    # executors. Either way the files enter staging in one Delta commit (``eos.staging_files``).
+    collect_rows: int = Field(default=500_000, ge=0)
 
 
 COMPUTE_MODE_ENV = "EOS_COMPUTE_MODE"  # deployment-wide default for pipelines that do not say

@@ -49,6 +49,7 @@ class StageResult:
     counts: dict[str, int] = field(default_factory=dict)
     watermark_ms: int | None = None
     staging_version: int | None = None
+    written_by: str | None = None  # "driver" or "executors": who wrote the staged files
     timings_ms: dict[str, float] = field(default_factory=dict)
     line: str = ""  # the phase line precommit logged (what ``eos precommit`` prints)
 
@@ -227,7 +228,8 @@ def precommit(config: PipelineConfig, epoch: int, spark: Any = None,
     result.line = log_phase(
         "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
         ranges=plan.describe_ranges(), rows=result.counts, watermark_ms=result.watermark_ms,
-        staging_version=result.staging_version, durations_ms=result.timings_ms,
+        staging_version=result.staging_version, written_by=result.written_by,
+        durations_ms=result.timings_ms,
     )
     return result
 
@@ -256,12 +258,13 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     timings["staging_write"] = took["ms"]
     result.counts = staged.counts
     result.watermark_ms = staged.watermark_ms
+    result.written_by = staged.written_by
     epochlog.append(
         tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
         duration_ms=sum(timings.values()),
         details={"rows": result.counts, "watermark_ms": staged.watermark_ms,
                  "staging_version": result.staging_version, "files": len(staged.files),
-                 "timings_ms": timings},
+                 "written_by": staged.written_by, "timings_ms": timings},
     )
 
 

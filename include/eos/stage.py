@@ -53,6 +53,7 @@ class EpochState:
     plan_hash: str | None  # N-1's committed plan hash
     watermark_ms: int
     max_event_ms: int | None
+    rows: int | None = 0  # at most this many open windows (add-action counts); None: unknown
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Frames:
     side: Any  # late (record, window) pairs and quarantined records
     max_event_ms: int | None  # over every record that parsed, the filter's drops included
     filtered: int
+    quarantined_bytes: int = 0  # raw key + value bytes of the records that did not parse
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class StagedFiles:
     files: list[StagedFile]
     counts: dict[str, int]
     watermark_ms: int
+    written_by: str = "executors"  # or "driver": who wrote the files (``spark.collect_rows``)
 
 
 def advance_watermark(previous_ms: int, max_event_ms: int | None, lateness_ms: int) -> int:
@@ -146,7 +149,8 @@ def resume_state(config: PipelineConfig, tables: Tables,
             f"{previous.epoch + 1} cannot resume without it"
         )
     files = staging_files.files_holding(staging, previous.epoch, "state")
-    return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"])
+    return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"],
+                      staging_files.rows_holding(staging, previous.epoch, "state"))
 
 
 def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
@@ -244,9 +248,12 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
         try:
             keep = _filter(F, config)
             with timed() as took:
+                bad = F.col(REASON).isNotNull()
                 stats = parsed.agg(
                     F.max(EVENT_MS).alias("max_event"),
                     F.count(F.when(F.col(REASON).isNull() & ~keep, 1)).alias("filtered"),
+                    F.sum(F.when(bad, F.coalesce(F.length(RAW_KEY), F.lit(0))
+                                 + F.coalesce(F.length(RAW_VALUE), F.lit(0)))).alias("bad_bytes"),
                 ).first()
         except (AnalysisException, ParseException) as error:
             raise ConfigError(f"event.filter {config.event.filter!r} does not run on Spark: "
@@ -278,7 +285,8 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
             F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
             F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
         side = late_rows.unionByName(quarantined, allowMissingColumns=True)
-        yield Frames(result, side, stats["max_event"], stats["filtered"])
+        yield Frames(result, side, stats["max_event"], stats["filtered"],
+                     stats["bad_bytes"] or 0)
     finally:
         parsed.unpersist()
 
@@ -299,7 +307,7 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
     """Every window and side row of epoch N in the staging schema (``epoch`` aside: it is the
     partition), plus the ``part_kind`` the files are written by. A window whose end is at or
     before wm(N) is an ``output`` row (final values), any other a ``state`` row (open window)."""
-    schema = staging_schema(config)
+    schema = _without_epoch(staging_schema(config))
     keys = [group_column(g) for g in config.group_by]
     outputs = [output_column(a.output) for a in aggregations_for(config)]
     states = [c for c in state_columns(config) if c not in (*keys, START, END)]
@@ -308,9 +316,8 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
     columns.update({c: F.when(emit, F.col(c)) for c in outputs})
     columns.update({c: F.when(~emit, F.col(c)) for c in states})
     windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
-                                      for f in schema if f.name != "epoch"])
-    side = frames.side.select(*[_column(F, f, {}, frames.side.columns)
-                                for f in schema if f.name != "epoch"])
+                                      for f in schema])
+    side = frames.side.select(*[_column(F, f, {}, frames.side.columns) for f in schema])
     rows = windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
     return rows.withColumn(KIND_DIR, F.col("kind"))
 
@@ -329,7 +336,7 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
     """The rows of epoch N the driver writes itself: the plan's offsets, and the watermark row
     (wm(N), the max event time, the events the filter dropped). ``staged_epoch`` takes the
     watermark row's presence as "the epoch is complete": it is in the same commit as the rest."""
-    schema = pa.schema([f for f in staging_schema(config) if f.name != "epoch"])
+    schema = _without_epoch(staging_schema(config))
     common = {"plan_hash": plan.hash}
     offsets = _conform(schema, {
         **common, "kind": "offsets",
@@ -342,17 +349,38 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
     return pa.concat_tables([offsets, mark])
 
 
+# Quarantined records carry their raw bytes into staging: an epoch with more than this many is
+# written by the executors whatever its row bound (a row bound says nothing about width).
+COLLECT_RAW_BYTES = 64 * 1024 * 1024
+
+
+def collects(config: PipelineConfig, plan: Plan, state: EpochState, frames: Frames) -> bool:
+    """Whether epoch N is small enough to collect to the driver (``spark.collect_rows``), known
+    before anything is computed: its staged rows are at most N-1's open windows plus, per
+    record, one row per window it falls in (a window, or a late row) or one quarantine row."""
+    if state.rows is None or config.spark.collect_rows == 0:
+        return False
+    bound = state.rows + plan.records * window_type(config.window).windows_per_event()
+    return bound <= config.spark.collect_rows and frames.quarantined_bytes <= COLLECT_RAW_BYTES
+
+
 def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: EpochState,
                 frames: Frames, timings: dict[str, float]) -> StagedFiles:
-    """Write epoch N's rows as files under staging (executors: windows, state, side rows; the
-    driver: offsets and the watermark row). Nothing is visible until ``staging_files.commit``."""
+    """Write epoch N's rows as files under staging: windows, state and side rows by the
+    executors, or by the driver when the epoch is small (``collects``); offsets and the
+    watermark row by the driver. Nothing is visible until ``staging_files.commit``."""
     from pyspark.sql import functions as F
 
     watermark, max_event = epoch_watermark(config, plan, state, frames.max_event_ms)
     directory = staging_files.attempt_dir(tables.staging, plan.epoch)
+    rows = staging_frame(F, config, plan, frames, watermark)
+    on_driver = collects(config, plan, state, frames)
     with timed() as took:
-        staging_files.write_frame(staging_frame(F, config, plan, frames, watermark), directory,
-                                  config.spark.shuffle_partitions)
+        if on_driver:
+            staging_files.write_collected(rows.drop(KIND_DIR).toArrow(), directory,
+                                          _without_epoch(staging_schema(config)))
+        else:
+            staging_files.write_frame(rows, directory, config.spark.shuffle_partitions)
     timings["aggregate"] = took["ms"]
     staging_files.write_table(protocol_rows(config, plan, watermark, max_event,
                                             frames.filtered), directory, "protocol")
@@ -360,7 +388,12 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
     counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
-    return StagedFiles(files, counts, watermark)
+    return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")
+
+
+def _without_epoch(schema: pa.Schema) -> pa.Schema:
+    """The staging schema of the files: ``epoch`` is the partition, in the paths."""
+    return pa.schema([f for f in schema if f.name != "epoch"])
 
 
 def count_kinds(rows: pa.Table) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""Staging an epoch without collecting it: executors write Parquet, the driver commits the files.
+"""Staging an epoch in files: executors (or, for a small epoch, the driver) write Parquet, and the
+driver commits the files in one Delta transaction.
 
 Precommit used to collect every row of epoch N (its whole state of open windows included) to
 the driver and write it with delta-rs, so the state was bounded by one process's memory. Now
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
@@ -69,6 +71,14 @@ def write_frame(frame: Any, directory: str, tasks: int) -> None:
      .partitionBy(KIND_DIR).parquet(directory))
 
 
+def write_collected(rows: pa.Table, directory: str, schema: pa.Schema) -> None:
+    """The driver writes epoch N's collected rows under ``directory``: one file per kind, so
+    each add action's kind statistics name one kind, as the executors' files do."""
+    rows = rows.select(schema.names).cast(schema)
+    for kind in sorted(pc.unique(rows["kind"]).to_pylist()):
+        write_table(rows.filter(pc.equal(rows["kind"], kind)), directory, f"rows-{kind}")
+
+
 def files_holding(staging: DeltaTable, epoch: int, kind: str) -> tuple[str, ...]:
     """The URIs of epoch N's committed files that may hold rows of ``kind``: delta-rs prunes
     by the partition and by the kind range each add action's statistics carry (a file without
@@ -76,6 +86,26 @@ def files_holding(staging: DeltaTable, epoch: int, kind: str) -> tuple[str, ...]
     and quarantine ones."""
     return tuple(staging.file_uris(file_pruning_predicate=[
         ("epoch", "=", str(int(epoch))), ("kind", "=", kind)]))
+
+
+def rows_holding(staging: DeltaTable, epoch: int, kind: str) -> int | None:
+    """How many rows epoch N's committed files that may hold ``kind`` have, from their add
+    actions (an upper bound on the rows of that kind); None when a file carries no row count
+    or kind statistics."""
+    actions = pa.table(staging.get_add_actions(flatten=True))
+    if not {"num_records", "min.kind", "max.kind"} <= set(actions.column_names):
+        return None
+    total = 0
+    for action in actions.select(["partition.epoch", "num_records", "min.kind",
+                                  "max.kind"]).to_pylist():
+        if action["partition.epoch"] != str(int(epoch)):
+            continue
+        low, high, rows = action["min.kind"], action["max.kind"], action["num_records"]
+        if rows is None or low is None or high is None:
+            return None
+        if low <= kind <= high:
+            total += rows
+    return total
 
 
 def write_table(rows: pa.Table, directory: str, name: str) -> None:

@@ -34,6 +34,11 @@ class WindowType(ABC):
         return F.col(END) <= F.lit(watermark_ms)
 
     @abstractmethod
+    def windows_per_event(self) -> int:
+        """The most rows ``assign`` gives one event: what bounds an epoch's new windows and late
+        rows (``eos.stage`` sizes the staging write by it)."""
+
+    @abstractmethod
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
         """Partial windows (``group``, START, END, state columns) of this epoch unioned with the
         open windows of the last: one merged row per window, same columns."""
@@ -58,6 +63,9 @@ class FixedWindows(WindowType):
         return (events.withColumn(START, start)
                 .withColumn(END, F.col(START) + F.lit(self.size)))
 
+    def windows_per_event(self) -> int:
+        return -(-self.size // self.slide)
+
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
         return partials.groupBy(*group, START, END).agg(*merges)
 
@@ -74,6 +82,9 @@ class SessionWindows(WindowType):
     def assign(self, F: Any, events: Any, time: str) -> Any:
         return (events.withColumn(START, F.col(time))
                 .withColumn(END, F.col(time) + F.lit(self.gap)))
+
+    def windows_per_event(self) -> int:
+        return 1
 
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
         from pyspark.sql import Window
