@@ -54,6 +54,7 @@ class Env:
         sinks: dict[str, Any] | None = None,
         compute: dict[str, Any] | None = None,
         log_retention_ms: int | None = None,
+        sink_log_retention_ms: int | None = None,
     ) -> PipelineConfig:
         """A pipeline config file under the work dir (spark-submit needs a real file)."""
         data = {
@@ -78,12 +79,21 @@ class Env:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         config = load_config(path)
-        if log_retention_ms is None:
-            return config
-        # Below the config's floor (1 h) so that 1,000 epochs built in minutes get cleaned up:
-        # safe here, where no two attempts of an epoch ever run at once.
-        epoch = config.epoch.model_copy(update={"log_retention": log_retention_ms})
-        return config.model_copy(update={"epoch": epoch})
+        # Retentions below the config's floor (1 h), so that 1,000 epochs built in minutes get
+        # cleaned up: safe here, where no two attempts of an epoch ever run at once.
+        if log_retention_ms is not None:
+            epoch = config.epoch.model_copy(update={"log_retention": log_retention_ms})
+            config = config.model_copy(update={"epoch": epoch})
+        if sink_log_retention_ms is not None and sinks is None:
+            from eos.sinks.delta import DeltaSinkOptions
+
+            bounded = {output: [{"delta": DeltaSinkOptions.model_construct(
+                table=table, log_retention=sink_log_retention_ms)}]
+                for output, table in (("windows", "target"), ("late", "late"),
+                                      ("quarantine", "quarantine"))}
+            config = config.model_copy(
+                update={"sinks": config.sinks.model_copy(update=bounded)})
+        return config
 
 
 @contextlib.contextmanager

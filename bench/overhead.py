@@ -101,11 +101,13 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
 
 
 def measure(env: Env, at: list[int], probes: int, log: Any = print,
-            log_retention_ms: int | None = None) -> list[Probe]:
+            log_retention_ms: int | None = None,
+            sink_log_retention_ms: int | None = None) -> list[Probe]:
     """Build history up to each count in ``at`` and probe there."""
     from eos import broker
 
-    config = env.config("overhead", "bench-overhead", log_retention_ms=log_retention_ms)
+    config = env.config("overhead", "bench-overhead", log_retention_ms=log_retention_ms,
+                        sink_log_retention_ms=sink_log_retention_ms)
     _ensure_topic(broker.read_state()["bootstrap"] if broker.read_state() else env.bootstrap,
                   config.kafka.topic)
     done, out = 0, []
@@ -156,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-retention", type=parse_duration_ms, help="the pipeline's "
                    "epoch.log_retention, e.g. 0s (default: the config's, 24h; below the config's "
                    "1 h floor is allowed here, where attempts never race)")
+    p.add_argument("--sink-log-retention", type=parse_duration_ms, help="the three Delta "
+                   "sinks' log_retention option, e.g. 0s (default: none, Delta's 30 days; below "
+                   "the option's 1 h floor is allowed here)")
     args = p.parse_args(argv)
     with environment(args.workdir) as env:
         probes = measure(env, args.at, args.probes,
                          log=lambda msg: print(msg, file=sys.stderr),
-                         log_retention_ms=args.log_retention)
+                         log_retention_ms=args.log_retention,
+                         sink_log_retention_ms=args.sink_log_retention)
     print("\n" + render(probes))
     return 0
 

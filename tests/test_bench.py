@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
@@ -67,7 +68,11 @@ def test_epochs_view_benchmark_prints_every_figure(kafka: str, spark: Any, data_
 def test_overhead_benchmark_counts_each_phase(kafka: str, spark: Any, data_dir: Path,
                                              tmp_path: Path) -> None:
     with environment(tmp_path / "overhead", spark=spark) as env:
-        probes = overhead.measure(env, at=[3], probes=2, log=lambda _msg: None)
+        probes = overhead.measure(env, at=[3], probes=2, log=lambda _msg: None,
+                                  sink_log_retention_ms=0)
+        target = env.workdir / "tables" / "overhead" / "target"
+    assert DeltaTable(str(target)).metadata().configuration[
+        "delta.logRetentionDuration"] == "interval 0 seconds"
     assert [p.epochs_logged for p in probes] == [3]
     calls = probes[0].calls
     # begin reads the log once and the last checkpoint once; commit reads log, staging and

@@ -166,6 +166,11 @@ def test_sinks_default_to_the_three_delta_tables_and_are_declared_per_output() -
     assert (kafka_sink.output, kafka_sink.name) == ("windows", "kafka:clicks-per-minute")
     assert kafka_sink.options.markers == "clicks-per-minute.eos-markers"
     assert kafka_sink.transactional_id == "eos:clicks_to_kafka:kafka:clicks-per-minute"
+    bounded = load_config_dict({**GOOD, "sinks": {"windows": [
+        {"delta": {"table": "target", "log_retention": "2h"}}]}})
+    delta_sink = sinks_for(bounded)[0]
+    assert delta_sink.name == "delta:target" and delta_sink.path.endswith("/target")
+    assert delta_sink.options.log_retention == 7_200_000
 
 
 @pytest.mark.parametrize(
@@ -176,6 +181,9 @@ def test_sinks_default_to_the_three_delta_tables_and_are_declared_per_output() -
         ({"windows": [{"kafka": {"topic": "bad topic!"}}]}, "kafka sink: topic"),
         ({"windows": [{"kafka": {"topic": "t", "acks": 0}}]}, "kafka sink: acks"),
         ({"windows": [{"delta": ""}]}, "a delta sink names a table"),
+        ({"windows": [{"delta": {"table": "t", "log_retention": "10m"}}]},
+         "log_retention: Input should be greater than or equal to 3600000"),
+        ({"windows": [{"delta": {"table": "t", "vacuum": "1d"}}]}, "vacuum: Extra inputs"),
         ({"windows": []}, "sinks.windows"),
         ({"windows": [{"delta": "t"}], "late": [{"delta": "t"}]}, "repeated: ['delta:t']"),
     ],

@@ -329,9 +329,13 @@ SinkSpec = Annotated[dict[str, Any], BeforeValidator(_one_sink)]
 class SinksConfig(_Strict):
     """Where each output of an epoch goes. Every sink receives each epoch exactly once."""
 
-    windows: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "target"}], min_length=1)
-    late: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "late"}])
-    quarantine: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "quarantine"}])
+    # Defaults are validated too: each sink's options are its module's typed value.
+    windows: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "target"}], min_length=1,
+                                    validate_default=True)
+    late: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "late"}],
+                                 validate_default=True)
+    quarantine: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "quarantine"}],
+                                       validate_default=True)
 
     def by_output(self) -> list[tuple[str, dict[str, Any]]]:
         """(output, spec) in commit order: outputs as declared here, sinks as listed."""

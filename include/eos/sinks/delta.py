@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from eos import faults
+from eos.config import DurationMs
 from eos.errors import CommitConflict, ProtocolViolation, SinkUnavailable
 from eos.outcomes import Outcome
 from eos.sinks.base import NO_EPOCH, Sink, SinkCommit
@@ -108,7 +111,24 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     )
 
 
-def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = None) -> None:
+class DeltaSinkOptions(BaseModel):
+    """``{delta: NAME}`` or ``{delta: {table: NAME, log_retention: 7d}}``.
+
+    ``log_retention`` (at least 1 h, as ``epoch.log_retention`` and for the same reason: a
+    writer whose snapshot predates a log cleanup could commit under a freed version number)
+    becomes the table's ``delta.logRetentionDuration``. delta-rs checkpoints a table every 100
+    commits and then deletes the commit files older than that, so the log of a table written
+    once per epoch stays bounded instead of keeping 30 days of commits (Delta's default), which
+    every append lists (docs/benchmarks.md, session 10). Time travel, and a rewind, reach back
+    as far as the retention. Unset: the table keeps Delta's default, or what its owner set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    table: str = Field(min_length=1)
+    log_retention: DurationMs | None = Field(default=None, ge=3_600_000)
+
+
+def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = None,
+                 configuration: dict[str, str] | None = None) -> None:
     """Create a Delta table unless it exists; two processes creating it at once is fine.
 
     delta-rs 1.6.6 may then record two ``CREATE TABLE`` commits (versions 0 and 1, the same
@@ -123,36 +143,62 @@ def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = 
     if pooled(path) or DeltaTable.is_deltatable(path):
         return
     try:
-        DeltaTable.create(path, schema=schema, partition_by=partition_by, mode="ignore")
+        DeltaTable.create(path, schema=schema, partition_by=partition_by, mode="ignore",
+                          configuration=configuration)
     except Exception as error:  # lost a creation race, or really cannot create
         if not DeltaTable.is_deltatable(path):
             raise EosError(f"cannot create Delta table at {path}: {error}") from None
 
 
 class DeltaSink(Sink):
-    """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``."""
+    """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``;
+    ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
 
     kind = "delta"
+    options: DeltaSinkOptions
 
     @classmethod
-    def parse_options(cls, options: Any) -> str:
-        if not isinstance(options, str) or not options.strip():
-            raise ValueError(f"a delta sink names a table or a path, got {options!r}")
-        return options.strip()
+    def parse_options(cls, options: Any) -> DeltaSinkOptions:
+        data = {"table": options} if isinstance(options, str) else options
+        if isinstance(data, dict) and isinstance(data.get("table"), str):
+            data = {**data, "table": data["table"].strip()}
+        try:
+            return DeltaSinkOptions.model_validate(data)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                                 for e in error.errors())
+            raise ValueError(f"a delta sink names a table or a path: {problems}") from None
 
     @classmethod
-    def describe(cls, options: str) -> str:
-        return options
+    def describe(cls, options: DeltaSinkOptions) -> str:
+        return options.table
 
     @property
     def path(self) -> str:
         """Relative names live under the pipeline's table root; paths and URIs are used as is."""
-        if "://" in self.options or Path(self.options).is_absolute():
-            return self.options
-        return str(self.config.root / self.options)
+        table = self.options.table
+        if "://" in table or Path(table).is_absolute():
+            return table
+        return str(self.config.root / table)
+
+    def _properties(self) -> dict[str, str]:
+        """The table properties the options ask for (none unless ``log_retention``)."""
+        from eos.maintenance import LOG_RETENTION, log_retention_property
+
+        if self.options.log_retention is None:
+            return {}
+        return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
     def prepare(self, schema: pa.Schema) -> None:
-        create_table(self.path, schema)
+        create_table(self.path, schema, configuration=self._properties() or None)
+
+    def _apply_properties(self, snapshot: DeltaTable) -> None:
+        """A table created before the option was set gets it on its next commit (one metadata
+        commit; a concurrent append re-checks through ``fenced_append``'s retry)."""
+        wanted = self._properties()
+        configuration = snapshot.metadata().configuration
+        if any(configuration.get(k) != v for k, v in wanted.items()):
+            snapshot.alter.set_table_properties(wanted)
 
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
@@ -171,6 +217,8 @@ class DeltaSink(Sink):
         with lent(self.path) as snapshot:
             if snapshot is None:
                 self.prepare(rows.schema)
+            else:
+                self._apply_properties(snapshot)
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
