@@ -84,6 +84,7 @@ class EpochTiming:
     aggregate: float = 0.0  # windows job + late/quarantine job (both on the cached parse)
     staging_write: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
+    written_by: str | None = None  # who wrote the staged files: "driver" or "executors"
 
     @property
     def precommit_other(self) -> float:
@@ -113,7 +114,7 @@ def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, Epo
         read_parse=ms.get("read_parse", 0.0) / 1000,
         aggregate=ms.get("aggregate", 0.0) / 1000,
         staging_write=ms.get("staging_write", 0.0) / 1000,
-        counts=dict(staged.counts),
+        counts=dict(staged.counts), written_by=staged.written_by,
     )
     return plan, timing
 

@@ -78,11 +78,16 @@ def inject_state(config_path: str, windows: int) -> None:
     replace_epoch(tables.staging, pa.concat_tables([kept.cast(schema), fabricated]), 0)
 
 
-def measure(env: Env, windows: int, epoch_records: int, log: Any = print) -> dict[str, Any]:
-    """Epoch 0, the injected state, then epoch 1 measured."""
-    name = f"state-{windows}"
+def measure(env: Env, windows: int, epoch_records: int, log: Any = print,
+            collect_rows: int | None = None) -> dict[str, Any]:
+    """Epoch 0, the injected state, then epoch 1 measured (``collect_rows``: the pipeline's
+    ``spark.collect_rows``, else the config's default)."""
+    name = f"state-{windows}" + ("" if collect_rows is None else f"-c{collect_rows}")
     config = env.config(name, f"bench-{name}", window="1d", lateness="0s",
                         max_records=epoch_records)
+    if collect_rows is not None:
+        config = config.model_copy(update={
+            "spark": config.spark.model_copy(update={"collect_rows": collect_rows})})
     records = sc.generator(2 * epoch_records, keys=1000)
     sc.send_chunk(env, config.kafka.topic, records, epoch_records)
     sc.eo_epoch(config, env.spark, f"{name}-0")
@@ -106,12 +111,14 @@ def measure(env: Env, windows: int, epoch_records: int, log: Any = print) -> dic
             "begin_s": timing.begin, "precommit_s": timing.precommit,
             "read_parse_s": timing.read_parse, "aggregate_s": timing.aggregate,
             "staging_write_s": timing.staging_write, "precommit_other_s": timing.precommit_other,
-            "commit_s": timing.commit, "total_s": timing.total, **sampler.peaks_mb()}
+            "commit_s": timing.commit, "total_s": timing.total,
+            "written_by": timing.written_by, **sampler.peaks_mb()}
 
 
 ROWS = [("open windows (state rows read)", "windows", "{:,}"),
         ("state rows written", "state_written", "{:,}"),
         ("events in the epoch", "records", "{:,}"),
+        ("staged by (spark.collect_rows)", "written_by", "{}"),
         ("epoch total (s)", "total_s", "{:.2f}"),
         ("  begin (s)", "begin_s", "{:.2f}"),
         ("  precommit (s)", "precommit_s", "{:.2f}"),
@@ -141,13 +148,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="open windows before the measured epoch (default 1000000)")
     p.add_argument("--epoch-records", type=int, default=100_000,
                    help="events in the measured epoch (default 100000)")
+    p.add_argument("--collect-rows", type=int, nargs="+", default=[None],
+                   help="spark.collect_rows values to run each size with (default: the "
+                        "config's); 0 = the executors write")
     p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
     args = p.parse_args(argv)
     results = []
     with environment(args.workdir) as env:
         for windows in args.windows:
-            results.append(measure(env, windows, args.epoch_records,
-                                   log=lambda msg: print(msg, file=sys.stderr)))
+            for collect_rows in args.collect_rows:
+                results.append(measure(env, windows, args.epoch_records,
+                                       log=lambda msg: print(msg, file=sys.stderr),
+                                       collect_rows=collect_rows))
     print("\n" + render(results))
     return 0
 

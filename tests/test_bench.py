@@ -92,6 +92,7 @@ def test_state_scale_benchmark_carries_the_injected_windows(kafka: str, spark: A
     # The 3,000 injected open windows stay open (one-day windows) next to the generator's keys.
     assert result["records"] == 400
     assert 3000 < result["state_written"] <= 3000 + 1000, result
+    assert result["written_by"] == "driver", result  # 4,400 rows at most: collected
     table = state_scale.render([result])
     for label, _, _ in state_scale.ROWS:
         assert label in table and "n/a" not in table.split(label, 1)[1].splitlines()[0], label

@@ -292,27 +292,33 @@ def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: 
 def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka: str,
                                                           spark: Any) -> None:
     """``spark.collect_rows`` decides who writes an epoch's files (the driver, from collected
-    Arrow, or the executors). Each epoch is staged both ways, one attempt aborted, and the
-    committed attempt alternates, so each writer also resumes from state the other wrote."""
+    Arrow, or the executors). Each epoch is staged both ways, the first attempt aborted, and
+    the committed writer alternates, so each resumes from state the other wrote. Epoch 1 also
+    runs with a ``collect_rows`` below what epoch 0 staged: predicted big, the executors write
+    it."""
+    def with_limit(config: PipelineConfig, rows: int) -> PipelineConfig:
+        return config.model_copy(
+            update={"spark": config.spark.model_copy(update={"collect_rows": rows})})
+
     config = write_pipeline(tmp_path, epoch={"max_records": 1000})
-    executors = config.model_copy(
-        update={"spark": config.spark.model_copy(update={"collect_rows": 0})})
     spec = GeneratorSpec(events=3000, keys=30, interval_ms=20, disorder_ms=1500,
                          late_fraction=0.05, late_delay_ms=20_000, bad_fraction=0.05, seed=11)
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
-    writers = [("executors", executors), ("driver", config)]
+    writers = [("executors", with_limit(config, 0)), ("driver", config)]
     kinds: Counter = Counter()
     for n in range(3):  # 1,000 records each
         plan = begin(config, run_id=f"writers-{n}")
+        attempts = [("predicted big", with_limit(config, 5)), *writers] if n == 1 else writers
         staged = {}
-        for i, (name, attempt) in enumerate(writers):
+        for i, (name, attempt) in enumerate(attempts):
+            if i:
+                assert abort(config, plan.epoch, "the next writer's turn") is Outcome.ABORTED
             result = precommit(attempt, plan.epoch, spark=spark)
-            assert (result.outcome, result.written_by) == (Outcome.STAGED, name)
+            expected = "executors" if name == "predicted big" else name
+            assert (result.outcome, result.written_by) == (Outcome.STAGED, expected)
             rows = staged_epoch(tables_for(config), plan.epoch, plan.hash).to_pylist()
             staged[name] = sorted(rows, key=lambda r: repr(sorted(r.items())))
-            if i == 0:
-                assert abort(config, plan.epoch, "the other writer's turn") is Outcome.ABORTED
-        assert staged["driver"] == staged["executors"]
+            assert staged[name] == staged[attempts[0][0]], name
         kinds.update(r["kind"] for r in staged["driver"])
         assert commit(config, plan.epoch).outcome is Outcome.COMMITTED
         writers.reverse()

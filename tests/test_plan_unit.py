@@ -37,12 +37,15 @@ def test_splits_cover_ranges_exactly() -> None:
     assert got == [(0, 5, 13), (0, 13, 21), (0, 21, 23)]
 
 
-def test_an_epoch_is_collected_only_when_its_staged_rows_are_bounded_small() -> None:
-    """The bound: N-1's open windows + records x windows per event (a hopping window of 60 s
-    sliding by 20 s puts an event in 3); unknown state or wide quarantined records go to the
-    executors, as does ``collect_rows: 0``."""
+
+
+def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
+    """The prediction: N-1 staged at most ``collect_rows`` rows. The guarantee: N-1's rows +
+    records x windows per event (a hopping window of 60 s sliding by 20 s puts an event in 3)
+    within ``COLLECT_MAX_ROWS``. Unknown counts, wide quarantined records and
+    ``collect_rows: 0`` go to the executors."""
     from eos.config import parse_config
-    from eos.stage import COLLECT_RAW_BYTES, EpochState, Frames, collects
+    from eos.stage import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, EpochState, Frames, collects
 
     def config(window: dict, collect_rows: int = 1000):
         return parse_config({
@@ -54,19 +57,20 @@ def test_an_epoch_is_collected_only_when_its_staged_rows_are_bounded_small() -> 
     tumbling = config({"type": "tumbling", "size": "60s"})
     hopping = config({"type": "hopping", "size": "60s", "slide": "20s"})
     session = config({"type": "session", "gap": "30s"})
-    plan = Plan("p", "t", 1, (PartitionRange(0, 0, 200), PartitionRange(1, 0, 100)))
-    frames = Frames(None, None, None, 0, quarantined_bytes=0)
+    small = Plan("p", "t", 1, (PartitionRange(0, 0, 200), PartitionRange(1, 0, 100)))
+    big = Plan("p", "t", 1, (PartitionRange(0, 0, COLLECT_MAX_ROWS - 1000),))
+    narrow = Frames(None, None, None, 0, quarantined_bytes=COLLECT_RAW_BYTES)
+    wide = Frames(None, None, None, 0, quarantined_bytes=COLLECT_RAW_BYTES + 1)
 
     def state(rows: int | None) -> EpochState:
         return EpochState((), "h", 0, None, rows)
 
-    assert collects(tumbling, plan, state(700), frames)  # 700 + 300 = 1000
-    assert not collects(tumbling, plan, state(701), frames)
-    assert collects(session, plan, state(700), frames)
-    assert collects(hopping, plan, state(100), frames)  # 100 + 3 x 300
-    assert not collects(hopping, plan, state(101), frames)
-    assert not collects(tumbling, plan, state(None), frames)
-    wide = Frames(None, None, None, 0, quarantined_bytes=COLLECT_RAW_BYTES + 1)
-    assert not collects(tumbling, plan, state(0), wide)
-    never = config({"type": "tumbling", "size": "60s"}, collect_rows=0)
-    assert not collects(never, Plan("p", "t", 1, ()), state(0), frames)
+    assert collects(tumbling, small, state(0), narrow)  # epoch 0
+    assert collects(tumbling, small, state(1000), narrow)
+    assert not collects(tumbling, small, state(1001), narrow)  # predicted big
+    assert collects(tumbling, big, state(1000), narrow)  # 1,000 + records: within the bound
+    assert not collects(hopping, big, state(1000), narrow)  # x 3 windows: past it
+    assert collects(session, big, state(1000), narrow)
+    assert not collects(tumbling, small, state(None), narrow)
+    assert not collects(tumbling, small, state(10), wide)
+    assert not collects(config({"type": "tumbling", "size": "60s"}, 0), small, state(0), narrow)

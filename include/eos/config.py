@@ -274,11 +274,12 @@ class SparkConfig(_Strict):
     shuffle_partitions: int = Field(default=2, gt=0)
     driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
-    # An epoch whose staged rows are bounded by this (N-1's open windows + records x windows per
-    # event) is collected to the driver as Arrow and written there, one Parquet file per kind; a
-    # larger one is written by the executors and never held by the driver. 0: always the
-    # executors. Either way the files enter staging in one Delta commit (``eos.staging_files``).
-    collect_rows: int = Field(default=500_000, ge=0)
+    # An epoch whose previous epoch staged at most this many rows is collected to the driver as
+    # Arrow (never more than this many rows: past the limit it is written by the executors) and
+    # written there, one Parquet file per kind; a Spark file write costs ~0.5 s per epoch however
+    # small. Larger epochs are written by the executors and never held by the driver. 0: always
+    # the executors. Either way the files enter staging in one Delta commit.
+    collect_rows: int = Field(default=50_000, ge=0)
 
 
 COMPUTE_MODE_ENV = "EOS_COMPUTE_MODE"  # deployment-wide default for pipelines that do not say

@@ -88,24 +88,17 @@ def files_holding(staging: DeltaTable, epoch: int, kind: str) -> tuple[str, ...]
         ("epoch", "=", str(int(epoch))), ("kind", "=", kind)]))
 
 
-def rows_holding(staging: DeltaTable, epoch: int, kind: str) -> int | None:
-    """How many rows epoch N's committed files that may hold ``kind`` have, from their add
-    actions (an upper bound on the rows of that kind); None when a file carries no row count
-    or kind statistics."""
+def rows_staged(staging: DeltaTable, epoch: int) -> int | None:
+    """How many rows epoch N staged (every kind), from its add actions' row counts; None when
+    a file carries none."""
     actions = pa.table(staging.get_add_actions(flatten=True))
-    if not {"num_records", "min.kind", "max.kind"} <= set(actions.column_names):
+    if "num_records" not in actions.column_names:
         return None
-    total = 0
-    for action in actions.select(["partition.epoch", "num_records", "min.kind",
-                                  "max.kind"]).to_pylist():
-        if action["partition.epoch"] != str(int(epoch)):
-            continue
-        low, high, rows = action["min.kind"], action["max.kind"], action["num_records"]
-        if rows is None or low is None or high is None:
-            return None
-        if low <= kind <= high:
-            total += rows
-    return total
+    partition = pc.cast(actions["partition.epoch"], pa.string())
+    mine = actions.filter(pc.equal(partition, str(int(epoch))))
+    if mine["num_records"].null_count:
+        return None
+    return pc.sum(mine["num_records"]).as_py() or 0
 
 
 def write_table(rows: pa.Table, directory: str, name: str) -> None:
