@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
-from bench import deltalog, epochs_view, overhead, rewind, state_scale
+from bench import deltalog, epochs_view, overhead, rewind, staging_writers, state_scale
 from bench.__main__ import options_from, parse_args
 from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
@@ -114,3 +114,14 @@ def test_delta_log_benchmark_times_kept_and_cleaned_logs() -> None:
     assert cleaned["log files"] < kept["log files"]  # the cleanup really removed commit files
     assert all(ms > 0 for name, ms in kept.items() if name != "log files")
     assert "| 12 | cleaned up |" in deltalog.render(rows)
+
+
+def test_staging_writers_benchmark_stages_each_pipeline_by_its_writer(
+        kafka: str, spark: Any, data_dir: Path, tmp_path: Path) -> None:
+    with environment(tmp_path / "writers", spark=spark) as env:
+        timings = staging_writers.measure(env, epochs=2, epoch_records=500, warmup=200,
+                                          log=lambda _msg: None)
+    # measure() itself raises if an epoch read other records or was staged by the other writer.
+    assert {name: len(runs) for name, runs in timings.items()} == {"driver": 2, "executors": 2}
+    table = staging_writers.render(timings)
+    assert "| driver | 2 |" in table and "| executors | 2 |" in table

@@ -274,10 +274,10 @@ class SparkConfig(_Strict):
     shuffle_partitions: int = Field(default=2, gt=0)
     driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
-    # An epoch whose previous epoch staged at most this many rows is collected to the driver as
-    # Arrow (never more than this many rows: past the limit it is written by the executors) and
-    # written there, one Parquet file per kind; a Spark file write costs ~0.5 s per epoch however
-    # small. Larger epochs are written by the executors and never held by the driver. 0: always
+    # An epoch whose previous epoch staged at most this many rows (and whose own rows are bounded
+    # by ``eos.stage.COLLECT_MAX_ROWS`` before it runs) is collected to the driver as Arrow and
+    # written there, one Parquet file per kind: a Spark file write costs ~0.5 s per epoch however
+    # small. Other epochs are written by the executors and never held by the driver. 0: always
     # the executors. Either way the files enter staging in one Delta commit.
     collect_rows: int = Field(default=50_000, ge=0)
 

@@ -350,8 +350,9 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
 
 
 # What the driver may ever collect, whatever the prediction: an epoch whose rows are not bounded
-# by this many (N-1's rows + records x windows per event) is written by the executors. 1M rows
-# cost the driver ~0.8 GiB more than the executors' write (docs/benchmarks.md, session 11).
+# by this many (N-1's rows + records x windows per event) is written by the executors. 390k
+# collected rows cost the driver 0.3 GiB more than the executors' write, so 1M ~0.8 GiB
+# (docs/benchmarks.md, session 11).
 COLLECT_MAX_ROWS = 1_000_000
 # Quarantined records carry their raw bytes into staging: an epoch with more than this many is
 # written by the executors (a row count says nothing about width).

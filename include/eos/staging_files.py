@@ -9,6 +9,13 @@ commits those files into staging in **one** Delta transaction that replaces part
 ``epoch=N`` (``DeltaTable.create_write_transaction`` with add actions for files already
 written; DESIGN §4: "one commit per epoch"). What the driver holds is a list of file names.
 
+A small epoch (``eos.stage.collects``: predicted small from the last epoch's row count, and
+bounded before it runs) is collected to the driver as Arrow instead and written there, one
+file per kind (``write_collected``): a Spark file write costs ~0.5 s per epoch however small (a
+job, a task per partition, the Hadoop commit protocol), which was most of what exactly-once cost
+over at-least-once on 200k-record epochs (docs/benchmarks.md, session 11). The directory, the
+files' statistics and the one commit are the same either way.
+
 Why this is still exactly once: files that no Delta commit names are invisible to every reader
 (an attempt killed mid-write leaves only those, and a vacuum deletes them); the one commit makes
 all of N's rows visible at once and drops any earlier attempt's; the protocol decides whether
@@ -102,7 +109,8 @@ def rows_staged(staging: DeltaTable, epoch: int) -> int | None:
 
 
 def write_table(rows: pa.Table, directory: str, name: str) -> None:
-    """The driver's own few rows of N (offsets, the watermark row) as one more file."""
+    """Rows of N the driver writes itself as one more file under ``directory``: always the
+    offsets and the watermark row; a small epoch's collected rows too (``write_collected``)."""
     filesystem, root = pa_fs.FileSystem.from_uri(_uri(directory))
     filesystem.create_dir(root, recursive=True)
     pq.write_table(rows, f"{root}/{name}.parquet", filesystem=filesystem)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from eos.outcomes import Outcome
 
@@ -26,6 +28,19 @@ if TYPE_CHECKING:
     from eos.config import PipelineConfig
 
 NO_EPOCH = -1
+
+Options = TypeVar("Options", bound=BaseModel)
+
+
+def validated_options(model: type[Options], data: Any, what: str) -> Options:
+    """A sink's options as its typed value, or a ValueError naming every problem: ``what``
+    starts the message (the config loader adds where in the file)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                             for e in error.errors())
+        raise ValueError(f"{what}: {problems}") from None
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from eos import faults
 from eos.config import DurationMs
 from eos.errors import CommitConflict, ProtocolViolation, SinkUnavailable
 from eos.outcomes import Outcome
-from eos.sinks.base import NO_EPOCH, Sink, SinkCommit
+from eos.sinks.base import NO_EPOCH, Sink, SinkCommit, validated_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -162,12 +162,7 @@ class DeltaSink(Sink):
         data = {"table": options} if isinstance(options, str) else options
         if isinstance(data, dict) and isinstance(data.get("table"), str):
             data = {**data, "table": data["table"].strip()}
-        try:
-            return DeltaSinkOptions.model_validate(data)
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                                 for e in error.errors())
-            raise ValueError(f"a delta sink names a table or a path: {problems}") from None
+        return validated_options(DeltaSinkOptions, data, "a delta sink names a table or a path")
 
     @classmethod
     def describe(cls, options: DeltaSinkOptions) -> str:

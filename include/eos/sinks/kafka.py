@@ -45,12 +45,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from eos import faults
 from eos.errors import SinkRejected, SinkUnavailable
 from eos.outcomes import Outcome
-from eos.sinks.base import NO_EPOCH, Sink, SinkCommit
+from eos.sinks.base import NO_EPOCH, Sink, SinkCommit, validated_options
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
@@ -87,12 +87,7 @@ class KafkaSink(Sink):
     @classmethod
     def parse_options(cls, options: Any) -> KafkaSinkOptions:
         data = {"topic": options} if isinstance(options, str) else options
-        try:
-            return KafkaSinkOptions.model_validate(data)
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                                 for e in error.errors())
-            raise ValueError(f"kafka sink: {problems}") from None
+        return validated_options(KafkaSinkOptions, data, "kafka sink")
 
     @classmethod
     def describe(cls, options: KafkaSinkOptions) -> str:
