@@ -7,10 +7,13 @@ what is committed. Sinks' tables are the user's: their maintenance is the user's
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eos.layout import Tables
 from eos.tables import latest, local_path, open_table
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 VACUUM_RETENTION_HOURS = 24
 LOG_RETENTION = "delta.logRetentionDuration"
@@ -66,6 +69,14 @@ def log_retention_property(log_retention_ms: int) -> str:
     return f"interval {log_retention_ms // 1000} seconds"
 
 
+def ensure_properties(table: DeltaTable, wanted: dict[str, str]) -> None:
+    """Set the table properties that differ from ``wanted`` (one metadata commit, none when
+    they all match): the table handle moves to the version written."""
+    configuration = table.metadata().configuration
+    if any(configuration.get(k) != v for k, v in wanted.items()):
+        table.alter.set_table_properties(wanted)
+
+
 def _clean_log(path: str, log_retention_ms: int) -> int:
     """Checkpoint the table, then delete its commit files older than the retention that the
     checkpoint makes unneeded (delta-rs ``cleanup_metadata``, which honours the table's
@@ -78,9 +89,7 @@ def _clean_log(path: str, log_retention_ms: int) -> int:
     table = open_table(path)
     if table is None:
         return 0
-    wanted = log_retention_property(log_retention_ms)
-    if table.metadata().configuration.get(LOG_RETENTION) != wanted:
-        table.alter.set_table_properties({LOG_RETENTION: wanted})
+    ensure_properties(table, {LOG_RETENTION: log_retention_property(log_retention_ms)})
     table.create_checkpoint()
     before = _log_files(path)
     table.cleanup_metadata()

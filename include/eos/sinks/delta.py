@@ -187,13 +187,6 @@ class DeltaSink(Sink):
     def prepare(self, schema: pa.Schema) -> None:
         create_table(self.path, schema, configuration=self._properties() or None)
 
-    def _apply_properties(self, snapshot: DeltaTable) -> None:
-        """A table created before the option was set gets it on its next commit (one metadata
-        commit; a concurrent append re-checks through ``fenced_append``'s retry)."""
-        wanted = self._properties()
-        configuration = snapshot.metadata().configuration
-        if any(configuration.get(k) != v for k, v in wanted.items()):
-            snapshot.alter.set_table_properties(wanted)
 
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
@@ -207,13 +200,15 @@ class DeltaSink(Sink):
         """One Delta commit: the rows and ``txn(app id, epoch)``; see ``fenced_append``. The
         table is opened once (or a pooled handle brought up to date: ``eos.tables.lent``): the
         open is the existence check and the fencing snapshot."""
+        from eos.maintenance import ensure_properties
         from eos.tables import lent
 
         with lent(self.path) as snapshot:
             if snapshot is None:
                 self.prepare(rows.schema)
-            else:
-                self._apply_properties(snapshot)
+            else:  # a table created before the option was set gets it now (one metadata
+                # commit; a concurrent append re-checks through ``fenced_append``'s retry)
+                ensure_properties(snapshot, self._properties())
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
