@@ -25,6 +25,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="sizes above this run once (default: %(default)s)")
     p.add_argument("--epoch-records", type=int, default=defaults.epoch_records,
                    help="epoch.max_records of the benchmark pipeline (default: %(default)s)")
+    p.add_argument("--partitions", type=int, default=defaults.partitions,
+                   help="partitions of each size's topic; the embedded broker keeps 5 MiB per "
+                        "partition, ~50,000 of these records (default: %(default)s)")
     p.add_argument("--keys", type=int, nargs="+", default=defaults.keys,
                    help="distinct keys for the state-size runs (default: %(default)s)")
     p.add_argument("--key-events", type=int, default=defaults.key_events,
@@ -56,7 +59,8 @@ def options_from(args: argparse.Namespace, argv: list[str]) -> Options:
     given = {a.split("=")[0] for a in argv if a.startswith("--")}
     fields = {
         "events": "--events", "repeat": "--repeat", "single_above": "--single-above",
-        "epoch_records": "--epoch-records", "keys": "--keys", "key_events": "--key-events",
+        "epoch_records": "--epoch-records", "partitions": "--partitions", "keys": "--keys",
+        "key_events": "--key-events",
         "commit_rows": "--commit-rows", "commit_repeat": "--commit-repeat",
         "warmup_events": "--warmup-events", "submit_repeat": "--submit-repeat",
         "empty_epochs": "--empty-epochs", "epochlog_epochs": "--epochlog-epochs",

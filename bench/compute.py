@@ -35,6 +35,7 @@ from bench.env import Env, environment
 _SECONDS = re.compile(r"(\d+(?:\.\d+)?)s$")
 MODES = ("connect", "submit")
 PARTS = ("empty", "deployed", "dagrun")
+DEPLOYED_TOPIC = "bench-deployed"
 
 
 def eos_run(config_path: str, epochs: int) -> tuple[float, list[float], list[int]]:
@@ -92,7 +93,7 @@ def deployed(env: Env, events: int, chunk: int, log: Any) -> Deployed:
     from eos.plan import plan_of
     from eos.tables import tables_for
 
-    topic = "bench-deployed"
+    topic = DEPLOYED_TOPIC
     configs = {mode: mode_config(env, mode, "deployed", topic, chunk) for mode in MODES}
     alo_path = str(env.workdir / "tables" / "deployed-alo")
     records = sc.generator(events + chunk // 10)
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.compute", description=__doc__.split("\n")[0])
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--epoch-records", type=int, default=sc.MAX_RETAINED_EVENTS)
+    p.add_argument("--partitions", type=int, default=sc.DEFAULT_PARTITIONS,
+                   help="partitions of the throughput topic; the embedded broker keeps 5 MiB "
+                        "per partition, ~50,000 of these records (default: %(default)s)")
     p.add_argument("--empty-epochs", type=int, default=6)
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
                    help="which measurements to run (default: all, in this order)")
@@ -215,8 +219,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from eos import connect
 
+    if args.epoch_records > sc.max_retained_events(args.partitions):
+        p.error(f"--epoch-records {args.epoch_records:,}: {args.partitions} partitions retain "
+                f"about {sc.max_retained_events(args.partitions):,} records (raise --partitions)")
     results: dict[str, Any] = {}
-    with environment() as env:
+    with environment(topics=[f"{DEPLOYED_TOPIC}:{args.partitions}"]) as env:
         base = Path(os.environ["EOS_DATA_DIR"])
         log(f"bench: broker {env.bootstrap}; starting a Spark Connect server")
         state = connect.start(base=base, port=0)

@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,9 +98,15 @@ class Env:
 
 @contextlib.contextmanager
 def environment(
-    workdir: Path | None = None, spark: Any = None, keep: bool = False
+    workdir: Path | None = None, spark: Any = None, keep: bool = False,
+    topics: Sequence[str] = (),
 ) -> Iterator[Env]:
-    """Set up (and tear down) broker, data dir and Spark; reuse a given session if any."""
+    """Set up (and tear down) broker, data dir and Spark; reuse a given session if any.
+
+    ``topics`` (``NAME:PARTITIONS``) are created when this starts the embedded broker itself;
+    with a broker already serving (the test suite's, or ``KAFKA_BOOTSTRAP_SERVERS``) a note
+    says they were not, and a topic gets that broker's default partitions.
+    """
     from eos import broker
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -120,9 +126,12 @@ def environment(
                 bootstrap = broker.read_state()["bootstrap"]
             else:
                 os.environ["EOS_DATA_DIR"] = str(root / "data")
-                bootstrap = broker.start()["bootstrap"]
+                bootstrap = broker.start(topics)["bootstrap"]
                 started_broker = True
             env = Env(root, bootstrap, spark, sampler)
+            if topics and not started_broker:
+                env.notes.append(f"topics {', '.join(topics)} not created: the broker at "
+                                 f"{bootstrap} was already serving")
             if own_spark:
                 from eos.spark import local_session as spark_session
 

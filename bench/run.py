@@ -26,7 +26,8 @@ class Options:
     events: list[int] = field(default_factory=lambda: [100_000, 1_000_000, 5_000_000])
     repeat: int = 3
     single_above: int = 2_000_000  # sizes above this run once (time budget)
-    epoch_records: int = 200_000  # at most sc.MAX_RETAINED_EVENTS
+    epoch_records: int = 200_000  # at most sc.max_retained_events(partitions)
+    partitions: int = 4  # of each size's topic on the embedded broker (5 MiB per partition)
     keys: list[int] = field(default_factory=lambda: [100, 10_000, 100_000])
     key_events: int = 120_000
     key_epochs: int = 2
@@ -95,7 +96,8 @@ def run(opts: Options, spark: Any = None, log: Log | None = None) -> dict[str, A
         "machine": machine(), "options": asdict(opts), "sizes": [],
     }
     workdir = Path(opts.workdir) if opts.workdir else None
-    with environment(workdir, spark=spark, keep=opts.keep) as env:
+    topics = [f"{_topic(n)}:{opts.partitions}" for n in opts.events]
+    with environment(workdir, spark=spark, keep=opts.keep, topics=topics) as env:
         results["machine"]["bootstrap"] = env.bootstrap
         log(f"bench: broker {env.bootstrap}, work dir {env.workdir}")
         _warmup(env, opts, log)
@@ -114,6 +116,7 @@ def run(opts: Options, spark: Any = None, log: Log | None = None) -> dict[str, A
         results["keys"] = _keys(env, opts, log)
         results["epochlog"] = _epochlog_growth(env, opts, log)
         results["memory"] = {"tree": env.sampler.overall_mb()}
+        results["notes"] = env.notes
     results["memory"].update(rusage_peaks_mb())
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in load] if load else None
@@ -175,14 +178,19 @@ def timing_id() -> int:
     return next(_ids)
 
 
+def _topic(n: int) -> str:
+    return f"bench-{n}"
+
+
 def _size(env: Env, opts: Options, n: int, log: Log, profile: bool) -> dict[str, Any]:
     """Stream ``n`` events through every pipeline of this size, one epoch's worth at a time."""
-    topic = f"bench-{n}"
+    topic = _topic(n)
     reps = opts.repeat if n <= opts.single_above else 1
     chunk = opts.epoch_records
-    if chunk > sc.MAX_RETAINED_EVENTS:
+    if chunk > sc.max_retained_events(opts.partitions):
         raise ValueError(f"--epoch-records {chunk:,}: the embedded broker retains only about "
-                         f"{sc.MAX_RETAINED_EVENTS:,} of these events")
+                         f"{sc.max_retained_events(opts.partitions):,} of these events in "
+                         f"{opts.partitions} partitions (raise --partitions)")
 
     def track(kind: str, r: int) -> Track:
         name = f"{kind}-{n}-{r}"

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from bench.env import Env
 from eos.config import PipelineConfig
+from eos.mock_cluster import DEFAULT_PARTITIONS
 from eos.plan import Plan
 
 # The demo's shape of traffic: 1% deliberately late, 0.5% malformed, a little disorder.
@@ -39,9 +40,18 @@ def now() -> float:
 
 # The embedded broker is librdkafka's mock cluster, which keeps at most 5 MiB per partition
 # (rdkafka_mock.c: mpart->max_size) and silently drops the oldest message sets beyond that:
-# about 58,000 of these ~90-byte records per partition, 230,000 over the 4 partitions. So the
-# input is streamed: the benchmark produces one epoch's worth, runs that epoch, produces the next.
-MAX_RETAINED_EVENTS = 200_000
+# about 58,000 of these ~90-byte records per partition, 230,000 over the default 4 partitions.
+# So the input is streamed: the benchmark produces one epoch's worth, runs that epoch, produces
+# the next; and a bigger epoch needs a topic created with more partitions (``--partitions``,
+# ``eos.broker.TopicSpec``).
+RETAINED_PER_PARTITION = 50_000
+
+
+def max_retained_events(partitions: int = DEFAULT_PARTITIONS) -> int:
+    return RETAINED_PER_PARTITION * partitions
+
+
+MAX_RETAINED_EVENTS = max_retained_events()  # 200,000 on a topic with the default partitions
 
 
 def generator(events: int, keys: int = 1000, **traffic: Any) -> Iterator[Any]:

@@ -16,7 +16,7 @@ import pytest
 
 from eos import broker as embedded
 from eos.audit import read_range
-from eos.errors import KafkaUnavailable, TopicMissing
+from eos.errors import EosError, KafkaUnavailable, TopicMissing
 from eos.kafka import client_settings, topic_watermarks
 from eos.processes import alive
 from eos.produce import GeneratorSpec, generate, produce
@@ -24,6 +24,16 @@ from eos.produce import GeneratorSpec, generate, produce
 from support import unique_topic
 
 pytestmark = pytest.mark.integration
+
+
+def _produce_spread(bootstrap: str, topic: str, n: int, value: bytes) -> None:
+    """``n`` keyed records, spread over the partitions by key."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                     "linger.ms": 5})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=value)
+        p.poll(0)
+    assert p.flush(30) == 0
 
 
 def _produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
@@ -192,3 +202,35 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
+
+
+@pytest.mark.skipif(bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="embedded only")
+def test_a_topic_named_at_start_gets_its_partitions_and_holds_more(tmp_path: Path) -> None:
+    """The mock keeps 5 MiB per partition and drops the oldest beyond it: a topic started with
+    16 partitions holds every one of 30 MB of records, one with the default 4 does not."""
+    state = embedded.start(["wide:16", "narrow"], base=tmp_path)
+    try:
+        bootstrap = state["bootstrap"]
+        assert state["topics"] == {"wide": 16, "narrow": 4}
+        for topic in ("wide", "narrow"):
+            _produce_spread(bootstrap, topic, 30_000, value=b"x" * 1000)
+        settings = {"bootstrap.servers": bootstrap}
+        wide = topic_watermarks(settings, "wide")
+        narrow = topic_watermarks(settings, "narrow")
+        assert len(wide) == 16 and len(narrow) == 4
+        assert sum(high - low for low, high in wide.values()) == 30_000
+        assert sum(high - low for low, high in narrow.values()) < 30_000  # the oldest dropped
+        # A running broker returns as it is for a plain name, refuses a count it lacks.
+        assert embedded.start(["other", "wide:16"], base=tmp_path)["pid"] == state["pid"]
+        with pytest.raises(EosError, match=r"without topic wide:8 \(16 partitions\)"):
+            embedded.start(["wide:8"], base=tmp_path)
+    finally:
+        embedded.stop(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", ":3", "t:", "t:0", "t:x", "t:-1"])
+def test_a_topic_spec_is_a_name_and_a_positive_count(text: str) -> None:
+    with pytest.raises(EosError, match="NAME or NAME:PARTITIONS"):
+        embedded.TopicSpec.parse(text)
+    assert embedded.TopicSpec.parse("t:3") == embedded.TopicSpec("t", 3)
+    assert str(embedded.TopicSpec.parse("t")) == "t"

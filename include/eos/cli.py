@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("broker", help="the embedded Kafka-protocol broker")
     p.add_argument("action", choices=["start", "stop", "status"])
-    p.add_argument("--topic", action="append", help="create this topic at start (repeatable)")
+    p.add_argument("--topic", action="append",
+                   help="create this topic at start: NAME or NAME:PARTITIONS (default 4; the "
+                        "embedded broker keeps 5 MiB per partition) (repeatable)")
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("spark", help="the long-lived Spark Connect server (compute.mode: connect)")
