@@ -34,9 +34,12 @@ def library_path() -> str:
     """The librdkafka confluent-kafka uses: the wheel's bundled copy, else the system's."""
     import confluent_kafka
 
-    bundled = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
-    for candidate in sorted(bundled.glob("librdkafka*.so*")):
-        return str(candidate)
+    package = Path(confluent_kafka.__file__).parent
+    bundled = package.parent / "confluent_kafka.libs"  # Linux wheels (auditwheel)
+    shipped = sorted([*bundled.glob("librdkafka*.so*"),
+                      *(package / ".dylibs").glob("librdkafka*.dylib")])  # macOS (delocate)
+    if shipped:
+        return str(shipped[0])
     found = ctypes.util.find_library("rdkafka")
     if found is None:
         raise MockClusterError("librdkafka not found: neither confluent-kafka's bundled copy "
