@@ -219,9 +219,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from eos import connect
 
-    if args.epoch_records > sc.max_retained_events(args.partitions):
-        p.error(f"--epoch-records {args.epoch_records:,}: {args.partitions} partitions retain "
-                f"about {sc.max_retained_events(args.partitions):,} records (raise --partitions)")
+    try:
+        sc.check_retained(args.epoch_records, args.partitions)
+    except ValueError as error:
+        p.error(str(error))
     results: dict[str, Any] = {}
     with environment(topics=[f"{DEPLOYED_TOPIC}:{args.partitions}"]) as env:
         base = Path(os.environ["EOS_DATA_DIR"])

@@ -27,7 +27,7 @@ class Options:
     repeat: int = 3
     single_above: int = 2_000_000  # sizes above this run once (time budget)
     epoch_records: int = 200_000  # at most sc.max_retained_events(partitions)
-    partitions: int = 4  # of each size's topic on the embedded broker (5 MiB per partition)
+    partitions: int = sc.DEFAULT_PARTITIONS  # of each size's topic (5 MiB per partition)
     keys: list[int] = field(default_factory=lambda: [100, 10_000, 100_000])
     key_events: int = 120_000
     key_epochs: int = 2
@@ -187,10 +187,7 @@ def _size(env: Env, opts: Options, n: int, log: Log, profile: bool) -> dict[str,
     topic = _topic(n)
     reps = opts.repeat if n <= opts.single_above else 1
     chunk = opts.epoch_records
-    if chunk > sc.max_retained_events(opts.partitions):
-        raise ValueError(f"--epoch-records {chunk:,}: the embedded broker retains only about "
-                         f"{sc.max_retained_events(opts.partitions):,} of these events in "
-                         f"{opts.partitions} partitions (raise --partitions)")
+    sc.check_retained(chunk, opts.partitions)
 
     def track(kind: str, r: int) -> Track:
         name = f"{kind}-{n}-{r}"

@@ -54,6 +54,15 @@ def max_retained_events(partitions: int = DEFAULT_PARTITIONS) -> int:
 MAX_RETAINED_EVENTS = max_retained_events()  # 200,000 on a topic with the default partitions
 
 
+def check_retained(records: int, partitions: int = DEFAULT_PARTITIONS) -> None:
+    """Refuse epochs of more records than a topic of ``partitions`` on the embedded broker
+    retains: the oldest would be dropped before the epoch reads them."""
+    if records > max_retained_events(partitions):
+        raise ValueError(f"epochs of {records:,} records: the embedded broker retains only "
+                         f"about {max_retained_events(partitions):,} of these events in "
+                         f"{partitions} partitions (raise --partitions)")
+
+
 def generator(events: int, keys: int = 1000, **traffic: Any) -> Iterator[Any]:
     from eos.produce import GeneratorSpec, generate
 

@@ -488,9 +488,7 @@ def run(env: Any, events: int, chunk: int, log: Log, topic: str = "bench-peer",
     """``events`` records, ``chunk`` at a time, each epoch through EO and then the stream,
     after ``warmup`` records through both that are not measured (first Python workers, first
     tables, first state store)."""
-    if max(chunk, warmup) > sc.MAX_RETAINED_EVENTS:
-        raise ValueError(f"epochs of {max(chunk, warmup):,} records: the embedded broker "
-                         f"retains only about {sc.MAX_RETAINED_EVENTS:,} of these events")
+    sc.check_retained(max(chunk, warmup))
     config = env.config(EO_NAME, topic, max_records=max(chunk, warmup))
     peer = Peer(config, env.workdir / PEER_DIR)
     peer.prepare()

@@ -26,20 +26,19 @@ from support import unique_topic
 pytestmark = pytest.mark.integration
 
 
-def _produce_spread(bootstrap: str, topic: str, n: int, value: bytes) -> None:
-    """``n`` keyed records, spread over the partitions by key."""
+def _produce(bootstrap: str, topic: str, n: int, partition: int | None = 0,
+             value: bytes | None = None) -> None:
+    """``n`` records to ``partition``, or with ``partition=None`` keyed and spread over the
+    partitions by key; each value is ``value``, else ``v<i>``."""
     p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                      "linger.ms": 5})
     for i in range(n):
-        p.produce(topic, key=b"k%d" % i, value=value)
+        record = value if value is not None else b"v%d" % i
+        if partition is None:
+            p.produce(topic, key=b"k%d" % i, value=record)
+        else:
+            p.produce(topic, value=record, partition=partition)
         p.poll(0)
-    assert p.flush(30) == 0
-
-
-def _produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
-    p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        p.produce(topic, value=b"v%d" % i, partition=partition)
     assert p.flush(30) == 0
 
 
@@ -213,7 +212,7 @@ def test_a_topic_named_at_start_gets_its_partitions_and_holds_more(tmp_path: Pat
         bootstrap = state["bootstrap"]
         assert state["topics"] == {"wide": 16, "narrow": 4}
         for topic in ("wide", "narrow"):
-            _produce_spread(bootstrap, topic, 30_000, value=b"x" * 1000)
+            _produce(bootstrap, topic, 30_000, partition=None, value=b"x" * 1000)
         settings = {"bootstrap.servers": bootstrap}
         wide = topic_watermarks(settings, "wide")
         narrow = topic_watermarks(settings, "narrow")
