@@ -187,7 +187,6 @@ class DeltaSink(Sink):
     def prepare(self, schema: pa.Schema) -> None:
         create_table(self.path, schema, configuration=self._properties() or None)
 
-
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
         commit is checked against the snapshot it was planned on)."""
@@ -206,8 +205,9 @@ class DeltaSink(Sink):
         with lent(self.path) as snapshot:
             if snapshot is None:
                 self.prepare(rows.schema)
-            else:  # a table created before the option was set gets it now (one metadata
-                # commit; a concurrent append re-checks through ``fenced_append``'s retry)
+            else:
+                # A table created before the option was set gets it now (one metadata commit;
+                # a concurrent append re-checks through ``fenced_append``'s retry).
                 ensure_properties(snapshot, self._properties())
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
