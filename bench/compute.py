@@ -41,7 +41,7 @@ DEPLOYED_TOPIC = "bench-deployed"
 def eos_run(config_path: str, epochs: int) -> tuple[float, list[float], list[int]]:
     """``eos run`` in a fresh process: wall seconds, per-epoch seconds, records per epoch."""
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "eos.cli", "run", "--config", config_path,
+    out = subprocess.run([sys.executable, "-m", "eos.tools.cli", "run", "--config", config_path,
                           "--epochs", str(epochs)], capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if out.returncode != 0:
@@ -90,8 +90,8 @@ def empty_epochs(env: Env, count: int, log: Any) -> dict[str, Any]:
 
 def deployed(env: Env, events: int, chunk: int, log: Any) -> Deployed:
     """``events`` through each mode, one fresh ``eos run`` process per epoch, and ALO."""
-    from eos.plan import plan_of
-    from eos.tables import tables_for
+    from eos.core.layout import tables_for
+    from eos.core.plan import plan_of
 
     topic = DEPLOYED_TOPIC
     configs = {mode: mode_config(env, mode, "deployed", topic, chunk) for mode in MODES}
@@ -123,7 +123,7 @@ def deployed(env: Env, events: int, chunk: int, log: Any) -> Deployed:
 
 def dag_runs(env: Env, chunk: int, log: Any) -> list[dict[str, Any]]:
     """A cold and a warm ``chunk``-record epoch as Airflow DAG runs (connect)."""
-    from eos.dag_runs import DagRunner
+    from eos.airflow.dag_runs import DagRunner
 
     topic = "bench-dagrun"
     config = mode_config(env, "connect", "dagrun", topic, chunk)
@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    from eos import connect
+
+    from eos.tools import spark_server
 
     try:
         sc.check_retained(args.epoch_records, args.partitions)
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     with environment(topics=[f"{DEPLOYED_TOPIC}:{args.partitions}"]) as env:
         base = Path(os.environ["EOS_DATA_DIR"])
         log(f"bench: broker {env.bootstrap}; starting a Spark Connect server")
-        state = connect.start(base=base, port=0)
+        state = spark_server.start(base=base, port=0)
         try:
             log(f"Spark Connect server on port {state['port']}")
             if "empty" in args.parts:
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["dag_runs"] = dag_runs(env, args.epoch_records, log)
         finally:
             print(render(results), flush=True)  # whatever ran, even if a later part failed
-            connect.stop(base)
+            spark_server.stop(base)
     log("done")
     return 0
 

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from eos.maintenance import log_retention_property
+from eos.core.maintenance import log_retention_property
 
 
 def _median_ms(call: Callable[[], Any], repeat: int) -> float:

@@ -57,8 +57,8 @@ def _timed(counter: OpCounter, op: str, fn: Callable[..., Any]) -> Callable[...,
 
 @contextlib.contextmanager
 def counting() -> Iterator[OpCounter]:
-    import eos.epochlog
-    import eos.tables
+    import eos.core.epochlog
+    import eos.core.tables
 
     counter = OpCounter()
     originals = {
@@ -69,7 +69,7 @@ def counting() -> Iterator[OpCounter]:
         "delete": DeltaTable.__dict__["delete"],
         "history": DeltaTable.__dict__["history"],
     }
-    writers = {eos.tables: eos.tables.write_deltalake, eos.epochlog: eos.epochlog.write_deltalake}
+    writers = {eos.core.tables: eos.core.tables.write_deltalake, eos.core.epochlog: eos.core.epochlog.write_deltalake}
     try:
         DeltaTable.__init__ = _timed(counter, "open table", originals["__init__"])
         DeltaTable.is_deltatable = staticmethod(

@@ -1,9 +1,9 @@
 """The benchmark's world: a temp ``EOS_DATA_DIR``, the embedded broker, one shared Spark session.
 
 Everything runs on the embedded default, as ``./dev demo`` does: the broker is started with
-``eos.broker.start`` under a temporary data directory and stopped at the end, unless
+``eos.tools.broker.start`` under a temporary data directory and stopped at the end, unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names another broker (then that one is used and left alone). The
-Spark session is ``eos.spark.local_session`` (``local[2]``), created once and shared by every
+Spark session is ``eos.compute.spark.local_session`` (``local[2]``), created once and shared by every
 epoch, as the test suite does; the cost of starting Spark for each epoch the way production does
 (``spark-submit``) is measured separately.
 """
@@ -24,7 +24,8 @@ from typing import Any
 import yaml
 
 from bench.memory import TreeSampler
-from eos.config import PipelineConfig, load_config
+from eos.core.config import PipelineConfig, load_config
+from eos.core.kafka import local_broker
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Env:
     notes: list[str] = field(default_factory=list)
 
     def settings(self) -> dict[str, Any]:
-        from eos.kafka import client_settings
+        from eos.core.kafka import client_settings
 
         return client_settings()
 
@@ -107,7 +108,7 @@ def environment(
     with a broker already serving (the test suite's, or ``KAFKA_BOOTSTRAP_SERVERS``) a note
     says they were not, and a topic gets that broker's default partitions.
     """
-    from eos import broker
+    from eos.tools import broker
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     owned_dir = workdir is None
@@ -121,9 +122,9 @@ def environment(
         try:
             if external:
                 bootstrap = external
-            elif spark is not None and previous_data_dir and broker.read_state() is not None:
+            elif spark is not None and previous_data_dir and local_broker() is not None:
                 # Inside the test suite: its session-wide broker is already serving.
-                bootstrap = broker.read_state()["bootstrap"]
+                bootstrap = local_broker()["bootstrap"]
             else:
                 os.environ["EOS_DATA_DIR"] = str(root / "data")
                 bootstrap = broker.start(topics)["bootstrap"]
@@ -133,7 +134,7 @@ def environment(
                 env.notes.append(f"topics {', '.join(topics)} not created: the broker at "
                                  f"{bootstrap} was already serving")
             if own_spark:
-                from eos.spark import local_session as spark_session
+                from eos.compute.session import local_session as spark_session
 
                 started = time.perf_counter()
                 env.spark = spark_session(env.config("bench-session", "bench-session"))

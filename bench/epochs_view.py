@@ -4,7 +4,7 @@ with 50 epochs (issue #12: "in under a second", measured, not asserted).
 A pipeline runs ``--epochs`` non-empty epochs in-process (``bench.scenarios.eo_epoch``, run ids
 shaped like Airflow's so every row has its links), is verified once (so the page has a verdict),
 and then the view is timed, median of ``--repeat``:
-- ``status``: ``eos.status.pipeline_status(limit=50)``, what every page and ``eos status`` read
+- ``status``: ``eos.core.status.pipeline_status(limit=50)``, what every page and ``eos status`` read
   (epoch log and checkpoints of those epochs, each sink's marker, the topic's high watermarks);
 - ``page``: ``GET /pipelines/<name>`` on the plugin's FastAPI app in this process (Starlette's
   test client; Airflow's authentication dependency replaced by a fixed user, since the app's
@@ -46,10 +46,10 @@ def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[lis
     from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
-    from eos.audit import verify
-    from eos.config import PIPELINES_DIR_ENV
-    from eos.epochs_view import create_app
-    from eos.status import pipeline_status
+    from eos.airflow.epochs_view import create_app
+    from eos.core.config import PIPELINES_DIR_ENV
+    from eos.core.status import pipeline_status
+    from eos.tools.audit import verify
 
     config = env.config("view", "bench-view", max_records=epoch_records)
     sc.produce_topic(env, "bench-view", epochs * epoch_records)

@@ -1,6 +1,6 @@
 """Where precommit's time goes, per record, in plain Python on the benchmark's own data.
 
-Spark runs the reader (``eos.reader.read_split``) and the parser (``eos.parse.Parser.parse_batch``)
+Spark runs the reader (``eos.compute.reader.read_split``) and the parser (``eos.compute.parse.Parser.parse_batch``)
 in Python workers; here both run directly, single-threaded, on the same Kafka ranges, so their
 per-record cost can be set against a bare consumer and against the Spark stage that wraps them.
 """
@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from bench.env import Env
 from bench.scenarios import bare_consume
-from eos.config import PipelineConfig
-from eos.plan import Plan
+from eos.core.config import PipelineConfig
+from eos.core.plan import Plan
 
 
 def _cpu_wall(fn: Callable[[], Any]) -> tuple[float, float, Any]:
@@ -31,7 +31,7 @@ def _cpu_wall(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 def _read_all(reader: Callable[..., Iterator[pa.RecordBatch]], settings: dict[str, Any],
               plans: list[Plan]) -> list[pa.RecordBatch]:
-    from eos.reader import KafkaSplit
+    from eos.compute.reader import KafkaSplit
 
     batches: list[pa.RecordBatch] = []
     for plan in plans:
@@ -46,8 +46,8 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
     """µs per record (CPU and wall) of each piece of the read+parse stage, median of ``reps``."""
     import msgspec
 
-    from eos.parse import Parser
-    from eos.reader import read_split
+    from eos.compute.parse import Parser
+    from eos.compute.reader import read_split
 
     settings = env.settings()
     records = sum(p.records for p in plans)
@@ -96,7 +96,7 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
 
 def profile_parse(config: PipelineConfig, batches: list[pa.RecordBatch], top: int = 8) -> str:
     """cProfile of ``Parser.parse_batch`` on real batches: the functions with most own time."""
-    from eos.parse import Parser
+    from eos.compute.parse import Parser
 
     parser = Parser(config.event)
     profiler = cProfile.Profile()
@@ -113,9 +113,9 @@ def spark_fusion(env: Env, config: PipelineConfig, plans: list[Plan],
                  reps: int) -> dict[str, float]:
     """Spark read+parse of the same ranges (``count()``, no cache): parsing in a second Python
     stage (``mapInArrow``, what the library did before) against the library, which parses
-    inside the reader (``eos.reader``'s ``parse_event`` option)."""
-    from eos.schema import ddl, parsed_schema
-    from eos.stage import parse_records, read_ranges
+    inside the reader (``eos.compute.reader``'s ``parse_event`` option)."""
+    from eos.compute.stage import parse_records, read_ranges
+    from eos.core.schema import ddl, parsed_schema
 
     spark = env.spark
 

@@ -8,7 +8,7 @@ count, counting every Delta call they make (``bench.deltaops``). Precommit is no
 figure (its Spark jobs over nothing cost ~0.4 s; see docs/benchmarks.md).
 
 Figures are medians; Delta calls are per epoch: table opens, writes, deletes (``deltaops``)
-and reads (every ``eos.tables.scan``, delta-rs' engine, counted here).
+and reads (every ``eos.core.tables.scan``, delta-rs' engine, counted here).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from typing import Any
 
 from bench import deltaops
 from bench.env import Env, environment
-from eos.config import PipelineConfig, parse_duration_ms
+from eos.compute.stage import SparkStager
+from eos.core.config import PipelineConfig, parse_duration_ms
+from eos.core.kafka import local_broker
 
 
 @dataclass
@@ -40,24 +42,24 @@ class Probe:
 
 def epoch(config: PipelineConfig, spark: Any, run_id: str) -> None:
     """One empty epoch through the protocol."""
-    from eos.protocol import begin, commit, precommit
+    from eos.core.protocol import begin, commit, precommit
 
     plan = begin(config, run_id=run_id)
     if plan.records:
         raise AssertionError("the overhead probe expects epochs that read nothing")
-    precommit(config, plan.epoch, spark=spark)
+    precommit(config, plan.epoch, SparkStager(spark))
     commit(config, plan.epoch)
 
 
 def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe:
     """``probes`` empty epochs, timed and their Delta calls counted."""
-    import eos.checkpoints
-    import eos.epochlog
-    import eos.stage
-    import eos.tables
+    import eos.compute.stage
+    import eos.core.checkpoints
+    import eos.core.epochlog
+    import eos.core.tables
 
     # every module calling ``scan``
-    readers = (eos.epochlog, eos.checkpoints, eos.stage, eos.tables)
+    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.stage, eos.core.tables)
     scans: dict[str, int] = {}
     phase = {"name": "other"}
     originals = {m: m.scan for m in readers}
@@ -74,7 +76,7 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
             for module, original in originals.items():
                 module.scan = counted(original)
             for i in range(probes):
-                from eos.protocol import begin, commit, precommit
+                from eos.core.protocol import begin, commit, precommit
 
                 with counter.in_phase("begin"):
                     phase["name"] = "begin"
@@ -83,7 +85,7 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
                     begins.append(time.perf_counter() - t0)
                 with counter.in_phase("precommit"):
                     phase["name"] = "precommit"
-                    precommit(config, plan.epoch, spark=spark)
+                    precommit(config, plan.epoch, SparkStager(spark))
                 with counter.in_phase("commit"):
                     phase["name"] = "commit"
                     t0 = time.perf_counter()
@@ -104,11 +106,10 @@ def measure(env: Env, at: list[int], probes: int, log: Any = print,
             log_retention_ms: int | None = None,
             sink_log_retention_ms: int | None = None) -> list[Probe]:
     """Build history up to each count in ``at`` and probe there."""
-    from eos import broker
 
     config = env.config("overhead", "bench-overhead", log_retention_ms=log_retention_ms,
                         sink_log_retention_ms=sink_log_retention_ms)
-    _ensure_topic(broker.read_state()["bootstrap"] if broker.read_state() else env.bootstrap,
+    _ensure_topic(local_broker()["bootstrap"] if local_broker() else env.bootstrap,
                   config.kafka.topic)
     done, out = 0, []
     started = time.perf_counter()
@@ -128,7 +129,7 @@ def _ensure_topic(bootstrap: str, topic: str) -> None:
     broker needs it to exist (or auto-creation)."""
     import confluent_kafka as ck
 
-    from eos.kafka import client_settings
+    from eos.core.kafka import client_settings
 
     settings = {**client_settings(), "bootstrap.servers": bootstrap, "log_level": 3}
     ck.Producer(settings).list_topics(topic, timeout=10)

@@ -3,7 +3,7 @@
 ``python -m bench.parse_speed [--events N] [--repeat R]`` produces N records of each shape to
 the embedded broker (a topic per shape), then times precommit's read+parse stage on 2 cores
 (``eos_kafka`` + ``mapInArrow(Parser.parse_batch)``, ``count()``, no cache; the same Spark calls
-``eos.stage.compute_epoch`` makes) and, single-threaded in this process, ``Parser.parse_batch`` on
+``eos.compute.stage.compute_epoch`` makes) and, single-threaded in this process, ``Parser.parse_batch`` on
 the same records. Prints figures and ratios side by side; the median of R runs each.
 """
 
@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from bench.env import Env, environment
-from eos.config import PipelineConfig
-from eos.plan import Plan
+from eos.core.config import PipelineConfig
+from eos.core.plan import Plan
 
 # The clicks shape as the benchmark pipelines read it; page views as the demo reads them, once
 # with revenue as an exact decimal and once as a double (the same JSON number).
@@ -35,7 +35,7 @@ def _pipeline(env: Env, name: str, topic: str, event: dict[str, Any] | None) -> 
         return config
     import yaml
 
-    from eos.config import load_config
+    from eos.core.config import load_config
 
     path = env.workdir / "configs" / f"{name}.yaml"
     data = yaml.safe_load(path.read_text())
@@ -45,7 +45,7 @@ def _pipeline(env: Env, name: str, topic: str, event: dict[str, Any] | None) -> 
 
 
 def _produce(env: Env, shape: str, events: int) -> str:
-    from eos.produce import GeneratorSpec, produce
+    from eos.tools.produce import GeneratorSpec, produce
 
     topic = f"parse-{shape}-{time.time_ns()}"
     spec = GeneratorSpec(events=events, keys=50, users=500, bad_fraction=0.005, seed=7,
@@ -55,13 +55,13 @@ def _produce(env: Env, shape: str, events: int) -> str:
 
 
 def _plan(config: PipelineConfig) -> Plan:
-    from eos.plan import new_plan
+    from eos.core.plan import new_plan
 
     return new_plan(config, 0, {})
 
 
 def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
-    from eos.stage import read_ranges
+    from eos.compute.stage import read_ranges
 
     samples = []
     for _ in range(repeat):
@@ -73,8 +73,8 @@ def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> flo
 
 
 def python_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
-    from eos.parse import Parser
-    from eos.reader import KafkaSplit, read_split
+    from eos.compute.parse import Parser
+    from eos.compute.reader import KafkaSplit, read_split
 
     batches = [b for r in plan.ranges if r.records
                for b in read_split(plan.topic, KafkaSplit(r.partition, r.start, r.until),

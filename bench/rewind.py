@@ -21,9 +21,9 @@ from bench.env import Env, environment
 
 
 def measure(env: Env, epochs: int, records: int, log: Any = print) -> dict[str, Any]:
-    from eos.audit import audit
-    from eos.produce import GeneratorSpec, produce
-    from eos.rewind import rewind
+    from eos.core.rewind import rewind
+    from eos.tools.audit import audit
+    from eos.tools.produce import GeneratorSpec, produce
 
     topic = f"bench-rewind-{uuid.uuid4().hex[:8]}"
     config = env.config("rewind", topic, max_records=records)
@@ -50,11 +50,12 @@ def measure(env: Env, epochs: int, records: int, log: Any = print) -> dict[str, 
 
 
 def _epoch(config: Any, spark: Any, run_id: str) -> float:
-    from eos.protocol import begin, commit, precommit
+    from eos.compute.stage import SparkStager
+    from eos.core.protocol import begin, commit, precommit
 
     started = time.perf_counter()
     plan = begin(config, run_id=run_id)
-    precommit(config, plan.epoch, spark=spark)
+    precommit(config, plan.epoch, SparkStager(spark))
     commit(config, plan.epoch)
     return time.perf_counter() - started
 

@@ -282,7 +282,8 @@ def _fixed_overhead(env: Env, opts: Options, runs: dict[int, dict[str, Any]],
         f"{opts.submit_repeat} spark-submit probes")
     samples = [t.eo.empty for r in runs.values() for t in r["library"]
                if t.eo.empty is not None]
-    from eos.protocol import begin, commit, precommit
+    from eos.compute.stage import SparkStager
+    from eos.core.protocol import begin, commit, precommit
 
     with counting() as ops:
         probes = []
@@ -292,7 +293,7 @@ def _fixed_overhead(env: Env, opts: Options, runs: dict[int, dict[str, Any]],
                 plan = begin(config, run_id=f"empty-{i}")
             t1 = time.perf_counter()
             with ops.in_phase("precommit"):
-                staged = precommit(config, plan.epoch, spark=env.spark)
+                staged = precommit(config, plan.epoch, SparkStager(env.spark))
             t2 = time.perf_counter()
             with ops.in_phase("commit"):
                 commit(config, plan.epoch)
@@ -360,9 +361,10 @@ def _epochlog_growth(env: Env, opts: Options, log: Log) -> list[dict[str, Any]]:
     it. Each epoch appends three rows (planned, precommitted, committed), one file each."""
     from deltalake import DeltaTable
 
-    from eos import epochlog
-    from eos.maintenance import maintain
-    from eos.tables import ensure_tables, tables_for
+    from eos.core import epochlog
+    from eos.core.layout import tables_for
+    from eos.core.maintenance import maintain
+    from eos.core.tables import ensure_tables
 
     if not opts.epochlog_epochs:
         return []

@@ -1,18 +1,16 @@
 """One function per measurement. Each returns plain dicts of seconds, counts and rates.
 
 The exactly-once (EO) path is the library's, called in-process exactly as the test suite does:
-``eos.protocol.begin`` -> ``eos.protocol.precommit(config, epoch, spark=session)`` ->
-``eos.protocol.commit``.
+``eos.core.protocol.begin`` -> ``eos.core.protocol.precommit(config, epoch, SparkStager(session))`` ->
+``eos.core.protocol.commit``.
 The at-least-once (ALO) baseline runs the same Spark read and aggregation
-(``eos.stage.compute_epoch`` with an empty state) over the same offset ranges and appends the
+(``eos.compute.stage.compute_epoch`` with an empty state) over the same offset ranges and appends the
 result straight to a Delta table: no epoch log, no staging, no commit phase, no state carried.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,9 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.env import Env
-from eos.config import PipelineConfig
-from eos.mock_cluster import DEFAULT_PARTITIONS
-from eos.plan import Plan
+from eos.compute.stage import SparkStager
+from eos.core.config import PipelineConfig
+from eos.core.plan import Plan
+from eos.tools.mock_cluster import DEFAULT_PARTITIONS
 
 # The demo's shape of traffic: 1% deliberately late, 0.5% malformed, a little disorder.
 TRAFFIC = {"interval_ms": 10, "disorder_ms": 2000, "late_fraction": 0.01,
@@ -43,7 +42,7 @@ def now() -> float:
 # about 58,000 of these ~90-byte records per partition, 230,000 over the default 4 partitions.
 # So the input is streamed: the benchmark produces one epoch's worth, runs that epoch, produces
 # the next; and a bigger epoch needs a topic created with more partitions (``--partitions``,
-# ``eos.broker.TopicSpec``).
+# ``eos.tools.broker.TopicSpec``).
 RETAINED_PER_PARTITION = 50_000
 
 
@@ -64,14 +63,14 @@ def check_retained(records: int, partitions: int = DEFAULT_PARTITIONS) -> None:
 
 
 def generator(events: int, keys: int = 1000, **traffic: Any) -> Iterator[Any]:
-    from eos.produce import GeneratorSpec, generate
+    from eos.tools.produce import GeneratorSpec, generate
 
     return generate(GeneratorSpec(events=events, keys=keys, **{**TRAFFIC, **traffic}))
 
 
 def send_chunk(env: Env, topic: str, records: Iterator[Any], count: int) -> float:
     """Produce the next ``count`` records of ``records``; return the seconds it took."""
-    from eos.produce import send
+    from eos.tools.produce import send
 
     started = now()
     summary = send(itertools.islice(records, count), count, topic, env.settings(),
@@ -82,7 +81,7 @@ def send_chunk(env: Env, topic: str, records: Iterator[Any], count: int) -> floa
 
 
 def produce_topic(env: Env, topic: str, events: int, keys: int = 1000, **traffic: Any) -> dict:
-    """Produce ``events`` generated events to ``topic`` (eos.produce, idempotent producer)."""
+    """Produce ``events`` generated events to ``topic`` (eos.tools.produce, idempotent producer)."""
     if events > MAX_RETAINED_EVENTS:
         raise ValueError(f"the embedded broker cannot retain {events:,} events; stream them")
     seconds = send_chunk(env, topic, generator(events, keys, **traffic), events)
@@ -118,12 +117,12 @@ class EpochTiming:
 
 def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, EpochTiming]:
     """One epoch through the exactly-once path, timed phase by phase."""
-    from eos.protocol import begin, commit, precommit
+    from eos.core.protocol import begin, commit, precommit
 
     t0 = now()
     plan = begin(config, run_id=run_id)
     t1 = now()
-    staged = precommit(config, plan.epoch, spark=spark)
+    staged = precommit(config, plan.epoch, SparkStager(spark))
     t2 = now()
     commit(config, plan.epoch)
     t3 = now()
@@ -196,9 +195,9 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     import pyarrow.compute as pc
     from deltalake import write_deltalake
 
-    from eos.outputs import window_rows
-    from eos.stage import epoch_frames, resume_state
-    from eos.tables import ensure_tables
+    from eos.compute.stage import epoch_frames, resume_state
+    from eos.core.outputs import window_rows
+    from eos.core.tables import ensure_tables
 
     # ALO carries no state: every epoch starts from nothing, as if it were epoch 0. It collects
     # the windows to this process and appends them with delta-rs, as a job without a staging
@@ -240,7 +239,7 @@ def run_alo(env: Env, config: PipelineConfig, plans: list[Plan], path: str) -> A
 
 def spark_read_only(env: Env, config: PipelineConfig, plans: list[Plan]) -> float:
     """Seconds for Spark to read the same ranges through ``eos_kafka`` and count them."""
-    from eos.stage import read_ranges
+    from eos.compute.stage import read_ranges
 
     seconds = 0.0
     for plan in plans:
@@ -260,7 +259,7 @@ def bare_consume(settings: dict[str, Any], topic: str, partition: int, start: in
     end of the range; it only counts records (no copying into columns, no Arrow)."""
     import confluent_kafka as ck
 
-    from eos.kafka import consumer
+    from eos.core.kafka import consumer
 
     if until <= start:
         return 0
@@ -303,10 +302,10 @@ def bare_read(env: Env, plans: list[Plan]) -> float:
 
 def _fabricated_windows(n_rows: int, size_ms: int) -> pa.Table:
     """``n_rows`` merged windows of the clicks aggregations (three events of 12.5 each), in
-    the columns ``eos.stage.compute_epoch`` returns."""
+    the columns ``eos.compute.stage.compute_epoch`` returns."""
     from decimal import Decimal
 
-    from eos.produce import BASE_TIME_MS
+    from eos.tools.produce import BASE_TIME_MS
 
     dec = pa.decimal128(38, 9)
     starts = pa.array([BASE_TIME_MS + (i % 60) * size_ms for i in range(n_rows)], pa.int64())
@@ -333,11 +332,12 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     """Pre-commit epoch N holding exactly ``n_rows`` closed windows (output rows), as precommit
     stages them: plan in the epoch log, the rows written as files by Spark and committed into
     staging in one Delta commit, with N-1's state carried over."""
-    from eos import checkpoints, epochlog, staging_files
-    from eos.plan import PartitionRange
-    from eos.produce import BASE_TIME_MS
-    from eos.stage import Frames, resume_state, write_epoch
-    from eos.tables import ensure_tables, staging_schema
+    from eos.compute import writers as staging_files
+    from eos.compute.stage import Frames, resume_state, write_epoch
+    from eos.core import checkpoints, epochlog
+    from eos.core.plan import PartitionRange
+    from eos.core.tables import ensure_tables, staging_schema
+    from eos.tools.produce import BASE_TIME_MS
 
     tables = ensure_tables(config)
     plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 0),))
@@ -361,21 +361,21 @@ def _frame(spark: Any, table: pa.Table) -> Any:
 
 
 def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
-    """Time ``eos.protocol.commit`` of epochs of ``n_rows`` output rows, the three sink appends
+    """Time ``eos.core.protocol.commit`` of epochs of ``n_rows`` output rows, the three sink appends
     alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them), and the
     commit of the same epochs by a pipeline whose windows also go to a transactional Kafka
     sink (``kafka``: init_transactions, marker read, one transaction, then the Delta sinks)."""
-    from eos.outputs import (
+    from eos.core.delta import fenced_append
+    from eos.core.outputs import (
         QUARANTINE_SCHEMA,
         late_rows,
         late_schema,
         quarantine_rows,
         window_rows,
     )
-    from eos.outputs import windows_schema as target_schema
-    from eos.sinks.delta import fenced_append
-    from eos.stage import staged_epoch
-    from eos.tables import ensure_tables
+    from eos.core.outputs import windows_schema as target_schema
+    from eos.core.staging import staged_epoch
+    from eos.core.tables import ensure_tables
 
     config = env.config(f"commit-{n_rows}", f"bench-commit-{n_rows}")
     scratch = env.workdir / "tables" / f"commit-{n_rows}-appends"
@@ -387,7 +387,7 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
     commits, appends = [], []
     for epoch in range(reps):
         commits.append(_timed_commit(config, env.spark, epoch, n_rows))
-        from eos.plan import plan_of
+        from eos.core.plan import plan_of
 
         tables = ensure_tables(config)
         staged = staged_epoch(tables, epoch, plan_of(tables, epoch).hash)
@@ -402,7 +402,7 @@ def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
 
 
 def _kafka_commits(env: Env, n_rows: int, reps: int) -> list[float]:
-    from eos.protocol import check_sinks
+    from eos.core.protocol import check_sinks
 
     sinks = {"windows": [{"kafka": f"bench-commit-out-{n_rows}"}, {"delta": "target"}]}
     config = env.config(f"commit-kafka-{n_rows}", f"bench-commit-{n_rows}", sinks=sinks)
@@ -411,8 +411,8 @@ def _kafka_commits(env: Env, n_rows: int, reps: int) -> list[float]:
 
 
 def _timed_commit(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -> float:
-    """Stage a fabricated epoch of ``n_rows`` windows, then time ``eos.protocol.commit`` of it."""
-    from eos.protocol import commit
+    """Stage a fabricated epoch of ``n_rows`` windows, then time ``eos.core.protocol.commit`` of it."""
+    from eos.core.protocol import commit
 
     stage_fabricated_epoch(config, spark, epoch, n_rows)
     t0 = now()
@@ -426,20 +426,19 @@ def _timed_commit(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -
 # --------------------------------------------------------------------------- spark-submit
 
 
-_DURATIONS = re.compile(r"durations_ms=(\{[^}]*\})")
 
 
 def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
     """What ``compute.mode: submit`` pays per epoch to start Spark:
-    ``eos.spark.submit_precommit`` (spark-submit of ``spark_apps/precommit.py``) on a caught-up
+    ``eos.compute.spark.submit_precommit`` (spark-submit of ``spark_apps/precommit.py``) on a caught-up
     pipeline.
 
     * ``committed``: an already committed epoch: JVM + Python driver start and exit, no session.
     * ``empty``: a new, empty epoch: the same plus SparkSession creation, an empty Spark job and
       the staging write; ``session`` is the SparkSession creation time the app itself logs.
     """
-    from eos.protocol import begin, commit, committed_epoch
-    from eos.spark import submit_precommit as run_precommit
+    from eos.compute.spark import submit_precommit as run_precommit
+    from eos.core.protocol import begin, commit, committed_epoch
 
     out: dict[str, list[float]] = {"committed": [], "empty": [], "session": [],
                                    "empty_inside": []}
@@ -452,14 +451,11 @@ def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
         if plan.records:
             raise AssertionError("spark-submit probe expects a caught-up pipeline")
         t0 = now()
-        line = run_precommit(config, plan.epoch, plan.hash)
+        durations = run_precommit(config, plan.epoch, plan.hash).timings_ms
         out["empty"].append(now() - t0)
         commit(config, plan.epoch)
-        match = _DURATIONS.search(line)
-        if match:
-            durations = json.loads(match.group(1))
-            out["session"].append(durations.get("spark_start", 0.0) / 1000)
-            out["empty_inside"].append(durations.get("total", 0.0) / 1000)
+        out["session"].append(durations.get("spark_start", 0.0) / 1000)
+        out["empty_inside"].append(durations.get("total", 0.0) / 1000)
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from bench import scenarios as sc
 from bench.env import Env, environment
 from bench.memory import DriverSampler
-from eos.config import load_config
+from eos.core.config import load_config
 
 DAY_MS = 86_400_000
 
@@ -35,10 +35,11 @@ def inject_state(config_path: str, windows: int) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from eos import checkpoints
-    from eos.produce import BASE_TIME_MS
-    from eos.stage import state_columns
-    from eos.tables import ensure_tables, read_epoch, replace_epoch, staging_schema
+    from eos.compute.stage import state_columns
+    from eos.core import checkpoints
+    from eos.core.delta import replace_epoch
+    from eos.core.tables import ensure_tables, read_epoch, staging_schema
+    from eos.tools.produce import BASE_TIME_MS
 
     config = load_config(config_path)
     tables = ensure_tables(config)

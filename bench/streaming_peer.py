@@ -5,8 +5,8 @@ The peer is a Spark Structured Streaming query, started once and kept running:
 
 - source: ``eos_kafka_stream`` (this module), a Python streaming data source over the same
   broker and topic; its offsets are ``{"partition": offset}`` JSON and a micro-batch reads
-  ``[start, end)`` per partition with ``eos.reader``'s own splits and consumer loop;
-- the same parser (``eos.stage.parse_records`` through ``mapInArrow``), then what a Spark user
+  ``[start, end)`` per partition with ``eos.compute.reader``'s own splits and consumer loop;
+- the same parser (``eos.compute.stage.parse_records`` through ``mapInArrow``), then what a Spark user
   writes for the pipeline's windows: ``withWatermark(event time, allowed lateness)``,
   ``groupBy(window(...), keys).agg(...)``, output mode append, Spark's state store and
   ``checkpointLocation`` under the work dir;
@@ -49,8 +49,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from bench import scenarios as sc
-from eos.config import PipelineConfig, WindowConfig
-from eos.reader import RAW_DDL, KafkaRangeReader, KafkaSplit, splits_of
+from eos.compute.reader import RAW_DDL, KafkaRangeReader, KafkaSplit, splits_of
+from eos.core.config import PipelineConfig, WindowConfig
 
 Log = Callable[[str], None]
 SOURCE = "eos_kafka_stream"
@@ -81,7 +81,7 @@ def write_offsets(path: Path, offsets: dict[str, int]) -> None:
 class KafkaStreamReader(DataSourceStreamReader):
     """Offsets are ``{"partition": next offset}``; a batch reads ``[start, end)`` per partition.
 
-    Reading is ``eos.reader``'s: the same splits (``splits_of``) and the same consumer loop
+    Reading is ``eos.compute.reader``'s: the same splits (``splits_of``) and the same consumer loop
     (``KafkaRangeReader.read``: stops by offset, raises on data loss), so the peer reads
     records exactly as our epochs do. Offsets live in Spark's checkpoint, never in Kafka."""
 
@@ -100,7 +100,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _watermarks(self) -> dict[int, tuple[int, int]]:
         """(log start, high watermark) per partition; one consumer for the reader's life, as
         the engine asks for offsets at every trigger."""
-        from eos.kafka import consumer, describe_topic, watermarks
+        from eos.core.kafka import consumer, describe_topic, watermarks
 
         settings = self.ranges._settings()
         if self._consumer is None:
@@ -184,7 +184,7 @@ def window_column(F: Any, window: WindowConfig) -> tuple[Any, str]:
 def user_aggregations(F: Any, config: PipelineConfig) -> list[Any]:
     """The config's aggregations as Spark's built-in functions, named by output: what a Spark
     user writes. ``avg`` is cast to double, our output type, so the two tables compare."""
-    from eos.aggregations import aggregations_for
+    from eos.core.aggregations import aggregations_for
 
     columns = []
     for agg in aggregations_for(config):
@@ -207,10 +207,10 @@ def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
     """The streaming DataFrame of closed windows, in our windows output's columns."""
     from pyspark.sql import functions as F
 
-    from eos.aggregations import aggregations_for
-    from eos.kafka import client_settings
-    from eos.schema import EVENT_MS, REASON, ddl, parsed_schema
-    from eos.stage import parse_records
+    from eos.compute.stage import parse_records
+    from eos.core.aggregations import aggregations_for
+    from eos.core.kafka import client_settings
+    from eos.core.schema import EVENT_MS, REASON, ddl, parsed_schema
 
     raw = (spark.readStream.format(SOURCE)
            .option("topic", config.kafka.topic)
@@ -239,7 +239,7 @@ def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
 
 def peer_schema(config: PipelineConfig) -> pa.Schema:
     """Our windows output's columns, with the batch id where we keep the epoch."""
-    from eos.outputs import windows_schema
+    from eos.core.outputs import windows_schema
 
     schema = windows_schema(config)
     return schema.remove(schema.get_field_index("epoch")).append(pa.field("batch_id", pa.int64()))
@@ -304,7 +304,7 @@ class Peer:
         return f"spark-peer:{self.config.name}"
 
     def prepare(self) -> None:
-        from eos.sinks.delta import create_table
+        from eos.core.delta import create_table
 
         self.root.mkdir(parents=True, exist_ok=True)
         create_table(self.table, peer_schema(self.config))
@@ -533,8 +533,7 @@ def _replay_last_batch(spark: Any, peer: Peer, query: Any, result: Result,
                        log: Log) -> tuple[Any, Replay]:
     """Crash the stream between its last Delta append and its commit log, restart it from the
     checkpoint, and see what the replayed batch does to the table."""
-    from eos.sinks.delta import txn_version
-    from eos.tables import read_table
+    from eos.core.delta import read_table, txn_version
 
     last = result.batches[-1].batch_id
     query.stop()
@@ -560,10 +559,9 @@ def _replay_last_batch(spark: Any, peer: Peer, query: Any, result: Result,
 
 def _replay_last_commit(config: PipelineConfig, epoch: int) -> Replay:
     """Run our last epoch's commit again, as a retried Airflow task would."""
-    from eos.outcomes import Outcome
-    from eos.protocol import commit
-    from eos.sinks.delta import txn_version
-    from eos.tables import read_table
+    from eos.core.delta import read_table, txn_version
+    from eos.core.outcomes import Outcome
+    from eos.core.protocol import commit
 
     target = str(config.root / "target")
     before = read_table(target).num_rows
@@ -590,8 +588,8 @@ def compare(config: PipelineConfig, eo_path: str, peer_path: str) -> Comparison:
     """Windows closed in both tables, matched on group, start and end, and how many agree on
     every aggregate (avg, a double, to 1e-9 relative; approx_count_distinct is not compared:
     the two sketches differ by design)."""
-    from eos.aggregations import aggregations_for
-    from eos.tables import read_table
+    from eos.core.aggregations import aggregations_for
+    from eos.core.delta import read_table
 
     keys = [*config.group_by, "window_start", "window_end"]
     outputs = {a.output: a.function for a in aggregations_for(config)}

@@ -1,4 +1,4 @@
-"""Airflow plugin: the "Exactly-once epochs" view under Browse (see ``eos.epochs_view``)."""
+"""Airflow plugin: the "Exactly-once epochs" view under Browse (see ``eos.airflow.epochs_view``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from eos.epochs_view import EXTERNAL_VIEW, fastapi_app
+from eos.airflow.epochs_view import EXTERNAL_VIEW, fastapi_app
 
 
 class EpochsViewPlugin(AirflowPlugin):

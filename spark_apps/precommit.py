@@ -1,28 +1,25 @@
-"""spark-submit entry point for task ``precommit``: stage epoch N. All logic is in eos.protocol.
+"""spark-submit entry point for task ``precommit``: stage epoch N. All logic is in eos.core.protocol.
 
-Exit codes follow ``eos.errors``: 0 staged (or nothing to do), ``EXIT_PERMANENT`` for an error a
-retry cannot fix (the DAG's operator then fails the task without retries), ``EXIT_TRANSIENT`` or
-Spark's own failure code otherwise (retried).
+Exit codes follow ``eos.core.errors``: 0 staged (or nothing to do), ``EXIT_PERMANENT`` for an
+error a retry cannot fix (the DAG's operator then fails the task without retries),
+``EXIT_TRANSIENT`` or Spark's own failure code otherwise (retried). With ``--result-file`` the
+result, or the error as data, is also written there for a caller that reads it
+(``eos.compute.spark.submit_precommit``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
-from eos.config import load_pipeline
-from eos.errors import (
-    EXIT_PERMANENT,
-    EXIT_TRANSIENT,
-    EosError,
-    PermanentError,
-    describe_failure,
-    exit_code,
-    wrapped_error_class,
-)
-from eos.phaselog import configure
-from eos.protocol import precommit
+from eos.compute.stage import SparkStager
+from eos.core.config import load_pipeline
+from eos.core.errors import EosError, SparkJobFailed, carried, describe_failure, exit_code
+from eos.core.phaselog import configure
+from eos.core.protocol import precommit
 
 # pyspark marks a process that opened a Spark Connect session in its environment; inherited by
 # this app (e.g. from an Airflow worker that ran a Connect task), the mark would make
@@ -38,21 +35,30 @@ def main(argv: list[str]) -> int:
     group.add_argument("--config")
     parser.add_argument("--epoch", type=int, required=True)
     parser.add_argument("--plan-hash")
+    parser.add_argument("--result-file", type=Path,
+                        help="write the result or the error here as JSON (for the caller)")
     args = parser.parse_args(argv)
     configure()
     try:
         config = load_pipeline(args.pipeline, args.config)
-        precommit(config, args.epoch, expected_hash=args.plan_hash)
-    except EosError as error:
-        print(f"eos: error: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return exit_code(error)
-    except Exception as error:  # a Spark job failure wraps the executor's error in Java's
-        print(f"eos: error: {describe_failure(error)}", file=sys.stderr, flush=True)
-        wrapped = wrapped_error_class(error)
-        if wrapped is not None:  # an EosError raised on an executor: keep its retry policy
-            return EXIT_PERMANENT if issubclass(wrapped, PermanentError) else EXIT_TRANSIENT
-        raise
+        result = precommit(config, args.epoch, SparkStager(), expected_hash=args.plan_hash)
+    except Exception as error:
+        # A Spark job failure carries an executor's library error in its text: raise it as
+        # its own class, so its retry policy reaches the caller.
+        typed = error if isinstance(error, EosError) else carried(str(error))
+        if typed is None:
+            typed = SparkJobFailed(f"precommit of epoch {args.epoch} failed: "
+                                   f"{describe_failure(error)}")
+        print(f"eos: error: {type(typed).__name__}: {typed}", file=sys.stderr, flush=True)
+        _write(args.result_file, {"error": typed.to_payload()})
+        return exit_code(typed)
+    _write(args.result_file, {"result": result.to_payload()})
     return 0
+
+
+def _write(path: Path | None, payload: dict) -> None:
+    if path is not None:
+        path.write_text(json.dumps(payload))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A real ``airflow standalone`` for tests (tests/test_airflow_scheduler.py,
 tests/test_epochs_view.py): started in a process group of its own with a throwaway AIRFLOW_HOME
 (SQLite), the project's dags/ and plugins/ folders and the environment ``eos ui`` gives Airflow
-(``eos.ui.airflow_env``); helpers to read it through its REST API as a person's UI would, and to
+(``eos.airflow.environment.airflow_env``); helpers to read it through its REST API as a person's UI would, and to
 backfill a pipeline's DAG. Nothing here imports ``airflow``: every Airflow process is a child.
 """
 
@@ -24,14 +24,14 @@ import httpx
 import psutil
 import pytest
 
-from eos.config import PipelineConfig
-from eos.produce import GeneratorSpec
-from eos.ui import PASSWORDS_FILE, airflow_env
+from eos.airflow.environment import PASSWORDS_FILE, airflow_env
+from eos.core.config import PipelineConfig
+from eos.tools.produce import GeneratorSpec
 
 from support import dag_pipeline, free_port
 
 RUNS = 3
-COMMIT_FAULT = "commit.between_sinks"  # eos.faults: SIGKILL after the first sink, before the rest
+COMMIT_FAULT = "commit.between_sinks"  # eos.core.faults: SIGKILL after the first sink, before the rest
 SCHEDULE = "0 0 1 * *"  # monthly: the backfill's logical dates are the first of a month
 STARTUP_TIMEOUT_S = 420.0  # db migrate + four components on a loaded 2-core machine
 PARSE_TIMEOUT_S = 300.0

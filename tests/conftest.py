@@ -1,7 +1,7 @@
 """Shared fixtures: a real Kafka-protocol broker over TCP, a real Spark Connect server and a
 session on it, temp tables.
 
-The broker is the embedded one (``eos.broker``, the same code as ``eos broker start``) unless
+The broker is the embedded one (``eos.tools.broker``, the same code as ``eos broker start``) unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names another broker, in which case every test runs against that.
 Spark is the default compute (``compute.mode: connect``): one server for the whole run (the same
 code as ``eos spark start``), found by ``eos`` processes through the data directory and by
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eos import broker as embedded
+from eos.tools import broker as embedded
 
 from support import free_port, write_pipeline
 
@@ -57,21 +57,22 @@ def kafka(data_dir: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark_server(data_dir: Path, kafka: str) -> Iterator[dict]:
     """The Spark Connect server every test shares; stopped (no process left) at the end."""
-    from eos import connect
+    from eos.compute import connect
+    from eos.tools import spark_server
 
     # A session idle while other tests run must not expire under the test session's fixture.
-    state = connect.start(base=data_dir, port=free_port(), session_timeout="4h")
+    state = spark_server.start(base=data_dir, port=free_port(), session_timeout="4h")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT",
                   connect.airflow_connection(state, data_dir))
         yield state
-    connect.stop(data_dir)
+    spark_server.stop(data_dir)
 
 
 @pytest.fixture(scope="session")
 def spark(data_dir: Path, kafka: str, spark_server: dict):
     """One Spark Connect session for the whole run, on the shared server."""
-    from eos import connect
+    from eos.compute import connect
 
     config = write_pipeline(data_dir, compute={"mode": "connect", "session": "task"})
     with connect.session(config, connect.resolve_endpoint(data_dir)) as session:

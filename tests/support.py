@@ -14,12 +14,13 @@ from typing import Any
 
 import yaml
 
-from eos.config import PipelineConfig, load_config
-from eos.kafka import client_settings
-from eos.plan import Plan
-from eos.produce import GeneratorSpec, produce
+from eos.compute.stage import SparkStager
+from eos.core.config import PipelineConfig, load_config
+from eos.core.kafka import client_settings
+from eos.core.plan import Plan
+from eos.tools.produce import GeneratorSpec, produce
 
-KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.faults)
+KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.core.faults)
 
 
 def free_port() -> int:
@@ -88,10 +89,10 @@ def kafka_sink_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
 
 def run_epoch(config: PipelineConfig, spark: Any, run_id: str) -> Plan:
     """begin -> precommit -> commit in this process, as one DAG run does it."""
-    from eos.protocol import begin, commit, precommit
+    from eos.core.protocol import begin, commit, precommit
 
     plan = begin(config, run_id=run_id)
-    precommit(config, plan.epoch, spark=spark)
+    precommit(config, plan.epoch, SparkStager(spark))
     commit(config, plan.epoch)
     return plan
 
@@ -110,7 +111,7 @@ def run_until_caught_up(config: PipelineConfig, spark: Any, tag: str,
 def finish_and_audit(config: PipelineConfig, spark: Any, tag: str, records: int) -> None:
     """Recovery by rerunning: run the remaining epochs, then audit everything from scratch:
     every sink equals the ground truth of all ``records`` produced."""
-    from eos.audit import audit
+    from eos.tools.audit import audit
 
     run_until_caught_up(config, spark, tag)
     report = audit(config)
@@ -120,7 +121,7 @@ def finish_and_audit(config: PipelineConfig, spark: Any, tag: str, records: int)
 
 def sink(config: PipelineConfig, name: str) -> Any:
     """The configured sink named ``name`` (``delta:target``, ``kafka:<topic>``)."""
-    from eos.sinks import sinks_for
+    from eos.core.sink import sinks_for
 
     return next(s for s in sinks_for(config) if s.name == name)
 
@@ -133,8 +134,8 @@ def table_versions(config: PipelineConfig) -> dict[str, int]:
     """The Delta version of the pipeline's own tables and of every Delta sink."""
     from deltalake import DeltaTable
 
-    from eos.sinks import sinks_for
-    from eos.tables import tables_for
+    from eos.core.layout import tables_for
+    from eos.core.sink import sinks_for
 
     t = tables_for(config)
     paths = {"epochs": t.epochs, "staging": t.staging, "checkpoints": t.checkpoints}
@@ -152,7 +153,7 @@ def eos_cli(config: PipelineConfig, *args: str, faults: str | None = None,
     if faults:
         full_env["EOS_FAULTS"] = faults
         full_env["EOS_FAULTS_DIR"] = str(faults_dir)
-    cmd = [sys.executable, "-m", "eos.cli", args[0], "--config", str(config.source_path),
+    cmd = [sys.executable, "-m", "eos.tools.cli", args[0], "--config", str(config.source_path),
            *args[1:]]
     if not wait:
         return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,

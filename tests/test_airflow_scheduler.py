@@ -5,7 +5,7 @@ tests/test_dags.py drives runs through ``DAG.test()``; here nothing is in-proces
 runs in a process group of its own with a throwaway AIRFLOW_HOME (SQLite), the project's dags/
 folder building two DAGs from test pipeline YAMLs (``EOS_PIPELINES_DIR``, monthly schedule), the
 embedded broker (found by every task through ``EOS_DATA_DIR``) and ``spark_default`` naming
-``local[2]``: the environment ``eos ui`` gives Airflow (``eos.ui.airflow_env``). Each pipeline's
+``local[2]``: the environment ``eos ui`` gives Airflow (``eos.airflow.environment.airflow_env``). Each pipeline's
 topic holds 2,400 events, and ``epoch.max_records`` is 1,000: three non-empty epochs.
 
 What it proves:
@@ -19,7 +19,7 @@ What it proves:
 - with Airflow's default backfill (every run active at once, only ``depends_on_past`` and
   ``wait_for_downstream`` keep the order) and the first commit crashing between two sinks, the
   retried commit skips the sink already committed, and each run still processes the next epoch
-  (a regression test for the ``begin >> commit`` edge in ``eos.dag_factory``).
+  (a regression test for the ``begin >> commit`` edge in ``eos.airflow.dag_factory``).
 Everything Airflow started (the whole process group and any descendant) is gone afterwards.
 """
 
@@ -45,12 +45,12 @@ from airflow_standalone import (
     task_log,
 )
 
-from eos import epochlog
-from eos.audit import audit
-from eos.config import PipelineConfig
-from eos.produce import GeneratorSpec
-from eos.protocol import committed_epoch
-from eos.tables import tables_for
+from eos.core import epochlog
+from eos.core.config import PipelineConfig
+from eos.core.layout import tables_for
+from eos.core.protocol import committed_epoch
+from eos.tools.audit import audit
+from eos.tools.produce import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 

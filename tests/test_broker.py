@@ -14,12 +14,12 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 
-from eos import broker as embedded
-from eos.audit import read_range
-from eos.errors import EosError, KafkaUnavailable, TopicMissing
-from eos.kafka import client_settings, topic_watermarks
-from eos.processes import alive
-from eos.produce import GeneratorSpec, generate, produce
+from eos.core.errors import EosError, KafkaUnavailable, TopicMissing
+from eos.core.kafka import broker_state_path, client_settings, local_broker, topic_watermarks
+from eos.core.processes import alive
+from eos.tools import broker as embedded
+from eos.tools.audit import read_range
+from eos.tools.produce import GeneratorSpec, generate, produce
 
 from support import unique_topic
 
@@ -51,21 +51,21 @@ def test_high_watermark_is_exact_after_flush(kafka: str) -> None:
 
 def test_a_kept_metadata_client_answers_what_the_broker_holds_now(kafka: str) -> None:
     """The process keeps its metadata consumer between plans; its answers are never cached."""
-    import eos.kafka
+    import eos.core.kafka
 
     topic = unique_topic()
     _produce(kafka, topic, 10)
     settings = client_settings()
     assert topic_watermarks(settings, topic)[0] == (0, 10)
-    with eos.kafka.metadata_client(settings) as kept:
+    with eos.core.kafka.metadata_client(settings) as kept:
         pass
     _produce(kafka, topic, 5)
     assert topic_watermarks(settings, topic)[0] == (0, 15)
-    with eos.kafka.metadata_client(settings) as again:
+    with eos.core.kafka.metadata_client(settings) as again:
         assert again is kept
     with pytest.raises(TopicMissing):
         topic_watermarks(settings, unique_topic())  # a failed request drops the client
-    with eos.kafka.metadata_client(settings) as fresh:
+    with eos.core.kafka.metadata_client(settings) as fresh:
         assert fresh is not kept
 
 
@@ -181,17 +181,17 @@ def test_produced_records_read_back_exactly(kafka: str) -> None:
 @pytest.mark.skipif(bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="embedded only")
 def test_broker_cli_start_stop_leaves_no_process(tmp_path: Path) -> None:
     env = {**os.environ, "EOS_DATA_DIR": str(tmp_path)}
-    eos = [sys.executable, "-m", "eos.cli"]
+    eos = [sys.executable, "-m", "eos.tools.cli"]
     out = subprocess.run([*eos, "broker", "start", "--topic", "x"], env=env, check=True,
                          capture_output=True, text=True).stdout
     assert "embedded broker running at 127.0.0.1:" in out
-    state = embedded.read_state(tmp_path)
+    state = local_broker(tmp_path)
     assert state is not None
     status = subprocess.run([*eos, "broker", "status"], env=env, capture_output=True, text=True)
     assert status.returncode == 0 and '"reachable": true' in status.stdout
     subprocess.run([*eos, "broker", "stop"], env=env, check=True, capture_output=True)
     assert not alive(state["pid"]) or _is_zombie(state["pid"])
-    assert not embedded.state_path(tmp_path).exists()
+    assert not broker_state_path(tmp_path).exists()
     status = subprocess.run([*eos, "broker", "status"], env=env, capture_output=True, text=True)
     assert status.returncode == 1
 

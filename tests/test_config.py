@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eos.config import (
+from eos.core.config import (
     PIPELINES_DIR_ENV,
     list_pipelines,
     load_config,
     load_pipeline,
     parse_duration_ms,
 )
-from eos.errors import ConfigError
+from eos.core.errors import ConfigError
 
 GOOD = {
     "name": "x",
@@ -156,7 +156,7 @@ def test_durations() -> None:
 
 
 def test_sinks_default_to_the_three_delta_tables_and_are_declared_per_output() -> None:
-    from eos.sinks import sinks_for
+    from eos.core.sink import sinks_for
 
     default = load_config_dict(GOOD)
     assert [(s.output, s.name) for s in sinks_for(default)] == [
@@ -196,6 +196,6 @@ def test_bad_sinks_fail_at_load_time_naming_the_problem(tmp_path: Path, sinks: d
 
 
 def load_config_dict(data: dict):
-    from eos.config import parse_config
+    from eos.core.config import parse_config
 
     return parse_config(data)

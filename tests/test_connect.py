@@ -22,16 +22,19 @@ from typing import Any
 
 import pytest
 
-from eos import connect
-from eos.audit import audit
-from eos.config import PipelineConfig
-from eos.errors import EXIT_TRANSIENT, ComputeUnavailable
-from eos.kafka import client_settings
-from eos.processes import group_members
-from eos.produce import GeneratorSpec, generate, send
-from eos.protocol import begin, commit, committed_epoch, precommit
-from eos.stage import staged_epoch
-from eos.tables import read_table, tables_for
+from eos.compute import connect
+from eos.compute.stage import SparkStager
+from eos.core.config import PipelineConfig
+from eos.core.delta import read_table
+from eos.core.errors import EXIT_TRANSIENT, ComputeUnavailable
+from eos.core.kafka import client_settings
+from eos.core.layout import tables_for
+from eos.core.processes import group_members
+from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.staging import staged_epoch
+from eos.tools import spark_server
+from eos.tools.audit import audit
+from eos.tools.produce import GeneratorSpec, generate, send
 
 from support import eos_cli, finish_and_audit, free_port, table_versions, write_pipeline
 
@@ -103,13 +106,13 @@ def test_server_binds_loopback_keeps_its_token_secret_and_reports_health(
     assert token not in argv, "the token must not be on the server's command line (ps shows it)"
     assert "spark.connect.grpc.binding.address=127.0.0.1" in argv.replace("\0", " ")
     assert token not in connect.state_path(data_dir).read_text()
-    assert token not in connect.log_path(data_dir).read_text(errors="replace")
+    assert token not in spark_server.log_path(data_dir).read_text(errors="replace")
     ip = outbound_ip()
     if ip is not None:
         with pytest.raises(OSError):
             socket.create_connection((ip, spark_server["port"]), timeout=2).close()
 
-    shown = subprocess.run([sys.executable, "-m", "eos.cli", "spark", "status"],
+    shown = subprocess.run([sys.executable, "-m", "eos.tools.cli", "spark", "status"],
                            capture_output=True, text=True, check=False)
     assert shown.returncode == 0, shown.stderr
     assert '"healthy": true' in shown.stdout
@@ -188,7 +191,7 @@ def test_client_killed_mid_read_leaves_a_zombie_that_cannot_stage(
     client.send_signal(signal.SIGKILL)
     client.wait()
     before = table_versions(config)["staging"]
-    rerun = precommit(config, 0, spark=spark)  # the retry, while the zombie is still held
+    rerun = precommit(config, 0, SparkStager(spark))  # the retry, while the zombie is still held
     assert rerun.plan_hash == plan.hash
     assert commit(config, 0).epoch == 0
     staged_by_rerun = table_versions(config)["staging"]
@@ -205,10 +208,10 @@ def own_server(tmp_path_factory: pytest.TempPathFactory, kafka: str) -> Iterator
         tuple[Path, int]]:
     base = tmp_path_factory.mktemp("own-spark")
     port = free_port()
-    connect.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
+    spark_server.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
                   conf={"spark.connect.session.manager.maintenanceInterval": "2s"})
     yield base, port
-    assert connect.stop(base) or connect.read_state(base) is None
+    assert spark_server.stop(base) or connect.read_state(base) is None
 
 
 def own_endpoint(own_server: tuple[Path, int]) -> connect.Endpoint:
@@ -223,8 +226,8 @@ def test_server_restart_mid_epoch_fails_the_attempt_and_the_retry_commits_once(
     env = {connect.REMOTE_ENV: remote_url(own_endpoint(own_server))}
     client = held_barrier(config, tmp_path / "faults", env, timeout_s=120)
     base, port = own_server
-    assert connect.stop(base)
-    connect.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
+    assert spark_server.stop(base)
+    spark_server.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
                   conf={"spark.connect.session.manager.maintenanceInterval": "2s"})
     _, err = client.communicate(timeout=300)
     assert client.returncode == EXIT_TRANSIENT, err[-3000:]
@@ -266,17 +269,17 @@ def test_abandoned_sessions_expire(tmp_path: Path, own_server: tuple[Path, int])
 def test_stop_leaves_no_process(tmp_path: Path, kafka: str) -> None:
     """``eos spark stop``: the JVM and every Python worker it forked are gone."""
     base = tmp_path / "data"
-    state = connect.start(base=base, port=free_port(), driver_memory="1g")
+    state = spark_server.start(base=base, port=free_port(), driver_memory="1g")
     endpoint = connect.Endpoint("127.0.0.1", state["port"], connect.read_token(base), False, "t")
     config = write_pipeline(tmp_path)
     with connect.session(config, endpoint) as spark:  # start Python workers on the server
         assert spark.range(4).mapInArrow(lambda it: it, "id long").count() == 4
     pgid = state["pid"]
-    assert connect.stop(base)
+    assert spark_server.stop(base)
     assert connect.read_state(base) is None
     survivors = group_members(pgid)
     assert not survivors, f"processes of the server's group survived: {survivors}"
-    assert not connect.stop(base)
+    assert not spark_server.stop(base)
 
 
 @pytest.mark.parametrize("message", [

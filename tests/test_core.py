@@ -1,7 +1,7 @@
 """The exactly-once core against a real broker, real Spark and real Delta tables.
 
 Ground truth is computed independently: the records the generator produced (checked to be exactly
-what Kafka holds) are replayed through the plain-Python reference model of ``eos.audit`` using the
+what Kafka holds) are replayed through the plain-Python reference model of ``eos.tools.audit`` using the
 epoch boundaries in the log, and compared with every committed table.
 """
 
@@ -21,25 +21,22 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from eos import checkpoints, epochlog, staging_files
-from eos.audit import audit, read_range
-from eos.config import PipelineConfig
-from eos.errors import KafkaUnavailable, TopicMissing
-from eos.kafka import client_settings, topic_watermarks
-from eos.maintenance import maintain, prune_staging
-from eos.outcomes import Outcome
-from eos.produce import BAD_KINDS, GeneratorSpec, generate, send
-from eos.protocol import abort, begin, commit, committed_epoch, precommit
-from eos.stage import staged_epoch
-from eos.status import EpochState, pipeline_status, render
-from eos.tables import (
-    ensure_tables,
-    read_existing,
-    read_table,
-    replace_epoch,
-    staging_schema,
-    tables_for,
-)
+from eos.compute import writers as staging_files
+from eos.compute.stage import SparkStager
+from eos.core import checkpoints, epochlog
+from eos.core.config import PipelineConfig
+from eos.core.delta import read_existing, read_table, replace_epoch
+from eos.core.errors import KafkaUnavailable, TopicMissing
+from eos.core.kafka import client_settings, topic_watermarks
+from eos.core.layout import tables_for
+from eos.core.maintenance import maintain, prune_staging
+from eos.core.outcomes import Outcome
+from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
+from eos.core.staging import staged_epoch
+from eos.core.status import EpochState, pipeline_status, render
+from eos.core.tables import ensure_tables, staging_schema
+from eos.tools.audit import audit, read_range
+from eos.tools.produce import BAD_KINDS, GeneratorSpec, generate, send
 
 from support import (
     delta_path,
@@ -164,8 +161,8 @@ def test_the_reader_parses_as_a_separate_parse_stage_would(committed_pipeline: t
     """Precommit reads with the reader parsing (one Python stage): the same rows, quarantine
     reasons included, as the raw records parsed by a second stage, for every record of the
     range exactly once."""
-    from eos.schema import OFFSET, PARTITION, REASON, ddl, parsed_schema
-    from eos.stage import parse_records, read_ranges
+    from eos.compute.stage import parse_records, read_ranges
+    from eos.core.schema import OFFSET, PARTITION, REASON, ddl, parsed_schema
 
     config, plans = committed_pipeline
     plan = plans[1]
@@ -262,7 +259,7 @@ def test_rerunning_committed_epochs_changes_nothing(committed_pipeline: tuple, s
     for i, plan in enumerate(plans):
         again = begin(config, run_id=f"core-{i}")
         assert again == plan
-        assert precommit(config, plan.epoch, spark=spark).outcome is Outcome.ALREADY_COMMITTED
+        assert precommit(config, plan.epoch, SparkStager(spark)).outcome is Outcome.ALREADY_COMMITTED
         assert commit(config, plan.epoch).outcome is Outcome.ALREADY_COMMITTED
         assert abort(config, plan.epoch) is Outcome.NOTHING_TO_ABORT
     assert table_versions(config) == before
@@ -274,19 +271,19 @@ def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: 
     spec = GeneratorSpec(events=3000, keys=30, disorder_ms=800, bad_fraction=0.05, seed=9)
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
     plan = begin(config, run_id="twice")
-    first = precommit(config, plan.epoch, spark=spark)
+    first = precommit(config, plan.epoch, SparkStager(spark))
     assert first.outcome is Outcome.STAGED
     rows_a = staged_epoch(tables_for(config), plan.epoch, plan.hash)
     assert abort(config, plan.epoch, "test") is Outcome.ABORTED
     assert staged_epoch(tables_for(config), plan.epoch, plan.hash) is None
-    cli = [sys.executable, "-m", "eos.cli", "precommit", "--config", str(config.source_path),
+    cli = [sys.executable, "-m", "eos.tools.cli", "precommit", "--config", str(config.source_path),
            "--epoch", str(plan.epoch)]
     proc = subprocess.run(cli, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "outcome=staged" in proc.stdout
     rows_b = staged_epoch(tables_for(config), plan.epoch, plan.hash)
     assert rows_a.to_pylist() == rows_b.to_pylist()
-    assert precommit(config, plan.epoch, spark=spark).outcome is Outcome.REUSED_STAGE
+    assert precommit(config, plan.epoch, SparkStager(spark)).outcome is Outcome.REUSED_STAGE
 
 
 def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka: str,
@@ -313,7 +310,7 @@ def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka:
         for i, (name, attempt) in enumerate(attempts):
             if i:
                 assert abort(config, plan.epoch, "the next writer's turn") is Outcome.ABORTED
-            result = precommit(attempt, plan.epoch, spark=spark)
+            result = precommit(attempt, plan.epoch, SparkStager(spark))
             expected = "executors" if name == "predicted big" else name
             assert (result.outcome, result.written_by) == (Outcome.STAGED, expected)
             rows = staged_epoch(tables_for(config), plan.epoch, plan.hash).to_pylist()
@@ -365,7 +362,7 @@ def test_fresh_process_resumes_from_committed_state(tmp_path: Path, kafka: str,
     config = write_pipeline(tmp_path, window={"size": "5s", "allowed_lateness": "1s"})
     spec = GeneratorSpec(events=2000, keys=10, interval_ms=10, disorder_ms=500, seed=3)
     records = list(generate(spec))
-    eos = [sys.executable, "-m", "eos.cli"]
+    eos = [sys.executable, "-m", "eos.tools.cli"]
     for half in (records[:1000], records[1000:]):
         send(half, len(half), config.kafka.topic, client_settings(), progress=False)
         out = subprocess.run([*eos, "run", "--config", str(config.source_path), "--epochs", "1"],
@@ -405,7 +402,7 @@ def test_phase_processes_exit_cleanly_after_reading_delta(tmp_path: Path, kafka:
     config = write_pipeline(tmp_path)
     records = list(generate(GeneratorSpec(events=200, keys=5, seed=11)))
     send(records, len(records), config.kafka.topic, client_settings(), progress=False)
-    eos = [sys.executable, "-m", "eos.cli"]
+    eos = [sys.executable, "-m", "eos.tools.cli"]
     for attempt in range(12):
         out = subprocess.run([*eos, "begin", "--config", str(config.source_path), "--run-id", "r"],
                              capture_output=True, text=True, check=False)

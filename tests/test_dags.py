@@ -25,12 +25,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from eos import epochlog
-from eos.audit import audit
-from eos.config import PipelineConfig, load_config, pipeline_path
-from eos.dag_factory import PrecommitOperator
-from eos.produce import GeneratorSpec
-from eos.tables import read_table, tables_for
+from eos.airflow.dag_factory import PrecommitOperator
+from eos.core import epochlog
+from eos.core.config import PipelineConfig, load_config, pipeline_path
+from eos.core.delta import read_table
+from eos.core.layout import tables_for
+from eos.tools.audit import audit
+from eos.tools.produce import GeneratorSpec
 
 from support import dag_pipeline, delta_path, sink, table_versions
 
@@ -83,7 +84,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("EOS_PIPELINES_DIR", raising=False)
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from eos.dag_factory import PrecommitOperator, sink_assets
+    from eos.airflow.dag_factory import PrecommitOperator, sink_assets
 
     dag = af.load_dag("eos_clicks")
     config = load_config(pipeline_path("clicks"))
@@ -309,7 +310,7 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
     reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture,
 ) -> None:
-    from eos import faults
+    from eos.core import faults
 
     config = make_pipeline(pipelines_dir, data_dir, "afretry")
     dag = af.load_dag(config.dag_id)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from eos.config import PipelineConfig
-from eos.maintenance import LOG_RETENTION
-from eos.outcomes import Outcome
-from eos.sinks import sinks_for
+from eos.core.config import PipelineConfig
+from eos.core.maintenance import LOG_RETENTION
+from eos.core.outcomes import Outcome
+from eos.core.sink import sinks_for
 from eos.sinks.delta import DeltaSink, DeltaSinkOptions
 
 from support import write_pipeline

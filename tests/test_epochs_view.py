@@ -9,7 +9,7 @@ records: 1,800 events, some late, some malformed). Then:
 - headless Chromium (Debian's ``chromium``, driven by Playwright) logs in through Airflow's
   login form, opens Browse -> "Exactly-once epochs", follows the pipeline's link, and finds the
   epochs, their states, runs and counts equal to what the epoch log and the checkpoint table hold
-  (read here directly, not through ``eos.status``); it presses "Verify now" and waits for the
+  (read here directly, not through ``eos.core.status``); it presses "Verify now" and waits for the
   audit's verdict on the page; a task-log link opens that log in the Airflow UI. Screenshots go
   to ``test-output/`` at the project root.
 """
@@ -30,11 +30,11 @@ import httpx
 import pytest
 from airflow_standalone import Airflow, backfill, make_pipeline, running_airflow
 
-from eos import checkpoints, epochlog
-from eos.config import PipelineConfig
-from eos.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX, create_app
-from eos.produce import GeneratorSpec
-from eos.tables import tables_for
+from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX, create_app
+from eos.core import checkpoints, epochlog
+from eos.core.config import PipelineConfig
+from eos.core.layout import tables_for
+from eos.tools.produce import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 

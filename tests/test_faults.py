@@ -1,11 +1,11 @@
 """One test per row of the failure matrix (DESIGN.md section 7), plus races, chaos, hostile input.
 
 Each test injects the fault as a real crash (SIGKILL at a named point, in its own process, see
-``eos.faults``), recovers the way an operator or Airflow would (rerun, retry, abort and rerun),
+``eos.core.faults``), recovers the way an operator or Airflow would (rerun, retry, abort and rerun),
 and then checks the committed tables against the independent audit: every sink equals the
 ground truth, every sink has exactly one commit per epoch, the checkpoints agree, offsets are
 contiguous. Races hold two real processes at a barrier right before a fenced write
-(``point:wait``, see ``eos.faults``) and release them together.
+(``point:wait``, see ``eos.core.faults``) and release them together.
 """
 
 from __future__ import annotations
@@ -23,19 +23,22 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from eos import checkpoints, epochlog
-from eos.audit import audit
-from eos.chaos import CONCURRENT_COMMITS, chaos
-from eos.config import PipelineConfig, load_config
-from eos.errors import EosError
-from eos.kafka import client_settings
-from eos.outcomes import Outcome
-from eos.plan import plan_of
-from eos.produce import GeneratorSpec, generate, send
-from eos.protocol import begin, commit, committed_epoch, precommit
-from eos.stage import staged_epoch
-from eos.status import EpochState, pipeline_status
-from eos.tables import ensure_tables, read_table, replace_epoch, tables_for
+from eos.compute.stage import SparkStager
+from eos.core import checkpoints, epochlog
+from eos.core.config import PipelineConfig, load_config
+from eos.core.delta import read_table, replace_epoch
+from eos.core.errors import EosError
+from eos.core.kafka import client_settings
+from eos.core.layout import tables_for
+from eos.core.outcomes import Outcome
+from eos.core.plan import plan_of
+from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.staging import staged_epoch
+from eos.core.status import EpochState, pipeline_status
+from eos.core.tables import ensure_tables
+from eos.tools.audit import audit
+from eos.tools.chaos import CONCURRENT_COMMITS, chaos
+from eos.tools.produce import GeneratorSpec, generate, send
 
 import support
 from support import (
@@ -175,7 +178,7 @@ def test_crash_after_precommit_reuses_the_staged_epoch(pipeline: PipelineConfig,
     staged = staged_epoch(tables, 0, plan.hash)
     assert staged is not None
     version = table_versions(pipeline)["staging"]
-    assert precommit(pipeline, 0, spark=spark).outcome is Outcome.REUSED_STAGE
+    assert precommit(pipeline, 0, SparkStager(spark)).outcome is Outcome.REUSED_STAGE
     assert table_versions(pipeline)["staging"] == version
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     finish_and_audit(pipeline, spark, "after-precommit")
@@ -185,7 +188,7 @@ def test_crash_between_sink_commits_retry_skips_committed_sinks(
     pipeline: PipelineConfig, spark: Any, tmp_path: Path
 ) -> None:
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.between_sinks",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
@@ -205,7 +208,7 @@ def test_crash_before_the_checkpoint_retry_only_checkpoints(
     """Every sink holds N, the checkpoint does not: sinks may be one ahead; the retry writes no
     sink again and appends the checkpoint."""
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.before_checkpoint",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
@@ -222,7 +225,7 @@ def test_crash_before_the_checkpoint_retry_only_checkpoints(
 def test_crash_after_the_checkpoint_retry_is_a_noop(pipeline: PipelineConfig, spark: Any,
                                                     tmp_path: Path) -> None:
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.after_checkpoint",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
@@ -257,7 +260,7 @@ def test_two_commits_released_before_their_first_sink_write_write_it_once(
     the same instant, delta-rs' conflict check often caught even the unfenced write; released
     400 ms apart, the unfenced second attempt always appended again.)"""
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     results = race_commits(pipeline, tmp_path, "sink.before_write:wait", stagger_ms)
     first = [r["sinks"]["delta:target"] for r in results]
     assert sorted(s["outcome"] for s in first) == [Outcome.ALREADY_COMMITTED, Outcome.COMMITTED]
@@ -272,7 +275,7 @@ def test_two_commits_released_before_the_checkpoint_append_it_once(
     pipeline: PipelineConfig, spark: Any, tmp_path: Path
 ) -> None:
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     results = race_commits(pipeline, tmp_path, "checkpoint.before_write:wait", stagger_ms=400)
     assert sorted(r["outcome"] for r in results) == [Outcome.ALREADY_COMMITTED,
                                                      Outcome.COMMITTED]
@@ -302,7 +305,7 @@ def test_zombie_precommit_after_commit_changes_nothing(pipeline: PipelineConfig,
     """A stale attempt of epoch 0 whose Spark job outlived its task writes after the commit."""
     plan = begin(pipeline, run_id="r0")
     tables = tables_for(pipeline)
-    precommit(pipeline, 0, spark=spark)
+    precommit(pipeline, 0, SparkStager(spark))
     zombie_rows = staged_epoch(tables, 0, plan.hash)
     commit(pipeline, 0)
     target_before = read_table(delta_path(pipeline, "target")).to_pylist()
@@ -310,7 +313,7 @@ def test_zombie_precommit_after_commit_changes_nothing(pipeline: PipelineConfig,
     assert in_any_order(staged_epoch(tables, 0, plan.hash)) == in_any_order(zombie_rows)
     assert read_table(delta_path(pipeline, "target")).to_pylist() == target_before
     # A zombie that is still computing finds the epoch committed and stages nothing.
-    assert precommit(pipeline, 0, spark=spark).outcome is Outcome.ALREADY_COMMITTED
+    assert precommit(pipeline, 0, SparkStager(spark)).outcome is Outcome.ALREADY_COMMITTED
     finish_and_audit(pipeline, spark, "zombie")
 
 
@@ -352,7 +355,7 @@ def test_hostile_records_are_quarantined_or_counted(tmp_path: Path, kafka: str,
     assert p.flush(30) == 0
     assert errors == []
     plan = begin(config, run_id="hostile")
-    precommit(config, plan.epoch, spark=spark)
+    precommit(config, plan.epoch, SparkStager(spark))
     commit(config, plan.epoch)
     report = audit(config)
     assert report.ok, report.render()
@@ -373,7 +376,7 @@ def test_unwritable_table_root_and_broken_config_fail_clearly(tmp_path: Path, ka
         ensure_tables(config)
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\nkafka: {topic: 5}\nwindow: {size: 1s}\n")
-    out = subprocess.run([sys.executable, "-m", "eos.cli", "begin", "--config", str(broken)],
+    out = subprocess.run([sys.executable, "-m", "eos.tools.cli", "begin", "--config", str(broken)],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 2  # a permanent error: EXIT_PERMANENT
     assert "field 'kafka.topic'" in out.stderr and "Traceback" not in out.stderr

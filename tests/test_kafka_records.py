@@ -11,8 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eos.config import load_pipeline
-from eos.outputs import QUARANTINE_SCHEMA, late_schema, windows_schema
+from eos.core.config import load_pipeline
+from eos.core.outputs import QUARANTINE_SCHEMA, late_schema, windows_schema
 from eos.sinks.kafka import decode_value, encode_keys, encode_values
 
 DEC = pa.decimal128(38, 9)

@@ -23,15 +23,17 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from eos.audit import audit
-from eos.config import PipelineConfig, load_pipeline
-from eos.kafka import client_settings, topic_watermarks
-from eos.outcomes import Outcome
-from eos.outputs import epoch_outputs
-from eos.produce import GeneratorSpec, generate, send
-from eos.protocol import begin, commit, committed_epoch, precommit
-from eos.stage import staged_epoch
-from eos.tables import read_table, tables_for
+from eos.compute.stage import SparkStager
+from eos.core.config import PipelineConfig, load_pipeline
+from eos.core.delta import read_table
+from eos.core.kafka import client_settings, topic_watermarks
+from eos.core.layout import tables_for
+from eos.core.outcomes import Outcome
+from eos.core.outputs import epoch_outputs
+from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.staging import staged_epoch
+from eos.tools.audit import audit
+from eos.tools.produce import GeneratorSpec, generate, send
 
 from support import (
     KILLED,
@@ -61,7 +63,7 @@ def out_sink(config: PipelineConfig) -> Any:
 
 
 def _sinks(config: PipelineConfig) -> list[Any]:
-    from eos.sinks import sinks_for
+    from eos.core.sink import sinks_for
 
     return sinks_for(config)
 
@@ -161,7 +163,7 @@ def test_a_committed_epoch_is_skipped_by_its_marker(pipeline: PipelineConfig, sp
 def test_crash_before_the_transaction_retry_writes_once(pipeline: PipelineConfig, spark: Any,
                                                         tmp_path: Path) -> None:
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="sink.before_write",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
@@ -174,7 +176,7 @@ def test_crash_before_the_transaction_retry_writes_once(pipeline: PipelineConfig
 def test_crash_after_commit_transaction_retry_skips_the_topic(
         pipeline: PipelineConfig, spark: Any, tmp_path: Path) -> None:
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="commit.between_sinks",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
@@ -204,7 +206,7 @@ def test_clicks_to_kafka_ten_epochs_with_crashes_at_every_commit_point(
         send(chunk, len(chunk), config.kafka.topic, client_settings(), progress=False)
         plan = begin(config, run_id=f"k{epoch}")
         assert plan.epoch == epoch
-        precommit(config, epoch, spark=spark)
+        precommit(config, epoch, SparkStager(spark))
         faults_dir = tmp_path / f"faults-{epoch}"
         crashed = eos_cli(config, "commit", "--epoch", str(epoch),
                           faults=points[epoch % 3], faults_dir=faults_dir)
@@ -226,8 +228,8 @@ def test_an_unwritable_record_fails_permanently_with_a_clear_message(
     the topic, nothing of the epoch visible, the checkpoint not advanced."""
     import pyarrow as pa
 
-    from eos.errors import SinkRejected
-    from eos.outputs import windows_schema
+    from eos.core.errors import SinkRejected
+    from eos.core.outputs import windows_schema
 
     config = kafka_sink_pipeline(tmp_path)
     sink_ = out_sink(config)
@@ -248,7 +250,7 @@ def test_crash_inside_a_transaction_is_never_visible(pipeline: PipelineConfig, s
     require_real_broker("filter read_committed (the killed transaction's records would be "
                         "visible) nor abort a transactional id's pending transaction")
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="sink.kafka.in_transaction",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
@@ -263,7 +265,7 @@ def test_two_commits_at_once_write_the_topic_once(pipeline: PipelineConfig, spar
                                                   tmp_path: Path, stagger_ms: int) -> None:
     require_real_broker("fence transactional ids (both racing producers would commit)")
     plan = begin(pipeline, run_id="r0")
-    precommit(pipeline, plan.epoch, spark=spark)
+    precommit(pipeline, plan.epoch, SparkStager(spark))
     env = {"EOS_BARRIER_STAGGER_MS": str(stagger_ms)}
     racers = [eos_cli(pipeline, "commit", "--epoch", "0", faults="sink.before_write:wait",
                       faults_dir=tmp_path, env=env, wait=False) for _ in range(2)]

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eos.config import EventConfig, parse_config
-from eos.parse import MAX_DEPTH, MAX_TS_MS, NEG_INF, Parsed, Parser, Rejected
-from eos.reader import RAW_SCHEMA
-from eos.schema import parsed_schema
+from eos.compute.parse import MAX_DEPTH, MAX_TS_MS, NEG_INF, Parsed, Parser, Rejected
+from eos.compute.reader import RAW_SCHEMA
+from eos.core.config import EventConfig, parse_config
+from eos.core.schema import parsed_schema
 
 KTS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the Kafka timestamp of the records below
 MS_TIME = {"field": "ts", "format": "epoch_ms"}
@@ -748,8 +748,8 @@ def test_iso_times_convert_exactly(moment: datetime, offset_min: int, digits: in
 def test_every_generated_record_parses_or_is_quarantined_as_its_kind(pipeline: str) -> None:
     """The generator's good and late records parse under the shipped pipeline's schema and each
     of its bad kinds is quarantined: the demo's ground truth and the parser agree."""
-    from eos.config import load_pipeline
-    from eos.produce import GeneratorSpec, generate, generator_options
+    from eos.core.config import load_pipeline
+    from eos.tools.produce import GeneratorSpec, generate, generator_options
 
     config = load_pipeline(pipeline)
     parser = Parser(config.event)

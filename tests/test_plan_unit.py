@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eos.plan import PartitionRange, Plan, cap_fairly
-from eos.reader import splits_of
+from eos.compute.reader import splits_of
+from eos.core.plan import PartitionRange, Plan, cap_fairly
 
 
 @given(st.dictionaries(st.integers(0, 15), st.integers(0, 10_000), max_size=8),
@@ -44,8 +44,8 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
     records x windows per event (a hopping window of 60 s sliding by 20 s puts an event in 3)
     within ``COLLECT_MAX_ROWS``. Unknown counts, wide quarantined records and
     ``collect_rows: 0`` go to the executors."""
-    from eos.config import parse_config
-    from eos.stage import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, EpochState, Frames, collects
+    from eos.compute.stage import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, EpochState, Frames, collects
+    from eos.core.config import parse_config
 
     def config(window: dict, collect_rows: int = 1000):
         return parse_config({

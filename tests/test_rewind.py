@@ -1,6 +1,6 @@
-"""Rewind and replay (``eos.rewind``): back to a committed epoch, then the next runs recompute the
+"""Rewind and replay (``eos.core.rewind``): back to a committed epoch, then the next runs recompute the
 later ones from their logged plans, exactly once, on real Spark, Delta and a Kafka-protocol
-broker. Crashes are real (SIGKILL at a named point in an ``eos`` process, ``eos.faults``)."""
+broker. Crashes are real (SIGKILL at a named point in an ``eos`` process, ``eos.core.faults``)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,21 @@ import confluent_kafka as ck
 import pytest
 from deltalake import DeltaTable
 
-from eos import checkpoints, epochlog
-from eos.audit import audit, verify
-from eos.config import PipelineConfig
-from eos.errors import ConfigError, DataLoss, RewindRefused, RewindUnfinished
-from eos.kafka import client_settings
-from eos.outcomes import Outcome
-from eos.plan import Plan, plan_of
-from eos.produce import GeneratorSpec, generate, send
-from eos.protocol import begin, committed_epoch
-from eos.rewind import rewind
-from eos.sinks import sinks_for
-from eos.status import EpochState, pipeline_status
-from eos.tables import read_table, tables_for
+from eos.compute.stage import SparkStager
+from eos.core import checkpoints, epochlog
+from eos.core.config import PipelineConfig
+from eos.core.delta import read_table
+from eos.core.errors import ConfigError, DataLoss, RewindRefused, RewindUnfinished
+from eos.core.kafka import client_settings
+from eos.core.layout import tables_for
+from eos.core.outcomes import Outcome
+from eos.core.plan import Plan, plan_of
+from eos.core.protocol import begin, committed_epoch
+from eos.core.rewind import rewind
+from eos.core.sink import sinks_for
+from eos.core.status import EpochState, pipeline_status
+from eos.tools.audit import audit, verify
+from eos.tools.produce import GeneratorSpec, generate, send
 
 import support
 from support import (
@@ -151,7 +153,7 @@ def crash_then_rerun(config: PipelineConfig, directory: Path, point: str, *args:
 def replay_with_a_crash(config: PipelineConfig, spark: Any, directory: Path, tag: str,
                         phase: str, point: str, epochs: int) -> None:
     """Replay ``epochs`` epochs; the first one crashes once at ``point`` and is rerun."""
-    from eos.protocol import commit, precommit
+    from eos.core.protocol import commit, precommit
 
     for i in range(epochs):
         plan = begin(config, run_id=f"{tag}-{i}")
@@ -159,7 +161,7 @@ def replay_with_a_crash(config: PipelineConfig, spark: Any, directory: Path, tag
             crash_then_rerun(config, directory / tag, point, "precommit", "--epoch",
                              str(plan.epoch))
         else:
-            precommit(config, plan.epoch, spark=spark)
+            precommit(config, plan.epoch, SparkStager(spark))
         if i == 0 and phase == "commit":
             crash_then_rerun(config, directory / tag, point, "commit", "--epoch",
                              str(plan.epoch))
@@ -312,8 +314,8 @@ def test_a_replay_of_a_range_kafka_no_longer_holds_fails_naming_it(
         raise
     rewind(config, -1)
     plan = begin(config, run_id="replay-0")
-    from eos.protocol import precommit
+    from eos.core.protocol import precommit
 
     with pytest.raises(DataLoss, match=r"partition 0: offsets \[\d+,500\)"):
-        precommit(config, plan.epoch, spark=spark)
+        precommit(config, plan.epoch, SparkStager(spark))
     assert plan == plan_of(tables_for(config), 0)

@@ -21,8 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
 from bench import streaming_peer as peer_bench
-from eos.connect import CONNECT_MARKS
-from eos.tables import read_table
+from eos.compute.connect import CONNECT_MARKS
+from eos.core.delta import read_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,22 +1,22 @@
-"""The process's pool of open Delta handles (``eos.tables.checkout``/``checkin``): real delta-rs
+"""The process's pool of open Delta handles (``eos.core.pool.checkout``/``checkin``): real delta-rs
 tables on disk, no Spark. A pooled handle must behave as a fresh open would: at the latest
 version, lent to one user at a time, and never reused for a different table under the same
 path."""
 
 from __future__ import annotations
 
-import gc
 import shutil
 from pathlib import Path
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-import eos.tables
-from eos.kafka import client_settings
-from eos.produce import GeneratorSpec, generate, send
-from eos.protocol import begin
-from eos.tables import checkin, checkout, ensure_tables
+import eos.core.pool
+from eos.core.kafka import client_settings
+from eos.core.pool import checkin, checkout
+from eos.core.protocol import begin
+from eos.core.tables import ensure_tables
+from eos.tools.produce import GeneratorSpec, generate, send
 
 from support import write_pipeline
 
@@ -51,8 +51,8 @@ def test_the_pool_keeps_at_most_its_size_and_drops_the_oldest(tmp_path: Path,
                                                                 monkeypatch) -> None:
     """More handles given back than the pool holds, some paths emptied by a checkout in
     between: giving back never fails (it runs after a sink's commit), the oldest go first."""
-    monkeypatch.setattr(eos.tables, "POOL_SIZE", 3)
-    monkeypatch.setattr(eos.tables, "_pool", {})
+    monkeypatch.setattr(eos.core.pool, "POOL_SIZE", 3)
+    monkeypatch.setattr(eos.core.pool, "_pool", {})
     paths = [str(tmp_path / f"t{i}") for i in range(5)]
     for path in paths:
         write_deltalake(path, ROWS)
@@ -62,7 +62,7 @@ def test_the_pool_keeps_at_most_its_size_and_drops_the_oldest(tmp_path: Path,
     assert checkout(paths[0]) is lent[0][1]  # paths[0] is empty in the pool now
     for path, table in lent[2:]:
         checkin(path, table)
-    held = {path: [t for t, _ in tables] for path, tables in eos.tables._pool.items()}
+    held = {path: [t for t, _ in tables] for path, tables in eos.core.pool._pool.items()}
     assert sum(len(v) for v in held.values()) == 3
     assert paths[1] not in held, "the oldest handle was kept"
     assert all(held[path] == [table] for path, table in lent[2:])
@@ -89,10 +89,9 @@ def test_a_phase_gives_its_handles_back_when_it_is_done(tmp_path: Path, kafka: s
     config = write_pipeline(tmp_path)
     spec = GeneratorSpec(events=20, keys=2)
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
-    begin(config, run_id="r0")
-    gc.collect()
+    begin(config, run_id="r0")  # no garbage collection: the phase gives its handles back itself
     tables = ensure_tables(config)
-    pooled = [held for held, _ in eos.tables._pool.get(tables.epochs, [])]
+    pooled = [held for held, _ in eos.core.pool._pool.get(tables.epochs, [])]
     assert len(pooled) == 1, "begin did not give its handle of the epoch log back"
     log = tables.handle(tables.epochs)  # the next phase borrows it, brought up to date
     assert log is pooled[0]

@@ -1,7 +1,7 @@
 """Declared schemas, group-by, every aggregation and every window type, end to end.
 
 Real broker, real Spark, real Delta. Ground truth is the audit's plain-Python recomputation
-(``eos.audit.reference``: its own windowing and aggregation code, DuckDB for the filter, exact
+(``eos.tools.audit.reference``: its own windowing and aggregation code, DuckDB for the filter, exact
 distinct counts for the HLL sketches), fed by a plain Kafka consumer; each test also checks that
 the data really exercised what it names (late pairs, quarantined records, multi-epoch windows),
 so a pipeline that dropped everything could not pass.
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from eos.audit import audit, row_identity, value_differences
-from eos.config import PipelineConfig
-from eos.errors import ConfigError
-from eos.kafka import client_settings
-from eos.produce import GeneratorSpec, generate, send
-from eos.protocol import begin
-from eos.tables import read_table
+from eos.core.config import PipelineConfig
+from eos.core.delta import read_table
+from eos.core.errors import ConfigError
+from eos.core.kafka import client_settings
+from eos.core.protocol import begin
+from eos.tools.audit import audit, row_identity, value_differences
+from eos.tools.produce import GeneratorSpec, generate, send
 
 from support import delta_path, run_until_caught_up, unique_topic, write_pipeline
 

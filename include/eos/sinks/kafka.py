@@ -21,7 +21,7 @@ milliseconds, decimals as exact JSON numbers, binary as base64); headers ``eos-p
 ``eos-epoch``, ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Consumers must read with
 ``isolation.level=read_committed``.
 
-Rewinds (``eos.rewind``): published records cannot be withdrawn, so a rewind to N writes only a
+Rewinds (``eos.core.rewind``): published records cannot be withdrawn, so a rewind to N writes only a
 marker saying N (carrying the rewind's id). The replay then publishes epochs N+1.. again, each
 record headed ``eos-lineage: <rewind id>``: a consumer sees the rewind marker, then the replayed
 epochs a second time, and can tell the two lines apart by that header. Every marker carries the
@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from eos import faults
-from eos.errors import SinkRejected, SinkUnavailable
-from eos.outcomes import Outcome
-from eos.sinks.base import NO_EPOCH, Sink, SinkCommit, validated_options
+from eos.core import faults
+from eos.core.errors import SinkRejected, SinkUnavailable
+from eos.core.outcomes import NO_EPOCH, Outcome
+from eos.core.sink import Sink, SinkCommit, validated_options
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
@@ -99,7 +99,7 @@ class KafkaSink(Sink):
         return f"eos:{self.config.name}:{self.name}"
 
     def _settings(self) -> dict[str, Any]:
-        from eos.kafka import client_settings
+        from eos.core.kafka import client_settings
 
         return client_settings({**self.config.kafka.client, **self.options.client})
 
@@ -120,7 +120,7 @@ class KafkaSink(Sink):
         if held >= epoch:
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
         if held != epoch - 1:
-            from eos.errors import ProtocolViolation
+            from eos.core.errors import ProtocolViolation
 
             raise ProtocolViolation(
                 f"Kafka sink {self.name} holds epoch {held}; it cannot receive epoch {epoch} "
@@ -180,7 +180,7 @@ class KafkaSink(Sink):
         """This pipeline's committed rows on the sink's current line, as a ``read_committed``
         consumer sees them, less the records a rewind superseded: for each epoch, the records
         of the lineage that published it last (see the module docstring)."""
-        from eos.outputs import output_schema
+        from eos.core.outputs import output_schema
 
         schema = output_schema(self.config, self.output)
         last = self._last_marker_value()
@@ -347,8 +347,8 @@ class KafkaSink(Sink):
 
     def _watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
         """(log start, high watermark) per partition; empty when the topic does not exist."""
-        from eos.errors import TopicMissing
-        from eos.kafka import topic_watermarks
+        from eos.core.errors import TopicMissing
+        from eos.core.kafka import topic_watermarks
 
         try:
             return topic_watermarks(self._settings(), topic)
@@ -361,7 +361,7 @@ class KafkaSink(Sink):
 
     def _read_partition(self, topic: str, partition: int, start: int) -> Iterator[ck.Message]:
         """Every ``read_committed`` record from ``start`` to the end of the partition."""
-        from eos.kafka import read_partition
+        from eos.core.kafka import read_partition
 
         yield from read_partition(self._settings(), topic, partition, start,
                                   group=f"eos-readback-{self.config.name}", timeout_s=TIMEOUT_S)
@@ -379,7 +379,7 @@ def ensure_topic(settings: dict[str, Any], topic: str, partitions: int | None,
     import confluent_kafka as ck
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from eos.kafka import is_embedded_broker
+    from eos.core.kafka import is_embedded_broker
 
     admin = AdminClient(settings)
     try:

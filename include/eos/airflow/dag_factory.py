@@ -1,0 +1,392 @@
+"""One Airflow DAG per pipeline: one DAG run is one checkpoint epoch (the Airflow adapter).
+
+``begin`` (plan or reuse epoch N) -> ``precommit`` (Spark stages N) -> ``commit``
+(every sink, then the checkpoint; idempotent, retried until it succeeds), and ``abort`` when
+precommit failed. The DAG only wires the library's phases together: every decision lives in
+``eos.core.protocol``. Building a DAG does no I/O beyond reading the pipeline's YAML: no Kafka, no
+Spark, no Delta at parse time (the library modules that touch them are imported inside tasks).
+
+Retry policy, per task (``eos.core.errors``): a ``TransientError`` (or anything unexpected) fails
+the attempt and Airflow retries it with backoff; a ``PermanentError`` (protocol violation, data
+loss, bad config) fails the task at once, without retries, with the error's message.
+
+Compute (``compute.mode``): ``connect`` (default) runs precommit in the task's own process with a
+session on the long-lived Spark Connect server named by the Airflow connection
+``compute.connection`` (type ``spark_connect``, default ``spark_connect_default``, the token in its
+password); ``submit`` runs ``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection
+``spark_default``: one Spark application per epoch. Both run ``eos.core.protocol.precommit``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.exceptions import AirflowException, AirflowFailException
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Asset, Param, TriggerRule, task
+
+from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
+from eos.core.config import PipelineConfig, list_pipelines, load_config
+from eos.core.errors import EXIT_PERMANENT
+from eos.core.sink import sinks_for
+
+SPARK_CONN_ID = "spark_default"
+START_DATE = datetime(2025, 1, 1)  # naive: Airflow reads it in its default timezone (UTC)
+BEGIN_XCOM = "ti.xcom_pull(task_ids='begin')"
+
+log = logging.getLogger(__name__)
+
+OPERATOR_NOTES = """
+### Operating notes
+- One run is one epoch: `begin` logs the plan (offset ranges) before anything reads Kafka, and a
+  run keeps its epoch forever: clearing a run, committed or not, re-finds the same epoch and plan.
+- Clearing a committed run is harmless: every task is a no-op (the checkpoint table is the
+  authority). `commit` still emits its asset events, with `outcome: already committed`.
+- A task that fails with a permanent error (protocol violation, data loss, bad config) is not
+  retried: read its message, fix the cause, then clear the run.
+- After a failed run, later runs wait (`depends_on_past`, `wait_for_downstream`) and the first of
+  them holds the only active slot (`max_active_runs=1`), so a cleared failed run stays queued
+  behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
+  skipped), then clear the failed run. It reprocesses its own epoch with the same plan.
+- To reprocess committed epochs after a fix (rewind and replay): pause this DAG, trigger
+  `<this dag>__rewind` with `to_epoch` N (the last epoch that stays committed, -1 for all), then
+  unpause. The next runs replay epochs N+1.. with their logged ranges and the current config;
+  to replay them at once, backfill this DAG's past dates with reprocess behavior `completed`:
+  each run replays its own epoch, in order (runs of epochs up to N are no-ops).
+"""
+
+REWIND_SUFFIX = "__rewind"
+REWIND_DOC = """
+### Rewind (`eos.core.rewind`)
+One manual run takes the pipeline back to committed epoch `to_epoch`: every Delta sink, staging
+and the checkpoint table are restored (Delta `RESTORE`, visible in each table's history) to the
+version at which that epoch was committed, with their markers saying it. The pipeline DAG's
+next runs then replay the later epochs from their logged plans, with the current code and
+config. Pause the pipeline DAG while this runs.
+
+- `to_epoch`: the last epoch that stays committed; -1 replays everything (needed after a change
+  of what rows mean: parsing, grouping, windows, aggregations).
+- `republish`: also rewind sinks that cannot withdraw records (Kafka topics); their consumers
+  then see the replayed epochs a second time.
+
+Retries: a refusal (`RewindRefused`: not allowed as asked, nothing changed) or an unfinished
+rewind to another epoch fails at once; anything else is retried, and a retry finishes the same
+rewind (each step is idempotent).
+"""
+
+
+def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
+    """One Airflow Asset per sink, published when an epoch commits: ``file://<abs path>`` for a
+    Delta table, ``kafka://<pipeline>/<topic>`` for a Kafka topic. Keyed by sink name."""
+    assets = {}
+    for sink in sinks_for(config):
+        safe = "".join(c if c.isalnum() else "_" for c in sink.name)
+        assets[sink.name] = Asset(name=f"eos_{config.name}_{safe}", uri=sink.asset_uri(),
+                                  group="eos")
+    return assets
+
+
+def _permanent(error: Exception) -> Exception:
+    """The protocol's retry policy in Airflow's terms: a PermanentError becomes an
+    AirflowFailException (no retries, the message as the failure reason)."""
+    from eos.core.errors import is_permanent
+
+    if is_permanent(error):
+        return AirflowFailException(f"{type(error).__name__}: {error}")
+    return error
+
+
+def _phase(func: Any) -> Any:
+    """Run a library phase inside a task: log its lines, apply the retry policy to its errors."""
+    import functools
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _phase_logging()
+        try:
+            return func(*args, **kwargs)
+        except Exception as error:
+            mapped = _permanent(error)
+            if mapped is error:
+                raise
+            raise mapped from error
+
+    return run
+
+
+class PrecommitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` with the protocol's retry policy: when the precommit app exits with
+    ``EXIT_PERMANENT`` (a protocol violation, data loss, a bad config), the task fails at once
+    with the app's error line instead of being retried."""
+
+    def _get_hook(self) -> Any:
+        hook = super()._get_hook()
+        process_log = hook._process_spark_submit_log
+        self._eos_errors: list[str] = []
+
+        def remember_errors(lines: Any) -> Any:
+            def tee() -> Any:
+                for line in lines:
+                    if "eos: error:" in line:
+                        self._eos_errors.append(line[line.index("eos: error:"):].strip())
+                    yield line
+            return process_log(tee())
+
+        hook._process_spark_submit_log = remember_errors
+        return hook
+
+    def execute(self, context: Any) -> None:
+        try:
+            super().execute(context)
+        except AirflowException as error:
+            # The hook keeps its spark-submit process; its exit code carries the error class.
+            process = getattr(self._hook, "_submit_sp", None)
+            if process is not None and process.returncode == EXIT_PERMANENT:
+                message = self._eos_errors[-1] if self._eos_errors else str(error)
+                raise AirflowFailException(message) from error
+            raise
+
+
+def pipeline_configs() -> list[PipelineConfig]:
+    """Every pipeline config: ``include/pipelines/*.yaml``, or ``$EOS_PIPELINES_DIR/*.yaml``."""
+    return [load_config(path) for path in list_pipelines()]
+
+
+def _plan_of_run(context: Any) -> dict[str, Any] | None:
+    """What ``begin`` returned for this run (epoch, plan_hash, records, ranges), if it ran."""
+    return context["ti"].xcom_pull(task_ids="begin")
+
+
+def _phase_logging() -> None:
+    """Send the library's ``phase=...`` lines (logger "eos") to the task log."""
+    from eos.core.phaselog import configure
+
+    configure()
+
+
+PRECOMMIT_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30),
+                     "execution_timeout": timedelta(minutes=30)}
+PRECOMMIT_DOC = ("Stage epoch N in one Delta commit (no-op when staged for the same plan hash or "
+                 "already committed). Retried on a transient failure (a server or broker that "
+                 "does not answer, a lost Spark Connect session); a permanent one (data loss, a "
+                 "bad config, a protocol violation) fails at once. ")
+
+
+def _connect_precommit(config: PipelineConfig) -> Any:
+    """precommit on the Spark Connect server of connection ``compute.connection``."""
+
+    @task(task_id="precommit", doc_md=PRECOMMIT_DOC + "Runs on the Spark Connect server of "
+          f"connection `{config.compute.connection}` (type spark_connect, token in the "
+          "password); start a local one with `eos spark start`.", **PRECOMMIT_RETRIES)
+    @_phase
+    def precommit(**context: Any) -> str:
+        from eos.compute.connect import airflow_endpoint
+        from eos.compute.spark import connect_precommit
+        from eos.core.errors import ProtocolViolation
+
+        planned = _plan_of_run(context)
+        if not planned:
+            raise ProtocolViolation("this run has no plan from begin: clear the run from begin")
+        endpoint = airflow_endpoint(config.compute.connection)
+        log.info("eos precommit: epoch=%s plan_hash=%s on %s", planned["epoch"],
+                 planned["plan_hash"], endpoint.address)
+        return connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint).line
+
+    return precommit()
+
+
+def _submit_precommit(config: PipelineConfig) -> Any:
+    """precommit as one spark-submit per epoch (connection ``spark_default`` names the master)."""
+    return PrecommitOperator(
+        task_id="precommit",
+        application=str(PRECOMMIT_APP),
+        application_args=app_args(
+            config, f"{{{{ {BEGIN_XCOM}['epoch'] }}}}", f"{{{{ {BEGIN_XCOM}['plan_hash'] }}}}"
+        ),
+        conf=spark_conf(config),
+        conn_id=SPARK_CONN_ID,
+        spark_binary=spark_submit_binary(),
+        env_vars={k: v for k, v in submit_env().items() if k.startswith("PYSPARK_")},
+        name=f"eos-precommit-{config.name}",
+        doc_md=PRECOMMIT_DOC + f"Exit code {EXIT_PERMANENT} is permanent. Needs connection "
+        "`spark_default` naming the master, e.g. "
+        'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
+        **PRECOMMIT_RETRIES,
+    )
+
+
+def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    """The DAG of one pipeline; ``dag_kwargs`` override DAG arguments (tests, special setups)."""
+    assets = sink_assets(config)
+    short = timedelta(minutes=10)
+
+    default_args = {
+        "owner": "eos",
+        # A run starts only after the previous one succeeded: epochs commit in order. With
+        # wait_for_downstream, run N+1's begin waits for run N's begin and its direct downstream
+        # tasks, which is why commit is wired directly below begin too (see the end of build_dag):
+        # epoch N+1 is not planned while run N's commit has not succeeded.
+        "depends_on_past": True,
+        "wait_for_downstream": True,
+        "retries": 3,
+        "retry_delay": timedelta(seconds=10),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(minutes=5),
+        "execution_timeout": short,
+    }
+    kwargs: dict[str, Any] = {
+        "dag_id": config.dag_id,
+        "description": f"exactly-once micro-batches of '{config.kafka.topic}' into "
+        f"{config.root}: one run = one epoch",
+        "schedule": config.schedule,
+        "start_date": START_DATE,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": default_args,
+        "tags": ["eos", config.name],
+        "doc_md": (__doc__ or "") + OPERATOR_NOTES,
+        **dag_kwargs,
+    }
+
+    with DAG(**kwargs) as dag:
+
+        @task(task_id="begin")
+        @_phase
+        def begin(**context: Any) -> dict[str, Any]:
+            """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
+            from eos.core.plan import plan_summary
+            from eos.core.protocol import begin as plan_epoch
+
+            plan = plan_epoch(config, run_id=context["run_id"])
+            summary = plan_summary(plan)
+            log.info("eos begin: %s", summary)
+            return summary
+
+        precommit = (_submit_precommit(config) if config.compute.mode == "submit"
+                     else _connect_precommit(config))
+
+        @task(
+            task_id="commit",
+            outlets=list(assets.values()),
+            # Commit must eventually succeed: idempotent, so retried for a long time.
+            retries=100,
+            retry_delay=timedelta(seconds=15),
+            retry_exponential_backoff=True,
+            max_retry_delay=timedelta(minutes=10),
+            execution_timeout=short,
+        )
+        @_phase
+        def commit(**context: Any) -> dict[str, Any]:
+            """Promote staged epoch N into every sink, then checkpoint it (no-op when committed)."""
+            from eos.core.errors import ProtocolViolation
+            from eos.core.protocol import commit as commit_epoch
+
+            planned = _plan_of_run(context)
+            if not planned:
+                raise ProtocolViolation("this run has no plan from begin: clear the run from "
+                                        "begin")
+            result = commit_epoch(config, planned["epoch"])
+            if result.plan_hash != planned["plan_hash"]:
+                raise ProtocolViolation(
+                    f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
+                    f"planned {planned['plan_hash']}"
+                )
+            summary = {**result.summary(), "ranges": planned["ranges"],
+                       "duration_ms": result.duration_ms}
+            for name, asset in assets.items():
+                context["outlet_events"][asset].extra = {
+                    "epoch": result.epoch,
+                    "plan_hash": result.plan_hash,
+                    "outcome": str(result.outcome),
+                    "sink_version": result.versions.get(name),
+                }
+            log.info("eos commit: %s", summary)
+            return summary
+
+        @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=short)
+        @_phase
+        def abort(**context: Any) -> str:
+            """Discard epoch N's staged rows after precommit failed; the run still fails."""
+            from eos.core.protocol import abort as abort_epoch
+
+            planned = _plan_of_run(context)
+            if not planned:
+                log.info("eos abort: begin produced no plan in this run, nothing was staged")
+                return "nothing to abort"
+            reason = f"precommit failed in run {context['run_id']}"
+            outcome = abort_epoch(config, planned["epoch"], reason)
+            log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
+                     planned["epoch"], planned["plan_hash"], outcome)
+            return str(outcome)
+
+        planned = begin()
+        committed = commit()
+        planned >> precommit >> [committed, abort()]
+        # Redundant for this run's order, essential across runs: wait_for_downstream only waits
+        # for the previous run's *direct* downstream tasks of begin. Without this edge a backfill
+        # (which ignores max_active_runs) started run N+1's begin while run N's commit was
+        # pending, and N+1 adopted epoch N's plan instead of planning N+1.
+        planned >> committed
+
+    return dag
+
+
+def rewind_dag_id(config: PipelineConfig) -> str:
+    return config.dag_id + REWIND_SUFFIX
+
+
+def build_rewind_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
+    """The maintenance DAG of one pipeline: each manual run is one rewind (``REWIND_DOC``)."""
+    kwargs: dict[str, Any] = {
+        "dag_id": rewind_dag_id(config),
+        "description": f"rewind '{config.name}' to a committed epoch; its next runs replay",
+        "schedule": None,
+        "start_date": START_DATE,
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": {"owner": "eos", "retries": 3, "retry_delay": timedelta(seconds=10),
+                         "retry_exponential_backoff": True,
+                         "execution_timeout": timedelta(minutes=30)},
+        "params": {
+            "to_epoch": Param(type="integer", minimum=-1,
+                              description="the last epoch that stays committed (-1: none)"),
+            "republish": Param(False, type="boolean",
+                               description="also rewind Kafka sinks: consumers see the replayed "
+                               "epochs again"),
+        },
+        "tags": ["eos", "eos-maintenance", config.name],
+        "doc_md": REWIND_DOC,
+        **dag_kwargs,
+    }
+    with DAG(**kwargs) as dag:
+
+        @task(task_id="rewind")
+        @_phase
+        def rewind(**context: Any) -> dict[str, Any]:
+            """Restore every table to the epoch asked for (idempotent: a retry finishes it)."""
+            from eos.core.rewind import rewind as rewind_pipeline
+
+            params = context["params"]
+            result = rewind_pipeline(config, int(params["to_epoch"]),
+                                     republish=bool(params["republish"]),
+                                     run_id=context["run_id"])
+            summary = result.summary()
+            log.info("eos rewind: %s", summary)
+            return summary
+
+        rewind()
+    return dag
+
+
+def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG]:
+    """``{dag_id: DAG}`` for every pipeline config (its epochs' DAG and its rewind DAG), for a
+    DAG file's globals()."""
+    configs = pipeline_configs() if configs is None else configs
+    dags: dict[str, DAG] = {}
+    for config in configs:
+        dags[config.dag_id] = build_dag(config)
+        dags[rewind_dag_id(config)] = build_rewind_dag(config)
+    return dags

@@ -1,0 +1,115 @@
+"""HTML for the epochs view: a pipeline's ``PipelineStatus`` as a page, and the index of pipelines.
+
+Rendering only: every figure comes from ``eos.core.status.pipeline_status`` (the function ``eos
+status`` prints), nothing is computed from the tables here. Templates are Jinja2 with
+autoescaping on. Links into the Airflow UI are marked ``data-airflow``: the page is shown in a
+sandboxed iframe of the Airflow UI (an ``external_views`` entry), and ``base.html``'s script
+hands those links to the UI's router instead of opening Airflow inside the frame.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from eos.core.status import EpochStatus, PipelineStatus
+
+TEMPLATES = Path(__file__).parent / "templates"
+PHASES = ("begin", "precommit", "commit")
+PHASE_COLOURS = {"begin": "#8ab4f8", "precommit": "#1a73e8", "commit": "#0b3d91"}
+# Run ids Airflow makes (manual, scheduled, backfill, asset-triggered runs): these have a page.
+AIRFLOW_RUN_ID = re.compile(r"^(manual|scheduled|backfill|asset_triggered|dataset_triggered)__")
+CHART_W, CHART_H, CHART_PAD = 720, 120, 4
+MAX_BAR_STEP = 36  # a few epochs get narrow bars, not a wall of colour
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Any:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
+    env.filters["ms_time"] = ms_time
+    env.filters["seconds"] = seconds
+    return env
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where the Airflow UI lives, relative to the page's server root."""
+
+    airflow: str  # "" when Airflow serves at the root
+
+    def dag(self, dag_id: str) -> str:
+        return f"{self.airflow}/dags/{quote(dag_id, safe='')}"
+
+    def run(self, dag_id: str, run_id: str | None) -> str | None:
+        if not run_id or not AIRFLOW_RUN_ID.match(run_id):
+            return None  # planned by ``eos run`` or a test, not by a DAG run
+        return f"{self.dag(dag_id)}/runs/{quote(run_id, safe='')}"
+
+    def task(self, dag_id: str, run_id: str | None, task_id: str) -> str | None:
+        run = self.run(dag_id, run_id)
+        return f"{run}/tasks/{task_id}" if run else None
+
+
+def ms_time(value: int | None) -> str:
+    """An event-time watermark (epoch ms) as UTC, to the second."""
+    if value is None:
+        return "-"
+    return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1000:.2f}"
+
+
+def pipeline_page(status: PipelineStatus, links: Links, took_ms: float) -> str:
+    return _environment().get_template("pipeline.html").render(
+        status=status, links=links, phases=PHASES, colours=PHASE_COLOURS,
+        records_chart=records_chart(status.epochs), durations_chart=durations_chart(status.epochs),
+        took_ms=took_ms)
+
+
+def index_page(rows: list[dict[str, Any]], links: Links) -> str:
+    return _environment().get_template("index.html").render(rows=rows, links=links)
+
+
+# -- charts (inline SVG, numbers only) ----------------------------------------------------------
+
+def _bars(epochs: list[EpochStatus], stacks: list[list[tuple[str, str, float]]],
+          title: str) -> str:
+    """One bar per epoch, stacked from the bottom; each segment is (label, colour, value)."""
+    if not epochs:
+        return ""
+    top = max((sum(v for _, _, v in stack) for stack in stacks), default=0) or 1
+    step = min((CHART_W - 2 * CHART_PAD) / len(epochs), MAX_BAR_STEP)
+    width = max(step * 0.8, 1)
+    parts = [f'<svg class="chart" viewBox="0 0 {CHART_W} {CHART_H}" width="{CHART_W}" '
+             f'height="{CHART_H}" role="img" aria-label="{title}">']
+    for i, (epoch, stack) in enumerate(zip(epochs, stacks, strict=True)):
+        x, base = CHART_PAD + i * step, CHART_H - CHART_PAD
+        for label, colour, value in stack:
+            h = value / top * (CHART_H - 2 * CHART_PAD)
+            base -= h
+            parts.append(f'<rect x="{x:.1f}" y="{base:.1f}" width="{width:.1f}" '
+                         f'height="{h:.1f}" fill="{colour}"><title>epoch {epoch.epoch} {label}: '
+                         f'{value:g}</title></rect>')
+    parts.append(f'<text x="{CHART_W - CHART_PAD}" y="12" text-anchor="end" class="axis">'
+                 f'max {top:g}</text></svg>')
+    return "".join(parts)
+
+
+def records_chart(epochs: list[EpochStatus]) -> str:
+    return _bars(epochs, [[("records", "#1a73e8", e.records)] for e in epochs],
+                 "records per epoch")
+
+
+def durations_chart(epochs: list[EpochStatus]) -> str:
+    stacks = [[(f"{p} s", PHASE_COLOURS[p], round((e.durations_ms.get(p) or 0) / 1000, 2))
+               for p in PHASES] for e in epochs]
+    return _bars(epochs, stacks, "seconds per phase per epoch")

@@ -1,0 +1,394 @@
+"""Compute for ``precommit``: epoch N's rows with Spark, in the shape staged in one Delta commit.
+
+Staged rows are a pure function of the plan and epoch N-1's committed state, so a rerun, a retry
+or a zombie attempt writes the same rows: recovery never produces a different result. The
+decisions (is N committed, already staged, may it be written) live in ``eos.core.protocol``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from eos.compute import writers as staging_files
+from eos.compute.parse import NEG_INF, Parser
+from eos.compute.session import local_session
+from eos.compute.windows import END, START, window_type
+from eos.core.aggregations import aggregations_for, output_column
+from eos.core.checkpoints import Checkpoint
+from eos.core.config import EventConfig, PipelineConfig
+from eos.core.delta import scan
+from eos.core.errors import ConfigError, ProtocolViolation
+from eos.core.kafka import client_settings
+from eos.core.layout import Tables
+from eos.core.phaselog import timed
+from eos.core.plan import Plan
+from eos.core.schema import (
+    EVENT_MS,
+    KAFKA_TS,
+    OFFSET,
+    PARTITION,
+    RAW_KEY,
+    RAW_VALUE,
+    REASON,
+    parsed_schema,
+)
+from eos.core.staging import KIND_DIR, WATERMARK, StagedFiles
+from eos.core.tables import group_column, handle, staging_schema
+
+
+@dataclass(frozen=True)
+class EpochState:
+    """What epoch N resumes from: where epoch N-1's open windows are, and its watermark.
+
+    The windows themselves are never read here: Spark reads ``files`` (N-1's staged files, the
+    rows of its committed plan hash with kind ``state``) on its executors."""
+
+    files: tuple[str, ...]  # URIs of N-1's staged Parquet files; empty before epoch 0
+    plan_hash: str | None  # N-1's committed plan hash
+    watermark_ms: int
+    max_event_ms: int | None
+    staged_rows: int | None = 0  # rows N-1 staged, every kind (add actions); None: unknown
+
+
+@dataclass(frozen=True)
+class Frames:
+    """What Spark computes for epoch N, as DataFrames nobody has collected (the watermark rule
+    is applied when they are staged)."""
+
+    windows: Any  # every window's merged state and its final values
+    side: Any  # late (record, window) pairs and quarantined records
+    max_event_ms: int | None  # over every record that parsed, the filter's drops included
+    filtered: int
+    quarantined_bytes: int = 0  # raw key + value bytes of the records that did not parse
+
+
+def advance_watermark(previous_ms: int, max_event_ms: int | None, lateness_ms: int) -> int:
+    """wm(N) = max(wm(N-1), max event time in epochs <= N - allowed lateness)."""
+    if max_event_ms is None:
+        return previous_ms
+    return max(previous_ms, max_event_ms - lateness_ms)
+
+
+def idle_watermark(previous_ms: int, clock_ms: int | None, idle_timeout_ms: int | None) -> int:
+    """With an idle timeout, an epoch with no events lets the watermark follow the planned clock."""
+    if clock_ms is None or idle_timeout_ms is None:
+        return previous_ms
+    return max(previous_ms, clock_ms - idle_timeout_ms)
+
+
+def parse_records(event: EventConfig):
+    """mapInArrow function: raw Kafka records -> parsed events or quarantine reasons. The parser
+    is compiled on the worker (from the picklable config), once per task."""
+
+    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parser = Parser(event)
+        for batch in batches:
+            yield parser.parse_batch(batch)
+
+    return parse
+
+
+def state_columns(config: PipelineConfig) -> list[str]:
+    """The columns of an open window in staging: group, bounds, every aggregation's state."""
+    states = [name for a in aggregations_for(config) for name, _ in a.state()]
+    return [*(group_column(g) for g in config.group_by), START, END, *states]
+
+
+def resume_state(config: PipelineConfig, tables: Tables,
+                 previous: Checkpoint | None) -> EpochState:
+    """Where epoch N-1's open windows are, and its watermark: the committed state N starts from.
+
+    ``previous`` is N-1's checkpoint (None for epoch 0): its plan hash names N-1's staged rows,
+    so no other table is asked which attempt of N-1 was committed. Only N-1's watermark row is
+    read here; the open windows stay in their files for Spark."""
+    if previous is None:
+        return EpochState((), None, NEG_INF, None)
+    staging = handle(tables, tables.staging)
+    mark = scan(staging, filters=[("epoch", "=", previous.epoch), ("kind", "=", WATERMARK),
+                                  ("plan_hash", "=", previous.plan_hash)]).to_pylist()
+    if not mark:
+        raise ProtocolViolation(
+            f"the state of committed epoch {previous.epoch} is missing from staging; epoch "
+            f"{previous.epoch + 1} cannot resume without it"
+        )
+    files = staging_files.files_holding(staging, previous.epoch, "state")
+    return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"],
+                      staging_files.rows_staged(staging, previous.epoch))
+
+
+def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
+    """N-1's open windows as a DataFrame, read by the executors from N-1's staged files."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    schema = staging_schema(config)
+    columns = state_columns(config)
+    arrow = pa.schema([schema.field(c) for c in columns])
+    if not state.files:
+        # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
+        return spark.createDataFrame(arrow.empty_table(), schema=from_arrow_schema(arrow))
+    read = pa.schema([schema.field(c) for c in ("kind", "plan_hash", *columns)])
+    return (spark.read.schema(from_arrow_schema(read)).parquet(*state.files)
+            .where((F.col("kind") == "state") & (F.col("plan_hash") == state.plan_hash))
+            .select(*columns))
+
+
+def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
+    """A staging-schema table from the given columns; every other column null."""
+    arrays = []
+    for f in schema:
+        value = columns.get(f.name)
+        if value is None:
+            arrays.append(pa.nulls(n, f.type))
+        elif isinstance(value, pa.ChunkedArray | pa.Array):
+            arrays.append(value.cast(f.type))
+        else:
+            arrays.append(pa.array(value, f.type) if isinstance(value, list) else
+                          pa.array([value] * n, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka",
+                parse: bool = False) -> Any:
+    """The plan's Kafka records as a DataFrame: raw (topic, partition, offset, key, value...),
+    or with ``parse`` parsed by the reader itself (``eos.compute.reader``: one Python stage, not two).
+
+    ``source`` names another registered data source taking the same options (the benchmark's
+    variants)."""
+    import json
+
+    from eos.compute.reader import PARSE_OPTION, event_option
+    from eos.core import faults
+
+    ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
+    # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
+    bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
+    reader = spark.read.format(source)
+    if parse:
+        reader = reader.option(PARSE_OPTION, event_option(config.event))
+    return (
+        reader
+        .option("topic", plan.topic)
+        .option("ranges", json.dumps(ranges))
+        .option("split_records", str(config.kafka.split_records))
+        .option("read_timeout_ms", str(config.kafka.read_timeout))
+        .option("config", config.source_path or "")
+        .option("bootstrap", bootstrap)
+        .option("faults", json.dumps(faults.settings()))  # tests only; empty in production
+        .load()
+    )
+
+
+def _filter(F: Any, config: PipelineConfig) -> Any:
+    """The config's filter as a Spark column; a row it keeps is one where it is true."""
+    if config.event.filter is None:
+        return F.lit(True)
+    return F.coalesce(F.expr(config.event.filter), F.lit(False))
+
+
+@contextmanager
+def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
+                 timings: dict[str, float]) -> Iterator[Frames]:
+    """Spark part: read the plan's ranges, parse, filter, assign windows, aggregate, and merge
+    with the open windows of epoch N-1. The parsed input is cached while the ``with`` lasts
+    (one read of Kafka for the windows and the side rows)."""
+    from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    group = list(config.group_by)
+    aggs = aggregations_for(config)
+    windows = window_type(config.window)
+    if plan.records:
+        parsed = read_ranges(spark, config, plan, parse=True)
+    else:  # nothing to read: the same (empty) input without starting Python workers
+        empty = parsed_schema(config.event).empty_table()
+        parsed = spark.createDataFrame(empty, schema=from_arrow_schema(empty.schema))
+    parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        good = parsed.where(F.col(REASON).isNull())
+        try:
+            keep = _filter(F, config)
+            with timed() as took:
+                bad = F.col(REASON).isNotNull()
+                stats = parsed.agg(
+                    F.max(EVENT_MS).alias("max_event"),
+                    F.count(F.when(F.col(REASON).isNull() & ~keep, 1)).alias("filtered"),
+                    F.sum(F.when(bad, F.coalesce(F.length(RAW_KEY), F.lit(0))
+                                 + F.coalesce(F.length(RAW_VALUE), F.lit(0)))).alias("bad_bytes"),
+                ).first()
+        except (AnalysisException, ParseException) as error:
+            raise ConfigError(f"event.filter {config.event.filter!r} does not run on Spark: "
+                              f"{str(error).splitlines()[0]}") from None
+        timings["read_parse"] = took["ms"]
+        # One row per (event, window); a pair is late iff its window was already emitted.
+        pairs = windows.assign(F, good.where(keep), EVENT_MS)
+        late = windows.is_late(F, state.watermark_ms)
+        partials = (pairs.where(~late).groupBy(*group, START, END)
+                    .agg(*[e for a in aggs for e in a.partial(F)]))
+        previous = state_frame(spark, config, state)
+        for name in group:
+            previous = previous.withColumnRenamed(group_column(name), name)
+        merged = windows.combine(F, partials.unionByName(previous), group,
+                                 [e for a in aggs for e in a.merge(F)])
+        result = merged.select(
+            *[F.col(g).alias(group_column(g)) for g in group], START, END,
+            *[F.col(name) for a in aggs for name, _ in a.state()],
+            *[a.final(F).alias(output_column(a.output)) for a in aggs],
+        )
+        late_rows = pairs.where(late).select(
+            F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
+            F.col(EVENT_MS).alias("event_ms"), START, END,
+            F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+            F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
+        quarantined = parsed.where(F.col(REASON).isNotNull()).select(
+            F.lit("quarantine").alias("kind"),
+            F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+            F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
+            F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
+        side = late_rows.unionByName(quarantined, allowMissingColumns=True)
+        yield Frames(result, side, stats["max_event"], stats["filtered"],
+                     stats["bad_bytes"] or 0)
+    finally:
+        parsed.unpersist()
+
+
+def epoch_watermark(config: PipelineConfig, plan: Plan, state: EpochState,
+                    max_event_ms: int | None) -> tuple[int, int | None]:
+    """wm(N) and the max event time over epochs <= N: the watermark rule lives here, once."""
+    candidates = [m for m in (state.max_event_ms, max_event_ms) if m is not None]
+    max_event = max(candidates) if candidates else None
+    watermark = advance_watermark(state.watermark_ms, max_event, config.window.allowed_lateness)
+    if plan.records == 0:
+        watermark = idle_watermark(watermark, plan.clock_ms, config.window.idle_timeout)
+    return watermark, max_event
+
+
+def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
+                  watermark: int) -> Any:
+    """Every window and side row of epoch N in the staging schema (``epoch`` aside: it is the
+    partition), plus the ``part_kind`` the files are written by. A window whose end is at or
+    before wm(N) is an ``output`` row (final values), any other a ``state`` row (open window)."""
+    schema = _without_epoch(staging_schema(config))
+    keys = [group_column(g) for g in config.group_by]
+    outputs = [output_column(a.output) for a in aggregations_for(config)]
+    states = [c for c in state_columns(config) if c not in (*keys, START, END)]
+    emit = F.col(END) <= F.lit(watermark)
+    columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit("state"))}
+    columns.update({c: F.when(emit, F.col(c)) for c in outputs})
+    columns.update({c: F.when(~emit, F.col(c)) for c in states})
+    windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
+                                      for f in schema])
+    side = frames.side.select(*[_column(F, f, {}, frames.side.columns) for f in schema])
+    rows = windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
+    return rows.withColumn(KIND_DIR, F.col("kind"))
+
+
+def _column(F: Any, field: pa.Field, given: dict[str, Any], present: list[str]) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    value = given.get(field.name)
+    if value is None:
+        value = F.col(field.name) if field.name in present else F.lit(None)
+    return value.cast(from_arrow_type(field.type)).alias(field.name)
+
+
+def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event: int | None,
+                  filtered: int) -> pa.Table:
+    """The rows of epoch N the driver writes itself: the plan's offsets, and the watermark row
+    (wm(N), the max event time, the events the filter dropped). ``staged_epoch`` takes the
+    watermark row's presence as "the epoch is complete": it is in the same commit as the rest."""
+    schema = _without_epoch(staging_schema(config))
+    common = {"plan_hash": plan.hash}
+    offsets = _conform(schema, {
+        **common, "kind": "offsets",
+        "partition": [r.partition for r in plan.ranges],
+        "offset": [r.start for r in plan.ranges],
+        "until": [r.until for r in plan.ranges],
+    }, len(plan.ranges))
+    mark = _conform(schema, {**common, "kind": WATERMARK, "watermark_ms": watermark,
+                             "max_event_ms": max_event, "filtered": filtered}, 1)
+    return pa.concat_tables([offsets, mark])
+
+
+# What the driver may ever collect, whatever the prediction: an epoch whose rows are not bounded
+# by this many (N-1's rows + records x windows per event) is written by the executors. 390k
+# collected rows cost the driver 0.3 GiB more than the executors' write, so 1M ~0.8 GiB
+# (docs/benchmarks.md, session 11).
+COLLECT_MAX_ROWS = 1_000_000
+# Quarantined records carry their raw bytes into staging: an epoch with more than this many is
+# written by the executors (a row count says nothing about width).
+COLLECT_RAW_BYTES = 64 * 1024 * 1024
+
+
+def collects(config: PipelineConfig, plan: Plan, state: EpochState, frames: Frames) -> bool:
+    """Whether epoch N is collected to the driver: N-1 staged at most ``spark.collect_rows``
+    rows (the prediction: an epoch's rows are mostly windows, which change slowly from one
+    epoch to the next), and N's rows are bounded by ``COLLECT_MAX_ROWS`` (the guarantee: at
+    most N-1's open windows plus, per record, one row per window it falls in, a window or a
+    late row, or one quarantine row) and its quarantined records are not wide. Both are known
+    before Spark computes anything; a limit on the collect would cost a shuffle to one
+    partition (~0.5 s measured), what collecting saves."""
+    predicted = state.staged_rows
+    if config.spark.collect_rows == 0 or predicted is None:
+        return False
+    bound = predicted + plan.records * window_type(config.window).windows_per_event()
+    return (predicted <= config.spark.collect_rows and bound <= COLLECT_MAX_ROWS
+            and frames.quarantined_bytes <= COLLECT_RAW_BYTES)
+
+
+def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: EpochState,
+                frames: Frames, timings: dict[str, float]) -> StagedFiles:
+    """Write epoch N's rows as files under staging: windows, state and side rows by the
+    executors, or by the driver when the epoch is small (``collects``); offsets and the
+    watermark row by the driver. Nothing is visible until ``staging_files.commit``."""
+    from pyspark.sql import functions as F
+
+    watermark, max_event = epoch_watermark(config, plan, state, frames.max_event_ms)
+    directory = staging_files.attempt_dir(tables.staging, plan.epoch)
+    rows = staging_frame(F, config, plan, frames, watermark)
+    on_driver = collects(config, plan, state, frames)
+    with timed() as took:
+        if on_driver:
+            staging_files.write_collected(rows.drop(KIND_DIR).toArrow(), directory,
+                                          _without_epoch(staging_schema(config)))
+        else:
+            staging_files.write_frame(rows, directory, config.spark.shuffle_partitions)
+    timings["aggregate"] = took["ms"]
+    staging_files.write_table(protocol_rows(config, plan, watermark, max_event,
+                                            frames.filtered), directory, "protocol")
+    files = staging_files.collect(tables.staging, directory)
+    counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
+    counts.update(staging_files.counts_by_kind(files))
+    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
+    return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")
+
+
+def _without_epoch(schema: pa.Schema) -> pa.Schema:
+    """The staging schema of the files: ``epoch`` is the partition, in the paths."""
+    return pa.schema([f for f in schema if f.name != "epoch"])
+
+
+@dataclass(frozen=True)
+class SparkStager:
+    """The Spark implementation of ``eos.core.staging.Stager``: epoch N computed on ``spark``
+    (a Spark Connect session, or a local one created on first use when None)."""
+
+    spark: Any = None
+
+    def stage(self, config: PipelineConfig, tables: Tables, plan: Plan,
+              previous: Checkpoint | None, timings: dict[str, float]) -> StagedFiles:
+        """Epoch N written as staging files: a pure function of the plan and epoch N-1's state
+        (no clock, no randomness), so every attempt writes the same rows."""
+        state = resume_state(config, tables, previous)
+        with timed() as took:
+            session = self.spark or local_session(config)
+        timings["spark_start"] = took["ms"]
+        with epoch_frames(session, config, plan, state, timings) as frames:
+            return write_epoch(config, tables, plan, state, frames, timings)

@@ -1,0 +1,106 @@
+"""Event-time window types (DESIGN §3): tumbling, hopping and session.
+
+The contract (``WindowType``), for the Spark side of ``precommit``:
+- ``assign``: one row per (event, window) pair, with ``window_start_ms``/``window_end_ms``
+  (half-open ``[start, end)`` in UTC epoch milliseconds).
+- ``is_late``: a pair is late iff its window ended at or before the previous watermark
+  (sessions: iff ``t + gap <= wm(N-1)``). Late pairs never reach an aggregate.
+- ``combine``: merge this epoch's partial windows with the open windows staged by epoch N-1,
+  giving every window's merged state. Which windows are emitted (end <= wm(N)) is decided after,
+  in ``eos.compute.stage``, the same way for every type.
+
+The audit (``eos.tools.audit``) implements the same rules separately in plain Python.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from eos.core.config import WindowConfig
+
+START, END = "window_start_ms", "window_end_ms"
+
+
+class WindowType(ABC):
+    def __init__(self, window: WindowConfig) -> None:
+        self.window = window
+
+    @abstractmethod
+    def assign(self, F: Any, events: Any, time: str) -> Any:
+        """``events`` with START and END added, one row per window an event belongs to."""
+
+    def is_late(self, F: Any, watermark_ms: int) -> Any:
+        return F.col(END) <= F.lit(watermark_ms)
+
+    @abstractmethod
+    def windows_per_event(self) -> int:
+        """The most rows ``assign`` gives one event: what bounds an epoch's new windows and late
+        rows (``eos.compute.stage`` sizes the staging write by it)."""
+
+    @abstractmethod
+    def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
+        """Partial windows (``group``, START, END, state columns) of this epoch unioned with the
+        open windows of the last: one merged row per window, same columns."""
+
+
+class FixedWindows(WindowType):
+    """Tumbling (``slide == size``) and hopping: every window ``[k*slide, k*slide + size)`` that
+    contains t, so an event belongs to ``size / slide`` windows."""
+
+    def __init__(self, window: WindowConfig) -> None:
+        super().__init__(window)
+        self.size = window.size
+        self.slide = window.slide or window.size
+
+    def assign(self, F: Any, events: Any, time: str) -> Any:
+        last = F.col(time) - F.pmod(F.col(time), F.lit(self.slide))
+        if self.slide == self.size:
+            start = last
+        else:  # the first window holding t starts size - slide before the last one
+            start = F.explode(F.sequence(last - F.lit(self.size - self.slide), last,
+                                         F.lit(self.slide)))
+        return (events.withColumn(START, start)
+                .withColumn(END, F.col(START) + F.lit(self.size)))
+
+    def windows_per_event(self) -> int:
+        return -(-self.size // self.slide)
+
+    def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
+        return partials.groupBy(*group, START, END).agg(*merges)
+
+
+class SessionWindows(WindowType):
+    """Per group, the union of overlapping ``[t, t + gap)`` of events not yet emitted; an open
+    session staged by the last epoch is one more interval, so it merges with this epoch's
+    events. Emitted sessions are final: a later event starts a new session."""
+
+    def __init__(self, window: WindowConfig) -> None:
+        super().__init__(window)
+        self.gap = window.gap
+
+    def assign(self, F: Any, events: Any, time: str) -> Any:
+        return (events.withColumn(START, F.col(time))
+                .withColumn(END, F.col(time) + F.lit(self.gap)))
+
+    def windows_per_event(self) -> int:
+        return 1
+
+    def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
+        from pyspark.sql import Window
+
+        # Sort each group's intervals by start; an interval opens a new session iff it starts at
+        # or after the furthest end seen before it (half-open intervals that touch do not merge).
+        order = Window.partitionBy(*group).orderBy(START, END)
+        before = F.max(END).over(order.rowsBetween(Window.unboundedPreceding, -1))
+        opens = F.when(before.isNull() | (F.col(START) >= before), 1).otherwise(0)
+        session = F.sum("__opens").over(
+            order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        numbered = partials.withColumn("__opens", opens).withColumn("__session", session)
+        return (numbered.groupBy(*group, "__session")
+                .agg(F.min(START).alias(START), F.max(END).alias(END), *merges)
+                .drop("__session"))
+
+
+def window_type(window: WindowConfig) -> WindowType:
+    return SessionWindows(window) if window.type == "session" else FixedWindows(window)

@@ -1,0 +1,284 @@
+"""Aggregate functions: ``output: function(field)`` in a pipeline's ``aggregations``.
+
+The contract (``Aggregation``): a function keeps a *partial state* per (group, window) in one or
+more state columns, and that state is mergeable: merging the states of any split of a window's
+events gives the state of all of them. That is what lets a window stay open across epochs (its
+state is staged with epoch N and merged into N+1) and makes any split of the same events into
+epochs give the same result. ``final`` turns a state into the output value when the window is
+emitted. Each function states its state and output types, derived from the field's type.
+
+Spark evaluates ``partial`` over events and ``merge`` over states; the audit (``eos.tools.audit``)
+recomputes every function on its own in plain Python and shares none of this.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eos.core.config import FieldType, PipelineConfig
+
+
+class _OnFirstUse:
+    """A module imported when first used: ``eos.core.config`` checks aggregations while the DAG file
+    is parsed, which must not import pyarrow (the dag processor re-parses constantly)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(import_module(self._name), attribute)
+
+
+if not TYPE_CHECKING:
+    pa = _OnFirstUse("pyarrow")
+
+
+def arrow_type(ftype: FieldType) -> pa.DataType:
+    from eos.core.schema import arrow_type as of_field
+
+    return of_field(ftype)
+
+
+def spark_ddl(dtype: pa.DataType) -> str:
+    from eos.core.schema import spark_ddl as of_arrow
+
+    return of_arrow(dtype)
+
+HLL_LG_CONFIG_K = 12  # Spark's default: 4096 registers, relative standard error about 1.6%
+
+
+def state_column(output: str, part: str) -> str:
+    return f"s__{output}__{part}"
+
+
+def output_column(output: str) -> str:
+    return f"o__{output}"
+
+
+def _sum_type(ftype: FieldType | None, exact_long: bool = False) -> pa.DataType:
+    """A sum keeps the field's kind: decimal(p,s) widens to decimal(38,s) (exact), double stays
+    double, long stays long (Spark's ANSI mode fails the epoch on overflow, never wraps)."""
+    assert ftype is not None
+    if ftype.name == "decimal":
+        return pa.decimal128(38, ftype.scale)
+    if ftype.name == "long":
+        return pa.decimal128(38, 0) if exact_long else pa.int64()
+    return pa.float64()
+
+
+class Aggregation(ABC):
+    """One aggregation of a pipeline: ``output`` = ``function(field)``."""
+
+    function: ClassVar[str]
+    needs_number: ClassVar[bool] = False
+
+    def __init__(self, output: str, field: str | None, ftype: FieldType | None) -> None:
+        self.output, self.field, self.ftype = output, field, ftype
+
+    @classmethod
+    def refuses(cls, ftype: FieldType) -> str | None:
+        """Why this function cannot take a field of ``ftype`` (None: it can)."""
+        if cls.needs_number and not ftype.numeric:
+            return f"{cls.function} needs a long, double or decimal field, not {ftype}"
+        return None
+
+    @abstractmethod
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        """The state columns (full names) and their types."""
+
+    @abstractmethod
+    def output_type(self) -> pa.DataType:
+        """The type of the output column."""
+
+    @abstractmethod
+    def partial(self, F: Any) -> list[Any]:
+        """Spark aggregate expressions over events, one per state column, aliased to it."""
+
+    @abstractmethod
+    def merge(self, F: Any) -> list[Any]:
+        """Spark aggregate expressions over state rows, one per state column, aliased to it."""
+
+    @abstractmethod
+    def final(self, F: Any) -> Any:
+        """A Spark expression over one merged state row: the output value."""
+
+    def _col(self, part: str) -> str:
+        return state_column(self.output, part)
+
+    def _cast(self, F: Any, expr: Any, part: str, dtype: pa.DataType) -> Any:
+        return expr.cast(spark_ddl(dtype)).alias(self._col(part))
+
+
+class Count(Aggregation):
+    """``count(*)``: events in the window; ``count(field)``: events where the field is not null."""
+
+    function = "count"
+
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        return [(self._col("n"), pa.int64())]
+
+    def output_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def partial(self, F: Any) -> list[Any]:
+        target = F.lit(1) if self.field is None else F.col(self.field)
+        return [F.count(target).alias(self._col("n"))]
+
+    def merge(self, F: Any) -> list[Any]:
+        return [F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
+
+    def final(self, F: Any) -> Any:
+        return F.col(self._col("n"))
+
+
+class Sum(Aggregation):
+    """Exact for long and decimal; a double sum is a double (its last bits depend on the order
+    Spark adds in). Null when no event had a value."""
+
+    function = "sum"
+    needs_number = True
+
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        return [(self._col("sum"), _sum_type(self.ftype))]
+
+    def output_type(self) -> pa.DataType:
+        return _sum_type(self.ftype)
+
+    def partial(self, F: Any) -> list[Any]:
+        return [self._cast(F, F.sum(self.field), "sum", _sum_type(self.ftype))]
+
+    def merge(self, F: Any) -> list[Any]:
+        return [self._cast(F, F.sum(self._col("sum")), "sum", _sum_type(self.ftype))]
+
+    def final(self, F: Any) -> Any:
+        return F.col(self._col("sum"))
+
+
+class _Extreme(Aggregation):
+    spark_name: ClassVar[str]
+
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        return [(self._col("v"), arrow_type(self.ftype))]
+
+    def output_type(self) -> pa.DataType:
+        return arrow_type(self.ftype)
+
+    def partial(self, F: Any) -> list[Any]:
+        return [getattr(F, self.spark_name)(self.field).alias(self._col("v"))]
+
+    def merge(self, F: Any) -> list[Any]:
+        return [getattr(F, self.spark_name)(self._col("v")).alias(self._col("v"))]
+
+    def final(self, F: Any) -> Any:
+        return F.col(self._col("v"))
+
+
+class Min(_Extreme):
+    """The smallest value (strings: by code point); the field's own type."""
+
+    function = spark_name = "min"
+
+
+class Max(_Extreme):
+    """The largest value; the field's own type."""
+
+    function = spark_name = "max"
+
+
+class Avg(Aggregation):
+    """State: the exact sum (long sums as decimal(38,0)) and the count; output: their quotient
+    as a double, null when no event had a value."""
+
+    function = "avg"
+    needs_number = True
+
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        return [(self._col("sum"), _sum_type(self.ftype, exact_long=True)),
+                (self._col("n"), pa.int64())]
+
+    def output_type(self) -> pa.DataType:
+        return pa.float64()
+
+    def partial(self, F: Any) -> list[Any]:
+        dtype = _sum_type(self.ftype, exact_long=True)
+        return [self._cast(F, F.sum(F.col(self.field).cast(spark_ddl(dtype))), "sum", dtype),
+                F.count(self.field).alias(self._col("n"))]
+
+    def merge(self, F: Any) -> list[Any]:
+        dtype = _sum_type(self.ftype, exact_long=True)
+        return [self._cast(F, F.sum(self._col("sum")), "sum", dtype),
+                F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
+
+    def final(self, F: Any) -> Any:
+        n = F.col(self._col("n"))
+        return F.when(n > 0, F.col(self._col("sum")).cast("double") / n.cast("double"))
+
+
+class CountDistinct(Aggregation):
+    """Exact: the state is the sorted set of distinct non-null values, so it merges by union.
+    Its size grows with the distinct values per window (approx_count_distinct does not)."""
+
+    function = "count_distinct"
+
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        return [(self._col("set"), pa.list_(arrow_type(self.ftype)))]
+
+    def output_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def partial(self, F: Any) -> list[Any]:
+        return [F.array_sort(F.collect_set(self.field)).alias(self._col("set"))]
+
+    def merge(self, F: Any) -> list[Any]:
+        union = F.array_distinct(F.flatten(F.collect_list(self._col("set"))))
+        return [F.array_sort(union).alias(self._col("set"))]
+
+    def final(self, F: Any) -> Any:
+        return F.size(self._col("set")).cast("bigint")
+
+
+class ApproxCountDistinct(Aggregation):
+    """A mergeable HyperLogLog sketch (Apache DataSketches, through Spark's ``hll_sketch_agg`` /
+    ``hll_union_agg``), lgConfigK 12: relative standard error about 1.6%, exact for small
+    counts. Values that are not strings or longs are sketched as their string form."""
+
+    function = "approx_count_distinct"
+
+    def state(self) -> list[tuple[str, pa.DataType]]:
+        return [(self._col("hll"), pa.binary())]
+
+    def output_type(self) -> pa.DataType:
+        return pa.int64()
+
+    def partial(self, F: Any) -> list[Any]:
+        value = F.col(self.field)
+        if self.ftype is not None and self.ftype.name not in ("string", "long"):
+            value = value.cast("string")
+        return [F.hll_sketch_agg(value, HLL_LG_CONFIG_K).alias(self._col("hll"))]
+
+    def merge(self, F: Any) -> list[Any]:
+        return [F.hll_union_agg(self._col("hll")).alias(self._col("hll"))]
+
+    def final(self, F: Any) -> Any:
+        return F.hll_sketch_estimate(self._col("hll"))
+
+
+FUNCTIONS: dict[str, type[Aggregation]] = {
+    cls.function: cls
+    for cls in (Count, Sum, Min, Max, Avg, CountDistinct, ApproxCountDistinct)
+}
+
+
+def aggregations_for(config: PipelineConfig) -> list[Aggregation]:
+    """The pipeline's aggregations in declared order, bound to their fields' types."""
+    fields = config.event.fields
+    return [
+        FUNCTIONS[spec.function](output, spec.field,
+                                 fields[spec.field].type if spec.field else None)
+        for output, spec in config.aggregations.items()
+    ]

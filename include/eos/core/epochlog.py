@@ -1,0 +1,155 @@
+"""The epoch log: a write-ahead, append-only record of plans and phase transitions.
+
+It is for people and for reusing plans; it is never the authority on what is committed (that is
+each sink's Delta ``txn`` version).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from eos.core.delta import scan
+from eos.core.layout import Tables
+from eos.core.outcomes import Outcome
+from eos.core.tables import EPOCHS_SCHEMA, handle
+
+PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
+# A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes (``eos.core.rewind``).
+REWINDING, REWOUND = "rewinding", "rewound"
+
+
+def _row(epoch: int, phase: str, run_id: str | None, plan_hash: str | None, plan: str | None,
+         duration_ms: float | None, details: dict[str, Any] | None) -> pa.Table:
+    return pa.Table.from_pylist([{
+        "epoch": epoch,
+        "phase": phase,
+        "run_id": run_id,
+        "plan_hash": plan_hash,
+        "plan": plan,
+        "at": datetime.now(UTC),
+        "duration_ms": duration_ms,
+        "details": json.dumps(details, sort_keys=True, default=str) if details else None,
+    }], schema=EPOCHS_SCHEMA)
+
+
+def append(
+    tables: Tables,
+    epoch: int,
+    phase: str,
+    *,
+    run_id: str | None = None,
+    plan_hash: str | None = None,
+    plan: str | None = None,
+    duration_ms: float | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Append one row (through the phase's handle of the log when there is one)."""
+    row = _row(epoch, phase, run_id, plan_hash, plan, duration_ms, details)
+    write_deltalake(handle(tables, tables.epochs) or tables.epochs, row, mode="append")
+
+
+def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
+             run_id: str | None, duration_ms: float | None) -> bool:
+    """Log the *first* plan of ``epoch``: True if this call's plan is the one, False if another
+    planner's was logged first (read it with ``first_plan_row``).
+
+    The append carries ``txn(<app id>:plan, epoch)`` and is fenced through the phase's snapshot
+    of the log (the one ``plan_rows`` answered from), like a sink commit: of two planners that
+    both found no plan, exactly one appends; the other's commit is refused. So "the first plan
+    logged wins" is decided by Delta's commit order, not by comparing clocks, and the winner
+    knows it without reading the log again.
+    """
+    from eos.core.delta import fenced_append
+
+    row = _row(epoch, PLANNED, run_id, plan_hash, plan, duration_ms, None)
+    done = fenced_append(tables.epochs, row, f"{app_id}:plan", epoch,
+                         fault_point="begin.before_log", snapshot=handle(tables, tables.epochs),
+                         in_order=False, op="plan")
+    return done.outcome is Outcome.COMMITTED
+
+
+def rows(tables: Tables, epoch: int | None = None, since: int | None = None,
+         run_id: str | None = None) -> list[dict[str, Any]]:
+    """Log rows of one ``epoch``, of epochs ``>= since``, of one ``run_id``, or all, in the order
+    they were logged (by time, then plan hash for ties). A log not created yet has no rows.
+
+    Filters are pushed into delta-rs' scan, which skips files by their statistics: the log is
+    never read whole unless asked to."""
+    filters = []
+    if epoch is not None:
+        filters.append(("epoch", "=", int(epoch)))
+    if since:
+        filters.append(("epoch", ">=", int(since)))
+    if run_id is not None:
+        filters.append(("run_id", "=", run_id))
+    table = handle(tables, tables.epochs)
+    return _in_log_order([] if table is None else scan(table, filters=filters or None).to_pylist())
+
+
+def _in_log_order(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
+
+
+def plan_rows(tables: Tables, epoch: int, run_id: str | None) -> list[dict[str, Any]]:
+    """The planned rows of ``epoch`` and those of ``run_id`` (at any epoch), and every rewind
+    row, in one read: what ``begin`` needs to know whether its run or the epoch already has a
+    plan, and whether a rewind is unfinished."""
+    table = handle(tables, tables.epochs)
+    if table is None:
+        return []
+    where = [[("epoch", "=", int(epoch)), ("phase", "=", PLANNED)],
+             [("phase", "=", REWINDING)], [("phase", "=", REWOUND)]]
+    if run_id:
+        where.append([("run_id", "=", run_id), ("phase", "=", PLANNED)])
+    return _in_log_order(scan(table, filters=where).to_pylist())
+
+
+def rewind_rows(tables: Tables) -> list[dict[str, Any]]:
+    """Every rewind row (started and finished), in log order."""
+    table = handle(tables, tables.epochs)
+    if table is None:
+        return []
+    where = [[("phase", "=", REWINDING)], [("phase", "=", REWOUND)]]
+    return _in_log_order(scan(table, filters=where).to_pylist())
+
+
+def unfinished_rewind(logged: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The plan (details) of a rewind logged as started and never as finished, if any."""
+    started = [json.loads(r["details"]) for r in logged if r["phase"] == REWINDING]
+    done = {json.loads(r["details"])["rewind_id"] for r in logged if r["phase"] == REWOUND}
+    return next((plan for plan in started if plan["rewind_id"] not in done), None)
+
+
+def log_rewind(tables: Tables, app_id: str, seq: int, epoch: int, run_id: str | None,
+               details: dict[str, Any]) -> bool:
+    """Log the start of rewind number ``seq`` (at ``epoch``, the first one it replays): True if
+    this call logged it, False if a concurrent attempt logged rewind ``seq`` first (fenced as
+    ``log_plan`` is, with ``txn(<app id>:rewind, seq)``)."""
+    from eos.core.delta import fenced_append
+
+    row = _row(epoch, REWINDING, run_id, None, None, None, details)
+    done = fenced_append(tables.epochs, row, f"{app_id}:rewind", seq,
+                         fault_point="rewind.before_log", snapshot=handle(tables, tables.epochs),
+                         in_order=False, op="rewind-log")
+    return done.outcome is Outcome.COMMITTED
+
+
+def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:
+    """The plan of ``epoch``: the first one logged wins, so racing planners agree on it."""
+    return first_planned(rows(tables, epoch))
+
+
+def plan_row_for_run(tables: Tables, run_id: str) -> dict[str, Any] | None:
+    """The plan a DAG run logged first: a run keeps its epoch, even when cleared much later."""
+    return first_planned(rows(tables, run_id=run_id))
+
+
+def first_planned(logged: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first planned row of rows in log order (every planned row of an epoch carries the
+    plan its first one logged: later rows only bind runs to it)."""
+    return next((row for row in logged if row["phase"] == PLANNED), None)

@@ -1,0 +1,258 @@
+"""Kafka client settings and the broker facts the planner relies on (watermarks, partitions).
+
+Bootstrap resolution is the same everywhere: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the
+embedded broker's published address, else an error that says how to start one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+
+from eos.core.config import data_dir
+from eos.core.errors import KafkaUnavailable, TopicMissing
+from eos.core.processes import alive
+
+_ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
+_SECRET = re.compile(r"password|secret|key\b|token|\.pem|credentials", re.IGNORECASE)
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+METADATA_TIMEOUT_S = 10.0
+
+
+def broker_state_path(base: Path | None = None) -> Path:
+    return (base or data_dir()) / "broker.json"
+
+
+def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def local_broker(base: Path | None = None) -> dict[str, Any] | None:
+    """The broker a local supervisor (``eos broker start``) serves on this machine, as its state
+    file says (``bootstrap``, ``pid``, its topics), or None when none is running (a stale file
+    is ignored). It is how clients find the embedded broker when ``KAFKA_BOOTSTRAP_SERVERS`` is
+    not set; the broker writes the file, this layer only reads it."""
+    path = broker_state_path(base)
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not alive(int(state.get("pid", -1))):
+        return None
+    return state
+
+
+def bootstrap_servers() -> str:
+    explicit = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if explicit:
+        return explicit
+    state = local_broker()
+    if state is not None:
+        return state["bootstrap"]
+    raise KafkaUnavailable(
+        "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port, "
+        "or start the embedded broker with `eos broker start`"
+    )
+
+
+def _expand(value: Any) -> Any:
+    """``${VAR}`` in a config value is read from the environment, so secrets stay out of files."""
+    if not isinstance(value, str):
+        return value
+
+    def lookup(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise KafkaUnavailable(f"Kafka client setting refers to ${{{name}}}, which is not set")
+        return os.environ[name]
+
+    return _ENV_REF.sub(lookup, value)
+
+
+def env_client_settings() -> dict[str, str]:
+    """``KAFKA_SASL_PASSWORD`` -> ``sasl.password``; only security, SASL and SSL settings."""
+    settings = {}
+    for name, value in os.environ.items():
+        if not name.startswith("KAFKA_"):
+            continue
+        rest = name[len("KAFKA_") :]
+        if rest.startswith(_ENV_PREFIXES):
+            settings[rest.lower().replace("_", ".")] = value
+    return settings
+
+
+def client_settings(
+    client: dict[str, Any] | None = None, bootstrap: str | None = None
+) -> dict[str, Any]:
+    """Settings shared by every client of a pipeline: bootstrap, config pass-through, env."""
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap or bootstrap_servers()}
+    settings.update({k: _expand(v) for k, v in (client or {}).items()})
+    settings.update(env_client_settings())
+    return settings
+
+
+def redact(settings: dict[str, Any]) -> dict[str, Any]:
+    """What may be logged: every secret-looking value replaced."""
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in settings.items()}
+
+
+def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
+    """A consumer that only ever uses assign(): offsets live in Delta, never in Kafka."""
+    conf = {
+        **settings,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "error",
+        **extra,
+    }
+    return ck.Consumer(conf)
+
+
+def read_partition(settings: dict[str, Any], topic: str, partition: int, start: int,
+                   until: int | None = None, group: str = "eos-reader",
+                   timeout_s: float = 30.0) -> Iterator[ck.Message]:
+    """Every ``read_committed`` record of one partition from offset ``start``: up to ``until``
+    (exclusive) when given, else up to the partition's end.
+
+    With ``until``, an end-of-partition before it means "not there yet" (an open transaction
+    holds the LSO back), so the read waits, up to ``timeout_s``; offsets may have gaps
+    (transaction markers, compaction), so it stops by offset, never by count."""
+    if until is not None and until <= start:
+        return
+    c = consumer(settings, group=group, **{"enable.partition.eof": True})
+    try:
+        c.assign([ck.TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            message = c.poll(1.0)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() != ck.KafkaError._PARTITION_EOF:
+                    raise KafkaUnavailable(f"reading {topic}[{partition}] failed: "
+                                           f"{message.error()}")
+                if until is None or message.offset() >= until:
+                    return
+                continue
+            if until is not None and message.offset() >= until:
+                return
+            yield message
+            if until is not None and message.offset() == until - 1:
+                return
+        raise KafkaUnavailable(f"reading {topic}[{partition}] from offset {start} timed out "
+                               f"after {timeout_s:.0f}s")
+    finally:
+        c.close()
+
+
+def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:
+    """Partition ids of ``topic``; a clear error when the broker or the topic is not there."""
+    try:
+        metadata = c.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    except ck.KafkaException as error:
+        raise KafkaUnavailable(
+            f"Kafka at {bootstrap} did not answer a metadata request within "
+            f"{METADATA_TIMEOUT_S:.0f}s ({error.args[0].str()}); is the broker running?"
+        ) from None
+    entry = metadata.topics.get(topic)
+    if entry is None or entry.error is not None or not entry.partitions:
+        reason = entry.error.str() if entry is not None and entry.error else "no partitions"
+        raise TopicMissing(f"topic '{topic}' does not exist on Kafka at {bootstrap} ({reason})")
+    return sorted(entry.partitions)
+
+
+def watermarks(c: ck.Consumer, topic: str, partition: int, bootstrap: str) -> tuple[int, int]:
+    """(log start, high watermark) of one partition, asked of the broker, never cached."""
+    try:
+        return c.get_watermark_offsets(
+            ck.TopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
+        )
+    except ck.KafkaException as error:
+        raise KafkaUnavailable(
+            f"Kafka at {bootstrap} did not return watermarks of {topic}[{partition}] "
+            f"({error.args[0].str()})"
+        ) from None
+
+
+def topic_watermarks(settings: dict[str, Any], topic: str) -> dict[int, tuple[int, int]]:
+    """(log start, high watermark) per partition of ``topic``, asked of the broker now."""
+    bootstrap = settings["bootstrap.servers"]
+    with metadata_client(settings) as c:
+        return {p: watermarks(c, topic, p, bootstrap) for p in describe_topic(c, topic, bootstrap)}
+
+
+# A process keeps one metadata consumer per client settings: a fresh one costs a connection and
+# a metadata round trip (~25 ms on the embedded broker, a third of an empty epoch's begin), and
+# its answers are never cached (``list_topics`` and ``cached=False`` watermarks ask the broker
+# each time), so keeping it changes no answer. Lent to one caller at a time; one that failed a
+# request is closed and dropped (the next caller connects afresh). Forked children never use
+# their parent's (librdkafka's threads do not survive a fork): they are left alone, not closed.
+_metadata_clients: dict[tuple[tuple[str, str], ...], list[ck.Consumer]] = {}
+_metadata_lock = threading.Lock()
+_metadata_pid = os.getpid()
+_abandoned: list[Any] = []  # a forked child's copies of its parent's clients: never destroyed
+
+
+@contextmanager
+def metadata_client(settings: dict[str, Any]) -> Iterator[ck.Consumer]:
+    """A consumer for metadata requests (partitions, watermarks), lent from the process's keep."""
+    global _metadata_pid
+    key = tuple(sorted((k, str(v)) for k, v in settings.items()))
+    with _metadata_lock:
+        if _metadata_pid != os.getpid():
+            _abandoned.append(dict(_metadata_clients))
+            _metadata_clients.clear()
+            _metadata_pid = os.getpid()
+        kept = _metadata_clients.get(key)
+        c = kept.pop() if kept else None
+    if c is None:
+        c = consumer(settings, group="eos-metadata")
+    try:
+        yield c
+    except BaseException:
+        c.close()
+        raise
+    with _metadata_lock:
+        if _metadata_pid == os.getpid():
+            _metadata_clients.setdefault(key, []).append(c)
+            return
+    c.close()
+
+
+@atexit.register
+def forget_clients(bootstrap: str | None = None) -> None:
+    """Close the kept metadata clients (of ``bootstrap`` only, when given): at exit, and when the
+    embedded broker is stopped."""
+    with _metadata_lock:
+        if _metadata_pid != os.getpid():
+            return
+        keys = [k for k in _metadata_clients
+                if bootstrap is None or dict(k).get("bootstrap.servers") == bootstrap]
+        closing = [c for k in keys for c in _metadata_clients.pop(k)]
+    for c in closing:
+        c.close()
+
+
+def is_embedded_broker(settings: dict[str, Any]) -> bool:
+    """Whether ``settings`` point at the embedded broker (librdkafka's mock cluster), which
+    neither fences transactional ids nor filters ``read_committed`` (DESIGN §2)."""
+    state = local_broker()
+    return state is not None and state["bootstrap"] == settings.get("bootstrap.servers")

@@ -1,0 +1,113 @@
+"""Keeping the per-epoch bookkeeping bounded: staging retention and table maintenance.
+
+Both run inside ``commit`` after the checkpoint of the epoch is durable, so neither can affect
+what is committed. Sinks' tables are the user's: their maintenance is the user's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from eos.core.delta import local_path, open_table
+from eos.core.layout import Tables
+from eos.core.tables import latest
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+VACUUM_RETENTION_HOURS = 24
+LOG_RETENTION = "delta.logRetentionDuration"
+DEFAULT_LOG_RETENTION_MS = 86_400_000  # epoch.log_retention's default
+
+
+def prune_staging(tables: Tables, committed: int, retention: int) -> int | None:
+    """Drop staged epochs older than the retention; the last committed one always stays (it is
+    the state the next epoch resumes from). Returns the first epoch kept, None if nothing went."""
+    keep_from = committed - max(retention, 1) + 1
+    if keep_from <= 0:
+        return None
+    staging = latest(tables, tables.staging)
+    if staging is not None:
+        staging.delete(f"epoch < {keep_from}")
+    return keep_from
+
+
+def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,
+             log_retention_ms: int = DEFAULT_LOG_RETENTION_MS) -> dict[str, Any]:
+    """Compact the epoch log, delete files that pruned staging epochs and compactions left, and
+    clean up the protocol tables' Delta logs older than ``log_retention_ms``.
+
+    Every read of the log opens every live file, so without compaction each phase gets slower
+    with the number of epochs logged (0.18 s per read at 300 epochs, 0.010 s compacted). The
+    checkpoint table gets one file per epoch too and is compacted with it: compaction rewrites
+    files, not rows, and keeps its ``txn`` versions (the authority) as they are. Every Delta
+    read and write also lists the table's ``_delta_log`` directory, ~3 commit files per epoch
+    (at 1,000 epochs a small append took 13 ms instead of 3 ms), so the log is cleaned up too
+    (``_clean_log``). A failure here is reported and never fails the commit (the next
+    maintenance epoch tries again). Files are deleted only once older than ``retention_hours``,
+    so a phase still reading an older table version finds its files.
+    """
+    done: dict[str, Any] = {}
+    try:
+        done["epoch_log"] = _compact(tables.epochs)
+        done["checkpoints"] = _compact(tables.checkpoints)
+        for name, path in (("epoch_log", tables.epochs), ("staging", tables.staging)):
+            table = open_table(path)
+            removed = [] if table is None else table.vacuum(
+                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+            done[f"{name}_files_deleted"] = len(removed)
+        for name, path in (("epoch_log", tables.epochs), ("staging", tables.staging),
+                           ("checkpoints", tables.checkpoints)):
+            done[f"{name}_log_files_deleted"] = _clean_log(path, log_retention_ms)
+    except Exception as error:  # maintenance only: the next maintenance epoch tries again
+        done["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    return done
+
+
+def log_retention_property(log_retention_ms: int) -> str:
+    """``delta.logRetentionDuration`` for a retention in milliseconds (Delta's interval form)."""
+    return f"interval {log_retention_ms // 1000} seconds"
+
+
+def ensure_properties(table: DeltaTable, wanted: dict[str, str]) -> None:
+    """Set the table properties that differ from ``wanted`` (one metadata commit, none when
+    they all match): the table handle moves to the version written."""
+    configuration = table.metadata().configuration
+    if any(configuration.get(k) != v for k, v in wanted.items()):
+        table.alter.set_table_properties(wanted)
+
+
+def _clean_log(path: str, log_retention_ms: int) -> int:
+    """Checkpoint the table, then delete its commit files older than the retention that the
+    checkpoint makes unneeded (delta-rs ``cleanup_metadata``, which honours the table's
+    ``delta.logRetentionDuration``; set here from the pipeline's ``epoch.log_retention``).
+
+    What stays readable: the latest version and every version younger than the retention. The
+    checkpoint keeps the table's ``txn`` versions, so the checkpoint authority is untouched. Older
+    versions (time travel, a rewind's restore of these tables) are gone, as after any Delta log
+    cleanup."""
+    table = open_table(path)
+    if table is None:
+        return 0
+    ensure_properties(table, {LOG_RETENTION: log_retention_property(log_retention_ms)})
+    table.create_checkpoint()
+    before = _log_files(path)
+    table.cleanup_metadata()
+    return before - _log_files(path)
+
+
+def _log_files(path: str) -> int:
+    """Files in a local table's ``_delta_log`` (0 for a remote table: not counted)."""
+    local = local_path(path)
+    return 0 if local is None else len(os.listdir(os.path.join(local, "_delta_log")))
+
+
+def _compact(path: str) -> dict[str, Any]:
+    """Rewrite a table's one-row-per-append files into one; rows and ``txn`` versions stay."""
+    table = open_table(path)
+    if table is None:
+        return {}
+    metrics = table.optimize.compact()
+    return {"files_removed": metrics.get("numFilesRemoved"),
+            "files_added": metrics.get("numFilesAdded")}

@@ -1,0 +1,131 @@
+"""The three outputs of an epoch, shaped for sinks: ``windows``, ``late`` and ``quarantine``.
+
+Staging holds every row of an epoch in one wide schema; a sink receives, per output, a table in
+that output's schema. Every sink of an output receives the same rows (Delta and Kafka alike).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eos.core.aggregations import aggregations_for, output_column
+from eos.core.config import PipelineConfig
+from eos.core.schema import arrow_type
+from eos.core.tables import TS, group_column
+
+MS_TO_US = 1000
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("reason", pa.string()),
+        ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("kafka_timestamp", TS),
+        ("epoch", pa.int64()),
+    ]
+)
+
+
+def _group_fields(config: PipelineConfig) -> list[tuple[str, pa.DataType]]:
+    return [(g, arrow_type(config.event.fields[g].type)) for g in config.group_by]
+
+
+def windows_schema(config: PipelineConfig) -> pa.Schema:
+    """DESIGN §3: group fields, ``window_start``, ``window_end``, the aggregations by name,
+    ``epoch``. Every sink of the output (Delta and Kafka) gets these columns."""
+    aggregates = [(a.output, a.output_type()) for a in aggregations_for(config)]
+    return pa.schema([*_group_fields(config), ("window_start", TS), ("window_end", TS),
+                      *aggregates, ("epoch", pa.int64())])
+
+
+def late_schema(config: PipelineConfig) -> pa.Schema:
+    """One row per late (record, window) pair: the record's group fields and event time, the
+    window it missed, the watermark it was judged against, and where the record is in Kafka."""
+    return pa.schema([*_group_fields(config), ("event_time", TS), ("window_start", TS),
+                      ("window_end", TS), ("watermark", TS), ("partition", pa.int32()),
+                      ("offset", pa.int64()), ("kafka_timestamp", TS), ("epoch", pa.int64())])
+
+
+def output_schema(config: PipelineConfig, output: str) -> pa.Schema:
+    if output == "windows":
+        return windows_schema(config)
+    if output == "late":
+        return late_schema(config)
+    return QUARANTINE_SCHEMA
+
+
+def _ts(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
+    return pc.multiply(column, MS_TO_US).cast(TS)
+
+
+def _epoch(epoch: int, n: int) -> pa.Array:
+    return pa.array([epoch] * n, pa.int64())
+
+
+def _kind(staged: pa.Table, kind: str) -> pa.Table:
+    return staged.filter(pc.equal(staged["kind"], kind))
+
+
+def _groups(config: PipelineConfig, rows: pa.Table) -> dict[str, pa.ChunkedArray]:
+    return {g: rows[group_column(g)] for g in config.group_by}
+
+
+def window_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
+    rows = _kind(staged, "output")
+    cols = {
+        **_groups(config, rows),
+        "window_start": _ts(rows["window_start_ms"]),
+        "window_end": _ts(rows["window_end_ms"]),
+        **{a.output: rows[output_column(a.output)] for a in aggregations_for(config)},
+        "epoch": _epoch(epoch, rows.num_rows),
+    }
+    schema = windows_schema(config)
+    return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+
+
+def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: int) -> pa.Table:
+    rows = _kind(staged, "late")
+    n = rows.num_rows
+    cols = {
+        **_groups(config, rows),
+        "event_time": _ts(rows["event_ms"]),
+        "window_start": _ts(rows["window_start_ms"]),
+        "window_end": _ts(rows["window_end_ms"]),
+        "watermark": _ts(pa.array([watermark] * n, pa.int64())),
+        "partition": rows["partition"],
+        "offset": rows["offset"],
+        "kafka_timestamp": _ts(rows["kafka_timestamp_ms"]),
+        "epoch": _epoch(epoch, n),
+    }
+    schema = late_schema(config)
+    return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+
+
+def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
+    rows = _kind(staged, "quarantine")
+    cols = {
+        "reason": rows["reason"],
+        "raw_key": rows["raw_key"],
+        "raw_value": rows["raw_value"],
+        "partition": rows["partition"],
+        "offset": rows["offset"],
+        "kafka_timestamp": _ts(rows["kafka_timestamp_ms"]),
+        "epoch": _epoch(epoch, rows.num_rows),
+    }
+    names = QUARANTINE_SCHEMA.names
+    return pa.Table.from_arrays([cols[n] for n in names], schema=QUARANTINE_SCHEMA)
+
+
+def epoch_outputs(config: PipelineConfig, staged: pa.Table, epoch: int,
+                  previous_watermark: int | None) -> dict[str, pa.Table]:
+    """Rows per output of a staged epoch. ``previous_watermark`` is wm(N-1), the watermark the
+    epoch's late records were judged against (recorded in each late row)."""
+    return {
+        "windows": window_rows(config, staged, epoch),
+        "late": late_rows(config, staged, epoch,
+                          previous_watermark if previous_watermark is not None else 0),
+        "quarantine": quarantine_rows(staged, epoch),
+    }

@@ -1,0 +1,122 @@
+"""Plans: epoch N's offset ranges, decided before anything reads data (``protocol.begin``).
+
+A plan is the checkpoint barrier: epoch N reads ``[from, until)`` per partition and epoch N+1
+starts exactly where N ends (the ``until`` recorded in N's checkpoint). A rerun must read the
+same records, so a logged plan is reused, never recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from eos.core import epochlog
+from eos.core.config import PipelineConfig
+from eos.core.errors import DataLoss, ProtocolViolation
+from eos.core.kafka import client_settings, redact, topic_watermarks
+from eos.core.layout import Tables
+from eos.core.phaselog import log_phase
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    partition: int
+    start: int  # "from", inclusive
+    until: int  # exclusive
+
+    @property
+    def records(self) -> int:
+        return self.until - self.start
+
+
+@dataclass(frozen=True)
+class Plan:
+    pipeline: str
+    topic: str
+    epoch: int
+    ranges: tuple[PartitionRange, ...]
+    clock_ms: int | None = None  # wall clock read once at plan time; only with an idle timeout
+
+    @property
+    def hash(self) -> str:
+        """Identifies what the epoch reads; staged rows carry it so stale writes are detectable."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    @property
+    def records(self) -> int:
+        return sum(r.records for r in self.ranges)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        data = json.loads(text)
+        data["ranges"] = tuple(PartitionRange(**r) for r in data["ranges"])
+        return cls(**data)
+
+    def describe_ranges(self) -> str:
+        return " ".join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
+
+
+def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
+    """Split ``budget`` records over partitions by water-filling: no partition starves another."""
+    taken = dict.fromkeys(available, 0)
+    active = sorted(p for p, n in available.items() if n > 0)
+    remaining = budget
+    while remaining > 0 and active:
+        share = max(1, remaining // len(active))
+        for p in list(active):
+            take = min(share, available[p] - taken[p], remaining)
+            taken[p] += take
+            remaining -= take
+            if taken[p] == available[p]:
+                active.remove(p)
+            if remaining == 0:
+                break
+    return taken
+
+
+def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int]) -> Plan:
+    """Ranges from the committed offsets (``until`` per partition in the checkpoint of epoch
+    N-1; empty before the first epoch) to the high watermarks, capped by ``max_records``."""
+    settings = client_settings(config.kafka.client)
+    topic = config.kafka.topic
+    marks = topic_watermarks(settings, topic)
+    starts: dict[int, int] = {}
+    for partition, (low, high) in marks.items():
+        default = low if config.kafka.start == "earliest" else high
+        start = committed.get(partition, default)
+        if start < low:
+            raise DataLoss(
+                f"topic '{topic}' partition {partition}: epoch {epoch} must read from offset "
+                f"{start} but the log now starts at {low} (retention or truncation removed "
+                f"{low - start} records); refusing to skip them"
+            )
+        if start > high:
+            raise DataLoss(
+                f"topic '{topic}' partition {partition}: committed offset {start} is beyond the "
+                f"high watermark {high}; the partition was truncated or recreated"
+            )
+        starts[partition] = start
+    available = {p: marks[p][1] - starts[p] for p in marks}
+    taken = cap_fairly(available, config.epoch.max_records)
+    ranges = tuple(PartitionRange(p, starts[p], starts[p] + taken[p]) for p in sorted(marks))
+    clock = int(time.time() * 1000) if config.window.idle_timeout is not None else None
+    log_phase("begin.watermarks", epoch=epoch, kafka=redact(settings), watermarks=marks)
+    return Plan(config.name, topic, epoch, ranges, clock)
+
+
+def plan_of(tables: Tables, epoch: int) -> Plan:
+    row = epochlog.first_plan_row(tables, epoch)
+    if row is None:
+        raise ProtocolViolation(f"epoch {epoch} has no plan in the epoch log; run begin first")
+    return Plan.from_json(row["plan"])
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    return {"epoch": plan.epoch, "plan_hash": plan.hash, "records": plan.records,
+            "ranges": plan.describe_ranges()}

@@ -1,0 +1,401 @@
+"""The protocol core: the epoch state machine (begin, precommit, commit, abort, recover).
+
+Every decision about an epoch is taken here, against one authority: the checkpoint table
+(``eos.core.checkpoints``). Epoch N is committed iff its checkpoint row is there; the epoch log is
+for people and for reusing plans; sinks are asked only what *they* hold. DAG tasks, the Spark
+app, the ``eos`` command, the audit and the chaos run call these functions and decide nothing.
+
+The states of epoch N after the last checkpoint ``c`` (N = c + 1)::
+
+    (none) --begin--> planned --precommit--> staged --commit--> committed (checkpoint row)
+                         ^                      |
+                         +------abort-----------+   (staging rows of N dropped)
+
+Each transition is idempotent, safe to rerun after a crash at any point, and safe when two
+attempts of the same task run at once (a zombie and its retry): planners agree on the first
+plan logged, stagers write identical rows, and every sink write and the checkpoint append are
+fenced, so exactly one attempt writes each of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from eos.core import checkpoints, epochlog, faults, staging
+from eos.core.checkpoints import Checkpoint
+from eos.core.config import PipelineConfig
+from eos.core.errors import ProtocolViolation
+from eos.core.layout import Tables, tables_for
+from eos.core.maintenance import maintain, prune_staging
+from eos.core.outcomes import Outcome
+from eos.core.outputs import epoch_outputs, output_schema
+from eos.core.phaselog import elapsed_ms, log_phase, timed
+from eos.core.plan import Plan, new_plan, plan_of
+from eos.core.rewind import check_none_unfinished
+from eos.core.sink import SinkCommit, sinks_for
+from eos.core.staging import Stager, count_kinds, staged_epoch, watermark_row
+from eos.core.tables import OpenTables, ensure_tables, staging_schema
+
+
+@dataclass
+class StageResult:
+    """What ``precommit`` did. It crosses processes (spark-submit writes it as JSON for the
+    task that launched it: ``to_payload`` / ``from_payload``)."""
+
+    epoch: int
+    plan_hash: str
+    outcome: Outcome
+    counts: dict[str, int] = field(default_factory=dict)
+    watermark_ms: int | None = None
+    staging_version: int | None = None
+    written_by: str | None = None  # "driver" or "executors": who wrote the staged files
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    line: str = ""  # the phase line precommit logged (what ``eos precommit`` prints)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {**asdict(self), "outcome": self.outcome.value}
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> StageResult:
+        return cls(**{**payload, "outcome": Outcome(payload["outcome"])})
+
+
+@dataclass
+class CommitResult:
+    epoch: int
+    plan_hash: str
+    outcome: Outcome
+    sinks: list[SinkCommit] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)  # by output
+    checkpoint_version: int | None = None
+    pruned_before: int | None = None
+    maintenance: dict[str, Any] | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def versions(self) -> dict[str, int | None]:
+        """The version each sink wrote in this attempt (sinks it skipped are absent)."""
+        return {s.sink: s.version for s in self.sinks if s.outcome is Outcome.COMMITTED}
+
+    @property
+    def skipped(self) -> list[str]:
+        """Sinks that already held the epoch (an earlier attempt, or a race lost)."""
+        return [s.sink for s in self.sinks if s.outcome is Outcome.ALREADY_COMMITTED]
+
+    def summary(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "plan_hash": self.plan_hash, "outcome": str(self.outcome),
+                "rows": self.rows, "sinks": {s.sink: _sink_summary(s) for s in self.sinks},
+                "checkpoint_version": self.checkpoint_version}
+
+
+def _sink_summary(done: SinkCommit) -> dict[str, Any]:
+    return {"outcome": str(done.outcome), "version": done.version, "rows": done.rows,
+            "raced": done.raced}
+
+
+# -- the authority ------------------------------------------------------------------------------
+
+def committed_epoch(config: PipelineConfig) -> int:
+    """The last committed epoch of the pipeline, -1 if none: the checkpoint table's answer."""
+    return checkpoints.committed_epoch(tables_for(config), config.app_id)
+
+
+def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False
+                ) -> dict[str, int]:
+    """Each sink's own committed epoch, which must be ``committed`` or ``committed + 1``.
+
+    A sink may be one ahead after a crash between sinks, or between the last sink and the
+    checkpoint: the next commit attempt completes that epoch. Anything else (a sink behind the
+    checkpoint, or two ahead) means the sink was changed outside the protocol, or its marker
+    was lost: stop, do not guess.
+
+    ``begin`` first creates what a sink needs (a table, a topic) and fences earlier writers
+    where the sink can; ``read_only`` (``eos status``, the UI) does neither, so looking at a
+    pipeline never disturbs a commit in flight.
+    """
+    held = {}
+    for sink in sinks_for(config):
+        if not read_only:
+            sink.prepare(output_schema(config, sink.output))
+        held[sink.name] = sink.committed_epoch(fence=not read_only)
+    for name, epoch in held.items():
+        if epoch not in (committed, committed + 1):
+            raise ProtocolViolation(
+                f"sink {name} holds epoch {epoch} but the last checkpoint is epoch {committed}; "
+                "a sink may only be one epoch ahead of the checkpoint. Inspect the sink (was it "
+                "rewritten, truncated, or its marker lost?) before going on"
+            )
+    return held
+
+
+# -- begin --------------------------------------------------------------------------------------
+
+def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
+    """Return the plan of the epoch this run processes, logging a new one only if none exists.
+
+    Scenarios:
+    - a rewind is unfinished: ``RewindUnfinished`` (finish the rewind first);
+    - the run was bound to an epoch before (a cleared run, committed or not): that epoch's plan,
+      so clearing a run never moves it to another epoch (after a rewind, a backfill of the
+      same runs replays each run's own epoch);
+    - the log already holds a plan for c + 1 (a crash after logging, a retry): that plan;
+    - otherwise a new plan for c + 1, logged *before* returning; of planners that race, exactly
+      one logs its plan (a fenced append, ``epochlog.log_plan``) and the others adopt it.
+
+    Costs: each table opened once, the epoch log read once (the run's rows and c + 1's, by file
+    statistics), the last checkpoint read once, one append.
+    """
+    with timed() as took, ensure_tables(config) as tables:
+        committed = checkpoints.committed_epoch(tables, config.app_id)
+        last = checkpoints.last(tables, committed)
+        checkpoints.check_schema_view(last, config)
+        logged = epochlog.plan_rows(tables, committed + 1, run_id)
+        check_none_unfinished(logged)  # a half-done rewind: its tables are not consistent
+        check_sinks(config, committed)
+        plan, how = _existing_plan(logged, committed, run_id)
+        if plan is None:
+            fresh = new_plan(config, committed + 1, last.until if last else {})
+            won = epochlog.log_plan(tables, config.app_id, fresh.epoch, fresh.to_json(),
+                                    fresh.hash, run_id, elapsed_ms(took))
+            faults.hit("begin.after_log")
+            plan, how = fresh, Outcome.PLANNED
+            if not won:  # another planner logged first: everyone uses its plan
+                plan = plan_of(tables, fresh.epoch)
+                how = Outcome.PLANNED if plan == fresh else Outcome.REUSED_RACE
+                _bind(tables, plan, run_id, took)
+        elif how is not Outcome.REUSED_RUN:
+            _bind(tables, plan, run_id, took)
+    log_phase(
+        "begin", epoch=plan.epoch, plan_hash=plan.hash, outcome=how, committed_epoch=committed,
+        records=plan.records, ranges=plan.describe_ranges(), run_id=run_id, duration_ms=took["ms"],
+    )
+    return plan
+
+
+def _bind(tables: Tables, plan: Plan, run_id: str | None, took: dict[str, float]) -> None:
+    """Bind this run to the epoch it adopted, so clearing it later finds the same epoch."""
+    if run_id:
+        epochlog.append(tables, plan.epoch, epochlog.PLANNED, run_id=run_id,
+                        plan_hash=plan.hash, plan=plan.to_json(), duration_ms=elapsed_ms(took))
+
+
+def _existing_plan(logged: list[dict[str, Any]], committed: int,
+                   run_id: str | None) -> tuple[Plan | None, Outcome | None]:
+    """The run's own plan, else the logged plan of c + 1 (``logged``: one read of the log)."""
+    mine = epochlog.first_planned([r for r in logged if run_id and r["run_id"] == run_id])
+    if mine is not None:
+        return Plan.from_json(mine["plan"]), Outcome.REUSED_RUN
+    row = epochlog.first_planned([r for r in logged if r["epoch"] == committed + 1])
+    if row is not None:
+        return Plan.from_json(row["plan"]), Outcome.REUSED_LOG
+    return None, None
+
+
+# -- precommit ----------------------------------------------------------------------------------
+
+def precommit(config: PipelineConfig, epoch: int, stager: Stager,
+              expected_hash: str | None = None) -> StageResult:
+    """Stage epoch N in one Delta commit, or do nothing when that is already done.
+
+    ``stager`` computes N's staging files (Spark: ``eos.compute.stage.SparkStager``); every
+    decision about whether they may be committed is taken here.
+
+    Scenarios:
+    - N is committed (a cleared committed run, a zombie): nothing, ``ALREADY_COMMITTED``;
+    - staging holds a complete N for this plan hash (a crash after the write): ``REUSED_STAGE``;
+    - N-1 is not committed: ``ProtocolViolation`` (epochs are staged in order);
+    - otherwise compute N and replace any earlier attempt's rows of N in one commit; if N got
+      committed while we computed, we are a zombie and discard our rows (``DISCARDED``). A
+      zombie past that check rewrites identical rows: the result is deterministic.
+    """
+    with timed() as total, ensure_tables(config) as tables:
+        plan = plan_of(tables, epoch)
+        if expected_hash and expected_hash != plan.hash:
+            raise ProtocolViolation(
+                f"epoch {epoch}: asked to stage plan {expected_hash} but the log's plan is "
+                f"{plan.hash}; refusing to stage a plan the log does not hold"
+            )
+        result = StageResult(epoch, plan.hash, Outcome.STAGED)
+        committed = checkpoints.committed_epoch(tables, config.app_id)
+        if committed >= epoch:
+            result.outcome = Outcome.ALREADY_COMMITTED
+        elif (existing := staged_epoch(tables, epoch, plan.hash)) is not None:
+            result.outcome = Outcome.REUSED_STAGE
+            result.counts = count_kinds(existing)
+        elif committed < epoch - 1:
+            raise ProtocolViolation(
+                f"epoch {epoch - 1} is not committed (last checkpoint: {committed}); epochs are "
+                "staged and committed in order"
+            )
+        else:
+            previous = checkpoints.last(tables, committed)  # N-1: its config and plan hash
+            checkpoints.check_schema_view(previous, config)
+            _stage(config, tables, plan, previous, stager, result)
+    result.timings_ms["total"] = total["ms"]
+    result.line = log_phase(
+        "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
+        ranges=plan.describe_ranges(), rows=result.counts, watermark_ms=result.watermark_ms,
+        staging_version=result.staging_version, written_by=result.written_by,
+        durations_ms=result.timings_ms,
+    )
+    return result
+
+
+def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
+           stager: Stager, result: StageResult) -> None:
+    timings = result.timings_ms
+    staged = stager.stage(config, tables, plan, previous, timings)
+    faults.hit("precommit.before_write")
+    # The compute took a while: ask the checkpoint table again, at its latest version.
+    tables.refresh(tables.checkpoints)
+    now = checkpoints.committed_epoch(tables, config.app_id)
+    if now >= plan.epoch:
+        result.outcome = Outcome.DISCARDED  # our files stay invisible; a vacuum deletes them
+        return
+    if now < plan.epoch - 1:  # a rewind moved the checkpoint back while we computed
+        raise ProtocolViolation(
+            f"epoch {plan.epoch} was computed from epoch {plan.epoch - 1}, but the last "
+            f"checkpoint is now epoch {now} (a rewind): not staging it"
+        )
+    with timed() as took:
+        result.staging_version = staging.commit(
+            tables.refresh(tables.staging), staged.files, plan.epoch, staging_schema(config),
+            config.app_id, plan.hash)
+    faults.hit("precommit.after_write")
+    timings["staging_write"] = took["ms"]
+    result.counts = staged.counts
+    result.watermark_ms = staged.watermark_ms
+    result.written_by = staged.written_by
+    epochlog.append(
+        tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
+        duration_ms=sum(timings.values()),
+        details={"rows": result.counts, "watermark_ms": staged.watermark_ms,
+                 "staging_version": result.staging_version, "files": len(staged.files),
+                 "written_by": staged.written_by, "timings_ms": timings},
+    )
+
+
+# -- commit -------------------------------------------------------------------------------------
+
+def commit(config: PipelineConfig, epoch: int) -> CommitResult:
+    """Promote pre-committed epoch N into every sink exactly once, then checkpoint it.
+
+    Like Flink's ``notifyCheckpointComplete``, this must eventually succeed once N is staged:
+    it is retried until it does, and every retry is safe. Scenarios:
+    - N's checkpoint exists: nothing, ``ALREADY_COMMITTED`` (a retry after a crash after the
+      checkpoint, a cleared committed run, the loser of a race);
+    - the last checkpoint is not N-1: ``ProtocolViolation`` (epochs commit in order);
+    - N is not staged for this plan: ``ProtocolViolation`` (run precommit first);
+    - some sinks hold N already (a crash between sinks, or before the checkpoint): they skip,
+      the others write, then the checkpoint is appended;
+    - two attempts at once: each sink write and the checkpoint append are fenced; exactly one
+      attempt writes each, the other finds it committed (``raced``). The attempt that loses
+      the checkpoint race reports ``ALREADY_COMMITTED`` and leaves the bookkeeping to the
+      winner.
+    """
+    with timed() as took, ensure_tables(config) as tables:
+        plan = plan_of(tables, epoch)
+        result = CommitResult(epoch, plan.hash, Outcome.COMMITTED)
+        committed = checkpoints.committed_epoch(tables, config.app_id)
+        if committed >= epoch:
+            result.outcome = Outcome.ALREADY_COMMITTED
+        elif committed != epoch - 1:
+            raise ProtocolViolation(
+                f"cannot commit epoch {epoch}: the last checkpoint is epoch {committed}; "
+                "epochs commit in order"
+            )
+        else:
+            _commit_sinks_and_checkpoint(config, tables, plan, result, took)
+    result.duration_ms = took["ms"]
+    log_phase(
+        "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome, rows=result.rows,
+        sinks={s.sink: _sink_summary(s) for s in result.sinks},
+        checkpoint_version=result.checkpoint_version, pruned_staging_before=result.pruned_before,
+        maintenance=result.maintenance, duration_ms=result.duration_ms,
+    )
+    return result
+
+
+def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: Plan,
+                                 result: CommitResult, took: dict[str, float]) -> None:
+    epoch = plan.epoch
+    # Open windows stay in staging: the commit promotes outputs, never reads the state.
+    staged = staged_epoch(tables, epoch, plan.hash, state=False)
+    if staged is None:
+        raise ProtocolViolation(
+            f"epoch {epoch} is not pre-committed for plan {plan.hash}; run precommit first"
+        )
+    previous = checkpoints.last(tables, epoch - 1)
+    outputs = epoch_outputs(config, staged, epoch, previous.watermark_ms if previous else None)
+    result.rows = {output: rows.num_rows for output, rows in outputs.items()}
+    sinks = sinks_for(config)
+    for i, sink in enumerate(sinks):
+        result.sinks.append(sink.commit(epoch, outputs[sink.output], plan.hash))
+        if i < len(sinks) - 1:
+            faults.hit("commit.between_sinks")
+    faults.hit("commit.before_checkpoint")
+    checkpoint = Checkpoint(
+        epoch=epoch, plan_hash=plan.hash, until={r.partition: r.until for r in plan.ranges},
+        watermark_ms=_staged_watermark(staged), rows=result.rows,
+        sinks={s.sink: _sink_summary(s) for s in result.sinks}, config=config.schema_view(),
+    )
+    written = checkpoints.append(tables, config.app_id, checkpoint)
+    faults.hit("commit.after_checkpoint")
+    if written.outcome is Outcome.ALREADY_COMMITTED:
+        result.outcome = Outcome.ALREADY_COMMITTED  # a concurrent attempt checkpointed N first
+        return
+    result.checkpoint_version = written.version
+    epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
+                    duration_ms=elapsed_ms(took), details=result.summary())
+    result.pruned_before = prune_staging(tables, epoch, config.epoch.staging_retention)
+    every = config.epoch.maintenance_every
+    if every and epoch > 0 and epoch % every == 0:
+        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)
+
+
+# -- abort and recover --------------------------------------------------------------------------
+
+def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
+    """Discard epoch N's staged rows and anything a sink prepared, so a rerun starts clean.
+
+    Never touches a committed epoch (``NOTHING_TO_ABORT``). Clearing the run afterwards
+    re-executes ``begin``, which returns the same plan: the same records are read again.
+    """
+    with timed() as took, ensure_tables(config) as tables:
+        if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
+            outcome = Outcome.NOTHING_TO_ABORT
+        else:
+            tables.refresh(tables.staging).delete(f"epoch = {int(epoch)}")
+            for sink in sinks_for(config):
+                sink.abort(epoch)
+            epochlog.append(tables, epoch, epochlog.ABORTED, details={"reason": reason[:500]})
+            outcome = Outcome.ABORTED
+    log_phase("abort", epoch=epoch, outcome=outcome, reason=reason[:200], duration_ms=took["ms"])
+    return outcome
+
+
+def recover(config: PipelineConfig) -> tuple[int | None, Outcome]:
+    """Finish the epoch after the last checkpoint if it is staged (Flink's recoverAndCommit).
+
+    Returns (that epoch or None, what happened): ``NOTHING_PENDING`` when no plan follows the
+    checkpoint, ``NEEDS_PRECOMMIT`` when it is planned but not staged, else commit's outcome.
+    A pre-committed epoch is always committed as staged, never recomputed differently.
+    """
+    with ensure_tables(config) as tables:
+        pending = checkpoints.committed_epoch(tables, config.app_id) + 1
+        row = epochlog.first_plan_row(tables, pending)
+        if row is None:
+            return None, Outcome.NOTHING_PENDING
+        if staged_epoch(tables, pending, Plan.from_json(row["plan"]).hash) is None:
+            return pending, Outcome.NEEDS_PRECOMMIT
+    return pending, commit(config, pending).outcome
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+def _staged_watermark(staged: pa.Table) -> int:
+    """wm(N): the watermark row staged with epoch N."""
+    return watermark_row(staged)["watermark_ms"]

@@ -1,0 +1,239 @@
+"""The two-phase-commit sink contract (DESIGN §6), after Flink's ``TwoPhaseCommitSinkFunction``
+and Sink V2: a small committer, and what else a sink can do as separate capabilities.
+
+The pre-commit half is shared by every sink: ``precommit`` stages epoch N's rows in Delta
+staging in one transaction, so "pre-committed" means durable, deterministic rows that any
+number of commit attempts can read. What a sink implements is the commit half (``Sink``):
+
+- ``committed_epoch()``: the last epoch the sink holds, read from the sink itself.
+- ``commit(epoch, rows)``: write N's rows and N's marker in one atomic step, exactly once.
+- ``abort(epoch)``: discard what the sink prepared for N and did not commit.
+
+A sink that can do more says so by also implementing a capability, like Flink's
+``SupportsCommitter`` / ``SupportsWriterState``: ``SupportsRewind`` (a rewind may take it
+back), ``SupportsReadBack`` (the audit reads what it holds), ``SupportsAssets`` (Airflow
+publishes an asset when it commits). Without them a sink still commits exactly once; a
+rewind refuses a pipeline with a sink that cannot rewind, the audit reports it unaudited and
+no asset is published for it.
+
+The protocol core (``eos.core.protocol``) calls these; a sink never decides whether an epoch is
+committed as a whole (that is the checkpoint's job), only whether *it* holds the epoch. Sink
+types are found by name through the ``eos.sinks`` entry points (``sink_class``), or registered
+in-process (``register``): the core imports no sink module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from eos.core.outcomes import Outcome
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from eos.core.config import PipelineConfig
+
+__all__ = ["Sink", "SinkCommit", "SupportsAssets", "SupportsReadBack",
+           "SupportsRewind", "register", "sink_class", "sink_name", "sinks_for"]
+
+ENTRY_POINTS = "eos.sinks"  # the entry-point group naming sink types (pyproject.toml)
+
+Options = TypeVar("Options", bound=BaseModel)
+
+
+def validated_options(model: type[Options], data: Any, what: str) -> Options:
+    """A sink's options as its typed value, or a ValueError naming every problem: ``what``
+    starts the message (the config loader adds where in the file)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                             for e in error.errors())
+        raise ValueError(f"{what}: {problems}") from None
+
+
+@dataclass(frozen=True)
+class SinkCommit:
+    """What one ``Sink.commit`` call did."""
+
+    sink: str
+    outcome: Outcome  # COMMITTED (this attempt wrote) or ALREADY_COMMITTED
+    rows: int
+    version: int | None = None  # the sink's own version of the write (Delta version, offset)
+    raced: bool = False  # found committed only after losing a race to a concurrent attempt
+
+
+class Sink(ABC):
+    """One destination of one output (``windows``, ``late`` or ``quarantine``) of a pipeline."""
+
+    kind: ClassVar[str]  # the key in the pipeline config, e.g. ``delta``
+
+    def __init__(self, config: PipelineConfig, output: str, options: Any) -> None:
+        self.config = config
+        self.output = output
+        self.options = options
+
+    @classmethod
+    def parse_options(cls, options: Any) -> Any:
+        """Validate the config value of this sink type (raise ValueError naming the problem);
+        return the typed value the sink keeps as ``options``. Default: the value as given.
+
+        Called while the pipeline config loads: a bad sink fails at load time, not at commit.
+        It runs when the DAG file is parsed, so it imports no client library.
+        """
+        return options
+
+    @classmethod
+    def describe(cls, options: Any) -> str:
+        """The part of the sink's name after ``kind:``; unique per pipeline. Default: the
+        options as text."""
+        return str(options)
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.describe(self.options)}"
+
+    @abstractmethod
+    def committed_epoch(self, fence: bool = True) -> int:
+        """The last epoch this sink holds for this pipeline, ``-1`` if none.
+
+        Read from the sink itself (its marker), never from a cache or from the epoch log, and
+        (``fence``) after fencing any earlier writer where the sink supports it, so that the
+        answer cannot be changed afterwards by a zombie of an earlier attempt. ``fence=False``
+        only looks (status views): the answer may then be overtaken by a commit in flight.
+        Raises ``TransientError`` when the sink cannot be reached (the caller retries).
+        """
+
+    @abstractmethod
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """Make epoch ``epoch``'s rows visible exactly once, with the marker of ``epoch``.
+
+        If the sink already holds ``epoch`` (``committed_epoch() >= epoch``), do nothing and
+        report ``ALREADY_COMMITTED``. Otherwise write every row and the marker in **one** atomic
+        step. Safe when two attempts race: exactly one writes, the other reports
+        ``ALREADY_COMMITTED`` (``raced=True``). The sink must hold ``epoch - 1`` (or more):
+        anything else is a ``ProtocolViolation``.
+
+        On failure nothing of ``epoch`` is visible and the error is a ``TransientError`` (the
+        caller retries this same call: after a successful precommit a commit must eventually
+        succeed) or a ``PermanentError`` (the task fails at once with the message).
+        """
+
+    @abstractmethod
+    def abort(self, epoch: int) -> None:
+        """Discard anything this sink prepared for ``epoch`` and did not commit.
+
+        Never touches a committed epoch. Sinks whose commit is one atomic step leave nothing
+        behind on failure, so for them this only has to be safe to call.
+        """
+
+    def prepare(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Create what the sink needs to exist (a table, a topic) and fail early when it cannot
+        be (``begin`` calls it before any epoch). Idempotent; default: nothing to create."""
+
+
+# -- capabilities a sink may add ----------------------------------------------------------------
+
+class SupportsRewind(ABC):
+    """A sink a rewind can take back to an earlier epoch (``eos.core.rewind``)."""
+
+    #: Whether ``rewind`` takes committed rows back (a Delta table restores an older version).
+    #: A sink that cannot (a Kafka topic: what is published stays published) is rewound only
+    #: when the user accepts that its consumers see the replayed epochs a second time.
+    withdraws: ClassVar[bool] = True
+
+    @abstractmethod
+    def rewind_target(self, epoch: int) -> int | None:
+        """Where ``rewind(epoch)`` will take this sink (a table version; None for a sink with
+        no versions), found and checked before anything of the rewind is written: raises
+        ``RewindRefused`` when the sink cannot go back to ``epoch`` (its history is gone)."""
+
+    @abstractmethod
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """Make the sink hold epochs ``..epoch`` only, with its marker saying ``epoch``, in one
+        atomic step (``epoch`` is -1: nothing of the pipeline's). ``schema`` is the output's
+        schema under the current config (a full replay may have changed it).
+
+        Idempotent per ``rewind_id``: a rerun after a crash, or a concurrent attempt, finds the
+        sink rewound and does nothing. Returns the sink's version written, None if nothing was.
+        A sink that does not ``withdraw`` writes only the marker: the next commits republish.
+        """
+
+
+class SupportsReadBack(ABC):
+    """A sink the audit (``eos verify``) can read back and compare with its own recomputation."""
+
+    @abstractmethod
+    def read_back(self) -> list[dict[str, Any]]:
+        """Every committed row of this pipeline, typed as the output's schema (for the audit)."""
+
+    @abstractmethod
+    def commits(self) -> list[int]:
+        """The epoch of every commit this sink still has a record of, oldest first, on its
+        current line: a rewind to N drops the commits after N (they are replayed). A sink may
+        forget old ones (a compacted marker topic keeps the last); it never holds one twice.
+        The audit expects a contiguous run ending at the last checkpoint."""
+
+
+class SupportsAssets(ABC):
+    """A sink Airflow publishes as an asset when an epoch commits to it."""
+
+    @abstractmethod
+    def asset_uri(self) -> str:
+        """The Airflow Asset URI published when an epoch commits (no I/O: used at DAG parse)."""
+
+
+# -- sink types ---------------------------------------------------------------------------------
+
+_registered: dict[str, type[Sink]] = {}
+
+
+def register(kind: str, cls: type[Sink]) -> None:
+    """Make sink type ``kind`` known to this process without an entry point (a sink defined in
+    a test or a notebook); an installed type of the same name is shadowed."""
+    _registered[kind] = cls
+
+
+@cache
+def _installed() -> dict[str, Any]:
+    return {point.name: point for point in entry_points(group=ENTRY_POINTS)}
+
+
+def sink_types() -> list[str]:
+    return sorted({*_installed(), *_registered})
+
+
+def sink_class(kind: str) -> type[Sink]:
+    """The class implementing sink type ``kind``; a clear error naming the known types."""
+    if kind in _registered:
+        return _registered[kind]
+    point = _installed().get(kind)
+    if point is None:
+        known = ", ".join(sink_types()) or "none (is the eos-pipeline package installed?)"
+        raise ValueError(f"unknown sink type '{kind}'; known: {known}")
+    cls = point.load()
+    if not (isinstance(cls, type) and issubclass(cls, Sink)):
+        raise ValueError(f"sink type '{kind}' ({point.value}) is not a Sink")
+    return cls
+
+
+def sink_name(spec: dict[str, Any]) -> str:
+    """The stable name of a configured sink (``delta:target``, ``kafka:clicks-stats``)."""
+    ((kind, options),) = spec.items()
+    return f"{kind}:{sink_class(kind).describe(options)}"
+
+
+def sinks_for(config: PipelineConfig) -> list[Sink]:
+    """Every sink of a pipeline, in commit order (``SinksConfig.by_output``)."""
+    sinks = []
+    for output, spec in config.sinks.by_output():
+        ((kind, options),) = spec.items()
+        sinks.append(sink_class(kind)(config, output, options))
+    return sinks

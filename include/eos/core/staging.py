@@ -1,0 +1,151 @@
+"""The staging table: what a pre-committed epoch is, whoever computed it.
+
+Epoch N is pre-committed when staging holds, in **one** Delta commit, every row of N for N's
+plan hash: output windows, open windows (``state``), late and quarantined records, the offsets,
+and last the ``watermark`` row. A compute (``Stager``: Spark in ``eos.compute.stage``, or any
+other implementation) writes N's rows as Parquet files under a directory of its own
+(``epoch=N/attempt-<uuid>/``); ``commit`` makes exactly those files partition ``epoch=N`` in
+one transaction, dropping any earlier attempt's. Files no commit names are invisible to every
+reader (a killed attempt leaves only those; a vacuum deletes them).
+
+Each file's add action carries its row count and the ``kind`` it holds as min/max statistics,
+so a read of "everything but the open windows" (``staged_epoch(state=False)``) or of "the
+watermark row" skips the state files without opening them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.transaction import AddAction
+
+from eos.core.delta import PLAN_HASH, commit_properties
+from eos.core.layout import Tables
+from eos.core.tables import read_epoch
+
+if TYPE_CHECKING:
+    from eos.core.checkpoints import Checkpoint
+    from eos.core.config import PipelineConfig
+    from eos.core.plan import Plan
+    from eos.core.tables import OpenTables
+
+WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
+
+
+KIND_DIR = "part_kind"  # the directory level Spark writes per kind (not a Delta partition)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One Parquet file of epoch N, written and not yet committed."""
+
+    path: str  # relative to the staging table's root
+    size: int
+    modified_ms: int
+    rows: int
+    kind_min: str
+    kind_max: str
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """Epoch N written as files and not yet committed: what ``precommit`` commits in one go."""
+
+    files: list[StagedFile]
+    counts: dict[str, int]
+    watermark_ms: int
+    written_by: str = "executors"  # or "driver": who wrote the files (``spark.collect_rows``)
+
+
+class Stager(Protocol):
+    """What computes an epoch's staging files (the compute half of precommit).
+
+    ``stage`` must be a pure function of the plan and epoch N-1's state (``previous``, and the
+    state rows staged with it): no clock, no randomness, so a rerun or a zombie writes the same
+    rows. It writes files only (never commits them: the protocol decides whether the one
+    staging commit may happen) and records what it timed in ``timings`` (milliseconds)."""
+
+    def stage(self, config: PipelineConfig, tables: OpenTables, plan: Plan,
+              previous: Checkpoint | None, timings: dict[str, float]) -> StagedFiles: ...
+
+
+def staged_epoch(tables: Tables, epoch: int, plan_hash: str,
+                 state: bool = True) -> pa.Table | None:
+    """Epoch N's staged rows if a complete attempt for this plan is there, else None; without
+    its open windows unless ``state`` (commit needs only what it promotes).
+
+    One Delta commit holds the whole epoch, so the watermark row being present means every row is.
+    """
+    rows = read_epoch(tables, tables.staging, epoch,
+                      filters=None if state else [("kind", "!=", "state")])
+    if rows is None:
+        return None
+    complete = pc.and_(pc.equal(rows["kind"], WATERMARK), pc.equal(rows["plan_hash"], plan_hash))
+    if not pc.any(complete).as_py():
+        return None
+    return rows.filter(pc.equal(rows["plan_hash"], plan_hash))
+
+
+def watermark_row(staged: pa.Table) -> dict[str, Any]:
+    return staged.filter(pc.equal(staged["kind"], WATERMARK)).to_pylist()[0]
+
+
+def count_kinds(rows: pa.Table) -> dict[str, int]:
+    """Rows per kind of a staged epoch, and the events its filter dropped."""
+    counts = {k: 0 for k in ("output", "state", "late", "quarantine", "offsets")}
+    for item in pc.value_counts(rows["kind"]).to_pylist():
+        if item["values"] in counts:
+            counts[item["values"]] = item["counts"]
+    counts["filtered"] = watermark_row(rows)["filtered"] or 0
+    return counts
+
+
+def files_holding(staging: DeltaTable, epoch: int, kind: str) -> tuple[str, ...]:
+    """The URIs of epoch N's committed files that may hold rows of ``kind``: delta-rs prunes
+    by the partition and by the kind range each add action's statistics carry (a file without
+    statistics is kept). Reading N-1's state needs only its state files, not the output, late
+    and quarantine ones."""
+    return tuple(staging.file_uris(file_pruning_predicate=[
+        ("epoch", "=", str(int(epoch))), ("kind", "=", kind)]))
+
+
+def rows_staged(staging: DeltaTable, epoch: int) -> int | None:
+    """How many rows epoch N staged (every kind), from its add actions' row counts; None when
+    a file carries none."""
+    actions = pa.table(staging.get_add_actions(flatten=True))
+    if "num_records" not in actions.column_names:
+        return None
+    partition = pc.cast(actions["partition.epoch"], pa.string())
+    mine = actions.filter(pc.equal(partition, str(int(epoch))))
+    if mine["num_records"].null_count:
+        return None
+    return pc.sum(mine["num_records"]).as_py() or 0
+
+
+def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.Schema,
+           app_id: str, plan_hash: str) -> int:
+    """One Delta commit: partition ``epoch=N`` becomes exactly ``files`` (any earlier attempt's
+    files are removed in the same commit). Returns the staging version written. The commit info
+    names the epoch and its plan hash: a rewind to N restores staging to this version."""
+    actions = [AddAction(f.path, f.size, {"epoch": str(int(epoch))}, f.modified_ms, True,
+                         _stats(f)) for f in files]
+    staging.create_write_transaction(actions, mode="overwrite", schema=schema,
+                                     partition_by=["epoch"],
+                                     partition_filters=[("epoch", "=", str(int(epoch)))],
+                                     commit_properties=commit_properties(
+                                         app_id, epoch, "stage", txn=False,
+                                         **{PLAN_HASH: plan_hash}))
+    staging.update_incremental()
+    return staging.version()
+
+
+def _stats(f: StagedFile) -> str:
+    return json.dumps({"numRecords": f.rows, "minValues": {"kind": f.kind_min},
+                       "maxValues": {"kind": f.kind_max}, "nullCount": {"kind": 0}})
+
+

@@ -1,0 +1,276 @@
+"""A pipeline's status as an operator reads it: the one function behind ``eos status`` and the
+Airflow UI's epochs view (``eos.airflow.epochs_view``), so the two can never disagree.
+
+Everything here only reads: no table is created, no sink is prepared or fenced, so looking at a
+pipeline never disturbs a commit in flight. What is committed comes from the checkpoint table
+(the authority); what each epoch did (plan, counts, durations, versions) comes from the epoch
+log, which is for people (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from eos.core import checkpoints, epochlog
+from eos.core import verdicts as audits
+from eos.core.config import PipelineConfig
+from eos.core.errors import EosError
+from eos.core.layout import Tables, tables_for
+from eos.core.outcomes import NO_EPOCH
+from eos.core.plan import PartitionRange, Plan
+from eos.core.verdicts import AuditVerdict
+
+DEFAULT_LIMIT = 50
+
+
+class EpochState(StrEnum):
+    """Where an epoch stands. ``committed`` is the checkpoint table's word, never the log's."""
+
+    PLANNED = "planned"
+    PRECOMMITTED = "precommitted"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    REWOUND = "rewound"  # committed once, then rewound: the next runs replay it
+
+
+@dataclass(frozen=True)
+class EpochStatus:
+    """One epoch as the log and the checkpoint table describe it (None: not recorded)."""
+
+    epoch: int
+    state: EpochState
+    plan_hash: str | None
+    run_id: str | None  # the DAG run (or ``eos run``) the epoch was first planned by
+    records: int
+    ranges: tuple[PartitionRange, ...]
+    counts: dict[str, int]  # staged rows by kind: output (windows), late, quarantine, state, ...
+    watermark_ms: int | None
+    durations_ms: dict[str, float | None]  # begin, precommit, commit
+    staging_version: int | None
+    sink_versions: dict[str, int | None]  # the Delta version (or offset) each sink wrote
+    checkpoint_version: int | None
+    planned_at: datetime | None
+    committed_at: datetime | None
+    aborts: int = 0
+
+    def describe_ranges(self) -> str:
+        return " ".join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    partition: int
+    committed: int | None  # where the next epoch starts reading
+    high: int | None  # the partition's high watermark
+    lag: int | None
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    name: str
+    topic: str
+    dag_id: str
+    tables_root: str
+    committed_epoch: int  # -1: none
+    epochs: list[EpochStatus]  # the last ``limit`` epochs logged, oldest first
+    epochs_logged: int | None  # the highest epoch logged + 1 (None: the log was not read)
+    sinks: dict[str, int] = field(default_factory=dict)  # each sink's own committed epoch
+    sinks_error: str | None = None
+    partitions: list[PartitionLag] = field(default_factory=list)
+    lag_error: str | None = None
+    last_audit: AuditVerdict | None = None
+    client: dict[str, Any] = field(default_factory=dict)  # Kafka client settings, redacted
+
+    @property
+    def lag(self) -> int | None:
+        lags = [p.lag for p in self.partitions]
+        return None if not lags or None in lags else sum(lags)  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready (datetimes as ISO strings), for the epochs view's API."""
+        return json.loads(json.dumps(asdict(self), default=_iso))
+
+
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
+                    with_lag: bool = True) -> PipelineStatus:
+    """The pipeline's last ``limit`` epochs, its sinks, its lag and its last audit.
+
+    Reads the epoch log and the checkpoints of those epochs only (filtered by epoch), each
+    sink's marker without fencing, and the topic's high watermarks (``with_lag``). A sink or
+    broker that cannot be read is reported in the status, not raised: the page must show
+    what it can.
+    """
+    from eos.core.kafka import client_settings, redact
+
+    tables = tables_for(config)
+    committed = checkpoints.committed_epoch(tables, config.app_id)
+    epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
+    sinks, sinks_error = _sinks(config, committed)
+    try:
+        settings, lag_error = client_settings(config.kafka.client), None
+    except EosError as error:  # no broker configured: show what the config says
+        settings, lag_error = dict(config.kafka.client), str(error)
+    partitions: list[PartitionLag] = []
+    if with_lag and lag_error is None:
+        partitions, lag_error = _lag(config, settings, tables, committed)
+    return PipelineStatus(
+        name=config.name, topic=config.kafka.topic, dag_id=config.dag_id,
+        tables_root=str(tables.root), committed_epoch=committed, epochs=epochs,
+        epochs_logged=None if last_logged is None else last_logged + 1,
+        sinks=sinks, sinks_error=sinks_error, partitions=partitions, lag_error=lag_error,
+        last_audit=audits.latest(tables), client=redact(settings),
+    )
+
+
+def _epochs(tables: Tables, committed: int, limit: int) -> tuple[list[EpochStatus], int | None]:
+    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log.
+
+    ``begin`` only ever plans the epoch after the checkpoint, so the log's last epoch is the
+    checkpoint's or the next one: reading from ``committed + 1 - limit`` covers the last
+    ``limit`` epochs either way (the oldest read is dropped when ``committed + 1`` is logged;
+    epochs beyond, should any exist, are read too).
+    """
+    since = max(0, committed + 1 - limit)
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    for row in epochlog.rows(tables, since=since):
+        by_epoch.setdefault(row["epoch"], []).append(row)
+    shown = sorted(by_epoch)[-limit:]
+    done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])} if shown else {}
+    epochs = [_epoch(epoch, by_epoch[epoch], epoch <= committed, done.get(epoch))
+              for epoch in shown]
+    return epochs, (shown[-1] if shown else (committed if committed >= 0 else None))
+
+
+def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
+           checkpoint: checkpoints.Checkpoint | None) -> EpochStatus:
+    """Fold one epoch's log rows (in logged order) into its status."""
+    planned = next((r for r in rows if r["phase"] == epochlog.PLANNED), None)
+    plan = Plan.from_json(planned["plan"]) if planned else None
+    staged = _last(rows, epochlog.PRECOMMITTED)
+    done = _last(rows, epochlog.COMMITTED)
+    staged_details = _details(staged)
+    done_details = _details(done)
+    if committed:
+        state = EpochState.COMMITTED
+    elif (replay := _since_rewound(rows)) is not None:
+        # Logged as committed (or as where a rewind's replay starts) but not in the checkpoint
+        # table: a rewind took it back. What the replay did with it since, if anything:
+        phases = {r["phase"] for r in replay}
+        state = (EpochState.PRECOMMITTED if epochlog.PRECOMMITTED in phases
+                 else EpochState.PLANNED if epochlog.PLANNED in phases else EpochState.REWOUND)
+    elif rows[-1]["phase"] == epochlog.ABORTED:
+        state = EpochState.ABORTED
+    else:
+        state = EpochState.PRECOMMITTED if staged else EpochState.PLANNED
+    return EpochStatus(
+        epoch=epoch, state=state, plan_hash=plan.hash if plan else None,
+        run_id=next((r["run_id"] for r in rows if r["phase"] == epochlog.PLANNED and r["run_id"]),
+                    None),
+        records=plan.records if plan else 0, ranges=plan.ranges if plan else (),
+        counts=staged_details.get("rows", {}),
+        watermark_ms=(checkpoint.watermark_ms if checkpoint
+                      else staged_details.get("watermark_ms")),
+        durations_ms={"begin": planned["duration_ms"] if planned else None,
+                      "precommit": staged["duration_ms"] if staged else None,
+                      "commit": done["duration_ms"] if done else None},
+        staging_version=staged_details.get("staging_version"),
+        sink_versions={name: s.get("version") for name, s in
+                       (checkpoint.sinks if checkpoint else done_details.get("sinks", {})).items()},
+        checkpoint_version=done_details.get("checkpoint_version"),
+        planned_at=planned["at"] if planned else None,
+        committed_at=checkpoint.committed_at if checkpoint else None,
+        aborts=sum(1 for r in rows if r["phase"] == epochlog.ABORTED),
+    )
+
+
+def _since_rewound(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """For an epoch not committed now: its rows after the last sign that a rewind took it back
+    (a ``committed`` or rewind row), or None if there is none (it was never committed)."""
+    marks = [i for i, r in enumerate(rows)
+             if r["phase"] in (epochlog.COMMITTED, epochlog.REWINDING, epochlog.REWOUND)]
+    return rows[marks[-1] + 1:] if marks else None
+
+
+def _last(rows: list[dict[str, Any]], phase: str) -> dict[str, Any] | None:
+    return next((r for r in reversed(rows) if r["phase"] == phase), None)
+
+
+def _details(row: dict[str, Any] | None) -> dict[str, Any]:
+    return json.loads(row["details"]) if row and row["details"] else {}
+
+
+def _sinks(config: PipelineConfig, committed: int) -> tuple[dict[str, int], str | None]:
+    from eos.core.protocol import check_sinks
+
+    try:
+        return check_sinks(config, committed, read_only=True), None
+    except EosError as error:
+        return {}, str(error)
+
+
+def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, committed: int
+         ) -> tuple[list[PartitionLag], str | None]:
+    from eos.core.kafka import topic_watermarks
+
+    last = checkpoints.last(tables, committed)
+    offsets = last.until if last else {}
+    try:
+        marks = topic_watermarks(settings, config.kafka.topic)
+    except EosError as error:
+        marks, problem = {}, str(error)
+    else:
+        problem = None
+    lags = []
+    for p in sorted(set(offsets) | set(marks)):
+        until, high = offsets.get(p), marks.get(p, (None, None))[1]
+        lags.append(PartitionLag(p, until, high,
+                                 high - until if until is not None and high is not None else None))
+    return lags, problem
+
+
+# -- ``eos status`` ---------------------------------------------------------------------------
+
+def render(status: PipelineStatus) -> str:
+    """The status as ``eos status`` prints it."""
+    committed = status.committed_epoch
+    lines = [f"pipeline {status.name}: topic '{status.topic}', tables {status.tables_root}",
+             f"last committed epoch: {committed if committed != NO_EPOCH else 'none'}", "",
+             f"{'epoch':>5}  {'state':<12} {'records':>8} {'output':>7} {'late':>5} "
+             f"{'quar.':>5} {'stage s':>7}  ranges"]
+    for entry in status.epochs:
+        counts = entry.counts
+        lines.append(
+            f"{entry.epoch:>5}  {entry.state:<12} {entry.records:>8} "
+            f"{counts.get('output', 0):>7} {counts.get('late', 0):>5} "
+            f"{counts.get('quarantine', 0):>5} "
+            f"{(entry.durations_ms['precommit'] or 0) / 1000:>7.1f}  {entry.describe_ranges()}"
+        )
+    lines.append("")
+    lines.append(f"sinks: {status.sinks_error}" if status.sinks_error else
+                 "sinks: " + ", ".join(f"{name} at epoch {epoch}"
+                                       for name, epoch in status.sinks.items()))
+    lines.append("")
+    if status.lag_error:
+        lines.append(f"lag unknown: {status.lag_error}")
+    lines.append(f"{'partition':>9} {'committed':>10} {'high wm':>10} {'lag':>8}")
+    for p in status.partitions:
+        cells = ["-" if v is None else v for v in (p.committed, p.high, p.lag)]
+        lines.append(f"{p.partition:>9} {cells[0]:>10} {cells[1]:>10} {cells[2]:>8}")
+    if status.last_audit is not None:
+        audit = status.last_audit
+        lines += ["", f"last audit {audit.at:%Y-%m-%d %H:%M:%S} UTC: "
+                      f"{'OK' if audit.ok else 'FAILED'} (epochs 0..{audit.committed_epoch}, "
+                      f"{audit.problems} problem(s))"]
+    return "\n".join(lines)

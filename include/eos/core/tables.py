@@ -1,0 +1,181 @@
+"""The pipeline's own Delta tables (epoch log, staging, checkpoints): their schemas, and how one
+phase opens them (``OpenTables``). Sinks' tables belong to the sinks (``eos.sinks.delta``);
+which epochs are committed is the checkpoint table's answer (``eos.core.checkpoints``); the
+Delta primitives they all use are ``eos.core.delta``."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from types import TracebackType
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from eos.core.aggregations import aggregations_for, output_column
+from eos.core.config import PipelineConfig
+from eos.core.delta import create_table, open_table, scan
+from eos.core.errors import TableUnwritable
+from eos.core.layout import Tables
+from eos.core.pool import checkout, give_back
+from eos.core.schema import arrow_type
+
+TS = pa.timestamp("us", tz="UTC")
+DEC = pa.decimal128(38, 9)
+
+EPOCHS_SCHEMA = pa.schema(
+    [
+        ("epoch", pa.int64()),
+        ("phase", pa.string()),
+        ("run_id", pa.string()),
+        ("plan_hash", pa.string()),
+        ("plan", pa.string()),
+        ("at", TS),
+        ("duration_ms", pa.float64()),
+        ("details", pa.string()),
+    ]
+)
+
+# One wide schema for every kind of staged row, so an epoch is a single Delta commit. The
+# protocol's columns are fixed; the pipeline's own columns follow (``staging_schema``).
+STAGING_PROTOCOL = pa.schema(
+    [
+        ("epoch", pa.int64()),
+        ("kind", pa.string()),  # output | state | watermark | offsets | late | quarantine
+        ("plan_hash", pa.string()),
+        ("window_start_ms", pa.int64()),
+        ("window_end_ms", pa.int64()),
+        ("watermark_ms", pa.int64()),  # the watermark row: wm(N), the last row written
+        ("max_event_ms", pa.int64()),
+        ("filtered", pa.int64()),  # the watermark row: events the filter dropped in epoch N
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),  # offsets rows: from; late/quarantine rows: the record's offset
+        ("until", pa.int64()),
+        ("kafka_timestamp_ms", pa.int64()),
+        ("event_ms", pa.int64()),
+        ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()),
+        ("reason", pa.string()),
+    ]
+)
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        ("epoch", pa.int64()),
+        ("plan_hash", pa.string()),
+        ("until", pa.string()),  # JSON {"partition": until}: where epoch N+1 starts reading
+        ("watermark_ms", pa.int64()),
+        ("rows", pa.string()),  # JSON {output: rows}
+        ("sinks", pa.string()),  # JSON {sink: outcome and version} as this commit left them
+        ("committed_at", TS),
+        ("config", pa.string()),  # JSON: the config's schema view this epoch was computed with
+    ]
+)
+
+GROUP_PREFIX = "g__"  # group fields; state (s__) and output (o__) columns: eos.core.aggregations
+
+
+def group_column(name: str) -> str:
+    return f"{GROUP_PREFIX}{name}"
+
+
+def staging_schema(config: PipelineConfig) -> pa.Schema:
+    """The protocol's columns, then the group fields, every aggregation's state columns and
+    output column: derived from the config, which is why its schema view may not change."""
+    fields = config.event.fields
+    groups = [(group_column(g), arrow_type(fields[g].type)) for g in config.group_by]
+    aggs = aggregations_for(config)
+    states = [column for a in aggs for column in a.state()]
+    outputs = [(output_column(a.output), a.output_type()) for a in aggs]
+    return pa.schema([*STAGING_PROTOCOL, *groups, *states, *outputs])
+
+
+@dataclass(frozen=True)
+class OpenTables(Tables):
+    """The pipeline's tables as one phase sees them: each Delta table opened at most once.
+
+    Opening a Delta table replays its log (5-15 ms here, growing with the commits since its
+    last Delta checkpoint), so a phase that opened a table once per question paid that a dozen
+    times. A phase opens one of these (``with ensure_tables(config) as tables``) and every
+    read, txn check and write of the phase goes through the same handle, borrowed from the
+    process's pool (``eos.core.pool``) on first use (created if missing); a write through a
+    handle moves it to the version it wrote. A handle is a snapshot: fenced writes are
+    *checked and written* through one (``eos.core.delta.fenced_append``), which is what makes
+    them safe, and ``refresh`` brings one up to date where a phase must see other writers'
+    commits. Leaving the ``with`` block gives the handles back; a phase that never enters one
+    gives them back when it is collected.
+    """
+
+    schemas: dict[str, tuple[pa.Schema, list[str] | None]] = field(
+        default_factory=dict, compare=False, repr=False)
+    handles: dict[str, DeltaTable | None] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, give_back, self.handles)
+
+    def __enter__(self) -> OpenTables:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        give_back(self.handles)
+        self.handles.clear()
+
+    def handle(self, path: str) -> DeltaTable | None:
+        if path not in self.handles:
+            table = checkout(path)
+            if table is None and path in self.schemas:
+                create_table(path, *self.schemas[path])
+                table = checkout(path)
+            self.handles[path] = table
+        return self.handles[path]
+
+    def refresh(self, path: str) -> DeltaTable | None:
+        """The table at its latest version (``update_incremental``: reads only new commits)."""
+        table = self.handles.get(path)
+        if table is None:
+            self.handles.pop(path, None)
+            return self.handle(path)
+        table.update_incremental()
+        return table
+
+
+def handle(tables: Tables, path: str) -> DeltaTable | None:
+    """``path``'s table: the phase's handle when ``tables`` is an ``OpenTables``, else a fresh
+    open (status views and the audit hold plain ``Tables``). None when it does not exist."""
+    if isinstance(tables, OpenTables):
+        return tables.handle(path)
+    return open_table(path)
+
+
+def latest(tables: Tables, path: str) -> DeltaTable | None:
+    """``path``'s table at its latest version: the phase's handle brought up to date, or a
+    fresh open. For writes that must not start from an old snapshot (deletes, replaces)."""
+    if isinstance(tables, OpenTables):
+        return tables.refresh(path)
+    return open_table(path)
+
+
+def ensure_tables(config: PipelineConfig) -> OpenTables:
+    """The pipeline's own tables for one phase: each opened on first use, and created then if
+    missing (idempotent; safe when processes race). The open is the existence check, so
+    nothing is opened twice and a phase opens only the tables it uses."""
+    tables = OpenTables(config.root)
+    try:
+        tables.root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TableUnwritable(f"cannot create table root {tables.root}: {error.strerror}") from None
+    tables.schemas.update({tables.epochs: (EPOCHS_SCHEMA, None),
+                           tables.staging: (staging_schema(config), ["epoch"]),
+                           tables.checkpoints: (CHECKPOINTS_SCHEMA, None)})
+    return tables
+
+
+def read_epoch(tables: Tables, path: str, epoch: int, columns: list[str] | None = None,
+               filters: list | None = None) -> pa.Table | None:
+    """One epoch of a table partitioned by epoch (staging), through the phase's handle; None
+    when the table does not exist yet."""
+    table = handle(tables, path)
+    if table is None:
+        return None
+    return scan(table, columns, [("epoch", "=", int(epoch)), *(filters or [])])

@@ -1,0 +1,430 @@
+"""``eos verify``: an independent audit of every sink and of the checkpoints.
+
+It re-reads every committed epoch's ranges from Kafka with a plain consumer, recomputes windows,
+watermarks, late and quarantined records in plain Python (no Spark, no staging), and compares the
+result with what each sink holds (Delta tables read back, Kafka topics read back with
+``read_committed``), with each sink's commits (exactly one per epoch), and with the checkpoint
+table. It shares only the parse rules (``eos.compute.parse.Parser``: they are the specification of a
+valid event) with the pipeline; the filter runs on DuckDB (not Spark), windows and aggregations
+are written out again here, and the HyperLogLog estimates are checked against exact distinct
+counts within the sketch's error bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from eos.compute.parse import NEG_INF, Parsed, Parser
+from eos.core import checkpoints
+from eos.core.config import OUTPUTS, PipelineConfig
+from eos.core.kafka import client_settings, read_partition
+from eos.core.layout import Tables, tables_for
+from eos.core.outcomes import NO_EPOCH
+from eos.core.plan import Plan, plan_of
+from eos.core.schema import field_schema
+from eos.core.sink import sinks_for
+
+READ_TIMEOUT_S = 30.0
+# approx_count_distinct: HLL with lgConfigK 12 has a relative standard error of 1.04/sqrt(4096)
+# (1.6%); the audit accepts three of them around the exact distinct count (and 1 for tiny counts).
+HLL_TOLERANCE = 3 * 1.04 / math.sqrt(4096)
+DOUBLE_TOLERANCE = 1e-9  # double sums depend on the order they are added in
+
+
+class Record(NamedTuple):
+    partition: int
+    offset: int
+    timestamp_ms: int
+    value: bytes | None
+
+
+class Event(NamedTuple):
+    partition: int
+    offset: int
+    time: int
+    fields: dict[str, Any]
+
+
+@dataclass
+class Expected:
+    """Rows per output (as dicts with the columns the audit compares), and the watermark after
+    every epoch (None: no event yet)."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {output: [] for output in OUTPUTS})
+    watermarks: dict[int, int | None] = field(default_factory=dict)
+    records: int = 0
+    filtered: dict[int, int] = field(default_factory=dict)
+
+
+def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
+               until: int) -> list[Record]:
+    """Every record in ``[start, until)`` of one partition, with a plain consumer."""
+    return [Record(partition, m.offset(), m.timestamp()[1], m.value())
+            for m in read_partition(settings, topic, partition, start, until, group="eos-audit",
+                                    timeout_s=READ_TIMEOUT_S)]
+
+
+def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
+    """The filter evaluated by DuckDB (the pipeline evaluates it with Spark): true keeps."""
+    if config.event.filter is None or not events:
+        return [True] * len(events)
+    import duckdb
+
+    from eos.core.filters import filter_for_duckdb
+
+    table = pa.Table.from_pylist([e.fields for e in events], schema=field_schema(config.event))
+    table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
+    query = (f"SELECT coalesce(({filter_for_duckdb(config.event.filter)}), false) "
+             "FROM events ORDER BY __i")
+    with duckdb.connect() as con:
+        con.register("events", table)
+        return [bool(row[0]) for row in con.execute(query).fetchall()]
+
+
+def _windows_of(config: PipelineConfig, t: int) -> list[tuple[int, int]]:
+    """Fixed windows [k*slide, k*slide + size) holding t (tumbling: slide = size)."""
+    size = config.window.size
+    slide = config.window.slide or size
+    first, last = (t - size) // slide + 1, t // slide
+    return [(k * slide, k * slide + size) for k in range(first, last + 1)]
+
+
+def aggregate(config: PipelineConfig, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every aggregation of one window over its events' fields, from the definitions."""
+    out: dict[str, Any] = {}
+    for name, spec in config.aggregations.items():
+        values = ([1] * len(events) if spec.field is None
+                  else [e[spec.field] for e in events if e[spec.field] is not None])
+        fn = spec.function
+        if fn == "count":
+            out[name] = len(values)
+        elif fn in ("count_distinct", "approx_count_distinct"):
+            out[name] = len(set(values))
+        elif not values:
+            out[name] = None
+        elif fn == "sum":
+            out[name] = math.fsum(values) if isinstance(values[0], float) else sum(values)
+        elif fn == "min":
+            out[name] = min(values)
+        elif fn == "max":
+            out[name] = max(values)
+        elif fn == "avg":
+            total = math.fsum(values) if isinstance(values[0], float) else sum(values)
+            out[name] = float(total) / len(values)
+        else:
+            raise AssertionError(f"the audit has no definition of {fn}")
+    return out
+
+
+class _Reference:
+    """The pipeline's semantics (DESIGN §3), replayed record by record, epoch by epoch."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.parser = Parser(config.event)
+        self.names = list(config.event.fields)
+        self.expected = Expected()
+        self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events
+        self.watermark: int | None = None  # None: minus infinity
+        self.max_event: int | None = None
+
+    def epoch(self, plan: Plan, records: list[Record]) -> None:
+        previous, events = self.watermark, []
+        for r in records:
+            self.expected.records += 1
+            parsed = self.parser.parse(r.value, r.timestamp_ms)
+            if not isinstance(parsed, Parsed):
+                self.expected.rows["quarantine"].append({
+                    "partition": r.partition, "offset": r.offset, "reason": parsed.reason,
+                    "epoch": plan.epoch})
+                continue
+            self.max_event = parsed.event_ms if self.max_event is None else max(
+                self.max_event, parsed.event_ms)
+            events.append(Event(r.partition, r.offset, parsed.event_ms,
+                                dict(zip(self.names, parsed.values, strict=True))))
+        keep = kept_by_filter(self.config, events)
+        self.expected.filtered[plan.epoch] = keep.count(False)
+        for event, kept in zip(events, keep, strict=True):
+            if kept:
+                self._add(event, previous, plan.epoch)
+        self._advance(plan)
+        self._emit(plan.epoch)
+
+    def _late(self, event: Event, start: int, end: int, epoch: int) -> None:
+        self.expected.rows["late"].append({"partition": event.partition, "offset": event.offset,
+                                           "window_start": start, "window_end": end,
+                                           "epoch": epoch})
+
+    def _add(self, event: Event, previous: int | None, epoch: int) -> None:
+        group = tuple(event.fields[g] for g in self.config.group_by)
+        if self.config.window.type == "session":
+            start, end = event.time, event.time + self.config.window.gap
+            if previous is not None and end <= previous:
+                self._late(event, start, end, epoch)
+                return
+            members = [event.fields]
+            for key in [k for k in self.open if k[0] == group and k[1] < end and start < k[2]]:
+                members.extend(self.open.pop(key))
+                start, end = min(start, key[1]), max(end, key[2])
+            self.open[(group, start, end)] = members
+            return
+        for start, end in _windows_of(self.config, event.time):
+            if previous is not None and end <= previous:
+                self._late(event, start, end, epoch)
+            else:
+                self.open.setdefault((group, start, end), []).append(event.fields)
+
+    def _advance(self, plan: Plan) -> None:
+        window = self.config.window
+        if self.max_event is not None:
+            candidate = self.max_event - window.allowed_lateness
+            self.watermark = candidate if self.watermark is None else max(self.watermark,
+                                                                          candidate)
+        if plan.records == 0 and plan.clock_ms is not None and window.idle_timeout is not None:
+            candidate = plan.clock_ms - window.idle_timeout
+            self.watermark = candidate if self.watermark is None else max(self.watermark,
+                                                                          candidate)
+        self.expected.watermarks[plan.epoch] = self.watermark
+
+    def _emit(self, epoch: int) -> None:
+        if self.watermark is None:
+            return
+        for key in [k for k in self.open if k[2] <= self.watermark]:
+            group, start, end = key
+            row = dict(zip(self.config.group_by, group, strict=True))
+            row.update(window_start=start, window_end=end, epoch=epoch)
+            row.update(aggregate(self.config, self.open.pop(key)))
+            self.expected.rows["windows"].append(row)
+
+
+def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
+    """The committed result the protocol promises, recomputed record by record."""
+    model = _Reference(config)
+    for plan, records in epochs:
+        model.epoch(plan, records)
+    return model.expected
+
+
+def _ms(value: Any) -> Any:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else value
+
+
+class ProblemKind(StrEnum):
+    MISSING = "missing row"  # a record's effect the sink does not hold: lost
+    DUPLICATED = "duplicated row"  # an expected row held more than once: doubled
+    UNEXPECTED = "unexpected row"  # a row no record explains
+    WRONG_VALUES = "wrong values"  # a window whose aggregates disagree with its records
+    COMMITS = "commits"  # a sink's commits are not exactly one per epoch
+    CHECKPOINT = "checkpoint"  # the checkpoint table disagrees with the recomputation
+    OFFSETS = "offsets"  # committed ranges are not contiguous
+    NOTHING = "nothing committed"
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: ProblemKind
+    where: str
+    detail: str
+    count: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.kind} {self.detail}" + (
+            f" (x{self.count})" if self.count != 1 else "")
+
+
+def row_identity(config: PipelineConfig, output: str) -> Callable[[dict[str, Any]], tuple]:
+    """What identifies a committed row of ``output``: a window's group, bounds and epoch (its
+    values are compared by ``value_differences``), the record and window of a late row, the
+    record and reason of a quarantined one."""
+    if output == "windows":
+        names = [*config.group_by, "window_start", "window_end", "epoch"]
+        return lambda row: tuple(_ms(row[n]) for n in names)
+    if output == "late":
+        return lambda row: (row["partition"], row["offset"], _ms(row["window_start"]),
+                            _ms(row["window_end"]), row["epoch"])
+    return lambda row: (row["partition"], row["offset"], row["reason"], row["epoch"])
+
+
+def value_differences(config: PipelineConfig, want: dict[str, Any],
+                      got: dict[str, Any]) -> list[str]:
+    """The aggregations of one window that disagree: exact for counts, long and decimal sums,
+    min, max and exact distinct counts; a double sum or an average within 1e-9 relative (the
+    order of additions differs); an approximate distinct count within the sketch's bound."""
+    wrong = []
+    fields = config.event.fields
+    for name, spec in config.aggregations.items():
+        a, b = want[name], got.get(name)
+        double = spec.function == "avg" or (
+            spec.function == "sum" and fields[spec.field].type.name == "double")
+        if a is None or b is None:
+            same = a is None and b is None
+        elif spec.function == "approx_count_distinct":
+            same = abs(b - a) <= max(1.0, HLL_TOLERANCE * a)
+        elif double:
+            same = math.isclose(a, b, rel_tol=DOUBLE_TOLERANCE, abs_tol=DOUBLE_TOLERANCE)
+        else:
+            same = a == b
+        if not same:
+            wrong.append(f"{name}={b!r}, expected {a!r}")
+    return wrong
+
+
+@dataclass
+class AuditReport:
+    pipeline: str
+    committed_epoch: int
+    records: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # sink -> (expected, got)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def count(self, *kinds: ProblemKind) -> int:
+        return sum(p.count for p in self.problems if p.kind in kinds)
+
+    @property
+    def lost(self) -> int:
+        return self.count(ProblemKind.MISSING, ProblemKind.WRONG_VALUES)
+
+    @property
+    def doubled(self) -> int:
+        return self.count(ProblemKind.DUPLICATED, ProblemKind.UNEXPECTED)
+
+    def render(self) -> str:
+        lines = [f"audit of pipeline '{self.pipeline}': epochs 0..{self.committed_epoch}, "
+                 f"{self.records} records re-read from Kafka"]
+        for sink, (want, got) in self.counts.items():
+            lines.append(f"  {sink:<28} expected {want:>8}  committed {got:>8}")
+        if self.ok:
+            lines.append("verdict: OK - every record counted exactly once in every sink")
+        else:
+            lines.append(f"verdict: FAILED - {len(self.problems)} problem(s)")
+            lines.extend(f"  - {p}" for p in self.problems[:50])
+        return "\n".join(lines)
+
+
+def _compare(report: AuditReport, sink: str, want: Counter, got: Counter) -> None:
+    report.counts[sink] = (sum(want.values()), sum(got.values()))
+    for row, n in (got - want).items():
+        kind = ProblemKind.DUPLICATED if row in want else ProblemKind.UNEXPECTED
+        report.problems.append(Problem(kind, sink, str(row), n))
+    for row, n in (want - got).items():
+        report.problems.append(Problem(ProblemKind.MISSING, sink, str(row), n))
+
+
+def _compare_values(report: AuditReport, config: PipelineConfig, sink: str,
+                    want: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
+    identity = row_identity(config, "windows")
+    expected = {identity(row): row for row in want}
+    for row in got:
+        if (reference_row := expected.get(identity(row))) is not None:
+            wrong = value_differences(config, reference_row, row)
+            if wrong:
+                report.problems.append(Problem(ProblemKind.WRONG_VALUES, sink,
+                                               f"{identity(row)}: {'; '.join(wrong)}"))
+
+
+def check_offsets(plans: list[Plan]) -> list[Problem]:
+    """Committed ranges must be contiguous per partition: no gap, no overlap."""
+    problems = []
+    until: dict[int, int] = {}
+    for plan in plans:
+        for r in plan.ranges:
+            if r.partition in until and r.start != until[r.partition]:
+                problems.append(Problem(
+                    ProblemKind.OFFSETS, f"epoch {plan.epoch}",
+                    f"partition {r.partition} starts at {r.start} but the previous epoch ended "
+                    f"at {until[r.partition]}"))
+            until[r.partition] = r.until
+    return problems
+
+
+def check_checkpoints(tables: Tables, plans: list[Plan],
+                      watermarks: dict[int, int | None]) -> list[Problem]:
+    """One checkpoint row per committed epoch, agreeing with its plan and the recomputed
+    watermark."""
+    problems = []
+    rows = checkpoints.read_all(tables)
+    epochs = [c.epoch for c in rows]
+    if epochs != [p.epoch for p in plans]:
+        problems.append(Problem(ProblemKind.CHECKPOINT, "checkpoints",
+                                f"rows for epochs {epochs}, expected 0..{len(plans) - 1} once"))
+    for checkpoint in rows:
+        if checkpoint.epoch >= len(plans):
+            continue
+        plan = plans[checkpoint.epoch]
+        want_until = {r.partition: r.until for r in plan.ranges}
+        want_mark = watermarks.get(plan.epoch)
+        want_mark = NEG_INF if want_mark is None else want_mark
+        if (checkpoint.plan_hash, checkpoint.until, checkpoint.watermark_ms) != (
+                plan.hash, want_until, want_mark):
+            problems.append(Problem(
+                ProblemKind.CHECKPOINT, f"checkpoint {checkpoint.epoch}",
+                f"holds plan {checkpoint.plan_hash}, until {checkpoint.until}, watermark "
+                f"{checkpoint.watermark_ms}; expected {plan.hash}, {want_until}, {want_mark}"))
+    return problems
+
+
+def verify(config: PipelineConfig) -> AuditReport:
+    """``eos verify``: audit, and record the verdict beside the pipeline's tables
+    (``eos.core.verdicts``) for ``eos status`` and the epochs view."""
+    from eos.core import verdicts as audits
+
+    started = time.monotonic()
+    report = audit(config)
+    audits.record(tables_for(config), audits.AuditVerdict(
+        at=datetime.now(UTC), ok=report.ok, committed_epoch=report.committed_epoch,
+        records=report.records,
+        problems=len(report.problems), duration_ms=round((time.monotonic() - started) * 1000, 1),
+        report=report.render()))
+    return report
+
+
+def audit(config: PipelineConfig) -> AuditReport:
+    """Recompute every committed epoch from Kafka and compare every sink and the checkpoints."""
+    tables = tables_for(config)
+    committed = checkpoints.committed_epoch(tables, config.app_id)
+    report = AuditReport(config.name, committed)
+    if committed == NO_EPOCH:
+        report.problems.append(Problem(ProblemKind.NOTHING, config.name, "yet"))
+        return report
+    settings = client_settings(config.kafka.client)
+    plans = [plan_of(tables, e) for e in range(committed + 1)]
+    report.problems.extend(check_offsets(plans))
+    epochs = [
+        (plan, [rec for r in plan.ranges
+                for rec in read_range(settings, plan.topic, r.partition, r.start, r.until)])
+        for plan in plans
+    ]
+    expected = reference(config, epochs)
+    report.records = expected.records
+    report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
+    for sink in sinks_for(config):
+        identity = row_identity(config, sink.output)
+        held = sink.read_back()
+        want = Counter(identity(row) for row in expected.rows[sink.output])
+        got = Counter(identity(row) for row in held)
+        _compare(report, sink.name, want, got)
+        if sink.output == "windows":
+            _compare_values(report, config, sink.name, expected.rows["windows"], held)
+        commits = sink.commits()
+        # A sink may forget old commits (a Kafka sink's marker topic is compacted to the last
+        # marker), never hold one twice or miss the last: a contiguous run ending at N.
+        if not commits or commits != list(range(committed - len(commits) + 1, committed + 1)):
+            report.problems.append(Problem(
+                ProblemKind.COMMITS, sink.name,
+                f"holds commits of epochs {commits[:20]}{'...' if len(commits) > 20 else ''}; "
+                f"expected each of ..{committed} once, up to {committed}"))
+    return report

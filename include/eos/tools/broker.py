@@ -1,0 +1,188 @@
+"""The embedded Kafka-protocol broker: a librdkafka mock cluster owned by a small process.
+
+The mock cluster lives exactly as long as the client that created it, so ``start`` spawns a
+detached process that owns it and publishes its bootstrap address in a state file under the
+data directory; every other client (planner, Spark reader, producer, tests) connects over TCP.
+
+Topics named at start are created with the partitions asked for (``NAME:PARTITIONS``; the
+mock's default is 4). The mock keeps at most 5 MiB per partition, so a topic that must hold more
+needs more partitions (``eos.tools.mock_cluster``); any other topic is auto-created on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eos.core.config import data_dir
+from eos.core.errors import EosError
+from eos.core.kafka import broker_state_path, local_broker, reachable
+from eos.core.processes import alive
+from eos.tools.mock_cluster import DEFAULT_PARTITIONS, MockCluster
+
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create at start: ``NAME`` or ``NAME:PARTITIONS``.
+
+    Without a count the topic gets the mock's default (4), as a topic auto-created on first use
+    does, so a running broker without it is fine. A Kafka topic name cannot contain ``:``, so
+    the suffix is unambiguous.
+    """
+
+    name: str
+    partitions: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | TopicSpec) -> TopicSpec:
+        if isinstance(text, TopicSpec):
+            return text
+        name, sep, count = text.partition(":")
+        if not name or (sep and (not count.isdigit() or int(count) < 1)):
+            raise EosError(f"topic {text!r}: expected NAME or NAME:PARTITIONS (at least 1)")
+        return cls(name, int(count) if sep else None)
+
+    @property
+    def created_with(self) -> int:
+        return self.partitions or DEFAULT_PARTITIONS
+
+    def __str__(self) -> str:
+        return self.name if self.partitions is None else f"{self.name}:{self.partitions}"
+
+
+def serve(state_file: Path, topics: Sequence[TopicSpec]) -> None:
+    """Own a mock cluster until SIGTERM; the state file exists exactly while it serves."""
+    cluster = MockCluster(brokers=1)
+    try:
+        for topic in topics:
+            cluster.create_topic(topic.name, topic.created_with)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        state = {
+            "bootstrap": cluster.bootstrap,
+            "pid": os.getpid(),
+            "started_at": time.time(),
+            "topics": {topic.name: topic.created_with for topic in topics},
+        }
+        tmp = state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(state_file)
+        try:
+            while not stop.is_set():
+                cluster.serve(500)
+        finally:
+            state_file.unlink(missing_ok=True)
+    finally:
+        cluster.close()
+
+
+def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None) -> dict[str, Any]:
+    """Start the embedded broker in the background unless one runs; return its state.
+
+    ``topics`` (``NAME`` or ``NAME:PARTITIONS``) are created at start. A broker already running
+    is returned as it is (a plain ``NAME`` is auto-created on first use), unless it lacks a
+    topic asked for with a partition count, or has it with another count: the mock cannot add
+    partitions, so that is an error (stop it first).
+    """
+    base = base or data_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    specs = [TopicSpec.parse(t) for t in topics]
+    existing = local_broker(base)
+    if existing is not None:
+        _check_topics(existing, specs)
+        return existing
+    path = broker_state_path(base)
+    path.unlink(missing_ok=True)
+    log = open(base / "broker.log", "ab")  # noqa: SIM115 - handed to the child process
+    cmd = [sys.executable, "-m", "eos.tools.broker", "--state", str(path)]
+    for topic in specs:
+        cmd += ["--topic", str(topic)]
+    child = subprocess.Popen(
+        cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        state = local_broker(base)
+        if state is not None and state["pid"] == child.pid:
+            return state
+        if child.poll() is not None:
+            raise EosError(f"embedded broker exited with code {child.returncode}; see {log.name}")
+        time.sleep(0.1)
+    child.kill()
+    raise EosError(f"embedded broker did not start within {START_TIMEOUT_S:.0f}s; see {log.name}")
+
+
+def _check_topics(state: dict[str, Any], wanted: list[TopicSpec]) -> None:
+    """Refuse a running broker without a topic asked for with a partition count."""
+    have = state.get("topics") or {}
+    if isinstance(have, list):  # a broker started by an older version: names only
+        have = dict.fromkeys(have, DEFAULT_PARTITIONS)
+    for topic in wanted:
+        if topic.partitions is not None and have.get(topic.name) != topic.partitions:
+            found = (f"{have[topic.name]} partitions" if topic.name in have
+                     else "no such topic created at start")
+            raise EosError(f"the embedded broker at {state['bootstrap']} is already running "
+                           f"without topic {topic} ({found}); stop it first "
+                           "(`eos broker stop`)")
+
+
+def stop(base: Path | None = None, timeout: float = 15.0) -> bool:
+    """Stop the embedded broker; True if one was running. Leaves no process behind."""
+    state = local_broker(base)
+    if state is None:
+        broker_state_path(base).unlink(missing_ok=True)
+        return False
+    pid = int(state["pid"])
+    from eos.core.kafka import forget_clients
+
+    forget_clients(state["bootstrap"])  # kept clients would reconnect to it, and log, forever
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.1)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+    broker_state_path(base).unlink(missing_ok=True)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the broker is our own child, so it is not left a zombie."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def status(base: Path | None = None) -> dict[str, Any] | None:
+    state = local_broker(base)
+    if state is None:
+        return None
+    return {**state, "reachable": reachable(state["bootstrap"])}
+
+
+def _main(argv: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m eos.tools.broker")
+    parser.add_argument("--state", required=True, type=Path)
+    parser.add_argument("--topic", action="append", default=[], type=TopicSpec.parse)
+    args = parser.parse_args(argv)
+    serve(args.state, args.topic)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

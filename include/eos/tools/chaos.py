@@ -1,0 +1,177 @@
+"""``eos chaos``: many epochs with faults injected at random points, recovered by rerunning.
+
+Faults are real: a phase attempt with a crash armed runs in its own process (``eos begin |
+precommit | commit`` with ``EOS_FAULTS``) and dies by SIGKILL; "two commit attempts at once" runs
+two ``eos commit`` processes held at a barrier right before every sink write and before the
+checkpoint append, then released together. Attempts without a fault run in-process on a shared
+Spark session to keep the run short. After every epoch the checkpoint and every sink must hold
+exactly that epoch; at the end the independent audit counts records lost and doubled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from eos.compute.session import local_session
+from eos.compute.stage import SparkStager
+from eos.core.config import PipelineConfig
+from eos.core.errors import EXIT_TRANSIENT, ProtocolViolation
+from eos.core.kafka import client_settings, is_embedded_broker
+from eos.core.layout import tables_for
+from eos.core.plan import plan_of
+from eos.core.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
+from eos.tools.audit import Problem, ProblemKind, audit, check_offsets
+from eos.tools.produce import GeneratorSpec, generate, generator_options, send
+
+CONCURRENT_COMMITS = "commit.two_attempts_at_once"
+RACE_POINTS = "sink.before_write:wait,checkpoint.before_write:wait"
+PHASE_FAULTS = {
+    "begin": ["begin.after_log"],
+    "precommit": ["precommit.mid_read", "precommit.before_write", "precommit.after_write"],
+    "commit": ["commit.between_sinks", "commit.before_checkpoint", "commit.after_checkpoint",
+               CONCURRENT_COMMITS],
+}
+
+
+@dataclass
+class ChaosReport:
+    epochs: int = 0
+    faults: Counter = field(default_factory=Counter)
+    recoveries: int = 0
+    records: int = 0
+    lost: int = 0
+    doubled: int = 0
+    audit_ok: bool = False
+    notes: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.audit_ok and not self.problems
+
+    def render(self) -> str:
+        lines = [f"epochs committed   {self.epochs}", f"records produced   {self.records}",
+                 f"faults injected    {sum(self.faults.values())}"]
+        lines += [f"  {point:<28} {n}" for point, n in sorted(self.faults.items())]
+        lines += [f"recoveries         {self.recoveries}", f"records lost       {self.lost}",
+                  f"records doubled    {self.doubled}",
+                  f"audit (eos verify) {'OK' if self.audit_ok else 'FAILED'}"]
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"  - {p}" for p in self.problems[:20]]
+        return "\n".join(lines)
+
+
+def _cli(config: PipelineConfig, phase: str, epoch: int, run_id: str, env: dict[str, str]
+         ) -> subprocess.Popen:
+    args = [sys.executable, "-m", "eos.tools.cli", phase, "--config", str(config.source_path)]
+    args += ["--run-id", run_id] if phase == "begin" else ["--epoch", str(epoch)]
+    return subprocess.Popen(args, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _inject(config: PipelineConfig, phase: str, point: str, epoch: int, run_id: str,
+            faults_dir: str) -> bool:
+    """Run one faulty attempt (or two racing ones); True if the fault took effect."""
+    env = {"EOS_FAULTS_DIR": faults_dir}
+    try:
+        if point == CONCURRENT_COMMITS:
+            env["EOS_FAULTS"] = RACE_POINTS
+            racers = [_cli(config, phase, epoch, run_id, env) for _ in range(2)]
+            outputs = [r.communicate() for r in racers]
+            # A racer may lose transiently (it is retried below, like Airflow would); a crash
+            # or a permanent error is a finding.
+            bad = [(r.returncode, err[-500:]) for r, (_, err) in zip(racers, outputs, strict=True)
+                   if r.returncode not in (0, EXIT_TRANSIENT)]
+            if bad:
+                raise ProtocolViolation(f"chaos: a racing commit failed: {bad}")
+            return True
+        env["EOS_FAULTS"] = f"{point}:1"
+        return _cli(config, phase, epoch, run_id, env).wait() != 0
+    finally:
+        for name in os.listdir(faults_dir):
+            os.unlink(os.path.join(faults_dir, name))
+
+
+def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
+    problems = []
+    if committed_epoch(config) != epoch:
+        problems.append(Problem(ProblemKind.CHECKPOINT, f"after epoch {epoch}",
+                                f"checkpoint at {committed_epoch(config)}"))
+    for name, held in check_sinks(config, epoch).items():
+        if held != epoch:
+            problems.append(Problem(ProblemKind.COMMITS, name, f"at {held} after epoch {epoch}"))
+    tables = tables_for(config)
+    problems += check_offsets([plan_of(tables, e) for e in range(epoch + 1)])
+    return problems
+
+
+def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.5,
+          events_per_epoch: int = 400, spark: Any = None) -> ChaosReport:
+    with contextlib.ExitStack() as stack:
+        if spark is None and config.compute.mode == "connect":
+            from eos.compute import connect
+
+            spark = stack.enter_context(connect.session(config, connect.resolve_endpoint()))
+        return _chaos(config, epochs, seed, fault_rate, events_per_epoch,
+                      spark or local_session(config))
+
+
+def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
+           events_per_epoch: int, session: Any) -> ChaosReport:
+    """Faulty attempts run as ``eos`` processes (on the pipeline's compute mode); fault-free ones
+    run here on ``session``."""
+    rng = random.Random(seed)
+    report = ChaosReport()
+    settings = client_settings(config.kafka.client)
+    menu = {phase: list(points) for phase, points in PHASE_FAULTS.items()}
+    has_kafka_sink = any("kafka" in spec for _, spec in config.sinks.by_output())
+    if has_kafka_sink and is_embedded_broker(settings):
+        menu["commit"].remove(CONCURRENT_COMMITS)
+        report.notes.append(
+            "two commit attempts at once: not injected; this pipeline has a Kafka sink and the "
+            "embedded broker (librdkafka's mock cluster) does not fence transactional ids, so "
+            "only a real broker (KAFKA_BOOTSTRAP_SERVERS) can keep racing Kafka commits apart")
+    spec = GeneratorSpec(events=events_per_epoch * epochs, keys=30, interval_ms=25,
+                         disorder_ms=1000, late_fraction=0.02, late_delay_ms=20_000,
+                         bad_fraction=0.02, seed=seed, users=200, **generator_options(config))
+    records = list(generate(spec))
+    faults_dir = tempfile.mkdtemp(prefix="eos-chaos-")
+    for i in range(epochs):
+        chunk = records[i * events_per_epoch : (i + 1) * events_per_epoch]
+        send(chunk, len(chunk), config.kafka.topic, settings, progress=False)
+        report.records += len(chunk)
+        run_id = f"chaos-{seed}-{i}"
+        epoch = committed_epoch(config) + 1
+        for phase in ("begin", "precommit", "commit"):
+            if rng.random() < fault_rate:
+                point = rng.choice(menu[phase])
+                if _inject(config, phase, point, epoch, run_id, faults_dir):
+                    report.faults[point] += 1
+                    report.recoveries += 1
+                    if phase == "precommit" and rng.random() < 0.5:
+                        abort(config, epoch, reason=f"chaos: {point}")
+            if phase == "begin":
+                plan = begin(config, run_id=run_id)
+                if plan.epoch != epoch:
+                    raise ProtocolViolation(f"chaos: run {run_id} got epoch {plan.epoch}, "
+                                            f"expected {epoch}")
+            elif phase == "precommit":
+                precommit(config, epoch, SparkStager(session))
+            else:
+                commit(config, epoch)
+        report.problems += _check_invariants(config, epoch)
+        report.epochs += 1
+    result = audit(config)
+    report.audit_ok = result.ok
+    report.problems += result.problems
+    report.lost = result.lost
+    report.doubled = result.doubled
+    return report

@@ -1,0 +1,160 @@
+"""The ``eos`` command: thin argument parsing over the library; errors become one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from eos.core.errors import EosError, exit_code
+from eos.core.kafka import broker_state_path
+
+
+def _pipeline_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--pipeline", help="pipeline name, looked up in include/pipelines/")
+    group.add_argument("--config", help="path to a pipeline config file")
+
+
+def _config(args: argparse.Namespace):
+    from eos.core.config import load_pipeline
+
+    return load_pipeline(args.pipeline, args.config)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from eos.tools import broker
+
+    if args.action == "start":
+        topics = list(args.topic or [])
+        state = broker.start(topics=topics)
+        print(f"embedded broker running at {state['bootstrap']} (pid {state['pid']})")
+        print(f"clients find it through {broker_state_path()}; other tools can use "
+              f"KAFKA_BOOTSTRAP_SERVERS={state['bootstrap']}")
+        return 0
+    if args.action == "stop":
+        print("embedded broker stopped" if broker.stop() else "no embedded broker was running")
+        return 0
+    state = broker.status()
+    if state is None:
+        print("no embedded broker is running (start one with `eos broker start`)")
+        return 1
+    print(json.dumps(state, indent=2))
+    return 0 if state["reachable"] else 1
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    from eos.tools import spark_server
+
+    if args.action == "start":
+        conf = dict(item.split("=", 1) for item in args.conf or [])
+        state = spark_server.start(port=args.port, master=args.master, driver_memory=args.driver_memory,
+                              session_timeout=args.session_timeout, conf=conf)
+        print(f"Spark Connect server running at sc://{state['host']}:{state['port']} "
+              f"(pid {state['pid']}, master {state['master']})")
+        print(f"token: {state['token_file']} (owner-only); log: {state['log']}; "
+              "stop it with `eos spark stop`")
+        return 0
+    if args.action == "stop":
+        print("Spark Connect server stopped" if spark_server.stop()
+              else "no Spark Connect server was running")
+        return 0
+    state = spark_server.status()
+    if state is None:
+        print("no Spark Connect server is running (start one with `eos spark start`)")
+        return 1
+    print(json.dumps(state, indent=2))
+    return 0 if state["healthy"] else 1
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from eos.core.kafka import client_settings
+    from eos.tools.produce import GeneratorSpec, generator_options, produce
+
+    config = _config(args)
+    spec = GeneratorSpec(
+        events=args.events,
+        keys=args.keys,
+        users=args.users,
+        interval_ms=args.interval_ms,
+        disorder_ms=args.disorder_ms,
+        late_fraction=args.late_fraction,
+        bad_fraction=args.bad_fraction,
+        seed=args.seed,
+        **generator_options(config, args.shape),
+    )
+    summary = produce(spec, config.kafka.topic, client_settings(config.kafka.client), args.rate)
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.kinds.items()))
+    rate = summary.records / summary.seconds if summary.seconds else 0.0
+    print(
+        f"produced {summary.records} records to '{config.kafka.topic}' in {summary.seconds:.1f}s "
+        f"({rate:,.0f} rec/s): {kinds}"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eos", description="Exactly-once micro-batches: Kafka -> Spark -> Delta Lake"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("broker", help="the embedded Kafka-protocol broker")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--topic", action="append",
+                   help="create this topic at start: NAME or NAME:PARTITIONS (default 4; the "
+                        "embedded broker keeps 5 MiB per partition) (repeatable)")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("spark", help="the long-lived Spark Connect server (compute.mode: connect)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=15002)
+    p.add_argument("--master", default=None, help="default: $EOS_SPARK_MASTER or local[2]")
+    p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--session-timeout", default="15min",
+                   help="an abandoned session (its client died) is closed after this idle time")
+    p.add_argument("--conf", action="append", help="key=value, a server-wide Spark setting")
+    p.set_defaults(func=cmd_spark)
+
+    p = sub.add_parser("produce", help="produce deterministic sample events")
+    _pipeline_args(p)
+    p.add_argument("--events", type=int, required=True)
+    p.add_argument("--shape", choices=["clicks", "pageviews"], default=None,
+                   help="event shape; default: the one the pipeline's event fields read "
+                        "(pageviews for the pageviews pipeline, else clicks)")
+    p.add_argument("--keys", type=int, default=100, help="distinct keys (clicks) or pages")
+    p.add_argument("--users", type=int, default=500, help="distinct users (pageviews)")
+    p.add_argument("--interval-ms", type=int, default=10, help="event-time step between events")
+    p.add_argument("--disorder-ms", type=int, default=0)
+    p.add_argument("--late-fraction", type=float, default=0.0)
+    p.add_argument("--bad-fraction", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rate", type=float, default=0.0, help="records per second, 0 = unthrottled")
+    p.set_defaults(func=cmd_produce)
+
+    _register_protocol_commands(sub)
+    return parser
+
+
+def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
+    """Commands of the exactly-once core (run, status, ...); see eos.tools.commands."""
+    from eos.tools.commands import register
+
+    register(sub, _pipeline_args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except EosError as error:
+        print(f"eos: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return exit_code(error)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

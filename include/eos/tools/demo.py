@@ -1,0 +1,196 @@
+"""``eos demo``: the main job on the embedded default, end to end, from a clean slate.
+
+Starts the embedded broker, produces sample events, runs epochs until the pipeline has caught up
+(through real Airflow DAG runs by default, or ``--via cli``), then prints a summary of the
+committed tables and the verdict of the independent audit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+from typing import Any
+
+from eos.core.config import PipelineConfig
+from eos.core.errors import DataLoss
+from eos.core.kafka import client_settings, local_broker
+from eos.tools import broker
+from eos.tools.produce import GeneratorSpec, generator_options, produce
+
+
+def reset(config: PipelineConfig) -> None:
+    """A demo starts clean: a fresh broker (empty topic) and no tables."""
+    broker.stop()
+    shutil.rmtree(config.root, ignore_errors=True)
+    broker.start(topics=[config.kafka.topic])
+
+
+def run_until_caught_up(config: PipelineConfig, via: str, max_epochs: int) -> list[dict]:
+    from eos.compute.epochs import run_epoch
+
+    lines: list[dict[str, Any]] = []
+    runner = _airflow_runner(config) if via == "airflow" else None
+    session = time.strftime("%Y%m%dT%H%M%S")
+    for i in range(max_epochs):
+        line = runner(i) if runner else run_epoch(config, run_id=f"demo-{session}-{i}").summary()
+        lines.append(line)
+        print(
+            f"  epoch {line['epoch']:>3}: {line['records']:>7} records -> "
+            f"{line['rows'].get('windows', 0):>5} windows, {line['rows'].get('late', 0):>4} late, "
+            f"{line['rows'].get('quarantine', 0):>4} quarantined  ({line['seconds']}s)",
+            flush=True,
+        )
+        if line["records"] == 0:
+            break
+    return lines
+
+
+def _airflow_runner(config: PipelineConfig):
+    from eos.airflow.dag_runs import DagRunner
+
+    runner = DagRunner(config)
+    print(f"      Airflow home {runner.home} (SQLite); task logs: {runner.home / 'dag-runs.log'}",
+          flush=True)
+    return runner.run_next
+
+
+def summary(config: PipelineConfig) -> str:
+    """The status, then what each sink holds, read back the way its consumers read it."""
+    from eos.core.sink import sinks_for
+    from eos.core.status import pipeline_status, render
+
+    lines = [render(pipeline_status(config)), ""]
+    for sink in sinks_for(config):
+        rows = sink.read_back()
+        lines.append(f"{sink.name} ({sink.output}): {len(rows)} rows")
+        if sink.output == "windows":
+            lines += _windows_view(config, rows)
+        if sink.output == "quarantine" and rows:
+            reasons = Counter(r["reason"] for r in rows)
+            lines += [f"  reason x{n}: {reason}" for reason, n in reasons.most_common(6)]
+        if sink.kind == "kafka":
+            lines += _kafka_view(sink)
+    return "\n".join(lines)
+
+
+def _windows_view(config: PipelineConfig, rows: list[dict[str, Any]]) -> list[str]:
+    """How many groups and windows, and how many events the ``count(*)`` column adds up to."""
+    groups = {tuple(r.get(g) for g in config.group_by) for r in rows}
+    windows = {(r.get("window_start"), r.get("window_end")) for r in rows}
+    grouped = f"({', '.join(config.group_by)})" if config.group_by else "(no group_by)"
+    line = f"  {len(groups)} groups of {grouped}, {len(windows)} windows"
+    counts = [out for out, spec in config.aggregations.items()
+              if spec.function == "count" and spec.field is None]
+    if counts:
+        total = sum(r.get(counts[0]) or 0 for r in rows)
+        if config.window.type == "hopping":
+            per_event = config.window.size // config.window.slide
+            line += f", {total} (event, window) pairs aggregated (each event is in {per_event})"
+        else:
+            line += f", {total} events aggregated"
+    return [line]
+
+
+def _kafka_view(sink: Any) -> list[str]:
+    """What a ``read_committed`` consumer of the output topic sees: a few records as they are."""
+    import confluent_kafka as ck
+
+    from eos.core.kafka import consumer
+
+    topic = sink.options.topic
+    c = consumer(sink._settings(), group="eos-demo-view", **{"auto.offset.reset": "earliest"})
+    lines = [f"  a read_committed consumer of '{topic}' sees, for example:"]
+    try:
+        c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+        for _ in range(3):
+            message = c.poll(5.0)
+            if message is None or message.error():
+                break
+            headers = {k: v.decode() for k, v in message.headers() or []}
+            key = message.key()
+            lines.append(f"    key={key.decode() if key is not None else None} headers={headers}")
+            lines.append(f"      value={message.value().decode()}")
+    finally:
+        c.close()
+    return lines
+
+
+# Events the demo produces by default, per shape: what the embedded broker retains in full
+# (librdkafka's mock cluster keeps ~5 MiB per partition; a pageview is about twice a click).
+DEMO_EVENTS = {"clicks": 200_000, "pageviews": 100_000}
+
+
+def demo_spec(config: PipelineConfig, events: int | None = None) -> GeneratorSpec:
+    """The demo's sample events, in the shape ``config`` reads (``eos.tools.produce.shape_for``):
+    pageviews for 50 pages by 500 users, or clicks over 200 keys; both with some disorder, 1%
+    late by 3 to 6 minutes and 0.5% bad records."""
+    options = generator_options(config)
+    shape = options["shape"]
+    keys = 50 if shape == "pageviews" else 200
+    return GeneratorSpec(events=events or DEMO_EVENTS[shape], keys=keys, users=500,
+                         interval_ms=10, disorder_ms=3000,
+                         late_fraction=0.01, late_delay_ms=180_000, bad_fraction=0.005, seed=1,
+                         **options)
+
+
+def _check_retained(settings: dict[str, Any], topic: str, produced: int) -> None:
+    """Fail now, not at the audit, if the broker already dropped some of what was produced."""
+    from eos.core.kafka import topic_watermarks
+
+    marks = topic_watermarks(settings, topic)
+    dropped = sum(low for low, _ in marks.values())
+    if dropped:
+        raise DataLoss(
+            f"the broker kept only {produced - dropped} of the {produced} records produced to "
+            f"'{topic}' (the embedded broker retains about 5 MiB per partition); run the demo "
+            f"with fewer --events or point KAFKA_BOOTSTRAP_SERVERS at a real broker")
+
+
+def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int = 50) -> int:
+    """The whole demo; the Spark Connect server is stopped at the end if the demo started it,
+    the broker keeps running (with the demo's topic) so ``eos status``/``verify`` work after."""
+    from eos.compute import connect
+    from eos.tools import spark_server
+    from eos.tools.ui import needs_spark_server
+
+    started_spark = needs_spark_server([config]) and connect.read_state() is None
+    try:
+        return _demo(config, events, via, max_epochs)
+    finally:
+        if started_spark and spark_server.stop():
+            print("stopped the Spark Connect server the demo started", flush=True)
+        state = local_broker()
+        if state is not None:
+            print(f"the embedded broker keeps running at {state['bootstrap']} (pid "
+                  f"{state['pid']}) so `eos status` and `eos verify` can read it; stop it with "
+                  "`eos broker stop`", flush=True)
+
+
+def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int) -> int:
+    from eos.tools.audit import audit
+    from eos.tools.ui import needs_spark_server
+
+    print(f"[1/4] starting the embedded broker and clearing {config.root}", flush=True)
+    reset(config)
+    if needs_spark_server([config]):
+        from eos.tools import spark_server
+
+        state = spark_server.start()
+        print(f"      Spark Connect server at sc://{state['host']}:{state['port']} "
+              f"(pid {state['pid']}; log {state['log']})", flush=True)
+    spec = demo_spec(config, events)
+    settings = client_settings(config.kafka.client)
+    print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.topic}'",
+          flush=True)
+    done = produce(spec, config.kafka.topic, settings)
+    print(f"      {done.records} records in {done.seconds:.1f}s: {dict(done.kinds)}", flush=True)
+    _check_retained(settings, config.kafka.topic, done.records)
+    print(f"[3/4] running epochs ({'Airflow DAG runs' if via == 'airflow' else 'eos run'}, "
+          f"at most {config.epoch.max_records} records each)", flush=True)
+    run_until_caught_up(config, via, max_epochs)
+    print("[4/4] summary and independent audit", flush=True)
+    print(summary(config))
+    report = audit(config)
+    print(report.render())
+    return 0 if report.ok else 1

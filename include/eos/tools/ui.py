@@ -1,0 +1,101 @@
+"""``eos ui``: the pipelines' DAGs in a local Airflow (``airflow standalone``: UI and API server,
+scheduler, DAG processor, triggerer; SQLite metadata DB) next to the embedded Kafka broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from eos.airflow.environment import AIRFLOW_HOME, PASSWORDS_FILE, airflow_env
+from eos.core.config import PipelineConfig, list_pipelines, load_config, load_pipeline
+from eos.core.kafka import local_broker
+
+
+def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
+             port: int = 8080) -> int:
+    """Run Airflow in the foreground until Ctrl-C; return its exit code.
+
+    The embedded broker is started with the named pipelines' topics (all pipelines when none is
+    named) unless ``KAFKA_BOOTSTRAP_SERVERS`` names another broker, and the Spark Connect server
+    when a pipeline computes on it; each is stopped afterwards only if this call started it.
+    Every pipeline's DAG is shown, named or not.
+    """
+    from eos.compute import connect
+    from eos.tools import broker, spark_server
+
+    configs = ([load_pipeline(name) for name in pipeline_names] if pipeline_names
+               else [load_config(path) for path in list_pipelines()])
+    home.mkdir(parents=True, exist_ok=True)
+    started_spark = False
+    if needs_spark_server(configs):
+        started_spark = connect.read_state() is None
+        print("starting the Spark Connect server (eos spark start)..." if started_spark
+              else "using the running Spark Connect server", flush=True)
+        spark = spark_server.start()
+        print(f"Spark Connect server at sc://{spark['host']}:{spark['port']} (pid {spark['pid']})")
+    env = airflow_env(configs, home, port)
+
+    started_broker = False
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        started_broker = local_broker() is None
+        state = broker.start(topics=sorted({config.kafka.topic for config in configs}))
+        print(f"embedded Kafka broker at {state['bootstrap']} (pid {state['pid']})")
+
+    url = f"http://127.0.0.1:{env['AIRFLOW__API__PORT']}"
+    print(f"Airflow UI: {url}  (AIRFLOW_HOME={home})")
+    print(f"epochs view: Browse -> Exactly-once epochs ({url}/plugin/eos-epochs)")
+    print(f"login: admin, password in {home / PASSWORDS_FILE} (written on the first start)")
+    print("DAGs: " + ", ".join(config.dag_id for config in configs)
+          + " (new DAGs start paused: unpause or trigger them in the UI); Ctrl-C stops")
+    airflow = Path(sys.executable).parent / "airflow"
+    # Airflow runs in a process group of its own, with SIGINT handled (a shell may have ignored
+    # it); Ctrl-C or SIGTERM here stops that whole group (see _stop_group).
+    proc = subprocess.Popen(
+        [str(airflow) if airflow.exists() else "airflow", "standalone"], env=env,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _stop_group(proc)
+        if started_broker:
+            broker.stop()
+        if started_spark:
+            spark_server.stop()
+    return code
+
+
+def needs_spark_server(configs: list[PipelineConfig]) -> bool:
+    """Whether a local Spark Connect server should run: a pipeline computes on Connect and
+    no other server is named (``EOS_SPARK_REMOTE``)."""
+    from eos.compute.connect import REMOTE_ENV
+
+    return (any(c.compute.mode == "connect" for c in configs)
+            and not os.environ.get(REMOTE_ENV))
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGINT every Airflow process, as Ctrl-C in a terminal would; escalate if any is left.
+
+    Escalation is needed: in Airflow 3.1 the scheduler can hang on exit waiting for its
+    LocalExecutor workers, which ignore SIGINT and survive SIGTERM.
+    """
+    for sig, grace_s in ((signal.SIGINT, 30.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        deadline = time.monotonic() + grace_s
+        try:
+            os.killpg(proc.pid, sig)
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the group leader
+                os.killpg(proc.pid, 0)
+                time.sleep(0.5)
+        except ProcessLookupError:
+            break
+    proc.poll()
