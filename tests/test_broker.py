@@ -14,7 +14,7 @@ from pathlib import Path
 import confluent_kafka as ck
 import pytest
 
-from eos.core.errors import EosError, KafkaUnavailable, TopicMissing
+from eos.core.errors import ConfigError, KafkaUnavailable, TopicMissing
 from eos.core.kafka import broker_state_path, client_settings, local_broker, topic_watermarks
 from eos.core.processes import alive
 from eos.tools import broker as embedded
@@ -221,7 +221,7 @@ def test_a_topic_named_at_start_gets_its_partitions_and_holds_more(tmp_path: Pat
         assert sum(high - low for low, high in narrow.values()) < 30_000  # the oldest dropped
         # A running broker returns as it is for a plain name, refuses a count it lacks.
         assert embedded.start(["other", "wide:16"], base=tmp_path)["pid"] == state["pid"]
-        with pytest.raises(EosError, match=r"without topic wide:8 \(16 partitions\)"):
+        with pytest.raises(ConfigError, match=r"without topic wide:8 \(16 partitions\)"):
             embedded.start(["wide:8"], base=tmp_path)
     finally:
         embedded.stop(tmp_path)
@@ -229,7 +229,7 @@ def test_a_topic_named_at_start_gets_its_partitions_and_holds_more(tmp_path: Pat
 
 @pytest.mark.parametrize("text", ["", ":3", "t:", "t:0", "t:x", "t:-1"])
 def test_a_topic_spec_is_a_name_and_a_positive_count(text: str) -> None:
-    with pytest.raises(EosError, match="NAME or NAME:PARTITIONS"):
+    with pytest.raises(ConfigError, match="NAME or NAME:PARTITIONS"):
         embedded.TopicSpec.parse(text)
     assert embedded.TopicSpec.parse("t:3") == embedded.TopicSpec("t", 3)
     assert str(embedded.TopicSpec.parse("t")) == "t"

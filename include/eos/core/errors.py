@@ -97,7 +97,8 @@ class InjectedFault(TransientError):
 
 
 class BrokerUnavailable(TransientError):
-    """The embedded broker (a development tool) did not start or answer in time."""
+    """The embedded broker (a development tool: librdkafka's mock cluster) did not start, or
+    librdkafka's mock API refused a request."""
 
 
 class ComputeNotStarted(TransientError):

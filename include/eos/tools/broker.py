@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eos.core.config import data_dir
-from eos.core.errors import EosError
+from eos.core.errors import BrokerUnavailable, ConfigError
 from eos.core.kafka import broker_state_path, local_broker, reachable
 from eos.core.processes import alive
 from eos.tools.mock_cluster import DEFAULT_PARTITIONS, MockCluster
@@ -51,7 +51,7 @@ class TopicSpec:
             return text
         name, sep, count = text.partition(":")
         if not name or (sep and (not count.isdigit() or int(count) < 1)):
-            raise EosError(f"topic {text!r}: expected NAME or NAME:PARTITIONS (at least 1)")
+            raise ConfigError(f"topic {text!r}: expected NAME or NAME:PARTITIONS (at least 1)")
         return cls(name, int(count) if sep else None)
 
     @property
@@ -119,10 +119,10 @@ def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None) -> d
         if state is not None and state["pid"] == child.pid:
             return state
         if child.poll() is not None:
-            raise EosError(f"embedded broker exited with code {child.returncode}; see {log.name}")
+            raise BrokerUnavailable(f"embedded broker exited with code {child.returncode}; see {log.name}")
         time.sleep(0.1)
     child.kill()
-    raise EosError(f"embedded broker did not start within {START_TIMEOUT_S:.0f}s; see {log.name}")
+    raise BrokerUnavailable(f"embedded broker did not start within {START_TIMEOUT_S:.0f}s; see {log.name}")
 
 
 def _check_topics(state: dict[str, Any], wanted: list[TopicSpec]) -> None:
@@ -134,7 +134,7 @@ def _check_topics(state: dict[str, Any], wanted: list[TopicSpec]) -> None:
         if topic.partitions is not None and have.get(topic.name) != topic.partitions:
             found = (f"{have[topic.name]} partitions" if topic.name in have
                      else "no such topic created at start")
-            raise EosError(f"the embedded broker at {state['bootstrap']} is already running "
+            raise ConfigError(f"the embedded broker at {state['bootstrap']} is already running "
                            f"without topic {topic} ({found}); stop it first "
                            "(`eos broker stop`)")
 

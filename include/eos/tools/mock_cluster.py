@@ -18,16 +18,12 @@ import ctypes
 import ctypes.util
 from pathlib import Path
 
-from eos.core.errors import EosError
+from eos.core.errors import BrokerUnavailable
 
 DEFAULT_PARTITIONS = 4  # what the mock gives a topic auto-created by a metadata request
 RETAINED_BYTES_PER_PARTITION = 5 * 1024 * 1024  # rdkafka_mock.c: mpart->max_size
 _PRODUCER = 0  # rd_kafka_type_t RD_KAFKA_PRODUCER
 _ERRSTR = 512
-
-
-class MockClusterError(EosError):
-    """librdkafka could not be loaded, or refused to create the cluster or a topic."""
 
 
 def library_path() -> str:
@@ -42,7 +38,7 @@ def library_path() -> str:
         return str(shipped[0])
     found = ctypes.util.find_library("rdkafka")
     if found is None:
-        raise MockClusterError("librdkafka not found: neither confluent-kafka's bundled copy "
+        raise BrokerUnavailable("librdkafka not found: neither confluent-kafka's bundled copy "
                                f"under {bundled} nor a system library")
     return found
 
@@ -74,20 +70,20 @@ class MockCluster:
         try:
             self._lib = _bind(ctypes.CDLL(library_path()))
         except (OSError, AttributeError) as exc:
-            raise MockClusterError(f"cannot use librdkafka's mock API: {exc}") from exc
+            raise BrokerUnavailable(f"cannot use librdkafka's mock API: {exc}") from exc
         err = ctypes.create_string_buffer(_ERRSTR)
         conf = self._lib.rd_kafka_conf_new()
         if self._lib.rd_kafka_conf_set(conf, b"log_level", str(log_level).encode(), err,
                                        _ERRSTR) != 0:
-            raise MockClusterError(f"librdkafka config: {err.value.decode()}")
+            raise BrokerUnavailable(f"librdkafka config: {err.value.decode()}")
         # rd_kafka_new takes ownership of conf, also when it fails.
         self._rk = self._lib.rd_kafka_new(_PRODUCER, conf, err, _ERRSTR)
         if not self._rk:
-            raise MockClusterError(f"librdkafka client: {err.value.decode()}")
+            raise BrokerUnavailable(f"librdkafka client: {err.value.decode()}")
         self._cluster = self._lib.rd_kafka_mock_cluster_new(self._rk, brokers)
         if not self._cluster:
             self._lib.rd_kafka_destroy(self._rk)
-            raise MockClusterError("librdkafka refused to create a mock cluster")
+            raise BrokerUnavailable("librdkafka refused to create a mock cluster")
         self.bootstrap: str = self._lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
 
     def create_topic(self, name: str, partitions: int = DEFAULT_PARTITIONS) -> None:
@@ -95,7 +91,7 @@ class MockCluster:
         code = self._lib.rd_kafka_mock_topic_create(self._cluster, name.encode(), partitions, 1)
         if code != 0:
             reason = self._lib.rd_kafka_err2str(code).decode()
-            raise MockClusterError(f"mock cluster: cannot create topic {name!r} with "
+            raise BrokerUnavailable(f"mock cluster: cannot create topic {name!r} with "
                                    f"{partitions} partitions: {reason}")
 
     def serve(self, timeout_ms: int) -> None:

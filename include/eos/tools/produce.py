@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
 
-from eos.core.errors import EosError, KafkaUnavailable
+from eos.core.errors import KafkaUnavailable, ProduceFailed
 
 if TYPE_CHECKING:
     from eos.core.config import EventConfig, PipelineConfig
@@ -395,7 +395,7 @@ def send(
             " within 60s; is the broker running?"
         )
     if failures:
-        raise EosError(f"{len(failures)} records failed to produce; first error: {failures[0]}")
+        raise ProduceFailed(f"{len(failures)} records failed to produce; first error: {failures[0]}")
     return summary
 
 
