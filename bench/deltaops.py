@@ -69,7 +69,8 @@ def counting() -> Iterator[OpCounter]:
         "delete": DeltaTable.__dict__["delete"],
         "history": DeltaTable.__dict__["history"],
     }
-    writers = {eos.core.tables: eos.core.tables.write_deltalake, eos.core.epochlog: eos.core.epochlog.write_deltalake}
+    writers = {eos.core.tables: eos.core.tables.write_deltalake,
+               eos.core.epochlog: eos.core.epochlog.write_deltalake}
     try:
         DeltaTable.__init__ = _timed(counter, "open table", originals["__init__"])
         DeltaTable.is_deltatable = staticmethod(

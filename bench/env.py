@@ -3,9 +3,9 @@
 Everything runs on the embedded default, as ``./dev demo`` does: the broker is started with
 ``eos.tools.broker.start`` under a temporary data directory and stopped at the end, unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names another broker (then that one is used and left alone). The
-Spark session is ``eos.compute.spark.local_session`` (``local[2]``), created once and shared by every
-epoch, as the test suite does; the cost of starting Spark for each epoch the way production does
-(``spark-submit``) is measured separately.
+Spark session is ``eos.compute.session.local_session`` (``local[2]``), created once and shared
+by every epoch, as the test suite does; the cost of starting Spark for each epoch the way
+production does (``spark-submit``) is measured separately.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.memory import TreeSampler
-from eos.core.config import PipelineConfig, load_config
+from eos.core.config import PipelineConfig
 from eos.core.kafka import local_broker
+from eos.tools.pipelines import write_pipeline
 
 
 @dataclass
@@ -52,40 +51,30 @@ class Env:
         max_records: int = 250_000,
         split_records: int = 250_000,
         retention: int = 3,
-        sinks: dict[str, Any] | None = None,
-        compute: dict[str, Any] | None = None,
         log_retention_ms: int | None = None,
         sink_log_retention_ms: int | None = None,
+        **sections: Any,
     ) -> PipelineConfig:
-        """A pipeline config file under the work dir (spark-submit needs a real file)."""
-        data = {
-            "name": name,
-            "kafka": {"topic": topic, "read_timeout": "60s", "split_records": split_records},
-            # The generator's clicks shape, with the clicks pipeline's five aggregations.
-            "event": {"time": {"field": "ts", "format": "epoch_ms"},
-                      "fields": {"key": "string", "value": "decimal(38,9)"}},
-            "group_by": ["key"],
-            "window": {"type": "tumbling", "size": window, "allowed_lateness": lateness},
-            "aggregations": {"count": "count(*)", "sum": "sum(value)", "min": "min(value)",
-                             "max": "max(value)", "avg": "avg(value)"},
-            "epoch": {"max_records": max_records, "staging_retention": retention},
-            "tables": {"root": str(self.workdir / "tables" / name)},
-            "spark": {"master": "local[2]", "shuffle_partitions": 2},
-        }
-        if sinks is not None:
-            data["sinks"] = sinks
-        if compute is not None:
-            data["compute"] = compute
-        path = self.workdir / "configs" / f"{name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        config = load_config(path)
+        """A pipeline config file under the work dir (spark-submit needs a real file), written
+        and validated by the library's pipeline factory (``eos.tools.pipelines``): the clicks
+        shape and aggregations, tumbling ``window`` windows; ``sections`` replace any other
+        top-level section (``sinks``, ``compute``, ``event``, ...)."""
+        config = write_pipeline(
+            self.workdir / "configs",
+            name=name,
+            kafka={"topic": topic, "read_timeout": "60s", "split_records": split_records},
+            window={"type": "tumbling", "size": window, "allowed_lateness": lateness},
+            epoch={"max_records": max_records, "staging_retention": retention},
+            tables={"root": str(self.workdir / "tables" / name)},
+            **sections,
+        )
         # Retentions below the config's floor (1 h), so that 1,000 epochs built in minutes get
-        # cleaned up: safe here, where no two attempts of an epoch ever run at once.
+        # cleaned up: safe here, where no two attempts of an epoch ever run at once. So these
+        # two, and only they, are set past validation, on the validated config.
         if log_retention_ms is not None:
             epoch = config.epoch.model_copy(update={"log_retention": log_retention_ms})
             config = config.model_copy(update={"epoch": epoch})
-        if sink_log_retention_ms is not None and sinks is None:
+        if sink_log_retention_ms is not None and "sinks" not in sections:
             from eos.sinks.delta import DeltaSinkOptions
 
             bounded = {output: [{"delta": DeltaSinkOptions.model_construct(

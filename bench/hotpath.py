@@ -1,8 +1,9 @@
 """Where precommit's time goes, per record, in plain Python on the benchmark's own data.
 
-Spark runs the reader (``eos.compute.reader.read_split``) and the parser (``eos.compute.parse.Parser.parse_batch``)
-in Python workers; here both run directly, single-threaded, on the same Kafka ranges, so their
-per-record cost can be set against a bare consumer and against the Spark stage that wraps them.
+Spark runs the reader (``eos.compute.reader.read_split``) and the parser
+(``eos.compute.parse.Parser.parse_batch``) in Python workers; here both run directly,
+single-threaded, on the same Kafka ranges, so their per-record cost can be set against a bare
+consumer and against the Spark stage that wraps them.
 """
 
 from __future__ import annotations

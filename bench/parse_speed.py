@@ -3,8 +3,9 @@
 ``python -m bench.parse_speed [--events N] [--repeat R]`` produces N records of each shape to
 the embedded broker (a topic per shape), then times precommit's read+parse stage on 2 cores
 (``eos_kafka`` + ``mapInArrow(Parser.parse_batch)``, ``count()``, no cache; the same Spark calls
-``eos.compute.stage.compute_epoch`` makes) and, single-threaded in this process, ``Parser.parse_batch`` on
-the same records. Prints figures and ratios side by side; the median of R runs each.
+``eos.compute.stage.compute_epoch`` makes) and, single-threaded in this process,
+``Parser.parse_batch`` on the same records. Prints figures and ratios side by side; the median
+of R runs each.
 """
 
 from __future__ import annotations
@@ -30,18 +31,10 @@ PAGEVIEWS_DOUBLE = {**PAGEVIEWS, "fields": {**PAGEVIEWS["fields"], "revenue": "d
 
 
 def _pipeline(env: Env, name: str, topic: str, event: dict[str, Any] | None) -> PipelineConfig:
-    config = env.config(name, topic, max_records=10_000_000)
     if event is None:
-        return config
-    import yaml
-
-    from eos.core.config import load_config
-
-    path = env.workdir / "configs" / f"{name}.yaml"
-    data = yaml.safe_load(path.read_text())
-    data.update(event=event, group_by=["page"], aggregations={"views": "count(*)"})
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return load_config(path)
+        return env.config(name, topic, max_records=10_000_000)
+    return env.config(name, topic, max_records=10_000_000, event=event, group_by=["page"],
+                      aggregations={"views": "count(*)"})
 
 
 def _produce(env: Env, shape: str, events: int) -> str:

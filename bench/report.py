@@ -154,7 +154,7 @@ def goals_table(results: dict[str, Any], markdown: bool = False) -> str:
     commit = results.get("commit", {}).get("100000", {}).get("commit")
     per = ", ".join
     rows = [
-        ["EO throughput >= 0.95x ALO (in-process, issue #13)",
+        ["EO throughput >= 0.95x ALO (in-process)",
          per(f"{fmt(s['ratio'], 'x')} @ {s['events']:,}" for s in sizes)],
         ["  same, with spark-submit per epoch",
          per(f"{fmt(s.get('ratio_submit'), 'x')} @ {s['events']:,}" for s in sizes)],

@@ -50,14 +50,10 @@ def measure(env: Env, epochs: int, records: int, log: Any = print) -> dict[str, 
 
 
 def _epoch(config: Any, spark: Any, run_id: str) -> float:
-    from eos.compute.stage import SparkStager
-    from eos.core.protocol import begin, commit, precommit
+    """The seconds of one epoch of the epoch loop."""
+    from eos.compute.epochs import run_epoch
 
-    started = time.perf_counter()
-    plan = begin(config, run_id=run_id)
-    precommit(config, plan.epoch, SparkStager(spark))
-    commit(config, plan.epoch)
-    return time.perf_counter() - started
+    return run_epoch(config, run_id, spark=spark).seconds
 
 
 def render(result: dict[str, Any]) -> str:

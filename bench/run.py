@@ -282,28 +282,13 @@ def _fixed_overhead(env: Env, opts: Options, runs: dict[int, dict[str, Any]],
         f"{opts.submit_repeat} spark-submit probes")
     samples = [t.eo.empty for r in runs.values() for t in r["library"]
                if t.eo.empty is not None]
-    from eos.compute.stage import SparkStager
-    from eos.core.protocol import begin, commit, precommit
+    from eos.compute.epochs import run_epoch
 
     with counting() as ops:
-        probes = []
-        for i in range(opts.empty_epochs):
-            t0 = time.perf_counter()
-            with ops.in_phase("begin"):
-                plan = begin(config, run_id=f"empty-{i}")
-            t1 = time.perf_counter()
-            with ops.in_phase("precommit"):
-                staged = precommit(config, plan.epoch, SparkStager(env.spark))
-            t2 = time.perf_counter()
-            with ops.in_phase("commit"):
-                commit(config, plan.epoch)
-            t3 = time.perf_counter()
-            ms = staged.timings_ms
-            probes.append(sc.EpochTiming(
-                plan.epoch, plan.records, t1 - t0, t2 - t1, t3 - t2,
-                read_parse=ms.get("read_parse", 0) / 1000,
-                aggregate=ms.get("aggregate", 0) / 1000,
-                staging_write=ms.get("staging_write", 0) / 1000))
+        # The epoch loop, each phase inside its own counting phase.
+        probes = [sc.epoch_timing(run_epoch(config, f"empty-{i}", spark=env.spark,
+                                            in_phase=ops.in_phase))
+                  for i in range(opts.empty_epochs)]
     samples += probes
     fixed: dict[str, Any] = {
         "samples": len(samples),

@@ -1,11 +1,12 @@
 """One function per measurement. Each returns plain dicts of seconds, counts and rates.
 
-The exactly-once (EO) path is the library's, called in-process exactly as the test suite does:
-``eos.core.protocol.begin`` -> ``eos.core.protocol.precommit(config, epoch, SparkStager(session))`` ->
-``eos.core.protocol.commit``.
+The exactly-once (EO) path is the library's one epoch loop, in-process on the shared session
+exactly as the test suite runs it: ``eos.compute.epochs.run_epoch(config, run_id, spark=session)``
+(begin -> precommit -> commit, each phase timed).
 The at-least-once (ALO) baseline runs the same Spark read and aggregation
-(``eos.compute.stage.compute_epoch`` with an empty state) over the same offset ranges and appends the
-result straight to a Delta table: no epoch log, no staging, no commit phase, no state carried.
+(``eos.compute.stage.compute_epoch`` with an empty state) over the same offset ranges and appends
+the result straight to a Delta table: no epoch log, no staging, no commit phase, no state
+carried.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.env import Env
-from eos.compute.stage import SparkStager
+from eos.compute.epochs import EpochRun, run_epoch, run_until_caught_up
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 from eos.tools.mock_cluster import DEFAULT_PARTITIONS
@@ -115,26 +116,24 @@ class EpochTiming:
         return self.begin + self.precommit + self.commit
 
 
-def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, EpochTiming]:
-    """One epoch through the exactly-once path, timed phase by phase."""
-    from eos.core.protocol import begin, commit, precommit
-
-    t0 = now()
-    plan = begin(config, run_id=run_id)
-    t1 = now()
-    staged = precommit(config, plan.epoch, SparkStager(spark))
-    t2 = now()
-    commit(config, plan.epoch)
-    t3 = now()
-    ms = staged.timings_ms
-    timing = EpochTiming(
-        epoch=plan.epoch, records=plan.records, begin=t1 - t0, precommit=t2 - t1, commit=t3 - t2,
+def epoch_timing(run: EpochRun) -> EpochTiming:
+    """One run of the epoch loop as the benchmarks report it: its phases' seconds, and
+    precommit's parts as precommit timed them."""
+    ms = run.staged.timings_ms
+    return EpochTiming(
+        epoch=run.epoch, records=run.plan.records, begin=run.phases["begin"],
+        precommit=run.phases["precommit"], commit=run.phases["commit"],
         read_parse=ms.get("read_parse", 0.0) / 1000,
         aggregate=ms.get("aggregate", 0.0) / 1000,
         staging_write=ms.get("staging_write", 0.0) / 1000,
-        counts=dict(staged.counts), written_by=staged.written_by,
+        counts=dict(run.staged.counts), written_by=run.staged.written_by,
     )
-    return plan, timing
+
+
+def eo_epoch(config: PipelineConfig, spark: Any, run_id: str) -> tuple[Plan, EpochTiming]:
+    """One epoch through the exactly-once path (the epoch loop), timed phase by phase."""
+    run = run_epoch(config, run_id, spark=spark)
+    return run.plan, epoch_timing(run)
 
 
 @dataclass
@@ -152,17 +151,12 @@ class EORun:
 
 
 def run_eo(env: Env, config: PipelineConfig, tag: str, max_epochs: int = 10_000) -> EORun:
-    """Epochs until the pipeline has caught up; the final empty epoch is kept apart."""
+    """Epochs until the pipeline has caught up (the epoch loop's ``run_until_caught_up``; it
+    raises after ``max_epochs`` non-empty ones); the final empty epoch is kept apart."""
     env.sampler.reset()
-    epochs, plans, empty = [], [], None
-    for i in range(max_epochs):
-        plan, timing = eo_epoch(config, env.spark, f"{tag}-{i}")
-        if plan.records == 0:
-            empty = timing
-            break
-        epochs.append(timing)
-        plans.append(plan)
-    return EORun(epochs, plans, empty, env.sampler.peak_mb())
+    *full, last = run_until_caught_up(config, tag, spark=env.spark, limit=max_epochs)
+    return EORun([epoch_timing(run) for run in full], [run.plan for run in full],
+                 epoch_timing(last), env.sampler.peak_mb())
 
 
 # --------------------------------------------------------------------------- at-least-once
@@ -332,9 +326,9 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     """Pre-commit epoch N holding exactly ``n_rows`` closed windows (output rows), as precommit
     stages them: plan in the epoch log, the rows written as files by Spark and committed into
     staging in one Delta commit, with N-1's state carried over."""
-    from eos.compute import writers as staging_files
     from eos.compute.stage import Frames, resume_state, write_epoch
     from eos.core import checkpoints, epochlog
+    from eos.core import staging as staging_files
     from eos.core.plan import PartitionRange
     from eos.core.tables import ensure_tables, staging_schema
     from eos.tools.produce import BASE_TIME_MS
@@ -361,10 +355,11 @@ def _frame(spark: Any, table: pa.Table) -> Any:
 
 
 def commit_latency(env: Env, n_rows: int, reps: int) -> dict[str, list[float]]:
-    """Time ``eos.core.protocol.commit`` of epochs of ``n_rows`` output rows, the three sink appends
-    alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them), and the
-    commit of the same epochs by a pipeline whose windows also go to a transactional Kafka
-    sink (``kafka``: init_transactions, marker read, one transaction, then the Delta sinks)."""
+    """Time ``eos.core.protocol.commit`` of epochs of ``n_rows`` output rows, the three sink
+    appends alone (the same rows, ``fenced_append`` to scratch tables, as the sinks do them),
+    and the commit of the same epochs by a pipeline whose windows also go to a transactional
+    Kafka sink (``kafka``: init_transactions, marker read, one transaction, then the Delta
+    sinks)."""
     from eos.core.delta import fenced_append
     from eos.core.outputs import (
         QUARANTINE_SCHEMA,
@@ -411,7 +406,8 @@ def _kafka_commits(env: Env, n_rows: int, reps: int) -> list[float]:
 
 
 def _timed_commit(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -> float:
-    """Stage a fabricated epoch of ``n_rows`` windows, then time ``eos.core.protocol.commit`` of it."""
+    """Stage a fabricated epoch of ``n_rows`` windows, then time ``eos.core.protocol.commit`` of
+    it (no begin, no precommit: not an epoch of the loop)."""
     from eos.core.protocol import commit
 
     stage_fabricated_epoch(config, spark, epoch, n_rows)
@@ -426,34 +422,33 @@ def _timed_commit(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -
 # --------------------------------------------------------------------------- spark-submit
 
 
-
-
 def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
     """What ``compute.mode: submit`` pays per epoch to start Spark:
-    ``eos.compute.spark.submit_precommit`` (spark-submit of ``spark_apps/precommit.py``) on a caught-up
-    pipeline.
+    ``eos.compute.spark.submit_precommit`` (spark-submit of ``spark_apps/precommit.py``) on a
+    caught-up pipeline.
 
     * ``committed``: an already committed epoch: JVM + Python driver start and exit, no session.
-    * ``empty``: a new, empty epoch: the same plus SparkSession creation, an empty Spark job and
-      the staging write; ``session`` is the SparkSession creation time the app itself logs.
+    * ``empty``: a new, empty epoch (the epoch loop on ``compute.mode: submit``, its precommit
+      phase): the same plus SparkSession creation, an empty Spark job and the staging write;
+      ``session`` is the SparkSession creation time the app itself logs.
     """
-    from eos.compute.spark import submit_precommit as run_precommit
-    from eos.core.protocol import begin, commit, committed_epoch
+    from eos.compute.spark import submit_precommit
+    from eos.core.protocol import committed_epoch
 
+    submit = config.model_copy(
+        update={"compute": config.compute.model_copy(update={"mode": "submit"})})
     out: dict[str, list[float]] = {"committed": [], "empty": [], "session": [],
                                    "empty_inside": []}
     for i in range(reps):
         last = committed_epoch(config)
         t0 = now()
-        run_precommit(config, last)
+        submit_precommit(config, last)
         out["committed"].append(now() - t0)
-        plan = begin(config, run_id=f"submit-{i}")
-        if plan.records:
+        run = run_epoch(submit, f"submit-{i}")
+        if run.plan.records:
             raise AssertionError("spark-submit probe expects a caught-up pipeline")
-        t0 = now()
-        durations = run_precommit(config, plan.epoch, plan.hash).timings_ms
-        out["empty"].append(now() - t0)
-        commit(config, plan.epoch)
+        out["empty"].append(run.phases["precommit"])
+        durations = run.staged.timings_ms
         out["session"].append(durations.get("spark_start", 0.0) / 1000)
         out["empty_inside"].append(durations.get("total", 0.0) / 1000)
     return out

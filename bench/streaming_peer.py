@@ -1,13 +1,14 @@
 """``python -m bench.streaming_peer``: the job a Spark user would write instead of our protocol,
-run next to our exactly-once path on the same records, in one run (issue #13 item 2).
+run next to our exactly-once path on the same records, in one run (first measured 2026-11-21,
+again 2026-11-22: docs/benchmarks.md).
 
 The peer is a Spark Structured Streaming query, started once and kept running:
 
 - source: ``eos_kafka_stream`` (this module), a Python streaming data source over the same
   broker and topic; its offsets are ``{"partition": offset}`` JSON and a micro-batch reads
   ``[start, end)`` per partition with ``eos.compute.reader``'s own splits and consumer loop;
-- the same parser (``eos.compute.stage.parse_records`` through ``mapInArrow``), then what a Spark user
-  writes for the pipeline's windows: ``withWatermark(event time, allowed lateness)``,
+- the same parser (``eos.compute.stage.parse_records`` through ``mapInArrow``), then what a Spark
+  user writes for the pipeline's windows: ``withWatermark(event time, allowed lateness)``,
   ``groupBy(window(...), keys).agg(...)``, output mode append, Spark's state store and
   ``checkpointLocation`` under the work dir;
 - sink: ``foreachBatch`` appending each batch to a Delta table with delta-rs,

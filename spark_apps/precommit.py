@@ -1,4 +1,5 @@
-"""spark-submit entry point for task ``precommit``: stage epoch N. All logic is in eos.core.protocol.
+"""spark-submit entry point for task ``precommit``: stage epoch N. All logic is in
+eos.core.protocol.
 
 Exit codes follow ``eos.core.errors``: 0 staged (or nothing to do), ``EXIT_PERMANENT`` for an
 error a retry cannot fix (the DAG's operator then fails the task without retries),

@@ -1,8 +1,9 @@
 """A real ``airflow standalone`` for tests (tests/test_airflow_scheduler.py,
 tests/test_epochs_view.py): started in a process group of its own with a throwaway AIRFLOW_HOME
 (SQLite), the project's dags/ and plugins/ folders and the environment ``eos ui`` gives Airflow
-(``eos.airflow.environment.airflow_env``); helpers to read it through its REST API as a person's UI would, and to
-backfill a pipeline's DAG. Nothing here imports ``airflow``: every Airflow process is a child.
+(``eos.airflow.environment.airflow_env``); helpers to read it through its REST API as a
+person's UI would, and to backfill a pipeline's DAG. Nothing here imports ``airflow``: every
+Airflow process is a child.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from eos.tools.produce import GeneratorSpec
 from support import dag_pipeline, free_port
 
 RUNS = 3
-COMMIT_FAULT = "commit.between_sinks"  # eos.core.faults: SIGKILL after the first sink, before the rest
+# eos.core.faults: SIGKILL after the first sink, before the rest
+COMMIT_FAULT = "commit.between_sinks"
 SCHEDULE = "0 0 1 * *"  # monthly: the backfill's logical dates are the first of a month
 STARTUP_TIMEOUT_S = 420.0  # db migrate + four components on a loaded 2-core machine
 PARSE_TIMEOUT_S = 300.0

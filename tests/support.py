@@ -1,5 +1,7 @@
-"""The test harness shared by every test module (fixtures live in conftest.py): a pipeline
-factory, running epochs, table versions, sinks by name, and the ``eos`` command in a process."""
+"""The test harness shared by every test module (fixtures live in conftest.py): pipelines (the
+library's factory, ``eos.tools.pipelines.write_pipeline``, imported here for every test), table
+versions, sinks by name, and the ``eos`` command in a process. Epochs run through the library's
+one loop, ``eos.compute.epochs``."""
 
 from __future__ import annotations
 
@@ -8,16 +10,13 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from eos.compute.stage import SparkStager
-from eos.core.config import PipelineConfig, load_config
+from eos.compute.epochs import run_until_caught_up
+from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
-from eos.core.plan import Plan
+from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import GeneratorSpec, produce
 
 KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.core.faults)
@@ -27,37 +26,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def unique_topic(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-# The generator's "clicks" shape: {"key": str, "ts": epoch ms, "value": number}.
-CLICKS_EVENT = {"time": {"field": "ts", "format": "epoch_ms"},
-                "fields": {"key": "string", "value": "decimal(38,9)"}}
-CLICKS_AGGREGATIONS = {"count": "count(*)", "sum": "sum(value)", "min": "min(value)",
-                       "max": "max(value)", "avg": "avg(value)"}
-
-
-def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
-    """A pipeline config file with a unique name; ``overrides`` replace top-level sections."""
-    name = overrides.pop("name", None) or f"p{uuid.uuid4().hex[:8]}"
-    data: dict[str, object] = {
-        "name": name,
-        "kafka": {"topic": unique_topic(), "read_timeout": "30s", "split_records": 4000},
-        "event": CLICKS_EVENT,
-        "group_by": ["key"],
-        "window": {"type": "tumbling", "size": "10s", "allowed_lateness": "2s"},
-        "aggregations": CLICKS_AGGREGATIONS,
-        "epoch": {"max_records": 1_000_000, "staging_retention": 2},
-        "tables": {"root": str(directory / name)},
-        "spark": {"master": "local[2]", "shuffle_partitions": 2},
-    }
-    data.update(overrides)
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))  # declared order is column order
-    return load_config(path)
 
 
 def dag_pipeline(directory: Path, data_dir: Path, prefix: str, spec: GeneratorSpec,
@@ -87,33 +55,12 @@ def kafka_sink_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
     return write_pipeline(directory, sinks=sinks, **overrides)
 
 
-def run_epoch(config: PipelineConfig, spark: Any, run_id: str) -> Plan:
-    """begin -> precommit -> commit in this process, as one DAG run does it."""
-    from eos.core.protocol import begin, commit, precommit
-
-    plan = begin(config, run_id=run_id)
-    precommit(config, plan.epoch, SparkStager(spark))
-    commit(config, plan.epoch)
-    return plan
-
-
-def run_until_caught_up(config: PipelineConfig, spark: Any, tag: str,
-                        limit: int = 30) -> list[Plan]:
-    """Epochs until one is empty (the pipeline has read everything in the topic)."""
-    plans: list[Plan] = []
-    while len(plans) < limit:
-        plans.append(run_epoch(config, spark, f"{tag}-{len(plans)}"))
-        if plans[-1].records == 0:
-            return plans
-    raise AssertionError(f"not caught up after {limit} epochs")
-
-
 def finish_and_audit(config: PipelineConfig, spark: Any, tag: str, records: int) -> None:
     """Recovery by rerunning: run the remaining epochs, then audit everything from scratch:
     every sink equals the ground truth of all ``records`` produced."""
     from eos.tools.audit import audit
 
-    run_until_caught_up(config, spark, tag)
+    run_until_caught_up(config, tag, spark=spark)
     report = audit(config)
     assert report.ok, report.render()
     assert report.records == records

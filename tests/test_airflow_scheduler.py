@@ -5,8 +5,9 @@ tests/test_dags.py drives runs through ``DAG.test()``; here nothing is in-proces
 runs in a process group of its own with a throwaway AIRFLOW_HOME (SQLite), the project's dags/
 folder building two DAGs from test pipeline YAMLs (``EOS_PIPELINES_DIR``, monthly schedule), the
 embedded broker (found by every task through ``EOS_DATA_DIR``) and ``spark_default`` naming
-``local[2]``: the environment ``eos ui`` gives Airflow (``eos.airflow.environment.airflow_env``). Each pipeline's
-topic holds 2,400 events, and ``epoch.max_records`` is 1,000: three non-empty epochs.
+``local[2]``: the environment ``eos ui`` gives Airflow (``eos.airflow.environment.airflow_env``).
+Each pipeline's topic holds 2,400 events, and ``epoch.max_records`` is 1,000: three non-empty
+epochs.
 
 What it proves:
 - ``airflow backfill create --max-active-runs 1`` over three logical dates creates three runs

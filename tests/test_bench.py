@@ -76,7 +76,8 @@ def test_overhead_benchmark_counts_each_phase(kafka: str, spark: Any, data_dir: 
     assert [p.epochs_logged for p in probes] == [3]
     calls = probes[0].calls
     # begin reads the log once and the last checkpoint once; commit reads log, staging and
-    # the previous checkpoint once each (issue #13: never a table twice for one question).
+    # the previous checkpoint once each: never a table twice for one question (the Delta
+    # calls per phase of docs/benchmarks-history.md, 2026-11-22).
     assert calls["begin"]["reads"] == 2, calls
     assert calls["commit"]["reads"] == 3, calls
     assert probes[0].begin_ms > 0 and probes[0].commit_ms > 0

@@ -283,8 +283,8 @@ def test_stop_leaves_no_process(tmp_path: Path, kafka: str) -> None:
 
 
 @pytest.mark.parametrize("message", [
-    # What a server being stopped answered mid-precommit in CI (session 8's stop): its
-    # SparkContext was torn down under the running job.
+    # What a server being stopped answered mid-precommit in CI on 2026-11-21 (the restart
+    # test stopped it): its SparkContext was torn down under the running job.
     '(java.lang.NullPointerException) Cannot invoke "org.apache.spark.rpc.RpcEndpointRef.askSync'
     '(Object, scala.reflect.ClassTag)" because the return value of "org.apache.spark.storage.'
     'BlockManagerMaster.driverEndpoint()" is null',

@@ -1,8 +1,9 @@
 """The exactly-once core against a real broker, real Spark and real Delta tables.
 
-Ground truth is computed independently: the records the generator produced (checked to be exactly
-what Kafka holds) are replayed through the plain-Python reference model of ``eos.tools.audit`` using the
-epoch boundaries in the log, and compared with every committed table.
+Ground truth is computed independently: the records the generator produced (checked to be
+exactly what Kafka holds) are replayed through the plain-Python reference model of
+``eos.tools.audit`` using the epoch boundaries in the log, and compared with every committed
+table.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from eos.compute import writers as staging_files
+from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.compute.stage import SparkStager
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
@@ -32,20 +33,13 @@ from eos.core.layout import tables_for
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
-from eos.core.staging import staged_epoch
+from eos.core.staging import files_holding, staged_epoch
 from eos.core.status import EpochState, pipeline_status, render
 from eos.core.tables import ensure_tables, staging_schema
 from eos.tools.audit import audit, read_range
 from eos.tools.produce import BAD_KINDS, GeneratorSpec, generate, send
 
-from support import (
-    delta_path,
-    run_epoch,
-    run_until_caught_up,
-    sink,
-    table_versions,
-    write_pipeline,
-)
+from support import delta_path, sink, table_versions, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -82,7 +76,7 @@ def committed_pipeline(tmp_path_factory: pytest.TempPathFactory, kafka: str, spa
     epoch = config.epoch.model_copy(update={"log_retention": 0})
     config = config.model_copy(update={"epoch": epoch})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
-    plans = run_until_caught_up(config, spark, "core")
+    plans = [run.plan for run in run_until_caught_up(config, "core", spark=spark)]
     return config, plans
 
 
@@ -145,7 +139,7 @@ def test_the_next_epoch_reads_only_the_files_that_hold_state(committed_pipeline:
         assert every, f"epoch {plan.epoch} is no longer staged"
         kinds = {uri: set(pq.read_table(uri, columns=["kind"])["kind"].to_pylist())
                  for uri in every}
-        holding = set(staging_files.files_holding(staging, plan.epoch, "state"))
+        holding = set(files_holding(staging, plan.epoch, "state"))
         with_state = {uri for uri, held in kinds.items() if "state" in held}
         assert with_state and with_state <= holding, kinds
         # What else is kept is the driver's file, whose kinds range over "state" (offsets ..
@@ -257,10 +251,10 @@ def test_rerunning_committed_epochs_changes_nothing(committed_pipeline: tuple, s
     config, plans = committed_pipeline
     before = table_versions(config)
     for i, plan in enumerate(plans):
-        again = begin(config, run_id=f"core-{i}")
-        assert again == plan
-        assert precommit(config, plan.epoch, SparkStager(spark)).outcome is Outcome.ALREADY_COMMITTED
-        assert commit(config, plan.epoch).outcome is Outcome.ALREADY_COMMITTED
+        again = run_epoch(config, f"core-{i}", spark=spark)
+        assert again.plan == plan
+        assert again.staged.outcome is Outcome.ALREADY_COMMITTED
+        assert again.committed.outcome is Outcome.ALREADY_COMMITTED
         assert abort(config, plan.epoch) is Outcome.NOTHING_TO_ABORT
     assert table_versions(config) == before
 
@@ -341,7 +335,7 @@ def test_any_split_into_epochs_gives_the_same_target(
     for i in range(epochs):
         part = records[i * chunk : (i + 1) * chunk]
         send(part, len(part), config.kafka.topic, client_settings(), progress=False)
-        plans.append(run_epoch(config, spark, f"split-{i}"))
+        plans.append(run_epoch(config, f"split-{i}", spark=spark).plan)
     assert sum(p.records for p in plans) == spec.events
     assert read_table(delta_path(config, "late")).num_rows == 0
     assert audit(config).ok
@@ -438,7 +432,7 @@ def test_audit_of_a_pipeline_with_a_subset_of_aggregations(tmp_path: Path, kafka
     config = write_pipeline(tmp_path, aggregations={"count": "count(*)", "max": "max(value)"})
     spec = GeneratorSpec(events=1500, keys=10, interval_ms=20, disorder_ms=500, seed=5)
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
-    run_until_caught_up(config, spark, "subset")
+    run_until_caught_up(config, "subset", spark=spark)
     target = read_table(delta_path(config, "target"))
     assert target.column_names == ["key", "window_start", "window_end", "count", "max", "epoch"]
     report = audit(config)

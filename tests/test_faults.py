@@ -23,6 +23,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
+from eos.compute.epochs import run_epoch
 from eos.compute.stage import SparkStager
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig, load_config
@@ -354,9 +355,7 @@ def test_hostile_records_are_quarantined_or_counted(tmp_path: Path, kafka: str,
                   on_delivery=lambda err, _m: errors.append(err) if err else None)
     assert p.flush(30) == 0
     assert errors == []
-    plan = begin(config, run_id="hostile")
-    precommit(config, plan.epoch, SparkStager(spark))
-    commit(config, plan.epoch)
+    run_epoch(config, "hostile", spark=spark)
     report = audit(config)
     assert report.ok, report.render()
     reasons = [r["reason"] for r in read_table(delta_path(config, "quarantine")).to_pylist()]

@@ -23,6 +23,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
+from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.compute.stage import SparkStager
 from eos.core.config import PipelineConfig, load_pipeline
 from eos.core.delta import read_table
@@ -41,8 +42,6 @@ from support import (
     delta_path,
     eos_cli,
     kafka_sink_pipeline,
-    run_epoch,
-    run_until_caught_up,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -126,7 +125,7 @@ def pipeline(tmp_path: Path, kafka: str) -> PipelineConfig:
 
 def test_windows_reach_the_topic_once_with_the_documented_record_format(
         pipeline: PipelineConfig, spark: Any) -> None:
-    plans = run_until_caught_up(pipeline, spark, "happy")
+    plans = [run.plan for run in run_until_caught_up(pipeline, "happy", spark=spark)]
     assert len(plans) >= 4
     assert_topic_equals_target_once(pipeline)
     records = read_committed(out_sink(pipeline).options.topic)
@@ -148,7 +147,7 @@ def test_windows_reach_the_topic_once_with_the_documented_record_format(
 
 
 def test_a_committed_epoch_is_skipped_by_its_marker(pipeline: PipelineConfig, spark: Any) -> None:
-    plan = run_epoch(pipeline, spark, "r0")
+    plan = run_epoch(pipeline, "r0", spark=spark).plan
     kafka_sink = out_sink(pipeline)
     topic = kafka_sink.options.topic
     marks = topic_watermarks(client_settings(), topic)
@@ -169,7 +168,7 @@ def test_crash_before_the_transaction_retry_writes_once(pipeline: PipelineConfig
     assert crashed.returncode == KILLED
     assert out_sink(pipeline).committed_epoch() == -1
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
-    run_until_caught_up(pipeline, spark, "before-tx")
+    run_until_caught_up(pipeline, "before-tx", spark=spark)
     assert_topic_equals_target_once(pipeline)
 
 
@@ -184,7 +183,7 @@ def test_crash_after_commit_transaction_retry_skips_the_topic(
     assert kafka_sink.committed_epoch() == 0 and committed_epoch(pipeline) == -1
     retried = commit(pipeline, 0)
     assert retried.skipped == [kafka_sink.name]
-    run_until_caught_up(pipeline, spark, "after-tx")
+    run_until_caught_up(pipeline, "after-tx", spark=spark)
     assert_topic_equals_target_once(pipeline)
 
 
@@ -256,7 +255,7 @@ def test_crash_inside_a_transaction_is_never_visible(pipeline: PipelineConfig, s
     assert crashed.returncode == KILLED
     assert read_committed(out_sink(pipeline).options.topic) == []
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
-    run_until_caught_up(pipeline, spark, "in-tx")
+    run_until_caught_up(pipeline, "in-tx", spark=spark)
     assert_topic_equals_target_once(pipeline)
 
 
@@ -275,5 +274,5 @@ def test_two_commits_at_once_write_the_topic_once(pipeline: PipelineConfig, spar
     # "already committed": either way the topic holds epoch 0 once.
     commit(pipeline, 0)
     assert out_sink(pipeline).commits() == [0]
-    run_until_caught_up(pipeline, spark, "race")
+    run_until_caught_up(pipeline, "race", spark=spark)
     assert_topic_equals_target_once(pipeline)

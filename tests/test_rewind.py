@@ -1,6 +1,7 @@
-"""Rewind and replay (``eos.core.rewind``): back to a committed epoch, then the next runs recompute the
-later ones from their logged plans, exactly once, on real Spark, Delta and a Kafka-protocol
-broker. Crashes are real (SIGKILL at a named point in an ``eos`` process, ``eos.core.faults``)."""
+"""Rewind and replay (``eos.core.rewind``): back to a committed epoch, then the next runs
+recompute the later ones from their logged plans, exactly once, on real Spark, Delta and a
+Kafka-protocol broker. Crashes are real (SIGKILL at a named point in an ``eos`` process,
+``eos.core.faults``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import confluent_kafka as ck
 import pytest
 from deltalake import DeltaTable
 
+from eos.compute.epochs import run_epoch
 from eos.compute.stage import SparkStager
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
@@ -34,7 +36,6 @@ from support import (
     delta_path,
     eos_cli,
     kafka_sink_pipeline,
-    run_epoch,
     table_versions,
     write_pipeline,
 )
@@ -64,7 +65,7 @@ def same_pipeline(config: PipelineConfig, directory: Path, **overrides: Any) -> 
 
 
 def run_epochs(config: PipelineConfig, spark: Any, tag: str, n: int) -> list[Plan]:
-    return [run_epoch(config, spark, f"{tag}-{i}") for i in range(n)]
+    return [run_epoch(config, f"{tag}-{i}", spark=spark).plan for i in range(n)]
 
 
 def contents(config: PipelineConfig) -> dict[str, Any]:

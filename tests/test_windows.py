@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from eos.compute.epochs import run_until_caught_up
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.errors import ConfigError
@@ -24,7 +25,7 @@ from eos.core.protocol import begin
 from eos.tools.audit import audit, row_identity, value_differences
 from eos.tools.produce import GeneratorSpec, generate, send
 
-from support import delta_path, run_until_caught_up, unique_topic, write_pipeline
+from support import delta_path, unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -94,7 +95,7 @@ def test_every_aggregation_per_window_type_equals_the_audit(tmp_path: Path, kafk
                                                             spark: Any, window: str) -> None:
     config = pageview_pipeline(tmp_path, window, produce(MESSY),
                                epoch={"max_records": 700, "staging_retention": 2})
-    plans = run_until_caught_up(config, spark, window)
+    plans = run_until_caught_up(config, window, spark=spark)
     report = audit(config)
     assert report.ok, report.render()
 
@@ -143,8 +144,8 @@ def test_one_three_or_ten_epochs_give_the_same_windows(tmp_path: Path, kafka: st
         (tmp_path / str(epochs)).mkdir()
         config = pageview_pipeline(tmp_path / str(epochs), window, topic, window=window_spec,
                                    epoch={"max_records": -(-ORDERLY.events // epochs)})
-        plans = run_until_caught_up(config, spark, f"split{epochs}")
-        assert len([p for p in plans if p.records]) == epochs
+        runs = run_until_caught_up(config, f"split{epochs}", spark=spark)
+        assert len([run for run in runs if run.plan.records]) == epochs
         assert committed(config, "late") == []
         results.append(_windows_without_epoch(config))
     one, *others = results
@@ -185,7 +186,7 @@ def test_hostile_values_are_kept_exactly_or_quarantined_with_the_field(
         window={"type": "tumbling", "size": "1s", "idle_timeout": "0ms"},
         aggregations={"n": "count(*)", "total": "sum(d)", "smallest": "min(d)",
                       "largest": "max(d)"})
-    run_until_caught_up(config, spark, "hostile")
+    run_until_caught_up(config, "hostile", spark=spark)
     assert audit(config).ok
     (window,) = committed(config, "target")
     assert (window["n"], window["total"], window["smallest"], window["largest"]) == (

@@ -31,7 +31,7 @@ from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 from eos.core.config import PipelineConfig, list_pipelines, load_config
 from eos.core.errors import EXIT_PERMANENT
-from eos.core.sink import sinks_for
+from eos.core.sink import SupportsAssets, sinks_for
 
 SPARK_CONN_ID = "spark_default"
 START_DATE = datetime(2025, 1, 1)  # naive: Airflow reads it in its default timezone (UTC)
@@ -83,6 +83,8 @@ def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
     Delta table, ``kafka://<pipeline>/<topic>`` for a Kafka topic. Keyed by sink name."""
     assets = {}
     for sink in sinks_for(config):
+        if not isinstance(sink, SupportsAssets):
+            continue  # a sink type without asset naming publishes none
         safe = "".join(c if c.isalnum() else "_" for c in sink.name)
         assets[sink.name] = Asset(name=f"eos_{config.name}_{safe}", uri=sink.asset_uri(),
                                   group="eos")

@@ -3,7 +3,8 @@ time, in a process of its own, its output in a file the page shows.
 
 The audit re-reads every committed epoch from Kafka; that can take minutes, so it never runs
 inside the API server's process. The run is a plain ``eos verify --config <yaml>``: the same
-command an operator runs, recording its verdict the same way (``eos.core.verdicts``). The state of the
+command an operator runs, recording its verdict the same way (``eos.core.verdicts``).
+The state of the
 last run lives in ``EOS_DATA_DIR/verify/<pipeline>.json`` (pid, its start time, the log), so any
 API server worker sees it; a file lock makes "start unless one runs" one step.
 """
@@ -81,7 +82,8 @@ def start(config: PipelineConfig) -> VerifyRun:
         log = _dir() / f"{config.name}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "eos.tools.cli", "verify", "--config", str(config.source_path)],
+                [sys.executable, "-m", "eos.tools.cli", "verify", "--config",
+                 str(config.source_path)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )

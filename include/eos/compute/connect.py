@@ -265,7 +265,7 @@ def _session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
             spark.stop()  # (task sessions) releases it server-side; pyspark logs, never raises
 
 
-# -- the local server's state file -----------------------------------------------------------------------------
+# -- the local server's state file --------------------------------------------------------------
 
 def state_path(base: Path | None = None) -> Path:
     return (base or data_dir()) / "spark-connect.json"

@@ -5,28 +5,33 @@ benchmarks all run epochs through here; the DAG runs the same three phases as Ai
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any
 
-from eos.compute.spark import run_precommit
-from eos.compute.stage import SparkStager
 from eos.core.config import PipelineConfig
-from eos.core.plan import Plan
+from eos.core.plan import Plan, Source
 from eos.core.protocol import CommitResult, StageResult, begin, commit, precommit
+from eos.core.staging import Stager
 
 DEFAULT_LIMIT = 1_000  # epochs "until caught up" runs at most before it gives up
+PHASES = ("begin", "precommit", "commit")
 
 
 @dataclass(frozen=True)
 class EpochRun:
-    """What one pass of the loop did: the plan, precommit's and commit's results."""
+    """What one pass of the loop did: the plan, precommit's and commit's results, the wall
+    seconds of the whole epoch and of each phase (``phases``: ``begin``, ``precommit``,
+    ``commit``; the benchmarks report them)."""
 
     plan: Plan
     staged: StageResult
     committed: CommitResult
     seconds: float
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def epoch(self) -> int:
@@ -39,19 +44,46 @@ class EpochRun:
                 "rows": self.committed.rows, "seconds": round(self.seconds, 1)}
 
 
-def run_epoch(config: PipelineConfig, run_id: str | None = None, *,
-              spark: Any = None) -> EpochRun:
+def run_epoch(config: PipelineConfig, run_id: str | None = None, *, spark: Any = None,
+              stager: Stager | None = None, source: Source | None = None,
+              in_phase: Callable[[str], AbstractContextManager[Any]] | None = None
+              ) -> EpochRun:
     """One epoch: its plan (a new one, or the logged plan a cleared run is bound to), staged,
-    committed. Precommit runs on ``spark`` when given (a session this process holds: tests,
-    benchmarks, chaos), else where the pipeline's ``compute.mode`` says, as the DAG runs it."""
-    started = time.monotonic()
-    plan = begin(config, run_id=run_id)
-    if spark is not None:
-        staged = precommit(config, plan.epoch, SparkStager(spark), expected_hash=plan.hash)
-    else:
-        staged = run_precommit(config, plan.epoch, plan.hash)
-    committed = commit(config, plan.epoch)
-    return EpochRun(plan, staged, committed, time.monotonic() - started)
+    committed. Precommit runs with ``stager`` when given (the fast tests' in-process one), else
+    on ``spark`` (a session this process holds: tests, benchmarks, chaos), else where the
+    pipeline's ``compute.mode`` says, as the DAG runs it. ``source`` plans from other offsets
+    than Kafka's (the fast tests); Spark is imported only when precommit runs on it.
+
+    ``in_phase(name)``, when given, is a context each phase runs inside, named as in
+    ``PHASES`` (the benchmarks count the Delta calls of each phase with it)."""
+    phases: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        with in_phase(name) if in_phase is not None else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            try:
+                yield
+            finally:
+                phases[name] = time.perf_counter() - t0
+
+    started = time.perf_counter()
+    with phase("begin"):
+        plan = begin(config, run_id=run_id, source=source)
+    with phase("precommit"):
+        if stager is None and spark is not None:
+            from eos.compute.stage import SparkStager
+
+            stager = SparkStager(spark)
+        if stager is not None:
+            staged = precommit(config, plan.epoch, stager, expected_hash=plan.hash)
+        else:
+            from eos.compute.spark import run_precommit
+
+            staged = run_precommit(config, plan.epoch, plan.hash)
+    with phase("commit"):
+        committed = commit(config, plan.epoch)
+    return EpochRun(plan, staged, committed, time.perf_counter() - started, phases)
 
 
 def run_until_caught_up(config: PipelineConfig, run_prefix: str, *, spark: Any = None,

@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from eos.compute import writers as staging_files
 from eos.compute.parse import NEG_INF, Parser
-from eos.compute.session import local_session
 from eos.compute.windows import END, START, window_type
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.checkpoints import Checkpoint
@@ -37,7 +36,7 @@ from eos.core.schema import (
     REASON,
     parsed_schema,
 )
-from eos.core.staging import KIND_DIR, WATERMARK, StagedFiles
+from eos.core.staging import KIND_DIR, WATERMARK, StagedFiles, files_holding, rows_staged
 from eos.core.tables import group_column, handle, staging_schema
 
 
@@ -116,9 +115,9 @@ def resume_state(config: PipelineConfig, tables: Tables,
             f"the state of committed epoch {previous.epoch} is missing from staging; epoch "
             f"{previous.epoch + 1} cannot resume without it"
         )
-    files = staging_files.files_holding(staging, previous.epoch, "state")
+    files = files_holding(staging, previous.epoch, "state")
     return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"],
-                      staging_files.rows_staged(staging, previous.epoch))
+                      rows_staged(staging, previous.epoch))
 
 
 def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
@@ -156,7 +155,8 @@ def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
 def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka",
                 parse: bool = False) -> Any:
     """The plan's Kafka records as a DataFrame: raw (topic, partition, offset, key, value...),
-    or with ``parse`` parsed by the reader itself (``eos.compute.reader``: one Python stage, not two).
+    or with ``parse`` parsed by the reader itself (``eos.compute.reader``: one Python stage, not
+    two).
 
     ``source`` names another registered data source taking the same options (the benchmark's
     variants)."""
@@ -320,7 +320,7 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
 # What the driver may ever collect, whatever the prediction: an epoch whose rows are not bounded
 # by this many (N-1's rows + records x windows per event) is written by the executors. 390k
 # collected rows cost the driver 0.3 GiB more than the executors' write, so 1M ~0.8 GiB
-# (docs/benchmarks.md, session 11).
+# (docs/benchmarks-history.md, 2026-11-22: "small epochs staged by the driver").
 COLLECT_MAX_ROWS = 1_000_000
 # Quarantined records carry their raw bytes into staging: an epoch with more than this many is
 # written by the executors (a row count says nothing about width).
@@ -388,7 +388,15 @@ class SparkStager:
         (no clock, no randomness), so every attempt writes the same rows."""
         state = resume_state(config, tables, previous)
         with timed() as took:
-            session = self.spark or local_session(config)
+            session = self.spark if self.spark is not None else _local_session(config)
         timings["spark_start"] = took["ms"]
         with epoch_frames(session, config, plan, state, timings) as frames:
             return write_epoch(config, tables, plan, state, frames, timings)
+
+
+def _local_session(config: PipelineConfig) -> Any:
+    """An in-process Spark session (a JVM): imported only when a stager has none, so importing
+    this module starts nothing and loads no Spark."""
+    from eos.compute.session import local_session
+
+    return local_session(config)

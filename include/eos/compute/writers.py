@@ -13,8 +13,9 @@ A small epoch (``eos.compute.stage.collects``: predicted small from the last epo
 bounded before it runs) is collected to the driver as Arrow instead and written there, one
 file per kind (``write_collected``): a Spark file write costs ~0.5 s per epoch however small (a
 job, a task per partition, the Hadoop commit protocol), which was most of what exactly-once cost
-over at-least-once on 200k-record epochs (docs/benchmarks.md, session 11). The directory, the
-files' statistics and the one commit are the same either way.
+over at-least-once on 200k-record epochs (docs/benchmarks-history.md, 2026-11-22: "small
+epochs staged by the driver"). The directory, the files' statistics and the one commit are the
+same either way.
 
 Why this is still exactly once: files that no Delta commit names are invisible to every reader
 (an attempt killed mid-write leaves only those, and a vacuum deletes them); the one commit makes
@@ -56,8 +57,8 @@ def write_frame(frame: Any, directory: str, tasks: int) -> None:
     quarantined). Written as they come, every partition writes a file per kind it holds: ~10
     small files for a 200k-record epoch, each with its own task, writer and footer read. A
     ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in ~6 files: ~0.2 s less per
-    epoch here (docs/benchmarks.md, session 9), and fewer files for the next epoch and
-    ``commit`` to open."""
+    epoch here (docs/benchmarks-history.md, 2026-11-22: "the reader parses"), and fewer files
+    for the next epoch and ``commit`` to open."""
     (frame.coalesce(max(1, tasks)).write.mode("error")
      .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
      .partitionBy(KIND_DIR).parquet(directory))

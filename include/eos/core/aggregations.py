@@ -80,6 +80,13 @@ class Aggregation(ABC):
     def __init__(self, output: str, field: str | None, ftype: FieldType | None) -> None:
         self.output, self.field, self.ftype = output, field, ftype
 
+    @property
+    def field_type(self) -> FieldType:
+        """The aggregated field's type (every function but ``count(*)`` has a field)."""
+        if self.ftype is None:
+            raise TypeError(f"aggregation '{self.output}' ({self.function}) has no field")
+        return self.ftype
+
     @classmethod
     def refuses(cls, ftype: FieldType) -> str | None:
         """Why this function cannot take a field of ``ftype`` (None: it can)."""
@@ -163,10 +170,10 @@ class _Extreme(Aggregation):
     spark_name: ClassVar[str]
 
     def state(self) -> list[tuple[str, pa.DataType]]:
-        return [(self._col("v"), arrow_type(self.ftype))]
+        return [(self._col("v"), arrow_type(self.field_type))]
 
     def output_type(self) -> pa.DataType:
-        return arrow_type(self.ftype)
+        return arrow_type(self.field_type)
 
     def partial(self, F: Any) -> list[Any]:
         return [getattr(F, self.spark_name)(self.field).alias(self._col("v"))]
@@ -226,7 +233,7 @@ class CountDistinct(Aggregation):
     function = "count_distinct"
 
     def state(self) -> list[tuple[str, pa.DataType]]:
-        return [(self._col("set"), pa.list_(arrow_type(self.ftype)))]
+        return [(self._col("set"), pa.list_(arrow_type(self.field_type)))]
 
     def output_type(self) -> pa.DataType:
         return pa.int64()

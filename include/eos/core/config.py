@@ -242,7 +242,8 @@ class WindowConfig(_Strict):
         for name in needs:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if self.type == "hopping" and (self.slide > self.size or self.size % self.slide):
+        size, slide = self.size or 0, self.slide or 0
+        if self.type == "hopping" and (slide > size or size % slide):
             raise ValueError(f"hopping: slide ({self.slide} ms) must divide size ({self.size} ms)")
         return self
 
@@ -275,7 +276,8 @@ class SparkConfig(_Strict):
     driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
     # An epoch whose previous epoch staged at most this many rows (and whose own rows are bounded
-    # by ``eos.compute.stage.COLLECT_MAX_ROWS`` before it runs) is collected to the driver as Arrow and
+    # by ``eos.compute.stage.COLLECT_MAX_ROWS`` before it runs) is collected to the driver as Arrow
+    # and
     # written there, one Parquet file per kind: a Spark file write costs ~0.5 s per epoch however
     # small. Other epochs are written by the executors and never held by the driver. 0: always
     # the executors. Either way the files enter staging in one Delta commit.
@@ -285,7 +287,7 @@ class SparkConfig(_Strict):
 COMPUTE_MODE_ENV = "EOS_COMPUTE_MODE"  # deployment-wide default for pipelines that do not say
 
 
-def _default_compute_mode() -> str:
+def _default_compute_mode() -> Any:  # checked by ComputeConfig._known_mode
     return os.environ.get(COMPUTE_MODE_ENV) or "connect"
 
 
@@ -471,10 +473,10 @@ def pipeline_path(name: str) -> Path:
 
 def load_pipeline(name: str | None = None, path: str | Path | None = None) -> PipelineConfig:
     """Resolve ``--pipeline NAME`` or ``--config PATH`` (exactly one) to a validated config."""
-    if (name is None) == (path is None):
-        raise ConfigError("name a pipeline with --pipeline NAME or a file with --config PATH")
-    if path is not None:
+    if path is not None and name is None:
         return load_config(path)
+    if name is None or path is not None:
+        raise ConfigError("name a pipeline with --pipeline NAME or a file with --config PATH")
     candidate = pipeline_path(name)
     if not candidate.exists():
         known = ", ".join(sorted(p.stem for p in list_pipelines())) or "none"

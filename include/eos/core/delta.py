@@ -37,10 +37,11 @@ APP, EPOCH, OP, PLAN_HASH, REWIND = "eos.app", "eos.epoch", "eos.op", "eos.plan_
 
 
 def commit_properties(app_id: str, epoch: int, op: str, *, txn: bool = True,
-                      **extra: str) -> CommitProperties:
+                      extra: dict[str, str] | None = None) -> CommitProperties:
     """The commit properties of a protocol commit: ``txn(app_id, epoch)`` (unless ``txn`` is
-    False: a staged epoch is not a marker) and the commit info a rewind reads back."""
-    metadata = {APP: app_id, EPOCH: str(int(epoch)), OP: op, **extra}
+    False: a staged epoch is not a marker) and the commit info a rewind reads back (``extra``
+    adds to it: a staged epoch's plan hash, a rewind's id)."""
+    metadata = {APP: app_id, EPOCH: str(int(epoch)), OP: op, **(extra or {})}
     return CommitProperties(custom_metadata=metadata,
                             app_transactions=[Transaction(app_id, int(epoch))] if txn else None)
 
@@ -83,7 +84,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     - the table holds less than ``epoch - 1``: epochs were skipped, ``ProtocolViolation``
       (unless ``in_order`` is False: the epoch log's plan markers may start anywhere).
 
-    ``snapshot`` is an already open handle of ``path`` (the phase's, ``eos.core.tables.OpenTables``):
+    ``snapshot`` is an already open handle of ``path`` (the phase's,
+    ``eos.core.tables.OpenTables``):
     the check and the write go through it, however old it is; a write that lands moves it to
     the version written. Without one, the table is opened here. The commit info names the app,
     the epoch and ``op`` (``eos.core.timetravel``: what a rewind finds its versions by).

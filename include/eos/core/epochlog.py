@@ -19,7 +19,8 @@ from eos.core.outcomes import Outcome
 from eos.core.tables import EPOCHS_SCHEMA, handle
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
-# A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes (``eos.core.rewind``).
+# A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes
+# (``eos.core.rewind``).
 REWINDING, REWOUND = "rewinding", "rewound"
 
 
@@ -80,7 +81,7 @@ def rows(tables: Tables, epoch: int | None = None, since: int | None = None,
 
     Filters are pushed into delta-rs' scan, which skips files by their statistics: the log is
     never read whole unless asked to."""
-    filters = []
+    filters: list[tuple[str, str, Any]] = []
     if epoch is not None:
         filters.append(("epoch", "=", int(epoch)))
     if since:

@@ -28,7 +28,8 @@ class Tables:
 
     @property
     def audits(self) -> str:
-        """The verdicts of ``eos verify`` (``eos.core.verdicts``): written by the audit, never read by
+        """The verdicts of ``eos verify`` (``eos.core.verdicts``): written by the audit, never read
+        by
         the protocol."""
         return str(self.root / "audits")
 

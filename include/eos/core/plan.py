@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
@@ -80,12 +80,46 @@ def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
     return taken
 
 
-def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int]) -> Plan:
+class Source(Protocol):
+    """What the planner asks of the input (``new_plan``): its partitions and their offsets now.
+    Kafka in production (``KafkaSource``); another implementation plans without a broker (the
+    fast tests' in-process source)."""
+
+    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+        """(log start, high watermark) per partition of the pipeline's input, asked now."""
+        ...
+
+    def describe(self, config: PipelineConfig) -> dict[str, Any]:
+        """What the ``begin.watermarks`` log line names as where the watermarks came from."""
+        ...
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """The pipeline's topic on its Kafka cluster (``eos.core.kafka``): the default source.
+    ``settings``: client settings already resolved (None: resolved from the config per call)."""
+
+    settings: dict[str, Any] | None = None
+
+    def _settings(self, config: PipelineConfig) -> dict[str, Any]:
+        return self.settings if self.settings is not None else client_settings(config.kafka.client)
+
+    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+        return topic_watermarks(self._settings(config), config.kafka.topic)
+
+    def describe(self, config: PipelineConfig) -> dict[str, Any]:
+        return {"kafka": redact(self._settings(config))}
+
+
+def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
+             source: Source | None = None) -> Plan:
     """Ranges from the committed offsets (``until`` per partition in the checkpoint of epoch
-    N-1; empty before the first epoch) to the high watermarks, capped by ``max_records``."""
-    settings = client_settings(config.kafka.client)
+    N-1; empty before the first epoch) to the high watermarks, capped by ``max_records``.
+    The watermarks are ``source``'s (default: the topic's, ``KafkaSource``)."""
+    if source is None:  # the settings are resolved once, for the watermarks and the log line
+        source = KafkaSource(client_settings(config.kafka.client))
     topic = config.kafka.topic
-    marks = topic_watermarks(settings, topic)
+    marks = source.watermarks(config)
     starts: dict[int, int] = {}
     for partition, (low, high) in marks.items():
         default = low if config.kafka.start == "earliest" else high
@@ -106,7 +140,7 @@ def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int]) -> P
     taken = cap_fairly(available, config.epoch.max_records)
     ranges = tuple(PartitionRange(p, starts[p], starts[p] + taken[p]) for p in sorted(marks))
     clock = int(time.time() * 1000) if config.window.idle_timeout is not None else None
-    log_phase("begin.watermarks", epoch=epoch, kafka=redact(settings), watermarks=marks)
+    log_phase("begin.watermarks", epoch=epoch, **source.describe(config), watermarks=marks)
     return Plan(config.name, topic, epoch, ranges, clock)
 
 

@@ -33,7 +33,7 @@ from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs, output_schema
 from eos.core.phaselog import elapsed_ms, log_phase, timed
-from eos.core.plan import Plan, new_plan, plan_of
+from eos.core.plan import Plan, Source, new_plan, plan_of
 from eos.core.rewind import check_none_unfinished
 from eos.core.sink import SinkCommit, sinks_for
 from eos.core.staging import Stager, count_kinds, staged_epoch, watermark_row
@@ -133,8 +133,10 @@ def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False
 
 # -- begin --------------------------------------------------------------------------------------
 
-def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
+def begin(config: PipelineConfig, run_id: str | None = None, *,
+          source: Source | None = None) -> Plan:
     """Return the plan of the epoch this run processes, logging a new one only if none exists.
+    A new plan reads ``source``'s watermarks (default: the pipeline's Kafka topic).
 
     Scenarios:
     - a rewind is unfinished: ``RewindUnfinished`` (finish the rewind first);
@@ -157,7 +159,7 @@ def begin(config: PipelineConfig, run_id: str | None = None) -> Plan:
         check_sinks(config, committed)
         plan, how = _existing_plan(logged, committed, run_id)
         if plan is None:
-            fresh = new_plan(config, committed + 1, last.until if last else {})
+            fresh = new_plan(config, committed + 1, last.until if last else {}, source)
             won = epochlog.log_plan(tables, config.app_id, fresh.epoch, fresh.to_json(),
                                     fresh.hash, run_id, elapsed_ms(took))
             faults.hit("begin.after_log")
@@ -262,7 +264,7 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
         )
     with timed() as took:
         result.staging_version = staging.commit(
-            tables.refresh(tables.staging), staged.files, plan.epoch, staging_schema(config),
+            tables.refreshed(tables.staging), staged.files, plan.epoch, staging_schema(config),
             config.app_id, plan.hash)
     faults.hit("precommit.after_write")
     timings["staging_write"] = took["ms"]
@@ -368,7 +370,7 @@ def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
         if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
             outcome = Outcome.NOTHING_TO_ABORT
         else:
-            tables.refresh(tables.staging).delete(f"epoch = {int(epoch)}")
+            tables.refreshed(tables.staging).delete(f"epoch = {int(epoch)}")
             for sink in sinks_for(config):
                 sink.abort(epoch)
             epochlog.append(tables, epoch, epochlog.ABORTED, details={"reason": reason[:500]})

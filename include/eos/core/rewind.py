@@ -4,7 +4,8 @@ epochs N+1.. from their logged plans with the current code and config.
 Flink users restart from a savepoint; Spark users delete the checkpoint and reprocess. Here
 every epoch's plan is logged and every table is versioned, so every committed epoch is a
 savepoint: ``rewind(N)`` restores each Delta sink, staging and the checkpoint table to the
-version at which N was committed (``eos.core.timetravel``: Delta ``RESTORE`` with the marker set back to
+version at which N was committed (``eos.core.timetravel``: Delta ``RESTORE`` with the marker set
+back to
 N in the same commit). The epoch log is not rewound: it keeps every plan, so the next ``begin``
 finds N+1's logged plan and the replay reads exactly the ranges it read the first time (or
 fails loudly, ``DataLoss``, if Kafka no longer holds them).
@@ -40,8 +41,8 @@ from eos.core.errors import ConfigError, RewindRefused, RewindUnfinished
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.outputs import output_schema
 from eos.core.phaselog import log_phase, timed
-from eos.core.sink import Sink, sinks_for
-from eos.core.tables import OpenTables, ensure_tables, handle, staging_schema
+from eos.core.sink import Sink, SupportsRewind, sinks_for
+from eos.core.tables import OpenTables, ensure_tables, staging_schema
 from eos.core.timetravel import replace_schema, restore, target_version, version_of
 
 
@@ -142,7 +143,7 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
         return None
     checkpoint = checkpoints.read(tables, to_epoch) if to_epoch >= 0 else None
     _check_schema(config, tables, checkpoint)
-    sinks = sinks_for(config)
+    sinks = rewindable(config, to_epoch)
     republished = _check_republish(config, sinks, to_epoch, committed, republish)
     seq = len({json.loads(r["details"])["rewind_id"] for r in epochlog.rewind_rows(tables)
                if r["phase"] == epochlog.REWINDING})
@@ -196,7 +197,22 @@ def _check_schema(config: PipelineConfig, tables: OpenTables,
     )
 
 
-def _check_republish(config: PipelineConfig, sinks: list[Sink], to_epoch: int, committed: int,
+def rewindable(config: PipelineConfig, to_epoch: int) -> list[SupportsRewind]:
+    """Every sink of the pipeline, each able to rewind; else ``RewindRefused`` naming those that
+    cannot (a sink without the ``SupportsRewind`` capability would keep the rewound epochs)."""
+    sinks: list[Sink] = sinks_for(config)
+    unable = [sink.name for sink in sinks if not isinstance(sink, SupportsRewind)]
+    if unable:
+        raise RewindRefused(
+            f"cannot rewind '{config.name}' to epoch {to_epoch}: sink(s) {', '.join(unable)} "
+            "cannot be rewound (their type does not implement SupportsRewind): they would keep "
+            "the rewound epochs and then receive the replayed ones again"
+        )
+    return [sink for sink in sinks if isinstance(sink, SupportsRewind)]
+
+
+def _check_republish(config: PipelineConfig, sinks: list[SupportsRewind], to_epoch: int,
+                     committed: int,
                      republish: bool) -> list[str]:
     """The sinks that cannot withdraw what they published; refused unless ``republish``."""
     stuck = [sink.name for sink in sinks if not sink.withdraws]
@@ -217,7 +233,9 @@ def _staging_target(config: PipelineConfig, tables: OpenTables,
     """Staging at the commit that staged N for its checkpointed plan (N's open windows are the
     state N+1 resumes from); before any staged epoch for a full replay."""
     if checkpoint is None:
-        staging = handle(tables, tables.staging)
+        staging = tables.handle(tables.staging)  # ensure_tables creates it when missing
+        if staging is None:
+            raise RewindRefused(f"'{config.name}' has no staging table at {tables.staging}")
         return version_of(staging, tables.staging, config.app_id, NO_EPOCH)
     return target_version(tables.staging, config.app_id, checkpoint.epoch, checkpoint.plan_hash)
 
@@ -227,7 +245,7 @@ def _restore(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> di
     versions: dict[str, int | None] = {}
     app, epoch, rid = config.app_id, plan.to_epoch, plan.rewind_id
     _check_same_sinks(config, plan)
-    for sink in sinks_for(config):
+    for sink in rewindable(config, epoch):
         versions[sink.name] = sink.rewind(epoch, plan.sinks[sink.name], rid,
                                           output_schema(config, sink.output))
         faults.hit("rewind.between_tables")

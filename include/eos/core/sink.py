@@ -139,8 +139,11 @@ class Sink(ABC):
 
 
 # -- capabilities a sink may add ----------------------------------------------------------------
+#
+# Each is a Sink with more to implement; a sink type lists the capabilities it has, e.g.
+# ``class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets)``.
 
-class SupportsRewind(ABC):
+class SupportsRewind(Sink):
     """A sink a rewind can take back to an earlier epoch (``eos.core.rewind``)."""
 
     #: Whether ``rewind`` takes committed rows back (a Delta table restores an older version).
@@ -167,7 +170,7 @@ class SupportsRewind(ABC):
         """
 
 
-class SupportsReadBack(ABC):
+class SupportsReadBack(Sink):
     """A sink the audit (``eos verify``) can read back and compare with its own recomputation."""
 
     @abstractmethod
@@ -182,7 +185,7 @@ class SupportsReadBack(ABC):
         The audit expects a contiguous run ending at the last checkpoint."""
 
 
-class SupportsAssets(ABC):
+class SupportsAssets(Sink):
     """A sink Airflow publishes as an asset when an epoch commits to it."""
 
     @abstractmethod

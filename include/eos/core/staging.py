@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from eos.core.delta import PLAN_HASH, commit_properties
 from eos.core.layout import Tables
@@ -132,14 +132,15 @@ def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.
     """One Delta commit: partition ``epoch=N`` becomes exactly ``files`` (any earlier attempt's
     files are removed in the same commit). Returns the staging version written. The commit info
     names the epoch and its plan hash: a rewind to N restores staging to this version."""
-    actions = [AddAction(f.path, f.size, {"epoch": str(int(epoch))}, f.modified_ms, True,
-                         _stats(f)) for f in files]
+    partition = {"epoch": str(int(epoch))}
+    actions: list[AddAction | RemoveAction] = [
+        AddAction(f.path, f.size, partition, f.modified_ms, True, _stats(f)) for f in files]
     staging.create_write_transaction(actions, mode="overwrite", schema=schema,
                                      partition_by=["epoch"],
                                      partition_filters=[("epoch", "=", str(int(epoch)))],
                                      commit_properties=commit_properties(
                                          app_id, epoch, "stage", txn=False,
-                                         **{PLAN_HASH: plan_hash}))
+                                         extra={PLAN_HASH: plan_hash}))
     staging.update_incremental()
     return staging.version()
 

@@ -226,12 +226,11 @@ def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, commi
 
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
+    problem: str | None = None
     try:
         marks = topic_watermarks(settings, config.kafka.topic)
     except EosError as error:
         marks, problem = {}, str(error)
-    else:
-        problem = None
     lags = []
     for p in sorted(set(offsets) | set(marks)):
         until, high = offsets.get(p), marks.get(p, (None, None))[1]

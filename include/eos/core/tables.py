@@ -139,6 +139,14 @@ class OpenTables(Tables):
         table.update_incremental()
         return table
 
+    def refreshed(self, path: str) -> DeltaTable:
+        """One of the pipeline's own tables (created on first use, so never missing) at its
+        latest version."""
+        table = self.refresh(path)
+        if table is None:
+            raise TableUnwritable(f"Delta table {path} could not be opened or created")
+        return table
+
 
 def handle(tables: Tables, path: str) -> DeltaTable | None:
     """``path``'s table: the phase's handle when ``tables`` is an ``OpenTables``, else a fresh

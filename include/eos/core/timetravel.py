@@ -109,14 +109,15 @@ def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str) ->
     table = DeltaTable(path)
     if rewound(table, rewind_id) or table.version() == version:
         return None
-    properties = commit_properties(app_id, epoch, "rewind", **{REWIND: rewind_id})
+    properties = commit_properties(app_id, epoch, "rewind", extra={REWIND: rewind_id})
     try:
         if version < 0:  # back to before the table existed: remove every file instead
             table.delete(commit_properties=properties)
         else:
             table.restore(version, commit_properties=properties)
     except CommitFailedError as error:
-        return _lost_race(path, rewind_id, error)
+        _lost_race(path, rewind_id, error)
+        return None
     return DeltaTable(path).version()
 
 
@@ -151,7 +152,7 @@ def replace_schema(path: str, schema: pa.Schema, app_id: str, epoch: int, rewind
         write_deltalake(table, schema.empty_table(), mode="overwrite", schema_mode="overwrite",
                         partition_by=partition_by,
                         commit_properties=commit_properties(app_id, epoch, "rewind",
-                                                            **{REWIND: rewind_id}))
+                                                            extra={REWIND: rewind_id}))
     except CommitFailedError as error:
         if _same_schema(DeltaTable(path), schema):  # another attempt of this rewind did it
             return None

@@ -20,7 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from eos.core.config import DurationMs
 from eos.core.delta import create_table, fenced_append, txn_version
 from eos.core.outcomes import NO_EPOCH
-from eos.core.sink import Sink, SinkCommit, validated_options
+from eos.core.sink import (
+    SinkCommit,
+    SupportsAssets,
+    SupportsReadBack,
+    SupportsRewind,
+    validated_options,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,15 +40,16 @@ class DeltaSinkOptions(BaseModel):
     becomes the table's ``delta.logRetentionDuration``. delta-rs checkpoints a table every 100
     commits and then deletes the commit files older than that, so the log of a table written
     once per epoch stays bounded instead of keeping 30 days of commits (Delta's default), which
-    every append lists (docs/benchmarks.md, session 10). Time travel, and a rewind, reach back
-    as far as the retention. Unset: the table keeps Delta's default, or what its owner set."""
+    every append lists (docs/benchmarks-history.md, 2026-11-22: "bounded Delta logs"). Time
+    travel, and a rewind, reach back as far as the retention. Unset: the table keeps Delta's
+    default, or what its owner set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: str = Field(min_length=1)
     log_retention: DurationMs | None = Field(default=None, ge=3_600_000)
 
 
-class DeltaSink(Sink):
+class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``;
     ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
 
@@ -123,7 +130,8 @@ class DeltaSink(Sink):
 
     def rewind(self, epoch: int, target: int | None, rewind_id: str,
                schema: pa.Schema) -> int | None:
-        """A Delta ``RESTORE`` to ``target`` carrying ``txn(app, epoch)`` (``eos.core.timetravel``); on a
+        """A Delta ``RESTORE`` to ``target`` carrying ``txn(app, epoch)``
+        (``eos.core.timetravel``); on a
         full rewind, the emptied table takes the output's current schema."""
         from eos.core.timetravel import replace_schema, restore
 

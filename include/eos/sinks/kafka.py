@@ -50,7 +50,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from eos.core import faults
 from eos.core.errors import SinkRejected, SinkUnavailable
 from eos.core.outcomes import NO_EPOCH, Outcome
-from eos.core.sink import Sink, SinkCommit, validated_options
+from eos.core.sink import (
+    SinkCommit,
+    SupportsAssets,
+    SupportsReadBack,
+    SupportsRewind,
+    validated_options,
+)
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
@@ -79,7 +85,7 @@ def _kafka_error(error: BaseException) -> Any:
     return error.args[0] if error.args else None
 
 
-class KafkaSink(Sink):
+class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     kind = "kafka"
     withdraws = False  # a published record stays published: rewinds republish
     options: KafkaSinkOptions

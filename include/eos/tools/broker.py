@@ -119,10 +119,12 @@ def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None) -> d
         if state is not None and state["pid"] == child.pid:
             return state
         if child.poll() is not None:
-            raise BrokerUnavailable(f"embedded broker exited with code {child.returncode}; see {log.name}")
+            raise BrokerUnavailable(f"embedded broker exited with code {child.returncode}; "
+                                    f"see {log.name}")
         time.sleep(0.1)
     child.kill()
-    raise BrokerUnavailable(f"embedded broker did not start within {START_TIMEOUT_S:.0f}s; see {log.name}")
+    raise BrokerUnavailable(f"embedded broker did not start within {START_TIMEOUT_S:.0f}s; "
+                            f"see {log.name}")
 
 
 def _check_topics(state: dict[str, Any], wanted: list[TopicSpec]) -> None:

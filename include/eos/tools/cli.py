@@ -49,7 +49,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
     if args.action == "start":
         conf = dict(item.split("=", 1) for item in args.conf or [])
-        state = spark_server.start(port=args.port, master=args.master, driver_memory=args.driver_memory,
+        state = spark_server.start(port=args.port, master=args.master,
+                                   driver_memory=args.driver_memory,
                               session_timeout=args.session_timeout, conf=conf)
         print(f"Spark Connect server running at sc://{state['host']}:{state['port']} "
               f"(pid {state['pid']}, master {state['master']})")

@@ -57,11 +57,14 @@ def _airflow_runner(config: PipelineConfig):
 
 def summary(config: PipelineConfig) -> str:
     """The status, then what each sink holds, read back the way its consumers read it."""
-    from eos.core.sink import sinks_for
+    from eos.core.sink import SupportsReadBack, sinks_for
     from eos.core.status import pipeline_status, render
 
     lines = [render(pipeline_status(config)), ""]
     for sink in sinks_for(config):
+        if not isinstance(sink, SupportsReadBack):
+            lines.append(f"{sink.name} ({sink.output}): cannot be read back")
+            continue
         rows = sink.read_back()
         lines.append(f"{sink.name} ({sink.output}): {len(rows)} rows")
         if sink.output == "windows":

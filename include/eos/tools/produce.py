@@ -395,7 +395,8 @@ def send(
             " within 60s; is the broker running?"
         )
     if failures:
-        raise ProduceFailed(f"{len(failures)} records failed to produce; first error: {failures[0]}")
+        raise ProduceFailed(f"{len(failures)} records failed to produce; "
+                            f"first error: {failures[0]}")
     return summary
 
 

@@ -145,7 +145,8 @@ def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None
             return state
         time.sleep(0.5)
     _kill_group(child.pid, 5.0)
-    raise ComputeNotStarted(f"Spark Connect server did not answer within {START_TIMEOUT_S:.0f}s; see {log}")
+    raise ComputeNotStarted(f"Spark Connect server did not answer within "
+                            f"{START_TIMEOUT_S:.0f}s; see {log}")
 
 
 def _free_port() -> int:
