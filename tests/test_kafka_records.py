@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from eos.core.config import load_pipeline
 from eos.core.outputs import QUARANTINE_SCHEMA, late_schema, windows_schema
-from eos.sinks.kafka import decode_value, encode_keys, encode_values
+from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
 
 DEC = pa.decimal128(38, 9)
 SCHEMA = pa.schema([("key", pa.string()), ("at", pa.timestamp("us", tz="UTC")), ("n", pa.int64()),

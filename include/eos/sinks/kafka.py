@@ -15,10 +15,10 @@ call, so Flink's failure mode (a transaction pre-committed in one checkpoint, co
 later one, expired by ``transaction.timeout.ms`` in between: data loss) cannot happen here: a
 transaction that times out was never reported committed, and the retry redoes it.
 
-Records: key = the group fields as compact JSON with sorted keys (no key where the output has
-no group fields); value = a JSON object of the output columns (timestamps ISO-8601 UTC with
-milliseconds, decimals as exact JSON numbers, binary as base64); headers ``eos-pipeline``,
-``eos-epoch``, ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Consumers must read with
+Records (``eos.sinks.kafka_records``): key = the group fields as compact JSON with sorted keys;
+value = a JSON object of the output columns; headers ``eos-pipeline``, ``eos-epoch``,
+``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics are made to exist by
+``eos.sinks.kafka_topics``. Consumers must read with
 ``isolation.level=read_committed``.
 
 Rewinds (``eos.core.rewind``): published records cannot be withdrawn, so a rewind to N writes only a
@@ -36,13 +36,10 @@ inside a transaction and two concurrent attempts are only safe on a real broker.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import time
 from collections.abc import Iterable, Iterator
-from datetime import datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,13 +54,13 @@ from eos.core.sink import (
     SupportsRewind,
     validated_options,
 )
+from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
+from eos.sinks.kafka_topics import TIMEOUT_S, ensure_topic, kafka_error
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
     import pyarrow as pa
 
-TIMEOUT_S = 30.0
-CREATE_TIMEOUT_S = 15.0
 MARKER_SUFFIX = ".eos-markers"
 
 
@@ -79,10 +76,6 @@ class KafkaSinkOptions(BaseModel):
     @property
     def markers(self) -> str:
         return self.marker_topic or self.topic + MARKER_SUFFIX
-
-
-def _kafka_error(error: BaseException) -> Any:
-    return error.args[0] if error.args else None
 
 
 class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
@@ -240,7 +233,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         except ck.KafkaException as error:
             raise SinkUnavailable(
                 f"Kafka sink {self.name}: init_transactions for '{self.transactional_id}' failed: "
-                f"{_kafka_error(error)}"
+                f"{kafka_error(error)}"
             ) from None
         return producer
 
@@ -273,7 +266,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 except BufferError:  # the client's queue is full: let it drain
                     producer.poll(0.1)
                 except ck.KafkaException as error:  # refused before it left the client
-                    failures.append(_kafka_error(error))
+                    failures.append(kafka_error(error))
                     break
             if failures:
                 break
@@ -294,8 +287,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 producer.commit_transaction(TIMEOUT_S)
                 return
             except ck.KafkaException as error:
-                kafka_error = _kafka_error(error)
-                if kafka_error is not None and kafka_error.retriable() and attempt < 4:
+                failure = kafka_error(error)
+                if failure is not None and failure.retriable() and attempt < 4:
                     time.sleep(0.5 * (attempt + 1))
                     continue
                 raise
@@ -309,8 +302,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         - anything else: abort if possible, and retry (transient).
         Nothing of N is visible to ``read_committed`` consumers in any of these cases.
         """
-        kafka_error = _kafka_error(error)
-        fatal = getattr(kafka_error, "fatal", lambda: False)()
+        failure = kafka_error(error)
+        fatal = getattr(failure, "fatal", lambda: False)()
         if not fatal:
             # If this fails too, the next attempt's init_transactions aborts the transaction.
             with contextlib.suppress(Exception):
@@ -321,7 +314,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows, raced=True)
         raise SinkUnavailable(
             f"Kafka sink {self.name}: transaction for epoch {epoch} did not commit "
-            f"({kafka_error or error}); nothing of it is visible, retrying is safe"
+            f"({failure or error}); nothing of it is visible, retrying is safe"
         ) from None
 
     def _last_marker(self) -> int:
@@ -373,52 +366,6 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                                   group=f"eos-readback-{self.config.name}", timeout_s=TIMEOUT_S)
 
 
-def ensure_topic(settings: dict[str, Any], topic: str, partitions: int | None,
-                 topic_config: dict[str, str] | None = None) -> None:
-    """Make sure ``topic`` exists: create it (CreateTopics) where the broker allows, else rely on
-    the broker's auto-creation; a clear ``SinkRejected`` when neither works.
-
-    The embedded broker does not implement CreateTopics (a request hangs until it times out,
-    DESIGN §2), so there only auto-creation is asked for."""
-    from concurrent.futures import TimeoutError as FutureTimeout
-
-    import confluent_kafka as ck
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from eos.core.kafka import is_embedded_broker
-
-    admin = AdminClient(settings)
-    try:
-        if topic in admin.list_topics(timeout=TIMEOUT_S).topics:
-            return
-    except ck.KafkaException as error:
-        raise SinkUnavailable(f"Kafka at {settings['bootstrap.servers']} did not answer: "
-                              f"{_kafka_error(error)}") from None
-    reason: Any = "not implemented by the embedded broker"
-    if not is_embedded_broker(settings):
-        created = admin.create_topics(
-            [NewTopic(topic, num_partitions=partitions or -1, replication_factor=-1,
-                      config=topic_config or {})], request_timeout=CREATE_TIMEOUT_S)
-        try:
-            created[topic].result(CREATE_TIMEOUT_S + 5)
-            return
-        except ck.KafkaException as error:
-            reason = _kafka_error(error)
-            if reason is not None and reason.code() == ck.KafkaError.TOPIC_ALREADY_EXISTS:
-                return
-        except FutureTimeout:
-            reason = f"no answer within {CREATE_TIMEOUT_S:.0f}s"
-    # A producer's metadata request auto-creates the topic where the broker allows it.
-    probe = ck.Producer({**settings, "allow.auto.create.topics": True})
-    probe.list_topics(topic, timeout=TIMEOUT_S)
-    if topic not in admin.list_topics(timeout=TIMEOUT_S).topics:
-        raise SinkRejected(
-            f"output topic '{topic}' does not exist and could not be created "
-            f"(CreateTopics: {reason}; auto-creation is off); create it, or let this "
-            "pipeline's principal create topics"
-        )
-
-
 def _is_rejection(error: Any) -> bool:
     import confluent_kafka as ck
 
@@ -453,66 +400,3 @@ def _header(message: ck.Message, name: str) -> str | None:
         if key == name:
             return value.decode() if value is not None else None
     return None
-
-
-# -- the record value: a JSON object of the output columns, typed by the output's schema -------
-
-def _fragments(column: pa.ChunkedArray) -> list[str]:
-    """Each value of a column as JSON text, built a column at a time (rows are many, columns
-    few): timestamps ISO-8601 UTC with milliseconds, decimals with every digit, binary base64."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    kind = column.type
-    if pa.types.is_timestamp(kind):
-        try:  # milliseconds (outputs hold ms times); finer values keep their digits, never cut
-            column = column.cast(pa.timestamp("ms", tz="UTC"))
-        except pa.ArrowInvalid:
-            column = column.cast(pa.timestamp("us", tz="UTC"))
-        texts = pc.strftime(column, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
-        return ["null" if t is None else f'"{t}"' for t in texts]
-    values = column.to_pylist()
-    if pa.types.is_decimal(kind):
-        return ["null" if v is None else format(v, "f") for v in values]
-    if pa.types.is_binary(kind):
-        return ["null" if v is None else f'"{base64.b64encode(v).decode()}"' for v in values]
-    dumps = json.JSONEncoder(allow_nan=False, ensure_ascii=False).encode
-    return ["null" if v is None else dumps(v) for v in values]
-
-
-def encode_values(rows: pa.Table) -> list[bytes]:
-    """The record value of every output row: a JSON object of every column, in schema order."""
-    prefixes = [json.dumps(name) + ":" for name in rows.schema.names]
-    columns = [_fragments(rows.column(name)) for name in rows.schema.names]
-    return [("{" + ",".join(p + v for p, v in zip(prefixes, values, strict=True)) + "}").encode()
-            for values in zip(*columns, strict=True)] if columns else []
-
-
-def encode_keys(rows: pa.Table, group: list[str]) -> list[bytes | None]:
-    """The record key of every row: the group fields as compact JSON with sorted keys."""
-    if not group:
-        return [None] * rows.num_rows
-    return list(encode_values(rows.select(sorted(group))))
-
-
-def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
-    """The inverse of ``encode_value``: JSON back to the Python values of the schema's types."""
-    import pyarrow as pa
-
-    doc = json.loads(raw, parse_float=Decimal)
-    row: dict[str, Any] = {}
-    for field in schema:
-        value = doc.get(field.name)
-        if value is None:
-            row[field.name] = None
-        elif pa.types.is_timestamp(field.type):
-            row[field.name] = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        elif pa.types.is_floating(field.type):
-            row[field.name] = float(value)
-        elif pa.types.is_decimal(field.type):
-            row[field.name] = Decimal(value)
-        elif pa.types.is_binary(field.type):
-            row[field.name] = base64.b64decode(value)
-        else:
-            row[field.name] = value
-    return row
