@@ -57,8 +57,8 @@ def _timed(counter: OpCounter, op: str, fn: Callable[..., Any]) -> Callable[...,
 
 @contextlib.contextmanager
 def counting() -> Iterator[OpCounter]:
+    import eos.core.delta
     import eos.core.epochlog
-    import eos.core.tables
 
     counter = OpCounter()
     originals = {
@@ -69,7 +69,9 @@ def counting() -> Iterator[OpCounter]:
         "delete": DeltaTable.__dict__["delete"],
         "history": DeltaTable.__dict__["history"],
     }
-    writers = {eos.core.tables: eos.core.tables.write_deltalake,
+    # every module calling ``write_deltalake``: the fenced appends (sinks, checkpoints, plan
+    # markers) and replace_epoch in eos.core.delta, the epoch log's plain appends
+    writers = {eos.core.delta: eos.core.delta.write_deltalake,
                eos.core.epochlog: eos.core.epochlog.write_deltalake}
     try:
         DeltaTable.__init__ = _timed(counter, "open table", originals["__init__"])

@@ -58,11 +58,14 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
     """``probes`` empty epochs, timed and their Delta calls counted."""
     import eos.compute.stage
     import eos.core.checkpoints
+    import eos.core.delta
     import eos.core.epochlog
     import eos.core.tables
 
-    # every module calling ``scan``
-    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.stage, eos.core.tables)
+    # every module calling ``scan`` (eos.core.delta's own readers, read_table and read_existing,
+    # call it there)
+    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.stage, eos.core.tables,
+               eos.core.delta)
     scans: dict[str, int] = {}
     phase = {"name": "other"}
     originals = {m: m.scan for m in readers}

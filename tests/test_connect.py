@@ -32,7 +32,7 @@ from eos.core.layout import tables_for
 from eos.core.processes import group_members
 from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.staging import staged_epoch
-from eos.tools import spark_server
+from eos.tools import spark_server as supervisor
 from eos.tools.audit import audit
 from eos.tools.produce import GeneratorSpec, generate, send
 
@@ -106,7 +106,7 @@ def test_server_binds_loopback_keeps_its_token_secret_and_reports_health(
     assert token not in argv, "the token must not be on the server's command line (ps shows it)"
     assert "spark.connect.grpc.binding.address=127.0.0.1" in argv.replace("\0", " ")
     assert token not in connect.state_path(data_dir).read_text()
-    assert token not in spark_server.log_path(data_dir).read_text(errors="replace")
+    assert token not in supervisor.log_path(data_dir).read_text(errors="replace")
     ip = outbound_ip()
     if ip is not None:
         with pytest.raises(OSError):
@@ -208,10 +208,10 @@ def own_server(tmp_path_factory: pytest.TempPathFactory, kafka: str) -> Iterator
         tuple[Path, int]]:
     base = tmp_path_factory.mktemp("own-spark")
     port = free_port()
-    spark_server.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
+    supervisor.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
                   conf={"spark.connect.session.manager.maintenanceInterval": "2s"})
     yield base, port
-    assert spark_server.stop(base) or connect.read_state(base) is None
+    assert supervisor.stop(base) or connect.read_state(base) is None
 
 
 def own_endpoint(own_server: tuple[Path, int]) -> connect.Endpoint:
@@ -226,8 +226,8 @@ def test_server_restart_mid_epoch_fails_the_attempt_and_the_retry_commits_once(
     env = {connect.REMOTE_ENV: remote_url(own_endpoint(own_server))}
     client = held_barrier(config, tmp_path / "faults", env, timeout_s=120)
     base, port = own_server
-    assert spark_server.stop(base)
-    spark_server.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
+    assert supervisor.stop(base)
+    supervisor.start(base=base, port=port, session_timeout="15s", driver_memory="1g",
                   conf={"spark.connect.session.manager.maintenanceInterval": "2s"})
     _, err = client.communicate(timeout=300)
     assert client.returncode == EXIT_TRANSIENT, err[-3000:]
@@ -269,17 +269,17 @@ def test_abandoned_sessions_expire(tmp_path: Path, own_server: tuple[Path, int])
 def test_stop_leaves_no_process(tmp_path: Path, kafka: str) -> None:
     """``eos spark stop``: the JVM and every Python worker it forked are gone."""
     base = tmp_path / "data"
-    state = spark_server.start(base=base, port=free_port(), driver_memory="1g")
+    state = supervisor.start(base=base, port=free_port(), driver_memory="1g")
     endpoint = connect.Endpoint("127.0.0.1", state["port"], connect.read_token(base), False, "t")
     config = write_pipeline(tmp_path)
     with connect.session(config, endpoint) as spark:  # start Python workers on the server
         assert spark.range(4).mapInArrow(lambda it: it, "id long").count() == 4
     pgid = state["pid"]
-    assert spark_server.stop(base)
+    assert supervisor.stop(base)
     assert connect.read_state(base) is None
     survivors = group_members(pgid)
     assert not survivors, f"processes of the server's group survived: {survivors}"
-    assert not spark_server.stop(base)
+    assert not supervisor.stop(base)
 
 
 @pytest.mark.parametrize("message", [

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from eos.core import faults
 from eos.core.errors import CommitConflict, ProtocolViolation, SinkUnavailable, TableUnwritable
@@ -90,9 +90,6 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     the version written. Without one, the table is opened here. The commit info names the app,
     the epoch and ``op`` (``eos.core.timetravel``: what a rewind finds its versions by).
     """
-    from deltalake import DeltaTable, write_deltalake
-    from deltalake.exceptions import CommitFailedError
-
     snapshot = snapshot if snapshot is not None else DeltaTable(path)
     for attempt in range(WRITE_ATTEMPTS):
         held = txn_version(path, app_id, snapshot)
@@ -132,8 +129,6 @@ def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = 
     delta-rs 1.6.6 may then record two ``CREATE TABLE`` commits (versions 0 and 1, the same
     schema, seen in CI): a writer whose snapshot is version 0 gets "Metadata changed since last
     commit", which ``fenced_append`` re-checks and writes through."""
-    from deltalake import DeltaTable
-
     if DeltaTable.is_deltatable(path):
         return
     try:

@@ -1,13 +1,8 @@
-"""Delta Lake sink: an epoch is one append carrying ``txn(app id, N)``, fenced through one snapshot.
+"""Delta Lake sink: an epoch is one append carrying ``txn(app id, N)``, fenced through one snapshot
+(``eos.core.delta.fenced_append``, the same append the checkpoint authority makes).
 
-delta-rs fences concurrent commits of the same app id only when the check and the write use the
-same snapshot (DESIGN §2): ``dt = DeltaTable(path)``, read ``dt.transaction_version(app)``, then
-``write_deltalake(dt, ...)``. A concurrent attempt that committed after our snapshot makes our
-commit fail with ``CommitFailedError``; we re-read and report "already committed". Writing to the
-*path* instead re-opens the table at its latest version and the check protects nothing: two
-racing attempts appended one epoch twice (the bug this module exists to prevent).
-
-The checkpoint table (``eos.core.checkpoints``) appends through the same ``fenced_append``.
+The DAG file imports this module to parse sink options: deltalake and pyarrow are imported only
+inside the methods that write or read.
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from eos.core.config import DurationMs
-from eos.core.delta import create_table, fenced_append, txn_version
 from eos.core.outcomes import NO_EPOCH
 from eos.core.sink import (
     SinkCommit,
@@ -84,11 +78,17 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
     def prepare(self, schema: pa.Schema) -> None:
-        create_table(self.path, schema, configuration=self._properties() or None)
+        from eos.core.delta import create_table
+        from eos.core.pool import pooled
+
+        # A table this process holds a handle of exists; asking costs a listing of its log.
+        if not pooled(self.path):
+            create_table(self.path, schema, configuration=self._properties() or None)
 
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
         commit is checked against the snapshot it was planned on)."""
+        from eos.core.delta import txn_version
         from eos.core.pool import lent
 
         with lent(self.path) as table:
@@ -98,6 +98,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """One Delta commit: the rows and ``txn(app id, epoch)``; see ``fenced_append``. The
         table is opened once (or a pooled handle brought up to date: ``eos.core.tables.lent``): the
         open is the existence check and the fencing snapshot."""
+        from eos.core.delta import fenced_append
         from eos.core.maintenance import ensure_properties
         from eos.core.pool import lent
 
