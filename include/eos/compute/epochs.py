@@ -1,6 +1,7 @@
 """The one epoch loop: begin -> precommit -> commit of one epoch in this process, as one DAG run
-does it, and "until caught up". The ``eos`` command, the demo, chaos, the tests and the
-benchmarks all run epochs through here; the DAG runs the same three phases as Airflow tasks.
+does it, and "until caught up". The ``eos`` command, the demo, the tests and the benchmarks run
+epochs through here; the DAG runs the same three phases as Airflow tasks, and ``eos chaos``
+calls them one by one to put its faults between them.
 """
 
 from __future__ import annotations

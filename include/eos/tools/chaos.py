@@ -4,9 +4,8 @@ Faults are real: a phase attempt with a crash armed runs in its own process (``e
 precommit | commit`` with ``EOS_FAULTS``) and dies by SIGKILL; "two commit attempts at once" runs
 two ``eos commit`` processes held at a barrier right before every sink write and before the
 checkpoint append, then released together. Attempts without a fault run in-process on a shared
-Spark session to keep the run short; an epoch with no fault at all is a plain run of the one
-epoch loop (``eos.compute.epochs.run_epoch``). After every epoch the checkpoint and every sink
-must hold exactly that epoch; at the end the independent audit counts records lost and doubled.
+Spark session to keep the run short. After every epoch the checkpoint and every sink must hold
+exactly that epoch; at the end the independent audit counts records lost and doubled.
 """
 
 from __future__ import annotations
@@ -21,14 +20,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from eos.compute.epochs import PHASES, run_epoch
 from eos.compute.session import local_session
 from eos.compute.stage import SparkStager
 from eos.core.config import PipelineConfig
 from eos.core.errors import EXIT_TRANSIENT, ProtocolViolation
 from eos.core.kafka import client_settings, is_embedded_broker
 from eos.core.layout import tables_for
-from eos.core.plan import Plan, plan_of
+from eos.core.plan import plan_of
 from eos.core.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
 from eos.tools.audit import Problem, ProblemKind, audit, check_offsets
 from eos.tools.produce import GeneratorSpec, generate, generator_options, send
@@ -102,16 +100,6 @@ def _inject(config: PipelineConfig, phase: str, point: str, epoch: int, run_id: 
             os.unlink(os.path.join(faults_dir, name))
 
 
-def _draw(rng: random.Random, points: list[str], fault_rate: float) -> str | None:
-    """The fault point of one phase's attempt, or None (no fault) for that phase."""
-    return rng.choice(points) if rng.random() < fault_rate else None
-
-
-def _check_epoch(plan: Plan, epoch: int, run_id: str) -> None:
-    if plan.epoch != epoch:
-        raise ProtocolViolation(f"chaos: run {run_id} got epoch {plan.epoch}, expected {epoch}")
-
-
 def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
     problems = []
     if committed_epoch(config) != epoch:
@@ -162,31 +150,26 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
         report.records += len(chunk)
         run_id = f"chaos-{seed}-{i}"
         epoch = committed_epoch(config) + 1
-        points = {phase: _draw(rng, menu[phase], fault_rate) for phase in ("begin", "precommit")}
-        if points["precommit"] is None:
-            # No coin is tossed after precommit's fault (there is none): commit's may be drawn
-            # now, in the order phase by phase would draw it, so a seed keeps its faults.
-            points["commit"] = _draw(rng, menu["commit"], fault_rate)
-        if not any(points.values()):
-            # Nothing to inject: a plain epoch, through the one epoch loop.
-            _check_epoch(run_epoch(config, run_id, spark=session).plan, epoch, run_id)
-        else:
-            # Faults go between the phases, so each phase is called here: its faulty attempt
-            # first (an ``eos`` process), then the attempt that recovers, in this process.
-            for phase in PHASES:
-                point = points[phase] if phase in points else _draw(rng, menu[phase], fault_rate)
-                if point is not None and _inject(config, phase, point, epoch, run_id,
-                                                 faults_dir):
+        # The phases are called one by one, not through the epoch loop (eos.compute.epochs):
+        # a fault goes between them, its attempt first (an ``eos`` process), then the attempt
+        # that recovers, in this process.
+        for phase in ("begin", "precommit", "commit"):
+            if rng.random() < fault_rate:
+                point = rng.choice(menu[phase])
+                if _inject(config, phase, point, epoch, run_id, faults_dir):
                     report.faults[point] += 1
                     report.recoveries += 1
                     if phase == "precommit" and rng.random() < 0.5:
                         abort(config, epoch, reason=f"chaos: {point}")
-                if phase == "begin":
-                    _check_epoch(begin(config, run_id=run_id), epoch, run_id)
-                elif phase == "precommit":
-                    precommit(config, epoch, SparkStager(session))
-                else:
-                    commit(config, epoch)
+            if phase == "begin":
+                plan = begin(config, run_id=run_id)
+                if plan.epoch != epoch:
+                    raise ProtocolViolation(f"chaos: run {run_id} got epoch {plan.epoch}, "
+                                            f"expected {epoch}")
+            elif phase == "precommit":
+                precommit(config, epoch, SparkStager(session))
+            else:
+                commit(config, epoch)
         report.problems += _check_invariants(config, epoch)
         report.epochs += 1
     result = audit(config)
