@@ -359,3 +359,25 @@ def log_rows(config: PipelineConfig, epoch: int | None = None,
 
     return [r for r in epochlog.rows(tables_for(config), epoch)
             if phase is None or r["phase"] == phase]
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run ``calls`` in threads at the same time (the callers line them up with a barrier) and
+    return their results in call order; the first error any of them raised is raised here."""
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as error:  # raised below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results

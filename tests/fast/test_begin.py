@@ -20,6 +20,7 @@ from .harness import (
     MemorySink,
     MemorySource,
     MemoryStager,
+    at_once,
     log_rows,
     make_pipeline,
     run_epoch,
@@ -125,21 +126,9 @@ def test_racing_planners_agree_on_the_first_plan_logged(
         for path in (tables.epochs, tables.staging, tables.checkpoints):
             tables.handle(path)
     racing = RacingSource(2)
-    plans: dict[str, Plan] = {}
-    errors: list[BaseException] = []
-
-    def plan(run_id: str) -> None:
-        try:
-            plans[run_id] = begin(pipeline, run_id, source=racing)
-        except BaseException as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=plan, args=(f"run-{i}",)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    first, second = at_once(lambda: begin(pipeline, "run-0", source=racing),
+                            lambda: begin(pipeline, "run-1", source=racing))
+    plans: dict[str, Plan] = {"run-0": first, "run-1": second}
     assert racing.asked == 2  # both planned: the race was real
     assert plans["run-0"] == plans["run-1"] == logged_plan(pipeline, 0)
     assert sorted(phases.outcomes("begin")) == sorted([Outcome.PLANNED, Outcome.REUSED_RACE])

@@ -14,7 +14,7 @@ from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.protocol import CommitResult, begin, commit, committed_epoch, precommit
 
-from .harness import MemorySource, MemoryStager, log_plan, log_rows, run_epoch, store
+from .harness import MemorySource, MemoryStager, at_once, log_plan, log_rows, run_epoch, store
 
 pytestmark = pytest.mark.fast
 
@@ -119,21 +119,8 @@ def test_two_attempts_at_once_write_each_sink_and_the_checkpoint_once(
     barrier = threading.Barrier(2, timeout=30)
     for name in SINKS:
         store(pipeline, name).before_write = lambda _: barrier.wait()
-    results: list[CommitResult] = []
-    errors: list[BaseException] = []
-
-    def attempt() -> None:
-        try:
-            results.append(commit(pipeline, epoch))
-        except BaseException as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=attempt) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results: list[CommitResult] = at_once(lambda: commit(pipeline, epoch),
+                                          lambda: commit(pipeline, epoch))
     assert sorted(r.outcome for r in results) == sorted([Outcome.COMMITTED,
                                                          Outcome.ALREADY_COMMITTED])
     winner = next(r for r in results if r.outcome is Outcome.COMMITTED)

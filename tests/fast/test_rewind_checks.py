@@ -21,6 +21,7 @@ from eos.core.sink import SupportsRewind, sinks_for
 from .harness import (
     MemorySource,
     RewindableMemorySink,
+    at_once,
     log_rows,
     make_pipeline,
     run_epoch,
@@ -206,21 +207,8 @@ def test_racing_rewinds_log_one_rewind_and_restore_once(
         return target(self, epoch)
 
     monkeypatch.setattr(RewindableMemorySink, "rewind_target", planned_together)
-    results: list[RewindResult] = []
-    errors: list[BaseException] = []
-
-    def attempt() -> None:
-        try:
-            results.append(rewind(rewindable, 0))
-        except BaseException as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=attempt) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    results: list[RewindResult] = at_once(lambda: rewind(rewindable, 0),
+                                          lambda: rewind(rewindable, 0))
     assert Outcome.REWOUND in {r.outcome for r in results}
     assert {r.outcome for r in results} <= {Outcome.REWOUND, Outcome.NOTHING_TO_REWIND}
     (started,) = log_rows(rewindable, phase=epochlog.REWINDING)

@@ -21,7 +21,7 @@ from eos.core.sink import (
     sinks_for,
 )
 
-from .harness import MemorySink, RewindableMemorySink, store
+from .harness import MemorySink, RewindableMemorySink, at_once, store
 
 pytestmark = pytest.mark.fast
 
@@ -65,13 +65,8 @@ def test_a_commit_is_idempotent_and_in_order(pipeline: PipelineConfig) -> None:
 def test_two_racing_commits_write_once(pipeline: PipelineConfig) -> None:
     barrier = threading.Barrier(2, timeout=30)
     store(pipeline, "memory:a").before_write = lambda _: barrier.wait()
-    results: list[SinkCommit] = []
-    threads = [threading.Thread(target=lambda: results.append(
-        windows_sink(pipeline).commit(0, ROWS, "h0"))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results: list[SinkCommit] = at_once(lambda: windows_sink(pipeline).commit(0, ROWS, "h0"),
+                                        lambda: windows_sink(pipeline).commit(0, ROWS, "h0"))
     assert sorted((r.outcome, r.raced) for r in results) == sorted(
         [(Outcome.COMMITTED, False), (Outcome.ALREADY_COMMITTED, True)])
     assert store(pipeline, "memory:a").written == [0]
