@@ -196,7 +196,7 @@ def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -
         replace_epoch(tables.staging, pa.Table.from_pylist([row], schema=staging_schema(config)),
                       epoch)
     log_rows = epochlog.rows(tables)
-    prune_staging(tables, committed=11, retention=2)
+    prune_staging(tables, config.app_id, committed=11, retention=2, rewinds=0)
     staging_rows = read_table(tables.staging).sort_by("epoch")
     on_disk = sorted(Path(tables.staging).rglob("*.parquet"))
 

@@ -37,13 +37,16 @@ APP, EPOCH, OP, PLAN_HASH, REWIND = "eos.app", "eos.epoch", "eos.op", "eos.plan_
 
 
 def commit_properties(app_id: str, epoch: int, op: str, *, txn: bool = True,
-                      extra: dict[str, str] | None = None) -> CommitProperties:
+                      extra: dict[str, str] | None = None,
+                      also: list[Transaction] | None = None) -> CommitProperties:
     """The commit properties of a protocol commit: ``txn(app_id, epoch)`` (unless ``txn`` is
     False: a staged epoch is not a marker) and the commit info a rewind reads back (``extra``
-    adds to it: a staged epoch's plan hash, a rewind's id)."""
+    adds to it: a staged epoch's plan hash, a rewind's id). ``also``: more ``txn`` actions in
+    the same commit (the staging fence, ``eos.core.staging.Fence``)."""
     metadata = {APP: app_id, EPOCH: str(int(epoch)), OP: op, **(extra or {})}
+    transactions = ([Transaction(app_id, int(epoch))] if txn else []) + list(also or [])
     return CommitProperties(custom_metadata=metadata,
-                            app_transactions=[Transaction(app_id, int(epoch))] if txn else None)
+                            app_transactions=transactions or None)
 
 
 WRITE_ATTEMPTS = 3  # fenced appends re-checked after conflicts that were not a racing epoch

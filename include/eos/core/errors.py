@@ -96,6 +96,11 @@ class InjectedFault(TransientError):
     """A fault point armed with ``:fail`` (``eos.core.faults``): a transient failure, for tests."""
 
 
+class EpochCommitting(TransientError):
+    """An epoch's commit has begun (it is sealed) and is not checkpointed yet: a rewind waits
+    for it (the commit, or its retry, must finish first)."""
+
+
 class BrokerUnavailable(TransientError):
     """The embedded broker (a development tool: librdkafka's mock cluster) did not start, or
     librdkafka's mock API refused a request."""

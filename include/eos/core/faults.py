@@ -32,6 +32,7 @@ POINTS = (
     "precommit.before_write",  # Spark computed the epoch, nothing staged yet
     "precommit.mid_read",  # inside a Spark task, after its first batch was read
     "precommit.after_write",  # staged in Delta, the Spark app has not exited
+    "commit.after_seal",  # N sealed in staging (abort and rewind now refused), no sink written
     "commit.between_sinks",  # a sink committed epoch N, the next sink not yet
     "commit.before_checkpoint",  # every sink holds N, the checkpoint row not yet appended
     "commit.after_checkpoint",  # checkpoint appended, the task has not reported success
@@ -40,6 +41,7 @@ POINTS = (
     "checkpoint.before_write",  # the checkpoint check (< N) passed, the append is next
     "rewind.before_log",  # a rewind was planned and checked, its start not yet logged
     "rewind.after_log",  # the rewind's start is logged, no table restored yet
+    "rewind.after_fence",  # staging fenced (in-flight precommits superseded), nothing restored
     "rewind.between_tables",  # one table restored (sink, staging), the next not yet
     "rewind.before_checkpoints",  # sinks and staging restored, the checkpoint table not yet
     "rewind.before_done",  # every table restored, the rewind not yet logged as finished

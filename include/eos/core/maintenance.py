@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from eos.core.delta import local_path, open_table
 from eos.core.layout import Tables
+from eos.core.staging import drop
 from eos.core.tables import latest
 
 if TYPE_CHECKING:
@@ -21,15 +22,23 @@ LOG_RETENTION = "delta.logRetentionDuration"
 DEFAULT_LOG_RETENTION_MS = 86_400_000  # epoch.log_retention's default
 
 
-def prune_staging(tables: Tables, committed: int, retention: int) -> int | None:
+def prune_staging(tables: Tables, app_id: str, committed: int, retention: int,
+                  rewinds: int) -> int | None:
     """Drop staged epochs older than the retention; the last committed one always stays (it is
-    the state the next epoch resumes from). Returns the first epoch kept, None if nothing went."""
+    the state the next epoch resumes from). Returns the first epoch kept, None if nothing went.
+
+    Fenced like every staging write (``eos.core.staging.Fence``): if another fenced step
+    committed since the snapshot (a rewind that began meanwhile, the next epoch's precommit),
+    nothing is pruned now; the next commit prunes. ``rewinds`` is the rewind count ``commit``
+    sealed the epoch under: once a rewind has begun, its restore alone decides what staging
+    holds (a prune after it could delete the state the rewind goes back to)."""
     keep_from = committed - max(retention, 1) + 1
     if keep_from <= 0:
         return None
     staging = latest(tables, tables.staging)
-    if staging is not None:
-        staging.delete(f"epoch < {keep_from}")
+    if staging is None or not drop(staging, app_id, keep_from, "prune", before=True,
+                                         rewinds=rewinds):
+        return None
     return keep_from
 
 

@@ -19,12 +19,16 @@ class Outcome(StrEnum):
     STAGED = "staged"  # epoch N's rows were written to staging in one commit
     REUSED_STAGE = "reused"  # staging already held N for this plan hash: nothing written
     DISCARDED = "already committed (late attempt discarded)"  # a zombie stepped aside
+    # A rewind began, or N-1's staged state was replaced, after this attempt read its state:
+    # what it computed is not staged (the replay computes N again).
+    SUPERSEDED = "superseded (its state was rewound while it computed)"
     # commit (whole epoch and per sink)
     COMMITTED = "committed"  # this attempt wrote it
     ALREADY_COMMITTED = "already committed"  # found committed (earlier attempt or lost race)
     # abort
     ABORTED = "aborted"  # staged rows of N dropped
     NOTHING_TO_ABORT = "already committed: nothing to abort"
+    IN_COMMIT = "being committed: not aborted"  # its commit sealed it: the commit must finish
     # recover
     NOTHING_PENDING = "nothing pending"  # no planned epoch after the last checkpoint
     NEEDS_PRECOMMIT = "needs precommit"  # the pending epoch is planned but not staged

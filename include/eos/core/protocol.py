@@ -15,6 +15,13 @@ Each transition is idempotent, safe to rerun after a crash at any point, and saf
 attempts of the same task run at once (a zombie and its retry): planners agree on the first
 plan logged, stagers write identical rows, and every sink write and the checkpoint append are
 fenced, so exactly one attempt writes each of them.
+
+Steps of different kinds are fenced against each other on the staging table
+(``eos.core.staging.Fence``), not by the scheduler: a commit *seals* N before its first sink
+write, after which an abort of N is refused (``IN_COMMIT``) and a rewind waits for N's
+checkpoint (``EpochCommitting``); a rewind fences staging before it restores anything, after
+which a precommit that read its state earlier stages nothing (``SUPERSEDED``) and a commit
+that has not sealed yet is refused (``RewindUnfinished``).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import pyarrow as pa
 from eos.core import checkpoints, epochlog, faults, staging
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
-from eos.core.errors import ProtocolViolation
+from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.layout import Tables, tables_for
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
@@ -36,7 +43,15 @@ from eos.core.phaselog import elapsed_ms, log_phase, timed
 from eos.core.plan import Plan, Source, new_plan, plan_of
 from eos.core.rewind import check_none_unfinished
 from eos.core.sink import SinkCommit, sinks_for
-from eos.core.staging import Stager, count_kinds, staged_epoch, watermark_row
+from eos.core.staging import (
+    Fence,
+    Stager,
+    count_kinds,
+    epoch_files,
+    seal,
+    staged_epoch,
+    watermark_row,
+)
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
 
 
@@ -233,6 +248,7 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
                 "staged and committed in order"
             )
         else:
+            _check_no_rewind(tables)
             previous = checkpoints.last(tables, committed)  # N-1: its config and plan hash
             checkpoints.check_schema_view(previous, config)
             _stage(config, tables, plan, previous, stager, result)
@@ -246,26 +262,44 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
     return result
 
 
+STAGE_ATTEMPTS = 5  # fenced staging writes re-decided after a concurrent fenced step
+
+
+@dataclass(frozen=True)
+class _Base:
+    """What a precommit computed N from, as its snapshot of staging saw it: the rewinds begun
+    and the files of N-1 (its open windows and watermark). If either has changed when the
+    staging commit is refused, the computation is stale."""
+
+    rewinds: int
+    files: frozenset[str]
+
+
 def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
            stager: Stager, result: StageResult) -> None:
     timings = result.timings_ms
+    snapshot = tables.refreshed(tables.staging)  # the stager reads N-1's state through it
+    base = _Base(Fence.of(snapshot, config.app_id).rewinds, epoch_files(snapshot, plan.epoch - 1))
     staged = stager.stage(config, tables, plan, previous, timings)
     faults.hit("precommit.before_write")
-    # The compute took a while: ask the checkpoint table again, at its latest version.
-    tables.refresh(tables.checkpoints)
-    now = checkpoints.committed_epoch(tables, config.app_id)
-    if now >= plan.epoch:
-        result.outcome = Outcome.DISCARDED  # our files stay invisible; a vacuum deletes them
-        return
-    if now < plan.epoch - 1:  # a rewind moved the checkpoint back while we computed
-        raise ProtocolViolation(
-            f"epoch {plan.epoch} was computed from epoch {plan.epoch - 1}, but the last "
-            f"checkpoint is now epoch {now} (a rewind): not staging it"
-        )
     with timed() as took:
-        result.staging_version = staging.commit(
-            tables.refreshed(tables.staging), staged.files, plan.epoch, staging_schema(config),
-            config.app_id, plan.hash)
+        # Through the snapshot the state was read from (not a refreshed one): if a fenced step
+        # committed since (a rewind, an abort, another attempt), delta-rs refuses the write
+        # and ``_restaged`` decides again from the latest snapshot.
+        for _ in range(STAGE_ATTEMPTS):
+            if not _still_next(config, tables, plan, result):
+                return
+            result.staging_version = staging.commit(
+                snapshot, staged.files, plan.epoch, staging_schema(config), config.app_id,
+                plan.hash)
+            if result.staging_version is not None or _restaged(config, tables, plan, base,
+                                                               result):
+                break
+        else:
+            raise CommitConflict(f"staging epoch {plan.epoch} conflicted with concurrent "
+                                 f"writes {STAGE_ATTEMPTS} times; retrying is safe")
+    if result.staging_version is None:  # superseded, or another attempt staged the same plan
+        return
     faults.hit("precommit.after_write")
     timings["staging_write"] = took["ms"]
     result.counts = staged.counts
@@ -278,6 +312,53 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
                  "staging_version": result.staging_version, "files": len(staged.files),
                  "written_by": staged.written_by, "timings_ms": timings},
     )
+
+
+def _still_next(config: PipelineConfig, tables: OpenTables, plan: Plan,
+                result: StageResult) -> bool:
+    """After computing: is N still the epoch after the last checkpoint? (The compute took a
+    while: the checkpoint table is asked again, at its latest version.)"""
+    tables.refresh(tables.checkpoints)
+    now = checkpoints.committed_epoch(tables, config.app_id)
+    if now >= plan.epoch:
+        result.outcome = Outcome.DISCARDED  # our files stay invisible; a vacuum deletes them
+        return False
+    if now < plan.epoch - 1:  # a rewind moved the checkpoint back while we computed
+        raise ProtocolViolation(
+            f"epoch {plan.epoch} was computed from epoch {plan.epoch - 1}, but the last "
+            f"checkpoint is now epoch {now} (a rewind): not staging it"
+        )
+    return True
+
+
+def _restaged(config: PipelineConfig, tables: OpenTables, plan: Plan, base: _Base,
+              result: StageResult) -> bool:
+    """The staging commit was refused: another fenced step committed since the snapshot. True
+    when that settles the epoch (our rows must not be staged, or already are), False when
+    the write may be tried again through the now up-to-date snapshot.
+
+    - a rewind began since N-1's state was read, or N-1's staged files are not the ones read
+      (a rewind and a replay of N-1): ``SUPERSEDED``, nothing staged;
+    - staging holds N for this plan now (a concurrent attempt, identical rows): ``REUSED_STAGE``;
+    - otherwise (a prune, an abort of N): try again."""
+    latest = tables.refreshed(tables.staging)
+    if (Fence.of(latest, config.app_id).rewinds != base.rewinds
+            or epoch_files(latest, plan.epoch - 1) != base.files):
+        result.outcome = Outcome.SUPERSEDED
+        return True
+    existing = staged_epoch(tables, plan.epoch, plan.hash)
+    if existing is not None:
+        result.outcome = Outcome.REUSED_STAGE
+        result.counts = count_kinds(existing)
+        return True
+    return False
+
+
+def _check_no_rewind(tables: OpenTables) -> None:
+    """No step of an epoch starts while a rewind is half done (its tables disagree). The epoch
+    log is read at its latest version: it must be at least as new as the staging snapshot."""
+    tables.refresh(tables.epochs)
+    check_none_unfinished(epochlog.rewind_rows(tables))
 
 
 # -- commit -------------------------------------------------------------------------------------
@@ -321,7 +402,7 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
     return result
 
 
-def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: Plan,
+def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, plan: Plan,
                                  result: CommitResult, took: dict[str, float]) -> None:
     epoch = plan.epoch
     # Open windows stay in staging: the commit promotes outputs, never reads the state.
@@ -331,6 +412,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: P
             f"epoch {epoch} is not pre-committed for plan {plan.hash}; run precommit first"
         )
     previous = checkpoints.last(tables, epoch - 1)
+    checkpoints.check_schema_view(previous, config)  # N is checkpointed with this config's view
+    rewinds = _seal(config, tables, plan)
     outputs = epoch_outputs(config, staged, epoch, previous.watermark_ms if previous else None)
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     sinks = sinks_for(config)
@@ -352,10 +435,39 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: P
     result.checkpoint_version = written.version
     epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
                     duration_ms=elapsed_ms(took), details=result.summary())
-    result.pruned_before = prune_staging(tables, epoch, config.epoch.staging_retention)
+    result.pruned_before = prune_staging(tables, config.app_id, epoch,
+                                         config.epoch.staging_retention, rewinds)
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)
+
+
+def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan) -> int:
+    """Seal N in staging before any sink write (``eos.core.staging.Fence``); return the count
+    of rewinds it was sealed under (the prune after the checkpoint needs it).
+
+    - N is sealed already (a retry after a crash, a concurrent attempt): go on, whatever began
+      since: a rewind waits for a sealed epoch, so this commit must finish;
+    - a rewind is half done: ``RewindUnfinished``, nothing written;
+    - the seal lost to another fenced step: if N's staged rows are gone (an abort), a
+      ``ProtocolViolation`` (precommit again); else seal again through the new snapshot."""
+    snapshot = tables.handle(tables.staging)
+    if snapshot is None:
+        raise ProtocolViolation(f"epoch {plan.epoch} is not pre-committed: no staging table")
+    for _ in range(STAGE_ATTEMPTS):
+        fence = Fence.of(snapshot, config.app_id)
+        if fence.sealed >= plan.epoch:
+            return fence.rewinds
+        _check_no_rewind(tables)
+        if seal(snapshot, config.app_id, plan.epoch):
+            faults.hit("commit.after_seal")
+            return fence.rewinds
+        if staged_epoch(tables, plan.epoch, plan.hash, state=False) is None:
+            raise ProtocolViolation(
+                f"epoch {plan.epoch}'s staged rows were dropped (an abort) as this commit "
+                "began; nothing was written: run precommit again")
+    raise CommitConflict(f"sealing epoch {plan.epoch} conflicted with concurrent writes "
+                         f"{STAGE_ATTEMPTS} times; retrying is safe")
 
 
 # -- abort and recover --------------------------------------------------------------------------
@@ -363,20 +475,35 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: Tables, plan: P
 def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
     """Discard epoch N's staged rows and anything a sink prepared, so a rerun starts clean.
 
-    Never touches a committed epoch (``NOTHING_TO_ABORT``). Clearing the run afterwards
-    re-executes ``begin``, which returns the same plan: the same records are read again.
+    Never touches a committed epoch (``NOTHING_TO_ABORT``), nor one whose commit has begun
+    (``IN_COMMIT``: the commit sealed it and may have written sinks; it must finish). The drop
+    is fenced against the seal (``eos.core.staging.Fence``): of an abort and a commit of N
+    that race, exactly one goes ahead. Clearing the run afterwards re-executes ``begin``,
+    which returns the same plan: the same records are read again.
     """
     with timed() as took, ensure_tables(config) as tables:
-        if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
-            outcome = Outcome.NOTHING_TO_ABORT
-        else:
-            tables.refreshed(tables.staging).delete(f"epoch = {int(epoch)}")
+        outcome = _drop_staged(config, tables, epoch)
+        if outcome is Outcome.ABORTED:
             for sink in sinks_for(config):
                 sink.abort(epoch)
             epochlog.append(tables, epoch, epochlog.ABORTED, details={"reason": reason[:500]})
-            outcome = Outcome.ABORTED
     log_phase("abort", epoch=epoch, outcome=outcome, reason=reason[:200], duration_ms=took["ms"])
     return outcome
+
+
+def _drop_staged(config: PipelineConfig, tables: OpenTables, epoch: int) -> Outcome:
+    """Abort's one staging write, decided and written through one snapshot."""
+    snapshot = tables.refreshed(tables.staging)
+    for _ in range(STAGE_ATTEMPTS):
+        tables.refresh(tables.checkpoints)
+        if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
+            return Outcome.NOTHING_TO_ABORT
+        if Fence.of(snapshot, config.app_id).sealed >= epoch:
+            return Outcome.IN_COMMIT
+        if staging.drop(snapshot, config.app_id, epoch, "abort"):
+            return Outcome.ABORTED
+    raise CommitConflict(f"aborting epoch {epoch} conflicted with concurrent writes "
+                         f"{STAGE_ATTEMPTS} times; retrying is safe")
 
 
 def recover(config: PipelineConfig) -> tuple[int | None, Outcome]:

@@ -19,6 +19,10 @@ The steps, each idempotent; a crash anywhere is repaired by running the same rew
 2. *log* the rewind as started (``rewinding`` at epoch N+1), fenced: of two attempts that race,
    exactly one logs, the other adopts its plan. From here ``begin`` refuses to plan
    (``RewindUnfinished``) until the rewind is logged as finished.
+2b. *fence* staging (``eos.core.staging.fence_rewind``): an epoch whose commit has begun (it
+   is sealed, not checkpointed) makes the rewind wait (``EpochCommitting``: rerun it once that
+   commit finished); after the fence, a commit that had not sealed is refused, a precommit
+   that read its state before it stages nothing, and no commit prunes staging.
 3. *restore* the sinks, then staging, then the checkpoint table, the authority, last. A table
    this rewind already restored is skipped (its history names the rewind).
 4. *log* it finished (``rewound``).
@@ -37,11 +41,18 @@ from typing import Any
 
 from eos.core import checkpoints, epochlog, faults
 from eos.core.config import PipelineConfig
-from eos.core.errors import ConfigError, RewindRefused, RewindUnfinished
+from eos.core.errors import (
+    CommitConflict,
+    ConfigError,
+    EpochCommitting,
+    RewindRefused,
+    RewindUnfinished,
+)
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.outputs import output_schema
 from eos.core.phaselog import log_phase, timed
 from eos.core.sink import Sink, SupportsRewind, sinks_for
+from eos.core.staging import Fence, fence_rewind
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
 from eos.core.timetravel import replace_schema, restore, target_version, version_of
 
@@ -112,6 +123,7 @@ def rewind(config: PipelineConfig, to_epoch: int, republish: bool = False,
                     return _nothing(to_epoch, "a concurrent attempt rewound it first")
                 plan = winner
         faults.hit("rewind.after_log")
+        _fence(config, tables, plan)
         result = RewindResult(plan, Outcome.REWOUND, _restore(config, tables, plan))
         faults.hit("rewind.before_done")
         epochlog.append(tables, plan.to_epoch + 1, epochlog.REWOUND, run_id=run_id,
@@ -141,6 +153,7 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
         )
     if to_epoch == committed:
         return None
+    _check_none_committing(config, tables, committed)
     checkpoint = checkpoints.read(tables, to_epoch) if to_epoch >= 0 else None
     _check_schema(config, tables, checkpoint)
     sinks = rewindable(config, to_epoch)
@@ -154,6 +167,36 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
         checkpoints=target_version(tables.checkpoints, config.app_id, to_epoch),
         republish=republished,
     )
+
+
+FENCE_ATTEMPTS = 5
+
+
+def _check_none_committing(config: PipelineConfig, tables: OpenTables, committed: int) -> None:
+    """A sealed, unchecked epoch is a commit in flight (or crashed, to be retried): it may have
+    written sinks already and must finish before anything is rewound."""
+    sealed = Fence.of(tables.refreshed(tables.staging), config.app_id).sealed
+    if sealed > committed:
+        raise EpochCommitting(
+            f"epoch {sealed} of '{config.name}' is being committed (its commit began and is "
+            f"not checkpointed; the last checkpoint is epoch {committed}): the rewind waits "
+            "until that commit finishes (its task's retry, or eos commit); then run it again")
+
+
+def _fence(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> None:
+    """Step 2b, idempotent: fence staging for rewind ``plan.seq`` unless a run of it did."""
+    snapshot = tables.refreshed(tables.staging)
+    for _ in range(FENCE_ATTEMPTS):
+        if Fence.of(snapshot, config.app_id).rewinds > plan.seq:
+            return  # this rewind fenced staging already (it is being rerun)
+        tables.refresh(tables.checkpoints)
+        _check_none_committing(config, tables, checkpoints.committed_epoch(tables,
+                                                                           config.app_id))
+        if fence_rewind(snapshot, config.app_id, plan.to_epoch, plan.seq):
+            faults.hit("rewind.after_fence")
+            return
+    raise CommitConflict(f"fencing staging for rewind {plan.rewind_id} conflicted with "
+                         f"concurrent writes {FENCE_ATTEMPTS} times; rerunning it is safe")
 
 
 def _unfinished(tables: OpenTables, to_epoch: int) -> RewindPlan | None:
@@ -249,7 +292,7 @@ def _restore(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> di
         versions[sink.name] = sink.rewind(epoch, plan.sinks[sink.name], rid,
                                           output_schema(config, sink.output))
         faults.hit("rewind.between_tables")
-    versions["staging"] = restore(tables.staging, plan.staging, app, epoch, rid)
+    versions["staging"] = restore(tables.staging, plan.staging, app, epoch, rid, fenced=True)
     if epoch == NO_EPOCH:
         versions["staging"] = replace_schema(tables.staging, staging_schema(config), app, epoch,
                                              rid, partition_by=["epoch"]) or versions["staging"]

@@ -8,6 +8,14 @@ other implementation) writes N's rows as Parquet files under a directory of its 
 one transaction, dropping any earlier attempt's. Files no commit names are invisible to every
 reader (a killed attempt leaves only those; a vacuum deletes them).
 
+Every commit that changes which epochs staging holds goes through the **staging fence**
+(``Fence``): a precommit's stage, a commit's seal, an abort, a prune and a rewind. Each is
+checked and written through one snapshot and carries ``txn(<app>#fence, g + 1)``; delta-rs
+refuses a commit carrying an app id that another commit carried after its snapshot
+(``ConcurrentTransaction``), so of two such steps the later one fails, re-reads and decides
+again. That is what keeps an abort from deleting an epoch its commit is promoting, and a
+precommit that computed from state a rewind has since replaced from staging it (DESIGN §5).
+
 Each file's add action carries its row count and the ``kind`` it holds as min/max statistics,
 so a read of "everything but the open windows" (``staged_epoch(state=False)``) or of "the
 watermark row" skips the state files without opening them.
@@ -21,11 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from eos.core.delta import PLAN_HASH, commit_properties
 from eos.core.layout import Tables
+from eos.core.outcomes import NO_EPOCH
 from eos.core.tables import read_epoch
 
 if TYPE_CHECKING:
@@ -128,21 +138,131 @@ def rows_staged(staging: DeltaTable, epoch: int) -> int | None:
 
 
 def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.Schema,
-           app_id: str, plan_hash: str) -> int:
-    """One Delta commit: partition ``epoch=N`` becomes exactly ``files`` (any earlier attempt's
-    files are removed in the same commit). Returns the staging version written. The commit info
-    names the epoch and its plan hash: a rewind to N restores staging to this version."""
+           app_id: str, plan_hash: str) -> int | None:
+    """One Delta commit through ``staging``'s snapshot: partition ``epoch=N`` becomes exactly
+    ``files`` (any earlier attempt's files are removed in the same commit). Returns the staging
+    version written, or None when another fenced step committed after the snapshot (nothing
+    written: the caller re-reads and decides again). The commit info names the epoch and its
+    plan hash: a rewind to N restores staging to this version."""
     partition = {"epoch": str(int(epoch))}
     actions: list[AddAction | RemoveAction] = [
         AddAction(f.path, f.size, partition, f.modified_ms, True, _stats(f)) for f in files]
-    staging.create_write_transaction(actions, mode="overwrite", schema=schema,
-                                     partition_by=["epoch"],
-                                     partition_filters=[("epoch", "=", str(int(epoch)))],
-                                     commit_properties=commit_properties(
-                                         app_id, epoch, "stage", txn=False,
-                                         extra={PLAN_HASH: plan_hash}))
+    fence = Fence.of(staging, app_id)
+    try:
+        staging.create_write_transaction(actions, mode="overwrite", schema=schema,
+                                         partition_by=["epoch"],
+                                         partition_filters=[("epoch", "=", str(int(epoch)))],
+                                         commit_properties=commit_properties(
+                                             app_id, epoch, "stage", txn=False,
+                                             extra={PLAN_HASH: plan_hash},
+                                             also=fence.advance(app_id)))
+    except CommitFailedError:
+        staging.update_incremental()
+        return None
     staging.update_incremental()
     return staging.version()
+
+
+# -- the staging fence --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fence:
+    """The staging fence as one snapshot of the staging table sees it: three ``txn`` versions.
+
+    - ``generation``: bumped by every fenced commit (what makes two of them conflict);
+    - ``sealed``: the last epoch a commit sealed. ``commit(N)`` seals N before it writes any
+      sink: from then on an abort of N is refused (the commit must finish) and a rewind waits
+      for N's checkpoint. ``sealed > committed`` means a commit is in flight (or crashed and
+      will be retried: it must eventually succeed);
+    - ``rewinds``: rewinds begun on this pipeline. A precommit that read its state before a
+      rewind began never stages what it computed (the replay computes it again).
+    A table written before the fence existed has none of them: -1, -1, 0."""
+
+    generation: int
+    sealed: int
+    rewinds: int
+
+    @classmethod
+    def of(cls, staging: DeltaTable, app_id: str) -> Fence:
+        def version(suffix: str, default: int) -> int:
+            held = staging.transaction_version(app_id + suffix)
+            return default if held is None else int(held)
+
+        return cls(version(_GENERATION, NO_EPOCH), version(_SEALED, NO_EPOCH),
+                   version(_REWINDS, 0))
+
+    def advance(self, app_id: str, *, sealed: int | None = None,
+                rewinds: int | None = None) -> list[Transaction]:
+        """The ``txn`` actions of the next fenced commit (and a new seal or rewind count)."""
+        actions = [Transaction(app_id + _GENERATION, self.generation + 1)]
+        if sealed is not None:
+            actions.append(Transaction(app_id + _SEALED, int(sealed)))
+        if rewinds is not None:
+            actions.append(Transaction(app_id + _REWINDS, int(rewinds)))
+        return actions
+
+
+_GENERATION, _SEALED, _REWINDS = "#fence", "#sealed", "#rewinds"
+
+
+def fenced(staging: DeltaTable, write: Any) -> bool:
+    """Run one fenced ``write`` through ``staging``'s snapshot: True if it committed, False if
+    another fenced step committed since the snapshot (``staging`` is brought up to date)."""
+    try:
+        write()
+    except CommitFailedError:
+        staging.update_incremental()
+        return False
+    staging.update_incremental()
+    return True
+
+
+def seal(staging: DeltaTable, app_id: str, epoch: int) -> bool:
+    """``commit(N)``'s first write: an empty commit saying N is being committed (see
+    ``Fence``). False if the table moved since ``staging``'s snapshot."""
+    fence = Fence.of(staging, app_id)
+    return fenced(staging, lambda: staging.create_write_transaction(
+        [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
+        commit_properties=commit_properties(app_id, epoch, "seal", txn=False,
+                                            also=fence.advance(app_id, sealed=epoch))))
+
+
+def drop(staging: DeltaTable, app_id: str, epoch: int, op: str, *, before: bool = False,
+         rewinds: int | None = None) -> bool:
+    """Delete epoch N's staged rows (``before``: every epoch below N), fenced. False if the
+    table moved since ``staging``'s snapshot, or (``rewinds``: the count the caller's epoch
+    was committed under) if a rewind began since: its restore decides what staging holds."""
+    fence = Fence.of(staging, app_id)
+    if rewinds is not None and fence.rewinds != rewinds:
+        return False
+    where = f"epoch {'<' if before else '='} {int(epoch)}"
+    return fenced(staging, lambda: staging.delete(
+        where, commit_properties=commit_properties(app_id, epoch, op, txn=False,
+                                                   also=fence.advance(app_id))))
+
+
+def fence_rewind(staging: DeltaTable, app_id: str, to_epoch: int, seq: int) -> bool:
+    """A rewind's first staging write, before it restores anything: rewind ``seq`` has begun
+    (every precommit that read its state earlier is superseded) and nothing is sealed past
+    ``to_epoch`` any more. False if the table moved since ``staging``'s snapshot."""
+    fence = Fence.of(staging, app_id)
+    return fenced(staging, lambda: staging.create_write_transaction(
+        [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
+        commit_properties=commit_properties(
+            app_id, to_epoch, "rewind-fence", txn=False,
+            also=fence.advance(app_id, sealed=to_epoch, rewinds=seq + 1))))
+
+
+def _own_schema(staging: DeltaTable) -> pa.Schema:
+    """The table's schema as it is, so an empty fenced commit never changes its metadata."""
+    return pa.schema(staging.schema().to_arrow())
+
+
+def epoch_files(staging: DeltaTable, epoch: int) -> frozenset[str]:
+    """The files staging holds for epoch N: the identity of the state N + 1 computes from."""
+    if epoch < 0:
+        return frozenset()
+    return frozenset(staging.file_uris(partition_filters=[("epoch", "=", str(int(epoch)))]))
 
 
 def _stats(f: StagedFile) -> str:

@@ -98,18 +98,24 @@ def rewound(table: DeltaTable, rewind_id: str) -> bool:
     return any(h.get(REWIND) == rewind_id for h in table.history())
 
 
-def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str) -> int | None:
+def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
+            fenced: bool = False) -> int | None:
     """Restore ``path`` to ``version`` with ``txn(app_id, epoch)`` in the same commit; the
     version written, or None when there was nothing to do (this rewind did it already, or the
     table is at ``version``). Idempotent; of two racing attempts, one restores and the other
-    finds the table restored by this rewind."""
+    finds the table restored by this rewind. ``fenced``: the staging table, whose every change
+    goes through its fence (``eos.core.staging.Fence``)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
+
+    from eos.core.staging import Fence
 
     table = DeltaTable(path)
     if rewound(table, rewind_id) or table.version() == version:
         return None
-    properties = commit_properties(app_id, epoch, "rewind", extra={REWIND: rewind_id})
+    also = Fence.of(table, app_id).advance(app_id) if fenced else None
+    properties = commit_properties(app_id, epoch, "rewind", extra={REWIND: rewind_id},
+                                   also=also)
     try:
         if version < 0:  # back to before the table existed: remove every file instead
             table.delete(commit_properties=properties)

@@ -1,0 +1,222 @@
+"""The staging fence (``eos.core.staging.Fence``, DESIGN §5): a rewind and an abort never
+interleave with a precommit or a commit of the same pipeline so as to lose or reuse an epoch.
+
+Each test lines two steps up at a real point of the other (a sink's write, the stager's compute,
+a fault point, the seal) on real Delta tables; each failed on the code before the fence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from eos.core import checkpoints, epochlog, faults, protocol
+from eos.core.config import PipelineConfig
+from eos.core.errors import (
+    ConfigError,
+    EpochCommitting,
+    InjectedFault,
+    ProtocolViolation,
+    RewindUnfinished,
+)
+from eos.core.layout import tables_for
+from eos.core.outcomes import Outcome
+from eos.core.plan import Plan
+from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
+from eos.core.rewind import rewind
+
+from .harness import (
+    MemorySource,
+    MemoryStager,
+    log_rows,
+    run_epoch,
+    same_pipeline,
+    staged_rows,
+    store,
+)
+
+pytestmark = pytest.mark.fast
+
+
+def at_point(monkeypatch: pytest.MonkeyPatch, point: str, then: Callable[[], Any]) -> None:
+    """Run ``then`` once, the first time the protocol reaches fault point ``point``."""
+    hit, pending = faults.hit, [then]
+
+    def hit_(name: str) -> None:
+        if name == point and pending:
+            pending.pop()()
+        hit(name)
+
+    monkeypatch.setattr(faults, "hit", hit_)
+
+
+def epochs(config: PipelineConfig, source: MemorySource, n: int) -> None:
+    for _ in range(n):
+        run_epoch(config, source)
+        source.produce(0, 5)
+
+
+# -- abort against commit -----------------------------------------------------------------------
+
+def test_an_abort_while_the_epoch_commits_is_refused(pipeline: PipelineConfig,
+                                                     source: MemorySource) -> None:
+    """Before the fence, the abort dropped N's staged rows while commit promoted them: N was
+    checkpointed without its state and epoch N+1's precommit halted the pipeline."""
+    plan = begin(pipeline, source=source)
+    precommit(pipeline, 0, MemoryStager())
+    aborted: list[Outcome] = []
+
+    def operator_aborts(_: int) -> None:  # right before the first sink write
+        store(pipeline, "memory:a").before_write = None
+        aborted.append(abort(pipeline, 0, reason="operator"))
+
+    store(pipeline, "memory:a").before_write = operator_aborts
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    assert aborted == [Outcome.IN_COMMIT]
+    assert staged_rows(pipeline, 0, plan.hash) is not None  # the state epoch 1 resumes from
+    source.produce(0, 5)
+    assert run_epoch(pipeline, source).epoch == 1
+    assert committed_epoch(pipeline) == 1
+
+
+def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
+        pipeline: PipelineConfig, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The abort drops N after the commit read N's rows and before it sealed N: the seal is
+    refused, no sink is written, and the rerun computes N again."""
+    plan = begin(pipeline, source=source)
+    precommit(pipeline, 0, MemoryStager())
+    seal = protocol.seal
+
+    def abort_first(*args: Any) -> bool:
+        assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
+        return seal(*args)
+
+    monkeypatch.setattr(protocol, "seal", abort_first)
+    with pytest.raises(ProtocolViolation, match="dropped .* run precommit again"):
+        commit(pipeline, 0)
+    monkeypatch.undo()
+    assert [store(pipeline, n).marker for n in ("memory:a", "memory:b", "memory:c")] == [-1] * 3
+    assert committed_epoch(pipeline) == -1
+    assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    assert staged_rows(pipeline, 0, plan.hash) is not None
+
+
+# -- rewind against precommit -------------------------------------------------------------------
+
+def test_a_zombie_that_computed_before_a_rewind_and_replay_is_not_staged(
+        rewindable: PipelineConfig, source: MemorySource) -> None:
+    """Before the fence, the zombie's check compared only the checkpoint's epoch number: a
+    rewind and a replay back to N-1 passed it, and the replay reused the zombie's rows,
+    computed from the old N-1 state."""
+    epochs(rewindable, source, 2)
+    begin(rewindable, source=source)
+    fixed = same_pipeline(rewindable, window={"type": "tumbling", "size": "20s"})
+
+    def rewind_and_replay(_: Plan) -> None:  # the operator, while the zombie computes epoch 2
+        rewind(fixed, -1)
+        run_epoch(fixed, source)
+        run_epoch(fixed, source)
+
+    zombie = MemoryStager(during=rewind_and_replay)
+    assert precommit(rewindable, 2, zombie).outcome is Outcome.SUPERSEDED
+    assert committed_epoch(fixed) == 1
+    assert precommit(fixed, 2, MemoryStager()).outcome is Outcome.STAGED
+
+
+def test_a_precommit_that_read_its_state_before_a_rewind_began_is_superseded(
+        rewindable: PipelineConfig, source: MemorySource, arm) -> None:
+    """A rewind that has fenced staging and crashed before restoring anything: the precommit
+    that computed meanwhile stages nothing (the checkpoint still says N-1)."""
+    epochs(rewindable, source, 2)
+    begin(rewindable, source=source)
+
+    def rewind_crashes(_: Plan) -> None:
+        arm("rewind.after_fence:fail")
+        with pytest.raises(InjectedFault):
+            rewind(rewindable, 0)
+        arm("")
+
+    assert precommit(rewindable, 2, MemoryStager(during=rewind_crashes)).outcome \
+        is Outcome.SUPERSEDED
+    assert committed_epoch(rewindable) == 1
+    with pytest.raises(RewindUnfinished):  # and a new attempt is refused until it finishes
+        precommit(rewindable, 2, MemoryStager())
+    assert rewind(rewindable, 0).outcome is Outcome.REWOUND
+
+
+# -- rewind against commit ----------------------------------------------------------------------
+
+def test_a_rewind_waits_for_an_epoch_whose_commit_began(rewindable: PipelineConfig,
+                                                        source: MemorySource, arm) -> None:
+    """A commit that sealed N and crashed (sinks may hold N): the rewind is refused before it
+    logs anything, the commit's retry finishes N, then the rewind goes ahead."""
+    epochs(rewindable, source, 2)
+    begin(rewindable, source=source)
+    precommit(rewindable, 2, MemoryStager())
+    arm("commit.after_seal:fail")
+    with pytest.raises(InjectedFault):
+        commit(rewindable, 2)
+    arm("")
+    with pytest.raises(EpochCommitting, match="epoch 2 .* is being committed"):
+        rewind(rewindable, 0)
+    assert log_rows(rewindable, phase=epochlog.REWINDING) == []
+    assert abort(rewindable, 2, reason="operator") is Outcome.IN_COMMIT
+    assert commit(rewindable, 2).outcome is Outcome.COMMITTED
+    assert rewind(rewindable, 0).outcome is Outcome.REWOUND
+    assert committed_epoch(rewindable) == 0
+
+
+def test_a_commit_that_has_not_sealed_is_refused_while_a_rewind_is_unfinished(
+        rewindable: PipelineConfig, source: MemorySource, arm) -> None:
+    epochs(rewindable, source, 2)
+    begin(rewindable, source=source)
+    precommit(rewindable, 2, MemoryStager())
+    arm("rewind.after_fence:fail")
+    with pytest.raises(InjectedFault):
+        rewind(rewindable, 0)
+    arm("")
+    with pytest.raises(RewindUnfinished):
+        commit(rewindable, 2)
+    assert store(rewindable, "memory_rewind:a").marker == 1  # no sink received epoch 2
+    assert rewind(rewindable, 0).outcome is Outcome.REWOUND
+    assert committed_epoch(rewindable) == 0
+
+
+def test_a_commit_finishing_during_a_rewind_never_prunes_the_rewound_state(
+        rewindable: PipelineConfig, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epoch 3's commit checkpoints, a rewind to 0 runs to the end, then the commit prunes
+    staging (retention 2: epochs below 2). Before the fence the prune deleted epoch 0's
+    restored state and the replay of epoch 1 halted; now the prune stands aside."""
+    epochs(rewindable, source, 3)
+    begin(rewindable, source=source)
+    precommit(rewindable, 3, MemoryStager())
+    at_point(monkeypatch, "commit.after_checkpoint", lambda: rewind(rewindable, 0))
+    result = commit(rewindable, 3)
+    assert result.outcome is Outcome.COMMITTED and result.pruned_before is None
+    assert committed_epoch(rewindable) == 0
+    replayed = run_epoch(rewindable, source)  # resumes from epoch 0's staged state
+    assert replayed.epoch == 1 and committed_epoch(rewindable) == 1
+
+
+# -- the schema view at commit ------------------------------------------------------------------
+
+def test_a_changed_schema_view_is_refused_at_commit(pipeline: PipelineConfig,
+                                                    source: MemorySource) -> None:
+    """Before, commit checked no schema view and checkpointed the committing process's view:
+    an epoch staged under one config and committed under another was recorded as the new
+    config's, and begin then accepted the change."""
+    run_epoch(pipeline, source)
+    source.produce(0, 5)
+    begin(pipeline, source=source)
+    precommit(pipeline, 1, MemoryStager())
+    changed = same_pipeline(pipeline, window={"type": "tumbling", "size": "20s"})
+    with pytest.raises(ConfigError, match="window"):
+        commit(changed, 1)
+    assert store(pipeline, "memory:a").marker == 0  # refused before any sink write
+    assert commit(pipeline, 1).outcome is Outcome.COMMITTED
+    last = checkpoints.read(tables_for(pipeline), 1)
+    assert last is not None and last.config == pipeline.schema_view()
