@@ -74,3 +74,22 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
     assert not collects(tumbling, small, state(None), narrow)
     assert not collects(tumbling, small, state(10), wide)
     assert not collects(config({"type": "tumbling", "size": "60s"}, 0), small, state(0), narrow)
+
+
+def test_only_a_brand_new_pipeline_starts_at_latest() -> None:
+    """``kafka.start: latest`` places partitions at their end for the first epoch only; a
+    partition the checkpoint does not know later (added to the topic) starts at its log start."""
+    from eos.core.config import parse_config
+    from eos.core.plan import first_offset
+
+    def config(start: str):
+        return parse_config({
+            "name": "p", "kafka": {"topic": "t", "start": start},
+            "event": {"time": {"field": "ts", "format": "epoch_ms"}, "fields": {"k": "string"}},
+            "group_by": ["k"], "window": {"type": "tumbling", "size": "60s"},
+            "aggregations": {"n": "count(*)"}}, "test")
+
+    assert first_offset(config("latest"), {}, 3, 10) == 10  # brand new
+    assert first_offset(config("latest"), {0: 7}, 3, 10) == 3  # a partition added later
+    assert first_offset(config("earliest"), {}, 3, 10) == 3
+    assert first_offset(config("earliest"), {0: 7}, 3, 10) == 3

@@ -111,10 +111,22 @@ class KafkaSource:
         return {"kafka": redact(self._settings(config))}
 
 
+def first_offset(config: PipelineConfig, committed: dict[int, int], low: int, high: int) -> int:
+    """Where a partition the checkpoint does not know yet starts: ``kafka.start: latest`` means
+    the high watermark only for a brand-new pipeline (no checkpoint: ``committed`` is empty).
+    A partition that appears after the first epoch (partitions were added to the topic) starts
+    at its log start, as Spark's Kafka source does: every record it holds was produced after
+    the pipeline started, and starting at its end would skip them silently."""
+    if config.kafka.start == "latest" and not committed:
+        return high
+    return low
+
+
 def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
              source: Source | None = None) -> Plan:
     """Ranges from the committed offsets (``until`` per partition in the checkpoint of epoch
-    N-1; empty before the first epoch) to the high watermarks, capped by ``max_records``.
+    N-1; empty before the first epoch; a partition not in it starts at ``first_offset``) to
+    the high watermarks, capped by ``max_records``.
     The watermarks are ``source``'s (default: the topic's, ``KafkaSource``)."""
     if source is None:  # the settings are resolved once, for the watermarks and the log line
         source = KafkaSource(client_settings(config.kafka.client))
@@ -122,8 +134,7 @@ def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
     marks = source.watermarks(config)
     starts: dict[int, int] = {}
     for partition, (low, high) in marks.items():
-        default = low if config.kafka.start == "earliest" else high
-        start = committed.get(partition, default)
+        start = committed.get(partition, first_offset(config, committed, low, high))
         if start < low:
             raise DataLoss(
                 f"topic '{topic}' partition {partition}: epoch {epoch} must read from offset "
