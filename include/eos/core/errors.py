@@ -202,3 +202,9 @@ def describe_failure(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines()]
     grpc = [line for line in lines if line.startswith(("status = ", "details = "))]
     return f"{type(error).__name__}: {' '.join(grpc) if grpc else (lines[0] if lines else '')}"
+
+
+class MarkerTopicShared(ConfigError):
+    """A Kafka sink's marker partition holds a record that is not this sink's marker: another
+    sink or pipeline writes there, so this sink's "already committed?" answer could depend on
+    another producer's transactions. Give each sink a marker topic of its own."""

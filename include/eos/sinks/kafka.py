@@ -15,6 +15,34 @@ call, so Flink's failure mode (a transaction pre-committed in one checkpoint, co
 later one, expired by ``transaction.timeout.ms`` in between: data loss) cannot happen here: a
 transaction that times out was never reported committed, and the retry redoes it.
 
+Markers. A marker identifies **one sink of one pipeline**: its key is ``<pipeline>/<sink name>``
+(``clicks_to_kafka/kafka:clicks-per-minute``) and its value names both (``pipeline``, ``sink``),
+so sinks of one pipeline (windows, late, quarantine) never read each other's epochs. Step 2 must
+never depend on another producer: a ``read_committed`` read stops at the partition's last
+stable offset (LSO), and any producer's open transaction holds the LSO back, so on a partition
+others write to, a crash between this sink's Kafka commit and the checkpoint could read N-1 on
+the retry and publish N twice. Hence each sink's markers live in a partition **only this sink's
+transactional id writes**: partition 0 of ``<topic>.eos-markers.<pipeline>`` (the output topic
+and the pipeline name identify the sink: its name is ``kafka:<topic>``, unique per pipeline),
+or of ``marker_topic`` when given, which then means "exclusive to this sink". After step 1 no
+transaction of this id is open, so nothing holds that partition's LSO back and the read is
+exact. The exclusivity is claimed at load time (``resources``: two sinks of one pipeline naming
+one marker topic are refused) and defended whenever a fenced attempt reads its markers:
+
+- a record there that is not this sink's marker (another sink or pipeline writes there):
+  ``MarkerTopicShared``, a config error, never an answer;
+- an LSO below the high watermark (another producer holds an open transaction there): a
+  transient ``SinkUnavailable`` naming it, never an answer (the retry reads again).
+
+Only the tail of the partition is read for the answer (its last marker of this sink), so a
+foreign record is found when it is among the records read, which always includes the newest.
+
+Migration from the markers of version 2 (key = the pipeline name, in the shared
+``<topic>.eos-markers`` or in ``marker_topic``): while the new location holds no marker of this
+sink, its last marker is read from that legacy location, so an upgrade neither republishes nor
+refuses; the next commit writes into the new location. ``commits()`` lists the legacy markers
+first. A legacy marker in an explicit ``marker_topic`` is not a foreign record.
+
 Records (``eos.sinks.kafka_records``): key = the group fields as compact JSON with sorted keys;
 value = a JSON object of the output columns; headers ``eos-pipeline``, ``eos-epoch``,
 ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics are made to exist by
@@ -29,9 +57,10 @@ list of rewinds so far, so the current line survives the marker topic's compacti
 the last marker only).
 
 What the embedded broker (librdkafka's mock cluster) does not do (DESIGN §2): fence
-transactional ids and filter ``read_committed``. On it, steps 1 and 4 still run and the happy
-path, the skip after a marker and crashes outside a transaction behave as on Kafka; a crash
-inside a transaction and two concurrent attempts are only safe on a real broker.
+transactional ids and filter ``read_committed`` (its LSO is always the high watermark). On it,
+steps 1 and 4 still run and the happy path, the skip after a marker and crashes outside a
+transaction behave as on Kafka; a crash inside a transaction, two concurrent attempts and the
+LSO defence are only exercised on a real broker.
 """
 
 from __future__ import annotations
@@ -42,10 +71,10 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eos.core import faults
-from eos.core.errors import SinkRejected, SinkUnavailable
+from eos.core.errors import MarkerTopicShared, SinkRejected, SinkUnavailable
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
     SinkCommit,
@@ -55,27 +84,61 @@ from eos.core.sink import (
     validated_options,
 )
 from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
-from eos.sinks.kafka_topics import TIMEOUT_S, ensure_topic, kafka_error
+from eos.sinks.kafka_topics import (
+    MAX_TOPIC_NAME,
+    TIMEOUT_S,
+    check_topic_name,
+    ensure_topic,
+    held_back,
+    kafka_error,
+)
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
     import pyarrow as pa
 
 MARKER_SUFFIX = ".eos-markers"
+STABLE_ATTEMPTS = 3  # LSO checks before an open foreign transaction is reported (0.5 s apart)
 
 
 class KafkaSinkOptions(BaseModel):
-    """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {}}}``."""
+    """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {}}}``.
+    ``marker_topic``: where this sink's markers live, exclusive to this sink (default
+    ``<topic>.eos-markers.<pipeline>``, see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    marker_topic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]+$")
+    marker_topic: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int | None = Field(default=None, gt=0)  # when the sink creates the topic
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _topic_names(self) -> KafkaSinkOptions:
+        """Names Kafka accepts, checked as far as they are known without the pipeline's name
+        (the default marker topic's full name is checked by ``KafkaSink.resources``)."""
+        check_topic_name(self.topic, "topic")
+        if self.marker_topic is not None:
+            check_topic_name(self.marker_topic, "marker_topic")
+        elif len(self.topic) + len(MARKER_SUFFIX) + 2 > MAX_TOPIC_NAME:
+            raise ValueError(f"topic '{self.topic[:40]}...' leaves no room for its marker topic "
+                             f"'<topic>{MARKER_SUFFIX}.<pipeline>' within Kafka's "
+                             f"{MAX_TOPIC_NAME} characters; name a shorter marker_topic")
+        return self
+
     @property
-    def markers(self) -> str:
+    def legacy_markers(self) -> str:
+        """Where version 2 kept this sink's markers (key = the pipeline name): read only, to
+        migrate (see the module docstring)."""
         return self.marker_topic or self.topic + MARKER_SUFFIX
+
+
+def marker_topic_of(options: KafkaSinkOptions, pipeline: str) -> str:
+    """The topic whose partition 0 holds this sink's markers and nothing else; a ValueError when
+    the default name is longer than Kafka allows."""
+    if options.marker_topic is not None:
+        return options.marker_topic
+    return check_topic_name(f"{options.topic}{MARKER_SUFFIX}.{pipeline}",
+                            f"the marker topic of sink kafka:{options.topic}")
 
 
 class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
@@ -91,6 +154,26 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     @classmethod
     def describe(cls, options: KafkaSinkOptions) -> str:
         return options.topic
+
+    @classmethod
+    def resources(cls, options: KafkaSinkOptions, pipeline_name: str) -> frozenset[str]:
+        """What this sink must have to itself within its pipeline: its marker topic (the output
+        topic is shared by design: other sinks and pipelines may write it too)."""
+        return frozenset({f"kafka-topic:{marker_topic_of(options, pipeline_name)}"})
+
+    @property
+    def marker_topic(self) -> str:
+        """Partition 0 of this topic holds this sink's markers and nothing else."""
+        try:
+            return marker_topic_of(self.options, self.config.name)
+        except ValueError as error:
+            raise SinkRejected(f"Kafka sink {self.name}: {error}; name a shorter "
+                               "marker_topic") from None
+
+    @property
+    def marker_key(self) -> bytes:
+        """What identifies this sink's markers: one sink of one pipeline."""
+        return f"{self.config.name}/{self.name}".encode()
 
     @property
     def transactional_id(self) -> str:
@@ -108,7 +191,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Fence earlier producers of this sink (``init_transactions``), then read the marker."""
         if fence:
             self._fenced_producer()
-        return self._last_marker()
+        return self._last_marker(fenced=fence)
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         """One Kafka transaction holding N's rows and N's marker; see the module docstring."""
@@ -131,11 +214,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             producer.begin_transaction()
             self._produce_rows(producer, rows, headers)
             faults.hit("sink.kafka.in_transaction")
-            marker = {"pipeline": self.config.name, "epoch": epoch, "plan_hash": plan_hash,
+            marker = {**self._identity(), "epoch": epoch, "plan_hash": plan_hash,
                       "rows": rows.num_rows, **_line_of(last)}
-            producer.produce(self.options.markers, key=self.config.name.encode(),
-                             value=json.dumps(marker, sort_keys=True).encode(), partition=0,
-                             headers=headers)
+            self._produce_marker(producer, marker, headers)
             self._commit_transaction(producer)
         except Exception as error:
             return self._after_failed_transaction(producer, epoch, rows.num_rows, error)
@@ -160,12 +241,11 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         if last is not None and last.get("rewind") == rewind_id:
             return None
         rewinds = [*_line_of(last).get("rewinds", []), [rewind_id, epoch]]
-        marker = {"pipeline": self.config.name, "epoch": epoch, "rewind": rewind_id,
+        marker = {**self._identity(), "epoch": epoch, "rewind": rewind_id,
                   "lineage": rewind_id, "rewinds": rewinds}
         try:
             producer.begin_transaction()
-            producer.produce(self.options.markers, key=self.config.name.encode(),
-                             value=json.dumps(marker, sort_keys=True).encode(), partition=0)
+            self._produce_marker(producer, marker)
             self._commit_transaction(producer)
         except Exception as error:
             with contextlib.suppress(Exception):
@@ -182,7 +262,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         from eos.core.outputs import output_schema
 
         schema = output_schema(self.config, self.output)
-        last = self._last_marker_value()
+        last = self._last_marker_value(fenced=False)
         if last is None:
             return []
         rewinds = _line_of(last).get("rewinds", [])
@@ -197,9 +277,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return rows
 
     def commits(self) -> list[int]:
-        """Marker epochs in order; a rewind marker of N drops the ones after N."""
+        """This sink's marker epochs in order (version 2's legacy markers first); a rewind
+        marker of N drops the ones after N."""
         epochs: list[int] = []
-        for marker in self._marker_values(self._read_topic(self.options.markers)):
+        for marker in self._all_markers():
             if marker.get("rewind"):
                 epochs = [e for e in epochs if e <= marker["epoch"]]
             else:
@@ -213,7 +294,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Create the output topic and the marker topic where the broker allows it."""
         settings = self._settings()
         ensure_topic(settings, self.options.topic, self.options.partitions)
-        ensure_topic(settings, self.options.markers, 1, {"cleanup.policy": "compact"})
+        ensure_topic(settings, self.marker_topic, 1, {"cleanup.policy": "compact"})
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -317,32 +398,123 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             f"({failure or error}); nothing of it is visible, retrying is safe"
         ) from None
 
-    def _last_marker(self) -> int:
-        """The epoch of this pipeline's last marker (-1 if none)."""
-        last = self._last_marker_value()
+    def _identity(self) -> dict[str, str]:
+        """What every marker of this sink says it belongs to (its key says it too)."""
+        return {"pipeline": self.config.name, "sink": self.name}
+
+    def _produce_marker(self, producer: ck.Producer, marker: dict[str, Any],
+                        headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Into partition 0 of this sink's own marker topic, inside the open transaction."""
+        producer.produce(self.marker_topic, key=self.marker_key,
+                         value=json.dumps(marker, sort_keys=True).encode(), partition=0,
+                         headers=headers)
+
+    def _last_marker(self, fenced: bool = True) -> int:
+        """The epoch of this sink's last marker (-1 if none)."""
+        last = self._last_marker_value(fenced)
         return NO_EPOCH if last is None else int(last["epoch"])
 
-    def _last_marker_value(self) -> dict[str, Any] | None:
-        """This pipeline's last marker, read with ``read_committed``: scan the marker partition
-        backwards from its end until a marker of this pipeline appears. The last one, not the
-        highest: after a rewind the last marker says a lower epoch, and it is the truth."""
-        marks = self._watermarks(self.options.markers)
+    def _last_marker_value(self, fenced: bool = True) -> dict[str, Any] | None:
+        """This sink's last marker, read with ``read_committed``: from its own marker partition,
+        else (an upgrade: no marker there yet) from version 2's legacy location.
+
+        ``fenced``: the caller ran ``init_transactions`` and acts on the answer, so the answer
+        must be exact: an open transaction holding the partition's LSO back is an error, not a
+        stale read (``_require_stable``). Unfenced looks (status, audit) skip that check."""
+        last = self._last_in(self.marker_topic, self._own_keys(), fenced, exclusive=True)
+        legacy = self.options.legacy_markers
+        if last is None and legacy != self.marker_topic:
+            # Shared with other pipelines in version 2: not exclusive, but still exact when
+            # fenced (the LSO check), for as long as the migration reads it.
+            last = self._last_in(legacy, {self.config.name.encode()}, fenced, exclusive=False)
+        return last
+
+    def _own_keys(self) -> set[bytes]:
+        """Keys allowed in this sink's marker partition: its own, and version 2's (the pipeline
+        name) when the partition is also the legacy location (an explicit ``marker_topic``)."""
+        keys = {self.marker_key}
+        if self.options.legacy_markers == self.marker_topic:
+            keys.add(self.config.name.encode())
+        return keys
+
+    def _last_in(self, topic: str, keys: set[bytes], fenced: bool,
+                 exclusive: bool) -> dict[str, Any] | None:
+        """The last marker keyed in ``keys`` in partition 0 of ``topic``: scan backwards from
+        its end until one appears. The last one, not the highest: after a rewind the last marker
+        says a lower epoch, and it is the truth. ``exclusive``: any other key read is refused."""
+        marks = self._watermarks(topic)
         if 0 not in marks:
             return None
+        if fenced:
+            self._require_stable(topic)
         low, high = marks[0]
         step, end = 64, high
         while end > low:
             start = max(low, end - step)
-            markers = self._marker_values(self._read_partition(self.options.markers, 0, start))
+            records = list(self._read_partition(topic, 0, start))
+            if exclusive:
+                self._refuse_foreign(topic, records, keys)
+            markers = [json.loads(r.value()) for r in records if r.key() in keys]
             if markers:
                 return markers[-1]
             end, step = start, step * 4
         return None
 
-    def _marker_values(self, records: Iterable[ck.Message]) -> list[dict[str, Any]]:
-        """This pipeline's markers among ``records`` (other pipelines' skipped), in order."""
-        mine = self.config.name.encode()
-        return [json.loads(r.value()) for r in records if r.key() == mine]
+    def _all_markers(self) -> list[dict[str, Any]]:
+        """Every marker of this sink still in Kafka, oldest first: the legacy location's, then
+        its own partition's (one list when both are the same topic)."""
+        found: list[dict[str, Any]] = []
+        legacy = self.options.legacy_markers
+        if legacy != self.marker_topic:
+            mine = self.config.name.encode()
+            found += [json.loads(r.value()) for r in self._read_markers(legacy) if r.key() == mine]
+        keys = self._own_keys()
+        records = self._read_markers(self.marker_topic)
+        self._refuse_foreign(self.marker_topic, records, keys)
+        return found + [json.loads(r.value()) for r in records if r.key() in keys]
+
+    def _read_markers(self, topic: str) -> list[ck.Message]:
+        """Every ``read_committed`` record of partition 0 of ``topic`` (none if it is missing)."""
+        marks = self._watermarks(topic)
+        return list(self._read_partition(topic, 0, marks[0][0])) if 0 in marks else []
+
+    def _refuse_foreign(self, topic: str, records: Iterable[ck.Message],
+                        keys: set[bytes]) -> None:
+        """This sink's marker partition is its own: a record of anyone else there means its
+        answers could depend on another producer's transactions (a config error, permanent)."""
+        for record in records:
+            if record.key() not in keys:
+                who = record.key().decode(errors="replace") if record.key() else "no key"
+                raise MarkerTopicShared(
+                    f"Kafka sink {self.name}: its marker topic '{topic}' (partition 0) holds a "
+                    f"record that is not this sink's marker (key '{who}' at offset "
+                    f"{record.offset()}); a marker topic must be written by one sink of one "
+                    "pipeline only: give each sink its own marker_topic, or remove marker_topic "
+                    f"for the default '<topic>{MARKER_SUFFIX}.<pipeline>'"
+                )
+
+    def _require_stable(self, topic: str) -> None:
+        """Nothing open holds partition 0 of ``topic`` back, so a ``read_committed`` read sees
+        every marker committed before it. After ``init_transactions`` this id has nothing open;
+        a gap left is another producer's open transaction (or a newer attempt of this sink that
+        fenced this one): a transient error, never a stale answer. A transaction that was just
+        ending gets a few short chances to write its markers first."""
+        settings = self._settings()
+        gap = held_back(settings, topic, 0)
+        for _ in range(STABLE_ATTEMPTS - 1):
+            if gap is None:
+                return
+            time.sleep(0.5)
+            gap = held_back(settings, topic, 0)
+        if gap is None:
+            return
+        stable, high = gap
+        raise SinkUnavailable(
+            f"Kafka sink {self.name}: another producer holds an open transaction on the marker "
+            f"partition {topic}[0] (last stable offset {stable} < high watermark {high}), so "
+            "this sink's last marker cannot be read exactly; retry once it ends. If this "
+            "persists, something other than this sink writes to its marker topic"
+        )
 
     def _watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
         """(log start, high watermark) per partition; empty when the topic does not exist."""
