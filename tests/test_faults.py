@@ -10,6 +10,7 @@ contiguous. Races hold two real processes at a barrier right before a fenced wri
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -334,8 +335,8 @@ def test_hostile_records_are_quarantined_or_counted(tmp_path: Path, kafka: str,
     kts = 1_767_225_600_000
     hostile = [
         # As large as a default broker accepts (message.max.bytes is 1 MB on Kafka and on the
-        # embedded mock cluster, which refuses larger records with MSG_SIZE_TOO_LARGE): a string
-        # field has no length limit of its own, so this one is counted.
+        # embedded mock cluster, which refuses larger records with MSG_SIZE_TOO_LARGE): longer
+        # than event.max_string_bytes, so quarantined (no window record could carry it).
         b'{"key": "' + b"x" * 900_000 + b'", "ts": 1767225600000, "value": 1}',
         b"\xff\xfe" * 450_000,
         None,
@@ -359,12 +360,46 @@ def test_hostile_records_are_quarantined_or_counted(tmp_path: Path, kafka: str,
     report = audit(config)
     assert report.ok, report.render()
     reasons = [r["reason"] for r in read_table(delta_path(config, "quarantine")).to_pylist()]
-    assert len(reasons) == 8
-    for expected in ("not valid UTF-8", "null record value",
+    assert len(reasons) == 9
+    for expected in ("more than event.max_string_bytes (16384)", "not valid UTF-8",
+                     "null record value",
                      "outside 1970..9999", "ahead of the record's Kafka timestamp",
                      "does not fit decimal(38,9)", "field 'value' is null", "got boolean",
                      "malformed JSON"):
         assert any(expected in r for r in reasons), (expected, reasons)
+
+
+def test_one_oversized_record_never_halts_a_pipeline(tmp_path: Path, kafka: str,
+                                                   spark: Any) -> None:
+    """Before: a 600 KB group value made a window record over 1 MB (key and value both carry
+    it) and an 800 KB undecodable record a quarantine record over 1 MB (base64); the Kafka
+    sinks' producer refused both (MSG_SIZE_TOO_LARGE, permanent) on every retry. Now the first
+    is quarantined naming the field and the limit, and every quarantine row is bounded."""
+    windows, quarantine = support.unique_topic("big-windows"), support.unique_topic("big-q")
+    config = write_pipeline(tmp_path, sinks={
+        "windows": [{"kafka": windows}, {"delta": "target"}], "late": [{"delta": "late"}],
+        "quarantine": [{"kafka": quarantine}, {"delta": "quarantine"}]})
+    kts = 1_767_225_600_000
+    undecodable = b"\xff" * 800_000
+    records = [b'{"key": "' + b"k" * 600_000 + b'", "ts": 1767225600000, "value": 1}',
+               undecodable, b'{"key": "a", "ts": 1767225600000, "value": 2}']
+    producer = ck.Producer({**client_settings(), "message.max.bytes": 8_000_000})
+    for value in records:
+        producer.produce(config.kafka.topic, value=value, timestamp=kts)
+    assert producer.flush(30) == 0
+    run_epoch(config, "oversized", spark=spark)
+    assert committed_epoch(config) == 0
+    rows = sorted(read_table(delta_path(config, "quarantine")).to_pylist(),
+                  key=lambda r: r["offset"])
+    assert [r["offset"] for r in rows] == [0, 1]
+    assert rows[0]["reason"].startswith("field 'key' is 600000 bytes, more than "
+                                        "event.max_string_bytes (16384)")
+    assert rows[1]["reason"].startswith("not valid UTF-8")
+    assert [len(r["raw_value"]) for r in rows] == [4096, 4096]
+    assert [r["raw_value_bytes"] for r in rows] == [len(records[0]), len(undecodable)]
+    assert rows[1]["raw_value_sha256"] == hashlib.sha256(undecodable).hexdigest()
+    report = audit(config)
+    assert report.ok, report.render()
 
 
 def test_unwritable_table_root_and_broken_config_fail_clearly(tmp_path: Path, kafka: str) -> None:

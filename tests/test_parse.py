@@ -761,3 +761,29 @@ def test_every_generated_record_parses_or_is_quarantined_as_its_kind(pipeline: s
         outcomes.setdefault(record.kind, set()).add(isinstance(parsed, Parsed))
     assert outcomes.pop("good") == {True} and outcomes.pop("late") == {True}
     assert len(outcomes) >= 5 and all(o == {False} for o in outcomes.values()), outcomes
+
+
+# -- the string limit: no output record may outgrow a sink ------------------------------------
+
+def test_a_string_longer_than_max_string_bytes_is_quarantined_naming_the_field_and_limit() -> None:
+    """A 600 KB group value once made a window record over Kafka's 1 MB limit and halted the
+    pipeline (``MSG_SIZE_TOO_LARGE`` on every retry); the record is quarantined instead."""
+    parser = Parser(event({"user": "string", "n": "long"}))
+    huge = doc(ts=KTS, user="u" * 600_000, n=1)
+    assert rejected(parser.parse(huge, KTS)) == (
+        "field 'user' is 600000 bytes, more than event.max_string_bytes (16384): no output "
+        "record may outgrow a sink's record limit")
+    at_limit = doc(ts=KTS, user="u" * 16_384, n=1)
+    assert isinstance(parser.parse(at_limit, KTS), Parsed)
+    assert_batch_agrees(parser, [huge, at_limit, doc(ts=KTS, user="short", n=2)])
+
+
+def test_the_string_limit_counts_utf8_bytes_and_is_configurable() -> None:
+    parser = Parser(event({"city": {"type": "string", "optional": True}},
+                          max_string_bytes=100))
+    accepted = doc(ts=KTS, city="é" * 50)  # 100 bytes
+    refused = doc(ts=KTS, city="é" * 51)  # 102 bytes, 51 characters
+    assert isinstance(parser.parse(accepted, KTS), Parsed)
+    assert "is 102 bytes, more than event.max_string_bytes (100)" in rejected(
+        parser.parse(refused, KTS))
+    assert_batch_agrees(parser, [accepted, refused, doc(ts=KTS), doc(ts=KTS, city=None)])

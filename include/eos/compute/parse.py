@@ -194,6 +194,39 @@ def _explain_string(v: Any, label: str) -> str | None:
     return None if type(v) is str else f"field {label} must be a string, got {_kind(v)}"
 
 
+def _string_rules(limit: int) -> tuple[Callable, Callable, Callable]:
+    """A string field of at most ``limit`` UTF-8 bytes (``event.max_string_bytes``): a longer
+    one would make an output record (a window carries its group values in its key and its
+    value) that no sink with a record limit could take, and halt the pipeline. Such a record is
+    quarantined instead; it stays in Kafka at its partition and offset."""
+
+    def size(v: str) -> int:  # chars <= bytes <= 4 chars: encode only when it matters
+        return len(v) if len(v) * 4 <= limit or len(v) > limit else len(v.encode("utf-8",
+                                                                                   "surrogatepass"))
+
+    def accept(v: Any) -> Any:
+        return v if type(v) is str and size(v) <= limit else _BAD
+
+    def explain(v: Any, label: str) -> str | None:
+        if type(v) is not str:
+            return f"field {label} must be a string, got {_kind(v)}"
+        if size(v) > limit:
+            return (f"field {label} is {len(v.encode('utf-8', 'surrogatepass'))} bytes, more "
+                    f"than event.max_string_bytes ({limit}): no output record may outgrow a "
+                    "sink's record limit")
+        return None
+
+    def whole(column: list) -> list | None:
+        """The column unchanged when every value is short enough; None: check each."""
+        try:
+            longest = max(map(len, column))
+        except TypeError:  # an optional field's None among the values
+            return None
+        return column if longest * 4 <= limit else None
+
+    return accept, explain, whole
+
+
 def _explain_long(v: Any, label: str) -> str | None:
     if type(v) is not int:
         got = f"number {_shown(v)}" if type(v) is Decimal else _kind(v)
@@ -350,7 +383,7 @@ class _Use:
     """One declared field, or the event time, read from a path of the document."""
 
     def __init__(self, label: str, path: tuple[str, ...], kind: str, optional: bool,
-                 spec: FieldSpec | None = None) -> None:
+                 spec: FieldSpec | None = None, max_string: int | None = None) -> None:
         self.label, self.path, self.kind, self.optional = label, path, kind, optional
         self.accept: Callable[[Any], Any] = _accept_string
         self.explain: Callable[[Any, str], str | None] = _explain_string
@@ -359,6 +392,8 @@ class _Use:
             assert spec is not None and spec.type.precision is not None
             self.accept, self.explain, self.whole = _decimal_rules(spec.type.precision,
                                                                    spec.type.scale or 0)
+        elif kind == "string" and max_string is not None:
+            self.accept, self.explain, self.whole = _string_rules(max_string)
         elif kind in _RULES:
             self.accept, self.explain = _RULES[kind]
         self.get: Callable[[Any], Any] = _absent  # set by the compiler
@@ -489,7 +524,8 @@ class Parser:
         self.schema = parsed_schema(event)
         self._max_future = event.max_future
         self._fields = [
-            _Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec)
+            _Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
+                 event.max_string_bytes)
             for name, spec in event.fields.items()
         ]
         self._arrow_types = [arrow_type(spec.type) for spec in event.fields.values()]
@@ -517,7 +553,8 @@ class Parser:
         self._dummy = root.dummy
         for use in uses:
             use.get, exact_type = _getter(root, use)
-            use.direct = exact_type and use.kind in _RULES
+            # msgspec's type is the whole rule only where no length or range is checked after.
+            use.direct = exact_type and use.kind in _RULES and use.whole is None
         self._time_ms: Callable[[Any], int] | None = None
         if self._time is not None:
             exact_ms = self._time.kind == "epoch_ms" and _getter(root, self._time)[1]

@@ -166,12 +166,18 @@ def _fields(value: Any) -> dict[str, FieldSpec]:
             for name, spec in value.items()}
 
 
+MAX_STRING_BYTES = 16_384  # event.max_string_bytes' default
+
+
 class EventConfig(_Strict):
     format: Literal["json"] = "json"
     time: TimeConfig
     fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
     filter: str | None = None
     max_future: DurationMs = 86_400_000
+    # A longer string field quarantines its record (``eos.compute.parse``): every output record
+    # must fit every sink's record limit (checked against the Kafka sinks when the config loads).
+    max_string_bytes: int = Field(default=MAX_STRING_BYTES, ge=64)
 
     @model_validator(mode="after")
     def _filter_parses(self) -> EventConfig:
@@ -399,8 +405,13 @@ class PipelineConfig(_Strict):
     def schema_view(self) -> dict[str, Any]:
         """The config that decides what committed rows mean: event parsing, grouping, windows,
         aggregations. Committed epochs record it; a pipeline whose view changed is refused."""
+        event = self.event.model_dump(mode="json")
+        # Added to the view later: shown only when set, so epochs committed before it existed
+        # keep the view they were committed with.
+        if event["max_string_bytes"] == MAX_STRING_BYTES:
+            del event["max_string_bytes"]
         return {
-            "event": self.event.model_dump(mode="json"),
+            "event": event,
             "group_by": list(self.group_by),
             "window": self.window.model_dump(mode="json"),
             "aggregations": {k: str(v) for k, v in self.aggregations.items()},

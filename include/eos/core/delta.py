@@ -70,7 +70,8 @@ def txn_version(path: str, app_id: str, table: DeltaTable | None = None) -> int:
 
 def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
                   fault_point: str = "sink.before_write", snapshot: DeltaTable | None = None,
-                  in_order: bool = True, op: str = "commit") -> FencedWrite:
+                  in_order: bool = True, op: str = "commit",
+                  merge_schema: bool = False) -> FencedWrite:
     """Append ``data`` with ``txn(app_id, epoch)`` exactly once, however many attempts race.
 
     Scenarios, decided here:
@@ -92,6 +93,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     the check and the write go through it, however old it is; a write that lands moves it to
     the version written. Without one, the table is opened here. The commit info names the app,
     the epoch and ``op`` (``eos.core.timetravel``: what a rewind finds its versions by).
+    ``merge_schema``: columns ``data`` has and the table lacks are added in the same commit (a
+    sink table created before an output gained a column; no metadata is written otherwise).
     """
     snapshot = snapshot if snapshot is not None else DeltaTable(path)
     for attempt in range(WRITE_ATTEMPTS):
@@ -107,6 +110,7 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
             faults.hit(fault_point)
         try:
             write_deltalake(snapshot, data, mode="append",
+                            schema_mode="merge" if merge_schema else None,
                             commit_properties=commit_properties(app_id, epoch, op))
             return FencedWrite(Outcome.COMMITTED, snapshot.version())
         except CommitFailedError as error:

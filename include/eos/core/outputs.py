@@ -6,6 +6,8 @@ that output's schema. Every sink of an output receives the same rows (Delta and 
 
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -15,16 +17,23 @@ from eos.core.schema import arrow_type
 from eos.core.tables import TS, group_column
 
 MS_TO_US = 1000
+# A quarantine row carries at most this much of the record's key and of its value: it must fit
+# every sink (a Kafka record of 1 MB at most, base64 in JSON), whatever the record held. The
+# record itself stays in Kafka at (partition, offset); its lengths and digest identify it.
+RAW_PREFIX_BYTES = 4096
 
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("reason", pa.string()),
-        ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()),
+        ("raw_key", pa.binary()),  # the first RAW_PREFIX_BYTES of the record's key
+        ("raw_value", pa.binary()),  # ... and of its value
         ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("kafka_timestamp", TS),
         ("epoch", pa.int64()),
+        ("raw_key_bytes", pa.int64()),  # the whole key's length (null: no key)
+        ("raw_value_bytes", pa.int64()),  # the whole value's length (null: a null value)
+        ("raw_value_sha256", pa.string()),  # of the whole value, hex
     ]
 )
 
@@ -105,15 +114,23 @@ def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: i
 
 
 def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
+    """Quarantined records as sinks receive them: bounded (``RAW_PREFIX_BYTES``), whatever the
+    record's size. Staging keeps the whole bytes; an 800 KB undecodable record once made a
+    quarantine record over Kafka's limit and halted the pipeline."""
     rows = _kind(staged, "quarantine")
+    values = rows["raw_value"].to_pylist()
     cols = {
         "reason": rows["reason"],
-        "raw_key": rows["raw_key"],
-        "raw_value": rows["raw_value"],
+        "raw_key": pc.binary_slice(rows["raw_key"], 0, RAW_PREFIX_BYTES),
+        "raw_value": pc.binary_slice(rows["raw_value"], 0, RAW_PREFIX_BYTES),
         "partition": rows["partition"],
         "offset": rows["offset"],
         "kafka_timestamp": _ts(rows["kafka_timestamp_ms"]),
         "epoch": _epoch(epoch, rows.num_rows),
+        "raw_key_bytes": pc.cast(pc.binary_length(rows["raw_key"]), pa.int64()),
+        "raw_value_bytes": pc.cast(pc.binary_length(rows["raw_value"]), pa.int64()),
+        "raw_value_sha256": pa.array([None if v is None else hashlib.sha256(v).hexdigest()
+                                      for v in values], pa.string()),
     }
     names = QUARANTINE_SCHEMA.names
     return pa.Table.from_arrays([cols[n] for n in names], schema=QUARANTINE_SCHEMA)

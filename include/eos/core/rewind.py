@@ -153,7 +153,8 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
         )
     if to_epoch == committed:
         return None
-    _check_none_committing(config, tables, committed)
+    _check_none_committing(config, Fence.of(tables.refreshed(tables.staging),
+                                            config.app_id).sealed, committed)
     checkpoint = checkpoints.read(tables, to_epoch) if to_epoch >= 0 else None
     _check_schema(config, tables, checkpoint)
     sinks = rewindable(config, to_epoch)
@@ -172,10 +173,9 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
 FENCE_ATTEMPTS = 5
 
 
-def _check_none_committing(config: PipelineConfig, tables: OpenTables, committed: int) -> None:
+def _check_none_committing(config: PipelineConfig, sealed: int, committed: int) -> None:
     """A sealed, unchecked epoch is a commit in flight (or crashed, to be retried): it may have
     written sinks already and must finish before anything is rewound."""
-    sealed = Fence.of(tables.refreshed(tables.staging), config.app_id).sealed
     if sealed > committed:
         raise EpochCommitting(
             f"epoch {sealed} of '{config.name}' is being committed (its commit began and is "
@@ -184,14 +184,17 @@ def _check_none_committing(config: PipelineConfig, tables: OpenTables, committed
 
 
 def _fence(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> None:
-    """Step 2b, idempotent: fence staging for rewind ``plan.seq`` unless a run of it did."""
-    snapshot = tables.refreshed(tables.staging)
+    """Step 2b, idempotent: fence staging for rewind ``plan.seq`` unless a run of it did. The
+    checkpoint is read before the staging snapshot, so a seal the snapshot shows is never
+    compared with an older checkpoint than its own."""
     for _ in range(FENCE_ATTEMPTS):
-        if Fence.of(snapshot, config.app_id).rewinds > plan.seq:
-            return  # this rewind fenced staging already (it is being rerun)
         tables.refresh(tables.checkpoints)
-        _check_none_committing(config, tables, checkpoints.committed_epoch(tables,
-                                                                           config.app_id))
+        committed = checkpoints.committed_epoch(tables, config.app_id)
+        snapshot = tables.refreshed(tables.staging)
+        fence = Fence.of(snapshot, config.app_id)
+        if fence.rewinds > plan.seq:
+            return  # this rewind fenced staging already (a rerun, or a racing attempt of it)
+        _check_none_committing(config, fence.sealed, committed)
         if fence_rewind(snapshot, config.app_id, plan.to_epoch, plan.seq):
             faults.hit("rewind.after_fence")
             return
