@@ -12,6 +12,13 @@ records: 1,800 events, some late, some malformed). Then:
   (read here directly, not through ``eos.core.status``); it presses "Verify now" and waits for the
   audit's verdict on the page; a task-log link opens that log in the Airflow UI. Screenshots go
   to ``test-output/`` at the project root.
+Per-DAG authorization (Airflow's auth manager, with real users logging in with their generated
+passwords): a second pipeline, ``afdown``, runs its own DAG and points at a Kafka broker that is
+not there (a closed port). ``alice`` (role ``user``) is granted only the first pipeline's DAG,
+``vera`` (role ``viewer``) too: alice sees only that pipeline (index, pages, JSON, in the
+browser too) and is refused the other's pages and audits (403); vera may read but, without
+Airflow's right to trigger a DAG run, not start an audit (403). ``?limit=`` is bounded, and no
+page waits for the unreachable broker.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import conftest_airflow  # noqa: F401  # isort: skip
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +42,10 @@ from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX, create_app
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for
+from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import GeneratorSpec
+
+from support import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -44,17 +55,45 @@ OUTPUT = Path(__file__).resolve().parents[1] / "test-output"
 CHROMIUM = shutil.which("chromium")
 BROWSER_TIMEOUT_MS = 60_000
 VERIFY_TIMEOUT_MS = 240_000
+USERS = "admin:admin,alice:user,vera:viewer"
+KAFKA_CLIENT_TIMEOUT_S = 10.0  # eos.core.kafka.METADATA_TIMEOUT_S: what a broker read waits
+FAST_S = 4.0  # far below one Kafka client timeout (a sink's marker read, a lag read)
+MAX_LIMIT = 500
 
 
 @pytest.fixture(scope="module")
 def view(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, kafka: str,
          spark_server: dict) -> Iterator[dict[str, Any]]:
-    """Airflow with the plugin, after a backfill of three epochs of one pipeline."""
-    config = make_pipeline(tmp_path_factory.mktemp("view-pipelines"), data_dir, "afview", SPEC)
-    with running_airflow(tmp_path_factory.mktemp("airflow-home"), [config], data_dir) as airflow:
+    """Airflow with the plugin, after a backfill of three epochs of one pipeline; a second
+    pipeline (never run) whose broker is unreachable; users limited to the first one's DAG."""
+    directory = tmp_path_factory.mktemp("view-pipelines")
+    config = make_pipeline(directory, data_dir, "afview", SPEC)
+    down = unreachable_pipeline(directory, data_dir)
+    grants = {"alice": [config.dag_id], "vera": [config.dag_id]}
+    with running_airflow(tmp_path_factory.mktemp("airflow-home"), [config, down], data_dir,
+                         users=USERS, dag_grants=grants) as airflow:
         airflow.arm_commit_crash(False)
         runs = backfill(airflow, config, "--max-active-runs", "1")
-        yield {"airflow": airflow, "config": config, "runs": runs}
+        yield {"airflow": airflow, "config": config, "down": down, "runs": runs}
+
+
+def unreachable_pipeline(directory: Path, data_dir: Path) -> PipelineConfig:
+    """A pipeline whose source and Kafka sink are on a broker that is not there: a closed port
+    refuses every connection, and a metadata request waits out its whole timeout."""
+    closed = f"127.0.0.1:{free_port()}"
+    name = f"afdown_{unique_topic('')[1:]}"
+    return write_pipeline(
+        directory, name=name,
+        kafka={"topic": unique_topic("afdown"), "read_timeout": "30s",
+               "client": {"bootstrap.servers": closed}},
+        sinks={"windows": [{"kafka": unique_topic("afdown-out")}, {"delta": "target"}],
+               "late": [{"delta": "late"}], "quarantine": [{"delta": "quarantine"}]},
+        tables={"root": str(data_dir / name)},
+    )
+
+
+def as_user(airflow: Airflow, username: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {airflow.login(username)}"}
 
 
 def plugin_routes(pipeline: str) -> list[tuple[str, str]]:
@@ -197,3 +236,115 @@ def test_the_epochs_view_in_a_browser_shows_the_epoch_log(view: dict[str, Any]) 
         finally:
             browser.close()
     print(f"screenshots: {sorted(str(path) for path in OUTPUT.glob('epochs-*.png'))}")
+
+
+def test_a_user_sees_and_audits_only_pipelines_whose_dag_they_may_read(view: dict[str, Any]
+                                                                       ) -> None:
+    airflow: Airflow = view["airflow"]
+    mine: PipelineConfig = view["config"]
+    other: PipelineConfig = view["down"]
+    alice = as_user(airflow, "alice")
+    base = f"{airflow.base}{URL_PREFIX}"
+
+    listed = httpx.get(f"{base}/api/pipelines", headers=alice, timeout=60)
+    assert listed.status_code == 200, listed.text[:500]
+    assert [row["name"] for row in listed.json()] == [mine.name], listed.json()
+    index = httpx.get(f"{base}/", headers=alice, timeout=60).text
+    assert f'data-pipeline="{mine.name}"' in index and other.name not in index, index
+
+    refused = {path: httpx.get(f"{base}{path}", headers=alice, timeout=60).status_code
+               for path in (f"/pipelines/{other.name}", f"/api/pipelines/{other.name}",
+                            f"/api/pipelines/{other.name}/verify")}
+    refused["POST verify"] = httpx.post(f"{base}/api/pipelines/{other.name}/verify",
+                                        headers={**alice, "X-EOS-Request": "1"},
+                                        timeout=60).status_code
+    assert set(refused.values()) == {403}, refused
+    # Her own pipeline's pages answer; admin (every DAG) sees both.
+    assert httpx.get(f"{base}/api/pipelines/{mine.name}", headers=alice,
+                     timeout=60).status_code == 200
+    admin = {"Authorization": f"Bearer {airflow.token}"}
+    assert {row["name"] for row in httpx.get(f"{base}/api/pipelines", headers=admin,
+                                             timeout=60).json()} == {mine.name, other.name}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.timeout(300)
+def test_in_the_browser_the_index_lists_only_the_users_pipelines(view: dict[str, Any]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    airflow: Airflow = view["airflow"]
+    mine: PipelineConfig = view["config"]
+    other: PipelineConfig = view["down"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
+            page.goto(f"{airflow.base}/plugin/{EXTERNAL_VIEW['url_route']}")
+            page.fill("input[name=username]", "alice")
+            page.fill("input[name=password]", airflow.passwords["alice"])
+            page.click("button[type=submit]")
+            page.wait_for_url(lambda url: "/auth/login" not in url)
+            page.goto(f"{airflow.base}/plugin/{EXTERNAL_VIEW['url_route']}")
+            frame = page.frame_locator("iframe")
+            expect(frame.locator(f'tr[data-pipeline="{mine.name}"]')).to_have_count(1)
+            expect(frame.locator("#pipelines tbody tr")).to_have_count(1)
+            expect(frame.locator(f'tr[data-pipeline="{other.name}"]')).to_have_count(0)
+            # The other pipeline's page, opened by its URL: refused.
+            response = page.goto(f"{airflow.base}{URL_PREFIX}/pipelines/{other.name}")
+            assert response is not None and response.status == 403
+        finally:
+            browser.close()
+
+
+def test_reading_a_dag_without_the_right_to_trigger_it_cannot_start_an_audit(
+        view: dict[str, Any]) -> None:
+    airflow: Airflow = view["airflow"]
+    config: PipelineConfig = view["config"]
+    vera = as_user(airflow, "vera")
+    base = f"{airflow.base}{URL_PREFIX}"
+    for path in (f"/pipelines/{config.name}", f"/api/pipelines/{config.name}",
+                 f"/api/pipelines/{config.name}/verify"):
+        response = httpx.get(f"{base}{path}", headers=vera, timeout=60)
+        assert response.status_code == 200, (path, response.text[:300])
+    started = httpx.post(f"{base}/api/pipelines/{config.name}/verify",
+                         headers={**vera, "X-EOS-Request": "1"}, timeout=60)
+    assert started.status_code == 403, started.text[:300]
+
+
+def test_limit_is_bounded(view: dict[str, Any]) -> None:
+    airflow: Airflow = view["airflow"]
+    config: PipelineConfig = view["config"]
+    admin = {"Authorization": f"Bearer {airflow.token}"}
+    codes = {}
+    for path in (f"/pipelines/{config.name}", f"/api/pipelines/{config.name}"):
+        for limit in (-1, 0, MAX_LIMIT + 1, 10**9):
+            response = httpx.get(f"{airflow.base}{URL_PREFIX}{path}", headers=admin, timeout=60,
+                                 params={"limit": limit})
+            codes[(path, limit)] = response.status_code
+            if response.status_code == 422:
+                assert "limit" in response.text, response.text[:300]
+        codes[(path, MAX_LIMIT)] = httpx.get(f"{airflow.base}{URL_PREFIX}{path}", headers=admin,
+                                             timeout=60, params={"limit": MAX_LIMIT}).status_code
+    assert codes == {key: (200 if key[1] == MAX_LIMIT else 422) for key in codes}, codes
+
+
+def test_no_page_waits_for_an_unreachable_broker(view: dict[str, Any]) -> None:
+    """The index and the pipeline's page answer far within one Kafka client timeout while the
+    pipeline's broker (its source and its Kafka sink) is down: no request reads Kafka. What
+    the sinks hold is read in the background and shown with its age."""
+    airflow: Airflow = view["airflow"]
+    down: PipelineConfig = view["down"]
+    admin = {"Authorization": f"Bearer {airflow.token}"}
+    base = f"{airflow.base}{URL_PREFIX}"
+    took = {}
+    for _ in range(2):  # the first load too, and a load while a background read may be waiting
+        for path in ("/", "/api/pipelines", f"/pipelines/{down.name}",
+                     f"/api/pipelines/{down.name}"):
+            started = time.monotonic()
+            response = httpx.get(f"{base}{path}", headers=admin, timeout=60)
+            took[path] = max(took.get(path, 0.0), time.monotonic() - started)
+            assert response.status_code == 200, (path, response.text[:300])
+    assert all(seconds < FAST_S < KAFKA_CLIENT_TIMEOUT_S for seconds in took.values()), took
+    page = httpx.get(f"{base}/pipelines/{down.name}", headers=admin, timeout=60).text
+    assert 'id="sink-state-age"' in page, page[-2000:]

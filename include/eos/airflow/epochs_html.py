@@ -1,7 +1,8 @@
 """HTML for the epochs view: a pipeline's ``PipelineStatus`` as a page, and the index of pipelines.
 
-Rendering only: every figure comes from ``eos.core.status.pipeline_status`` (the function ``eos
-status`` prints), nothing is computed from the tables here. Templates are Jinja2 with
+Rendering only: every figure comes from a ``PipelineStatus`` (``eos.core.status``, what ``eos
+status`` prints; the view's comes from ``eos.airflow.epochs_cache``), nothing is computed from
+the tables here. Templates are Jinja2 with
 autoescaping on. Links into the Airflow UI are marked ``data-airflow``: the page is shown in a
 sandboxed iframe of the Airflow UI (an ``external_views`` entry), and ``base.html``'s script
 hands those links to the UI's router instead of opening Airflow inside the frame.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from eos.airflow.epochs_cache import SinkState
 from eos.core.status import EpochStatus, PipelineStatus
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -68,11 +70,14 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value / 1000:.2f}"
 
 
-def pipeline_page(status: PipelineStatus, links: Links, took_ms: float) -> str:
+def pipeline_page(status: PipelineStatus, links: Links, took_ms: float,
+                  sink_state: SinkState | None = None) -> str:
+    """``sink_state``: how old the sinks' epochs and the lag are (they are read in the
+    background, ``eos.airflow.epochs_cache``); None: they were read for this page."""
     return _environment().get_template("pipeline.html").render(
         status=status, links=links, phases=PHASES, colours=PHASE_COLOURS,
         records_chart=records_chart(status.epochs), durations_chart=durations_chart(status.epochs),
-        took_ms=took_ms)
+        took_ms=took_ms, sink_state=sink_state)
 
 
 def index_page(rows: list[dict[str, Any]], links: Links) -> str:
