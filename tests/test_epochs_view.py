@@ -310,6 +310,9 @@ def test_reading_a_dag_without_the_right_to_trigger_it_cannot_start_an_audit(
     started = httpx.post(f"{base}/api/pipelines/{config.name}/verify",
                          headers={**vera, "X-EOS-Request": "1"}, timeout=60)
     assert started.status_code == 403, started.text[:300]
+    # Her page offers no button that could only fail.
+    page = httpx.get(f"{base}/pipelines/{config.name}", headers=vera, timeout=60).text
+    assert '<button id="verify" type="button" disabled' in page, page[-3000:]
 
 
 def test_limit_is_bounded(view: dict[str, Any]) -> None:

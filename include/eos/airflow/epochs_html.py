@@ -71,13 +71,14 @@ def seconds(value: float | None) -> str:
 
 
 def pipeline_page(status: PipelineStatus, links: Links, took_ms: float,
-                  sink_state: SinkState | None = None) -> str:
+                  sink_state: SinkState | None = None, can_audit: bool = True) -> str:
     """``sink_state``: how old the sinks' epochs and the lag are (they are read in the
-    background, ``eos.airflow.epochs_cache``); None: they were read for this page."""
+    background, ``eos.airflow.epochs_cache``); None: they were read for this page.
+    ``can_audit``: the user may start an audit (the server checks again on the POST)."""
     return _environment().get_template("pipeline.html").render(
         status=status, links=links, phases=PHASES, colours=PHASE_COLOURS,
         records_chart=records_chart(status.epochs), durations_chart=durations_chart(status.epochs),
-        took_ms=took_ms, sink_state=sink_state)
+        took_ms=took_ms, sink_state=sink_state, can_audit=can_audit)
 
 
 def index_page(rows: list[dict[str, Any]], links: Links) -> str:

@@ -136,10 +136,12 @@ def create_app() -> Any:
     def pipeline(name: str, request: Request, user: GetUserDep,
                  limit: int = limit_query) -> HTMLResponse:
         started = time.monotonic()
-        status, sink_state = status_of(config_of(name, user), limit)
+        config = config_of(name, user)
+        status, sink_state = status_of(config, limit)
         took_ms = (time.monotonic() - started) * 1000
-        return _no_store(HTMLResponse(
-            epochs_page.pipeline_page(status, links(request), took_ms, sink_state)))
+        return _no_store(HTMLResponse(epochs_page.pipeline_page(
+            status, links(request), took_ms, sink_state,
+            can_audit=may(user, TRIGGER, config.dag_id))))
 
     @app.get("/api/pipelines")
     def api_pipelines(user: GetUserDep) -> list[dict[str, Any]]:
