@@ -10,7 +10,7 @@ reader (a killed attempt leaves only those; a vacuum deletes them).
 
 Every commit that changes which epochs staging holds goes through the **staging fence**
 (``Fence``): a precommit's stage, a commit's seal, an abort, a prune and a rewind. Each is
-checked and written through one snapshot and carries ``txn(<app>#fence, g + 1)``; delta-rs
+checked and written through one snapshot and carries ``txn(<app>#fence, N)``; delta-rs
 refuses a commit carrying an app id that another commit carried after its snapshot
 (``ConcurrentTransaction``), so of two such steps the later one fails, re-reads and decides
 again. That is what keeps an abort from deleting an epoch its commit is promoting, and a
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -155,7 +156,7 @@ def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.
                                          commit_properties=commit_properties(
                                              app_id, epoch, "stage", txn=False,
                                              extra={PLAN_HASH: plan_hash},
-                                             also=fence.advance(app_id)))
+                                             also=fence.advance(epoch)))
     except CommitFailedError:
         staging.update_incremental()
         return None
@@ -165,44 +166,51 @@ def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.
 
 # -- the staging fence --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class Fence:
-    """The staging fence as one snapshot of the staging table sees it: three ``txn`` versions.
+    """The staging fence as one snapshot of the staging table sees it (``txn`` versions, each
+    read when first asked: a read costs ~3 ms).
 
-    - ``generation``: bumped by every fenced commit (what makes two of them conflict);
+    - every fenced commit carries ``txn(<app>#fence, N)``: that app id in two commits is what
+      makes the later one conflict (delta-rs compares app ids, not versions);
     - ``sealed``: the last epoch a commit sealed. ``commit(N)`` seals N before it writes any
       sink: from then on an abort of N is refused (the commit must finish) and a rewind waits
       for N's checkpoint. ``sealed > committed`` means a commit is in flight (or crashed and
       will be retried: it must eventually succeed);
     - ``rewinds``: rewinds begun on this pipeline. A precommit that read its state before a
       rewind began never stages what it computed (the replay computes it again).
-    A table written before the fence existed has none of them: -1, -1, 0."""
+    A table written before the fence existed has neither: -1 and 0."""
 
-    generation: int
-    sealed: int
-    rewinds: int
+    def __init__(self, staging: DeltaTable, app_id: str) -> None:
+        self.staging, self.app_id = staging, app_id
 
     @classmethod
     def of(cls, staging: DeltaTable, app_id: str) -> Fence:
-        def version(suffix: str, default: int) -> int:
-            held = staging.transaction_version(app_id + suffix)
-            return default if held is None else int(held)
+        return cls(staging, app_id)
 
-        return cls(version(_GENERATION, NO_EPOCH), version(_SEALED, NO_EPOCH),
-                   version(_REWINDS, 0))
+    def _version(self, suffix: str, default: int) -> int:
+        held = self.staging.transaction_version(self.app_id + suffix)
+        return default if held is None else int(held)
 
-    def advance(self, app_id: str, *, sealed: int | None = None,
+    @cached_property
+    def sealed(self) -> int:
+        return self._version(_SEALED, NO_EPOCH)
+
+    @cached_property
+    def rewinds(self) -> int:
+        return self._version(_REWINDS, 0)
+
+    def advance(self, epoch: int, *, sealed: int | None = None,
                 rewinds: int | None = None) -> list[Transaction]:
-        """The ``txn`` actions of the next fenced commit (and a new seal or rewind count)."""
-        actions = [Transaction(app_id + _GENERATION, self.generation + 1)]
+        """The ``txn`` actions of a fenced commit about ``epoch`` (and a new seal or count)."""
+        actions = [Transaction(self.app_id + _FENCE, int(epoch))]
         if sealed is not None:
-            actions.append(Transaction(app_id + _SEALED, int(sealed)))
+            actions.append(Transaction(self.app_id + _SEALED, int(sealed)))
         if rewinds is not None:
-            actions.append(Transaction(app_id + _REWINDS, int(rewinds)))
+            actions.append(Transaction(self.app_id + _REWINDS, int(rewinds)))
         return actions
 
 
-_GENERATION, _SEALED, _REWINDS = "#fence", "#sealed", "#rewinds"
+_FENCE, _SEALED, _REWINDS = "#fence", "#sealed", "#rewinds"
 
 
 def fenced(staging: DeltaTable, write: Any) -> bool:
@@ -224,7 +232,7 @@ def seal(staging: DeltaTable, app_id: str, epoch: int) -> bool:
     return fenced(staging, lambda: staging.create_write_transaction(
         [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
         commit_properties=commit_properties(app_id, epoch, "seal", txn=False,
-                                            also=fence.advance(app_id, sealed=epoch))))
+                                            also=fence.advance(epoch, sealed=epoch))))
 
 
 def drop(staging: DeltaTable, app_id: str, epoch: int, op: str, *, before: bool = False,
@@ -238,7 +246,7 @@ def drop(staging: DeltaTable, app_id: str, epoch: int, op: str, *, before: bool 
     where = f"epoch {'<' if before else '='} {int(epoch)}"
     return fenced(staging, lambda: staging.delete(
         where, commit_properties=commit_properties(app_id, epoch, op, txn=False,
-                                                   also=fence.advance(app_id))))
+                                                   also=fence.advance(epoch))))
 
 
 def fence_rewind(staging: DeltaTable, app_id: str, to_epoch: int, seq: int) -> bool:
@@ -250,7 +258,7 @@ def fence_rewind(staging: DeltaTable, app_id: str, to_epoch: int, seq: int) -> b
         [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
         commit_properties=commit_properties(
             app_id, to_epoch, "rewind-fence", txn=False,
-            also=fence.advance(app_id, sealed=to_epoch, rewinds=seq + 1))))
+            also=fence.advance(to_epoch, sealed=to_epoch, rewinds=seq + 1))))
 
 
 def _own_schema(staging: DeltaTable) -> pa.Schema:

@@ -113,7 +113,7 @@ def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
     table = DeltaTable(path)
     if rewound(table, rewind_id) or table.version() == version:
         return None
-    also = Fence.of(table, app_id).advance(app_id) if fenced else None
+    also = Fence.of(table, app_id).advance(epoch) if fenced else None
     properties = commit_properties(app_id, epoch, "rewind", extra={REWIND: rewind_id},
                                    also=also)
     try:
