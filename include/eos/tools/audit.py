@@ -4,10 +4,14 @@ It re-reads every committed epoch's ranges from Kafka with a plain consumer, rec
 watermarks, late and quarantined records in plain Python (no Spark, no staging), and compares the
 result with what each sink holds (Delta tables read back, Kafka topics read back with
 ``read_committed``), with each sink's commits (exactly one per epoch), and with the checkpoint
-table. It shares only the parse rules (``eos.compute.parse.Parser``: they are the specification of a
-valid event) with the pipeline; the filter runs on DuckDB (not Spark), windows and aggregations
-are written out again here, and the HyperLogLog estimates are checked against exact distinct
-counts within the sketch's error bound.
+table. Everything it reads from Kafka and Delta is read a second time by readers that share no
+library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta extension), and
+any difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug
+in confluent-kafka or delta-rs cannot show the audit the same wrong picture it showed the
+pipeline. It shares only the parse rules (``eos.compute.parse.Parser``: they are the
+specification of a valid event) with the pipeline; the filter runs on DuckDB (not Spark),
+windows and aggregations are written out again here, and the HyperLogLog estimates are checked
+against exact distinct counts within the sketch's error bound.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
 from eos.core.plan import Plan, plan_of
 from eos.core.schema import field_schema
-from eos.core.sink import SupportsReadBack, sinks_for
+from eos.core.sink import Sink, SupportsReadBack, sinks_for
+from eos.tools import independent
 
 READ_TIMEOUT_S = 30.0
 # approx_count_distinct: HLL with lgConfigK 12 has a relative standard error of 1.04/sqrt(4096)
@@ -228,6 +233,10 @@ class ProblemKind(StrEnum):
     CHECKPOINT = "checkpoint"  # the checkpoint table disagrees with the recomputation
     OFFSETS = "offsets"  # committed ranges are not contiguous
     NOTHING = "nothing committed"
+    # The independent reader (eos.tools.independent) read something else than the pipeline's
+    # own library did: one of them is wrong, so nothing the audit concluded can be trusted.
+    READERS_DISAGREE = "readers disagree"
+    SECOND_READER = "independent reader failed"  # it could not read what the audit read
 
 
 @dataclass(frozen=True)
@@ -287,6 +296,10 @@ class AuditReport:
     problems: list[Problem] = field(default_factory=list)
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # sink -> (expected, got)
     unaudited: list[str] = field(default_factory=list)  # sinks that cannot be read back
+    # What was read twice (the source, a sink) -> the independent reader and rows it read;
+    # what was read once only -> why (no independent reader for it here).
+    second_readings: dict[str, tuple[str, int]] = field(default_factory=dict)
+    single_reader: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -294,6 +307,11 @@ class AuditReport:
 
     def count(self, *kinds: ProblemKind) -> int:
         return sum(p.count for p in self.problems if p.kind in kinds)
+
+    @property
+    def disagreeing(self) -> int:
+        """Rows (or records) the two readers of one sink or of the source do not agree on."""
+        return self.count(ProblemKind.READERS_DISAGREE)
 
     @property
     def lost(self) -> int:
@@ -311,6 +329,10 @@ class AuditReport:
         for sink in self.unaudited:
             lines.append(f"  {sink:<28} not audited: its type cannot be read back "
                          "(no SupportsReadBack)")
+        for what, (reader, rows) in self.second_readings.items():
+            lines.append(f"  {what:<28} read again by {reader}: {rows} rows")
+        for what, why in self.single_reader.items():
+            lines.append(f"  {what:<28} read by one reader only: {why}")
         if self.ok:
             lines.append("verdict: OK - every record counted exactly once in every sink")
         else:
@@ -412,6 +434,7 @@ def audit(config: PipelineConfig) -> AuditReport:
                 for rec in read_range(settings, plan.topic, r.partition, r.start, r.until)])
         for plan in plans
     ]
+    report.problems.extend(reread_source(report, settings, epochs))
     expected = reference(config, epochs)
     report.records = expected.records
     report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
@@ -420,7 +443,8 @@ def audit(config: PipelineConfig) -> AuditReport:
             report.unaudited.append(sink.name)
             continue
         identity = row_identity(config, sink.output)
-        held = sink.read_back()
+        held, version = _read_back(sink)
+        report.problems.extend(reread_sink(report, config, sink, held, version))
         want = Counter(identity(row) for row in expected.rows[sink.output])
         got = Counter(identity(row) for row in held)
         _compare(report, sink.name, want, got)
@@ -435,3 +459,123 @@ def audit(config: PipelineConfig) -> AuditReport:
                 f"holds commits of epochs {commits[:20]}{'...' if len(commits) > 20 else ''}; "
                 f"expected each of ..{committed} once, up to {committed}"))
     return report
+
+
+# -- the second readings (eos.tools.independent) ----------------------------------------------
+
+LIBRARY_KAFKA = "confluent-kafka"
+LIBRARY_DELTA = "delta-rs"
+READ_BACK_ATTEMPTS = 3
+
+
+def _source_row(partition: int, offset: int, timestamp_ms: int, value: bytes | None) -> dict:
+    return {"partition": partition, "offset": offset, "timestamp_ms": timestamp_ms,
+            "value": value}
+
+
+def reread_source(report: AuditReport, settings: dict[str, Any],
+                  epochs: list[tuple[Plan, list[Record]]]) -> list[Problem]:
+    """The committed ranges read again with aiokafka: the same records (offset, timestamp,
+    value) as confluent-kafka read, or a ``READERS_DISAGREE`` problem per record that differs.
+    A record is compared once even when ranges overlap (``check_offsets`` reports overlaps)."""
+    problems: list[Problem] = []
+    for topic in dict.fromkeys(plan.topic for plan, _ in epochs):
+        ranges = [(r.partition, r.start, r.until) for plan, _ in epochs if plan.topic == topic
+                  for r in plan.ranges]
+        ours = {(r.partition, r.offset): _source_row(*r) for plan, records in epochs
+                if plan.topic == topic for r in records}
+        theirs = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
+                                                      r.value)
+                  for r in independent.read_ranges(settings, topic, ranges)}
+        where = f"source {topic}"
+        report.second_readings[where] = (independent.KAFKA_READER, len(theirs))
+        problems += _disagreements(where, (LIBRARY_KAFKA, ours.values()),
+                                   (independent.KAFKA_READER, theirs.values()))
+    return problems
+
+
+def _read_back(sink: SupportsReadBack) -> tuple[list[dict[str, Any]], int | None]:
+    """The sink's rows as its own reader returns them and, for a Delta sink, the table version
+    they are of (the independent reader reads that version): the version is taken before and
+    after the read, and the read repeated while a commit lands in between. None: no stable
+    version (the audit ran while the table kept changing)."""
+    from eos.sinks.delta import DeltaSink
+
+    if not isinstance(sink, DeltaSink):
+        return sink.read_back(), None
+    from deltalake import DeltaTable
+
+    held: list[dict[str, Any]] = []
+    for _ in range(READ_BACK_ATTEMPTS):
+        before = DeltaTable(sink.path).version()
+        held = sink.read_back()
+        if DeltaTable(sink.path).version() == before:
+            return held, before
+    return held, None
+
+
+def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
+                held: list[dict[str, Any]], version: int | None) -> list[Problem]:
+    """The sink read again by its independent reader and compared whole with ``held`` (what
+    the sink's own reader returned): every row, every column."""
+    from eos.sinks.delta import DeltaSink
+    from eos.sinks.kafka import KafkaSink
+
+    if isinstance(sink, DeltaSink):
+        library, reader, rows = LIBRARY_DELTA, independent.DELTA_READER, _reread_delta(
+            sink, version)
+    elif isinstance(sink, KafkaSink):
+        library, reader, rows = LIBRARY_KAFKA, independent.KAFKA_READER, _reread_kafka(
+            config, sink)
+    else:
+        rows = _Unread(f"no independent reader for {sink.kind} sinks", fails=False)
+    if isinstance(rows, _Unread):
+        if rows.fails:
+            return [Problem(ProblemKind.SECOND_READER, sink.name, rows.why)]
+        report.single_reader[sink.name] = rows.why
+        return []
+    report.second_readings[sink.name] = (reader, len(rows))
+    return _disagreements(sink.name, (library, held), (reader, rows))
+
+
+class _Unread(NamedTuple):
+    """Why a sink was not read a second time; ``fails``: the audit cannot vouch for the sink
+    (else it is only noted in the report, as for a sink type nobody can read twice)."""
+
+    why: str
+    fails: bool
+
+
+def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unread:
+    """DuckDB's reading of the table at ``version``. Object storage is read by one reader only
+    (noted); a table that would not hold still or a DuckDB error fails the audit."""
+    import duckdb
+
+    path = independent.local_path(sink.path)
+    if path is None:
+        return _Unread(f"{independent.DELTA_READER} reads local tables only here (no "
+                       "object-store credentials in DuckDB)", fails=False)
+    if version is None:
+        return _Unread(f"the table changed during each of {READ_BACK_ATTEMPTS} readings: no "
+                       "one version to read twice", fails=True)
+    try:
+        return independent.read_delta(path, version)
+    except (duckdb.Error, OSError, ImportError) as error:
+        return _Unread(f"{independent.DELTA_READER} could not read {path} at version "
+                       f"{version}: {error}", fails=True)
+
+
+def _reread_kafka(config: PipelineConfig, sink: Any) -> list[dict[str, Any]]:
+    """The sink's output topic read with aiokafka, this pipeline's records on the sink's
+    current line decoded by the independent JSON decoder."""
+    from eos.core.outputs import output_schema
+
+    settings = client_settings({**config.kafka.client, **sink.options.client})
+    records = independent.read_topic(settings, sink.options.topic)
+    return independent.sink_rows(records, config.name, output_schema(config, sink.output),
+                                 independent.current_line(sink))
+
+
+def _disagreements(where: str, ours: tuple[str, Any], theirs: tuple[str, Any]) -> list[Problem]:
+    return [Problem(ProblemKind.READERS_DISAGREE, where, str(d), d.count)
+            for d in independent.disagreements(ours, theirs)]
