@@ -242,6 +242,32 @@ def test_an_unwritable_record_fails_permanently_with_a_clear_message(
     assert read_committed(sink_.options.topic) == []
 
 
+def test_three_kafka_sinks_of_one_pipeline_each_hold_what_their_delta_twin_holds(
+        tmp_path: Path, kafka: str, spark: Any) -> None:
+    """Issue #26 item 1 end to end: windows, late and quarantine each go to a Kafka topic and a
+    Delta table; every topic holds as many records as its twin (the defect left the late and
+    quarantine topics empty while their markers said "committed")."""
+    from eos.tools.pipelines import unique_topic, write_pipeline
+
+    outputs = {"windows": "target", "late": "late", "quarantine": "quarantine"}
+    topics = {o: unique_topic(o) for o in outputs}
+    config = write_pipeline(tmp_path, epoch={"max_records": 800, "staging_retention": 1},
+                            sinks={o: [{"kafka": topics[o]}, {"delta": t}]
+                                   for o, t in outputs.items()})
+    send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
+    run_until_caught_up(config, "three", spark=spark)
+    report = audit(config)
+    assert report.ok, report.render()
+    last = committed_epoch(config)
+    for output, table in outputs.items():
+        twin = read_table(delta_path(config, table)).num_rows
+        assert twin > 0, output
+        assert len(read_committed(topics[output])) == twin, output
+    for s in _sinks(config):
+        if s.kind == "kafka":
+            assert s.committed_epoch() == last and s.commits() == list(range(last + 1))
+
+
 # -- real broker only ----------------------------------------------------------------------------
 
 def test_crash_inside_a_transaction_is_never_visible(pipeline: PipelineConfig, spark: Any,
