@@ -25,6 +25,7 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
 from eos.sinks.kafka import KafkaSink
+from eos.sinks.kafka_topics import ensure_topic
 from eos.tools.pipelines import unique_topic
 
 from support import write_pipeline
@@ -68,8 +69,9 @@ def write_legacy_marker(topic: str, pipeline: str, epoch: int,
                         transactional_id: str) -> None:
     """A marker as version 2 of the sink wrote it: key = the pipeline name, partition 0, in a
     transaction of the sink's own transactional id."""
+    ensure_topic(client_settings(), topic, 1, {"cleanup.policy": "compact"})
     producer = ck.Producer({**client_settings(), "transactional.id": transactional_id,
-                            "enable.idempotence": True, "allow.auto.create.topics": True})
+                            "enable.idempotence": True})
     producer.init_transactions(30)
     producer.begin_transaction()
     value = {"pipeline": pipeline, "epoch": epoch, "plan_hash": HASH, "rows": 1}
@@ -260,6 +262,32 @@ def test_an_upgraded_sink_with_an_explicit_marker_topic_keeps_using_it(
     keys = [m.key() for m in records(markers)]
     assert keys == [config.name.encode(), f"{config.name}/{sink.name}".encode()]
     assert sink.committed_epoch() == 1 and sink.commits() == [0, 1]
+
+
+def test_an_open_foreign_transaction_seen_by_the_embedded_broker_is_refused(
+        tmp_path: Path, kafka: str) -> None:
+    """What the embedded broker shows of the open-transaction case: it does not filter
+    ``read_committed``, so another producer's open transaction's record is read, and refused as
+    a foreign record in this sink's marker partition; on a real broker the LSO check answers
+    first (the next test). Either way no answer is read past it."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        pytest.skip("the embedded broker's view of an open transaction (a real broker hides it)")
+    config = write_pipeline(tmp_path, sinks={"windows": [{"kafka": unique_topic("out")}]})
+    (sink,) = kafka_sinks(config)
+    sink.prepare(output_schema(config, "windows"))
+    assert sink.commit(0, rows_of(config, "windows"), HASH).outcome is Outcome.COMMITTED
+    intruder = ck.Producer({**client_settings(), "transactional.id": f"intruder-{config.name}",
+                            "enable.idempotence": True})
+    intruder.init_transactions(30)
+    intruder.begin_transaction()
+    intruder.produce(sink.marker_topic, key=b"intruder", value=b"{}", partition=0)
+    assert intruder.flush(30) == 0
+    try:
+        with pytest.raises(MarkerTopicShared, match="intruder"):
+            sink.commit(1, rows_of(config, "windows"), HASH)
+    finally:
+        intruder.abort_transaction(30)
+    assert all_records(sink.options.topic) and len(all_records(sink.options.topic)) == 1
 
 
 # -- real broker only ----------------------------------------------------------------------------
