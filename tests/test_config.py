@@ -164,7 +164,7 @@ def test_sinks_default_to_the_three_delta_tables_and_are_declared_per_output() -
     seeds = load_pipeline("clicks_to_kafka")
     kafka_sink = sinks_for(seeds)[0]
     assert (kafka_sink.output, kafka_sink.name) == ("windows", "kafka:clicks-per-minute")
-    assert kafka_sink.options.markers == "clicks-per-minute.eos-markers"
+    assert kafka_sink.marker_topic == "clicks-per-minute.eos-markers.clicks_to_kafka"
     assert kafka_sink.transactional_id == "eos:clicks_to_kafka:kafka:clicks-per-minute"
     bounded = load_config_dict({**GOOD, "sinks": {"windows": [
         {"delta": {"table": "target", "log_retention": "2h"}}]}})
