@@ -1,9 +1,19 @@
 """The event ``filter``: a Spark SQL boolean expression over the declared fields.
 
-Checked when the config loads (it parses, it only names declared fields) with sqlglot, so a typo
-fails before anything is planned, without starting a JVM. Spark evaluates it in ``precommit``;
-the audit evaluates the same expression with DuckDB, translated by sqlglot: two engines agreeing
-is the check.
+Checked when the config loads (it parses, it only names declared fields, it is a pure function
+of the record) with sqlglot, so a typo fails before anything is planned, without starting a JVM.
+Spark evaluates it in ``precommit``; the audit evaluates the same expression with DuckDB,
+translated by sqlglot: two engines agreeing is the check.
+
+Why purity is checked: precommit must be a function of the plan. A retry, a zombie of an earlier
+attempt and a replay after a rewind all recompute epoch N and must stage the same rows; a filter
+calling ``rand()`` or ``current_timestamp()`` stages different rows each time, and one calling
+``reflect`` runs Java code on the shared Spark Connect server. So the expression may use only
+node types and functions on an **allow-list** (``ALLOWED``) of deterministic, side-effect-free
+ones. An allow-list, not a deny list: a function nobody thought of (a UDF, a new Spark function,
+one sqlglot does not know and parses as ``exp.Anonymous``) is refused until someone vouches for
+it, instead of being accepted until someone notices. The names in ``_WHY`` only make the message
+say why a well-known offender is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +25,62 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 
+def _classes(*names: str) -> frozenset[type[exp.Expression]]:
+    """sqlglot's expression classes by name; a name this sqlglot lacks is left out, so a version
+    that renames a class shrinks the allow-list (a refusal) instead of failing the import."""
+    found = (getattr(exp, name, None) for name in names)
+    return frozenset(cls for cls in found if isinstance(cls, type))
+
+
+# Operators, literals and the other nodes a row predicate is made of.
+_SYNTAX = _classes(
+    "Column", "Identifier", "Literal", "Boolean", "Null", "Paren", "Neg", "Not", "And", "Or",
+    "Xor", "EQ", "NEQ", "NullSafeEQ", "NullSafeNEQ", "GT", "GTE", "LT", "LTE", "Add", "Sub",
+    "Mul", "Div", "IntDiv", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+    "BitwiseLeftShift", "BitwiseRightShift", "DPipe", "Like", "ILike", "RegexpLike",
+    "RegexpILike", "Escape", "In", "Between", "Is", "DataType", "DataTypeParam", "Interval",
+    "Var")
+# Deterministic scalar functions: the same arguments give the same answer, with no effect. The
+# date and time ones read the session time zone, which precommit pins (``SESSION_CONF``).
+_FUNCTIONS = _classes(
+    "Cast", "TryCast", "If", "Case", "Coalesce", "Nullif", "Nvl2", "Greatest", "Least",
+    "EqualNull", "IsNan", "Abs", "Ceil", "Floor", "Round", "Sqrt", "Cbrt", "Exp", "Ln", "Log",
+    "Pow", "Sign", "Pi", "Degrees", "Radians", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan",
+    "Atan2", "Factorial", "WidthBucket", "SafeAdd", "Lower", "Upper", "Length", "BitLength",
+    "Substring", "Trim", "Concat", "ConcatWs", "StrPosition", "StartsWith", "EndsWith",
+    "Contains", "Left", "Right", "Pad", "Replace", "RegexpReplace", "RegexpExtract", "Initcap",
+    "Reverse", "Repeat", "Translate", "Ascii", "Chr", "Soundex", "Levenshtein", "MD5", "SHA",
+    "SHA2", "Hex", "Unhex", "ToBase64", "FromBase64", "Year", "Month", "Day", "DayOfMonth",
+    "DayOfWeek", "DayOfYear", "WeekOfYear", "Quarter", "Hour", "Minute", "Second",
+    "TsOrDsToDate", "StrToTime", "StrToDate", "StrToUnix", "UnixToStr", "UnixToTime",
+    "TimeToStr", "TimeStrToTime", "TsOrDsAdd", "DateAdd", "DateSub", "DateDiff", "AddMonths",
+    "MonthsBetween", "LastDay", "DateTrunc", "TimestampTrunc", "UnixMillis", "UnixSeconds")
+ALLOWED = _SYNTAX | _FUNCTIONS
+
+_RANDOM = "returns a different value on every call"
+_CLOCK = "reads the clock"
+_PLACE = "depends on where or by whom the query runs"
+_JAVA = "calls Java code on the shared Spark server"
+_HALTS = "fails the query instead of answering: a filter must decide every row"
+# Why well-known functions are refused (the allow-list decides; this only explains).
+_WHY = {
+    **dict.fromkeys(("rand", "random", "randn", "uuid", "shuffle", "uniform", "randstr"),
+                    _RANDOM),
+    **dict.fromkeys(("current_timestamp", "now", "current_date", "curdate", "current_time",
+                     "localtimestamp", "current_timezone", "unix_timestamp", "sysdate",
+                     "getdate", "systimestamp", "current_datetime"), _CLOCK),
+    **dict.fromkeys(("monotonically_increasing_id", "spark_partition_id", "input_file_name",
+                     "input_file_block_start", "input_file_block_length", "current_user",
+                     "user", "session_user", "current_catalog", "current_database",
+                     "current_schema", "version"), _PLACE),
+    **dict.fromkeys(("reflect", "java_method", "try_reflect"), _JAVA),
+    **dict.fromkeys(("assert_true", "raise_error"), _HALTS),
+}
+# Strings Spark reads as "the current time" when they become a date or timestamp (a typed
+# literal, a cast of a constant, an implicit cast in a comparison): 'now', 'today Europe/Paris'.
+_SPECIAL_DATETIMES = ("now", "today", "yesterday", "tomorrow")
+
+
 @lru_cache(maxsize=64)
 def _expression(text: str) -> exp.Expression:
     try:
@@ -24,11 +90,72 @@ def _expression(text: str) -> exp.Expression:
                          f"{str(error).splitlines()[0]}") from None
     if isinstance(tree, exp.Query | exp.Command) or tree.find(exp.Subquery, exp.AggFunc):
         raise ValueError(f"filter {text!r} must be a row predicate (no queries or aggregates)")
+    problems = _impurities(tree)
+    if problems:
+        raise ValueError(f"filter {text!r} must be a pure function of the record (precommit "
+                         f"recomputes it on every retry and replay): {'; '.join(problems)}")
     return tree
 
 
+def _name(node: exp.Expression) -> str:
+    """The function's name as Spark knows it (``rand`` for ``random()`` too)."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    if isinstance(node, exp.StrToUnix):
+        return "unix_timestamp"  # unix_timestamp() without arguments is StrToUnix(now)
+    if isinstance(node, exp.Func):
+        return node.sql_name().lower()
+    return type(node).__name__.lower()
+
+
+def _refusal(node: exp.Expression) -> str | None:
+    """Why ``node`` may not be in a filter, or None when it may."""
+    if isinstance(node, exp.StrToUnix) and isinstance(node.this, exp.CurrentTimestamp):
+        return f"unix_timestamp() without arguments {_CLOCK}"
+    if isinstance(node, exp.CurrentTimestamp) and isinstance(node.parent, exp.StrToUnix):
+        return None  # reported once, as unix_timestamp()
+    if isinstance(node, exp.Literal) and node.is_string:
+        first = node.this.strip().split(" ", 1)[0].lower()
+        if first in _SPECIAL_DATETIMES:
+            return f"the string '{first}' is the current time to Spark as a date or timestamp"
+        return None
+    if type(node) in ALLOWED:
+        return None
+    if isinstance(node, exp.Window):
+        return (f"{node.sql(dialect='spark')} is a window function: its answer depends on the "
+                "other rows of the batch")
+    name = _name(node)
+    if name in _WHY:
+        return f"{name}() {_WHY[name]}"
+    if isinstance(node, exp.Anonymous):
+        return (f"{name}() is a function eos cannot vouch for (a UDF, or one not known to be "
+                "deterministic)")
+    if isinstance(node, exp.Func):
+        return f"{name}() is not on the allow-list of deterministic functions (filters.ALLOWED)"
+    return f"{name} ({node.sql(dialect='spark')}) may not be used in a filter"
+
+
+def _impurities(tree: exp.Expression) -> list[str]:
+    """Every refusal in the expression, each once, in reading order; nothing inside a refused
+    node is reported again (``row_number() over (...)`` is one problem, not four)."""
+    found: list[str] = []
+    refused: set[int] = set()
+
+    def prune(node: exp.Expression) -> bool:
+        return id(node) in refused
+
+    for node in tree.walk(prune=prune):
+        problem = _refusal(node)
+        if problem:
+            refused.add(id(node))
+            if problem not in found:
+                found.append(problem)
+    return found
+
+
 def filter_columns(text: str) -> list[str]:
-    """The columns a filter reads; raises ``ValueError`` naming the problem if it does not parse."""
+    """The columns a filter reads; raises ``ValueError`` naming the problem if it does not parse
+    or is not a pure function of the record."""
     return sorted({column.name for column in _expression(text).find_all(exp.Column)})
 
 
