@@ -467,8 +467,33 @@ def load_config(path: str | Path) -> PipelineConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ConfigError(f"pipeline config {path} is not valid YAML: {error}") from None
+        raise ConfigError(f"pipeline config {path} is not valid YAML: "
+                          f"{_yaml_problem(error)}") from None
     return parse_config(data, str(path.resolve()))
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _unquoted(text: str) -> str:
+    """A YAML problem with every quoted piece of the document left out: PyYAML quotes tags,
+    aliases and anchors as written, which may be a secret. Its own token names (``'<block
+    end>'``) and single characters (``':'``, ``'\\t'``) stay: they say what is wrong."""
+    def keep(match: re.Match[str]) -> str:
+        inner = match.group(0)[1:-1]
+        return match.group(0) if len(inner) <= 2 or inner.startswith("<") else "'…'"
+
+    return _QUOTED.sub(keep, text)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """Where a YAML error is and what it is, never the text around it: PyYAML's message quotes
+    the offending line, and an inline secret on that line would reach the logs and the UI."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or getattr(error, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+    what = _unquoted(str(problem)) if problem else type(error).__name__
+    return f"{where}: {what}"
 
 
 def pipelines_dir() -> Path:

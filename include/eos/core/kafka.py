@@ -25,7 +25,15 @@ from eos.core.errors import KafkaUnavailable, TopicMissing
 from eos.core.processes import alive
 
 _ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
-_SECRET = re.compile(r"password|secret|key\b|token|\.pem|credentials", re.IGNORECASE)
+# Client settings whose value is a secret or says who we are (``redact``): passwords, keys and
+# key stores (``ssl.key.*``, ``ssl.keystore.*``, ``ssl_key``), tokens, credentials, a
+# kerberos keytab, the SASL user, and the OAUTHBEARER config and extensions (they carry a
+# client secret or a principal). Matched anywhere in the name: a false positive only hides a
+# harmless value.
+_SECRET = re.compile(
+    r"pass|secret|key|token|\.pem|credential|user|jaas|kinit|assertion"
+    r"|sasl\.oauthbearer\.(config|extensions)",
+    re.IGNORECASE)
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 METADATA_TIMEOUT_S = 10.0
 
