@@ -18,6 +18,7 @@ while, but it cannot stage anything: the staging write is made by the client, wh
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import socket
@@ -53,6 +54,24 @@ class Endpoint:
     token: str | None = field(default=None, repr=False)
     use_ssl: bool = False
     source: str = ""  # where this came from, for error messages
+    # The connection accepts sending the token in plaintext to a host that is not this machine
+    # (``allow_insecure_token``: a private network the operator trusts); never the default.
+    allow_insecure_token: bool = False
+
+    def checked(self) -> Endpoint:
+        """This endpoint, or a ``ConfigError`` when it would send its token as a plaintext
+        bearer header across a network: a token with no TLS goes only to a loopback host,
+        unless the connection says ``allow_insecure_token`` explicitly. The message never
+        holds the token."""
+        if self.token and not self.use_ssl and not self.allow_insecure_token \
+                and not loopback(self.host):
+            raise ConfigError(
+                f"{self.source}: refusing to send the Spark Connect token in plaintext to "
+                f"{self.address}, which is not a loopback address: turn TLS on (use_ssl: true "
+                "in the Airflow connection's extra, or ;use_ssl=true in the URL), or accept "
+                "the risk explicitly (allow_insecure_token: true in the extra, or "
+                ";allow_insecure_token=true in the URL)")
+        return self
 
     @property
     def address(self) -> str:
@@ -84,7 +103,27 @@ class Endpoint:
         token = params.get("token")
         return cls(parsed.hostname, parsed.port or DEFAULT_PORT,
                    unquote(token) if token else None,
-                   params.get("use_ssl", "").lower() == "true", source)
+                   params.get("use_ssl", "").lower() == "true", source,
+                   params.get("allow_insecure_token", "").lower() == "true").checked()
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is this machine's loopback (127.0.0.0/8, ::1, ``localhost``): the only
+    place a token may go without TLS. A name other than ``localhost`` is not trusted to
+    resolve there."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def _flag(value: Any) -> bool:
+    """A connection extra's boolean, written true/false or as text."""
+    return str(value).strip().lower() == "true"
 
 
 def airflow_endpoint(conn_id: str) -> Endpoint:
@@ -102,9 +141,11 @@ def airflow_endpoint(conn_id: str) -> Endpoint:
             f"({type(error).__name__})") from None
     host = str(conn.host or "")
     parsed = urlparse(host if "://" in host else f"sc://{host}")
-    use_ssl = str(conn.extra_dejson.get("use_ssl", "false")).lower() == "true"
+    extra = conn.extra_dejson
     return Endpoint(parsed.hostname or "127.0.0.1", int(conn.port or parsed.port or DEFAULT_PORT),
-                    conn.password or None, use_ssl, f"Airflow connection '{conn_id}'")
+                    conn.password or None, _flag(extra.get("use_ssl", False)),
+                    f"Airflow connection '{conn_id}'",
+                    _flag(extra.get("allow_insecure_token", False))).checked()
 
 
 def resolve_endpoint(base: Path | None = None) -> Endpoint:
@@ -117,6 +158,8 @@ def resolve_endpoint(base: Path | None = None) -> Endpoint:
         raise ComputeUnavailable(
             f"no Spark Connect server is running for {base or data_dir()}: start it with "
             f"`eos spark start`, set {REMOTE_ENV}, or use compute.mode: submit")
+    # Not ``checked``: the state file names the server this machine runs, at an address of
+    # this machine, so the token never leaves it.
     return Endpoint(state["host"], int(state["port"]), read_token(base), False,
                     "the server `eos spark start` runs")
 
