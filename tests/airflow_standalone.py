@@ -45,6 +45,21 @@ TESTS_DIR = Path(__file__).resolve().parent
 # DagScopedAuthManager's grants: {"username": ["dag_id", ...]}; a user not named may use any DAG.
 DAG_GRANTS_ENV = "EOS_TEST_DAG_GRANTS"
 DAG_SCOPED_AUTH_MANAGER = "airflow_standalone.DagScopedAuthManager"
+# ``airflow standalone`` replaces any ``[core] auth_manager`` with SimpleAuthManager before it
+# starts the components; this is the same command keeping the one configured.
+STANDALONE_KEEPING_AUTH_MANAGER = """
+import os
+from airflow.cli.commands.standalone_command import StandaloneCommand
+
+class KeepingAuthManager(StandaloneCommand):
+    def calculate_env(self):
+        wanted = os.environ["AIRFLOW__CORE__AUTH_MANAGER"]
+        env = super().calculate_env()
+        env["AIRFLOW__CORE__AUTH_MANAGER"] = os.environ["AIRFLOW__CORE__AUTH_MANAGER"] = wanted
+        return env
+
+KeepingAuthManager().run()
+"""
 
 
 def __getattr__(name: str) -> Any:
@@ -218,7 +233,8 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
     stopped with everything it started (the test fails if any process survives).
 
     ``users``: SimpleAuthManager's ``name:role,...`` (default: admin only); ``dag_grants``:
-    users limited to some DAGs, through ``DagScopedAuthManager`` instead of SimpleAuthManager.
+    users limited to some DAGs, through ``DagScopedAuthManager`` instead of SimpleAuthManager
+    (and ``STANDALONE_KEEPING_AUTH_MANAGER``, since ``airflow standalone`` would replace it).
     """
     port = free_port()
     env = airflow_env(configs, home, port)
@@ -254,7 +270,9 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
                                                           env.get("PYTHONPATH")]))
     output = home / "standalone.out"
     with output.open("wb") as sink:
-        proc = subprocess.Popen([str(AIRFLOW), "standalone"], env=env, cwd=home, stdout=sink,
+        command = ([sys.executable, "-c", STANDALONE_KEEPING_AUTH_MANAGER]
+                   if dag_grants is not None else [str(AIRFLOW), "standalone"])
+        proc = subprocess.Popen(command, env=env, cwd=home, stdout=sink,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     instance = Airflow(proc, home, env, f"http://127.0.0.1:{port}", output)

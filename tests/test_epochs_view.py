@@ -287,7 +287,8 @@ def test_in_the_browser_the_index_lists_only_the_users_pipelines(view: dict[str,
             page.wait_for_url(lambda url: "/auth/login" not in url)
             page.goto(f"{airflow.base}/plugin/{EXTERNAL_VIEW['url_route']}")
             frame = page.frame_locator("iframe")
-            expect(frame.locator(f'tr[data-pipeline="{mine.name}"]')).to_have_count(1)
+            expect(frame.locator(f'tr[data-pipeline="{mine.name}"]')).to_have_count(
+                1, timeout=BROWSER_TIMEOUT_MS)
             expect(frame.locator("#pipelines tbody tr")).to_have_count(1)
             expect(frame.locator(f'tr[data-pipeline="{other.name}"]')).to_have_count(0)
             # The other pipeline's page, opened by its URL: refused.

@@ -1,9 +1,9 @@
 """The Airflow UI's epochs view (Flink's Checkpoints tab, inside Airflow): a FastAPI app the
 Airflow 3.1 API server mounts from ``plugins/eos_epochs.py``, and the nav entry that shows it.
 
-Thin by design: every page and API answer is ``eos.core.status.pipeline_status`` (what ``eos
-status``
-prints) rendered by ``eos.airflow.epochs_html``; the verify button starts ``eos verify`` through
+Thin by design: every page and API answer is a ``PipelineStatus`` (``eos.core.status``, what
+``eos status`` prints; here from ``eos.airflow.epochs_cache``) rendered by
+``eos.airflow.epochs_html``; the verify button starts ``eos verify`` through
 ``eos.airflow.verify_runs``. The app writes no table (an audit it starts records its verdict, as
 ``eos verify`` always does).
 
@@ -169,20 +169,20 @@ def create_app() -> Any:
 
 def may(user: Any, method: str, dag_id: str | None) -> bool:
     """Whether Airflow's auth manager lets ``user`` ``method`` the runs of DAG ``dag_id``
-    (None: of every DAG), the check Airflow's own ``/dags/{dag_id}/dagRuns`` routes make
-    (``requires_access_dag(method, DagAccessEntity.RUN)``), with the DAG's team as they pass it.
+    (None: of every DAG): the check Airflow's own ``/dags/{dag_id}/dagRuns`` routes make
+    (``requires_access_dag(method, DagAccessEntity.RUN)``). The DAG is named by id alone, as
+    Airflow's ``filter_authorized_dag_ids`` does: no metadata-DB read per pipeline, and a
+    manager that grants by team (experimental in 3.1) refuses rather than over-grants.
     """
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import (
         DagAccessEntity,
         DagDetails,
     )
-    from airflow.models.dag import DagModel
 
-    team = DagModel.get_team_name(dag_id) if dag_id else None
     return get_auth_manager().is_authorized_dag(
         method=method, access_entity=DagAccessEntity.RUN,
-        details=DagDetails(id=dag_id, team_name=team) if dag_id else None, user=user)
+        details=DagDetails(id=dag_id) if dag_id else None, user=user)
 
 
 def _no_store(response: Any) -> Any:
