@@ -378,6 +378,27 @@ class PipelineConfig(_Strict):
         return sinks
 
     @model_validator(mode="after")
+    def _sinks_apart(self) -> PipelineConfig:
+        """No two sinks claim one resource (``Sink.resources``: a table, a marker partition),
+        and no sink claims one of the pipeline's protocol tables: each would make a sink read
+        another writer's data as its own. The message names both claimants and the place."""
+        from eos.core.layout import Tables, resources_collide, table_resource
+        from eos.core.sink import PIPELINE_ROOT, sink_class, sink_name
+
+        claimed = [(f"the pipeline's {name} table (a protocol table)", table_resource(path))
+                   for name, path in Tables(self.root).protocol_tables().items()]
+        for output, spec in self.sinks.by_output():
+            ((kind, options),) = spec.items()
+            who = f"sink {sink_name(spec)} ({output})"
+            for resource in sorted(sink_class(kind).resources(options, self.name)):
+                resource = resource.replace(PIPELINE_ROOT, str(self.root))
+                for other, theirs in claimed:
+                    if resources_collide(resource, theirs):
+                        raise ValueError(_collision(who, resource, other, theirs))
+                claimed.append((who, resource))
+        return self
+
+    @model_validator(mode="after")
     def _fields_declared(self) -> PipelineConfig:
         """Every field used is declared and fits its use: one message naming it."""
         from eos.core.aggregations import FUNCTIONS
@@ -432,6 +453,16 @@ class PipelineConfig(_Strict):
         """Where this pipeline's tables live; relative roots sit under the data directory."""
         root = Path(self.tables.root or self.name)
         return root if root.is_absolute() else data_dir() / root
+
+
+def _collision(who: str, resource: str, other: str, theirs: str) -> str:
+    """The message for two claims of one place (``PipelineConfig._sinks_apart``)."""
+    place = resource if resource == theirs else f"{resource}, which overlaps {theirs}"
+    if "protocol table" in other:
+        return (f"sinks: {who} writes {place}, {other}: a sink may never write the pipeline's "
+                "own tables; name another table")
+    return (f"sinks: {who} and {other} both claim {place}: two sinks of one pipeline may not "
+            "write one place; give each its own")
 
 
 def data_dir() -> Path:

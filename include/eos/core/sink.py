@@ -39,10 +39,13 @@ if TYPE_CHECKING:
 
     from eos.core.config import PipelineConfig
 
-__all__ = ["Sink", "SinkCommit", "SupportsAssets", "SupportsReadBack",
+__all__ = ["PIPELINE_ROOT", "Sink", "SinkCommit", "SupportsAssets", "SupportsReadBack",
            "SupportsRewind", "register", "sink_class", "sink_name", "sinks_for"]
 
 ENTRY_POINTS = "eos.sinks"  # the entry-point group naming sink types (pyproject.toml)
+# In a resource (``Sink.resources``): the pipeline's table root, which the config resolves, so
+# that a place under it named relatively and by its absolute path is one resource.
+PIPELINE_ROOT = "{root}"
 
 Options = TypeVar("Options", bound=BaseModel)
 
@@ -88,6 +91,19 @@ class Sink(ABC):
         It runs when the DAG file is parsed, so it imports no client library.
         """
         return options
+
+    @classmethod
+    def resources(cls, options: Any, pipeline_name: str) -> frozenset[str]:
+        """what this sink writes exclusively (e.g. a marker partition, a table): two sinks of
+        one pipeline may not claim one.
+
+        Why: two sinks writing one place read each other's markers and answer "already
+        committed" for epochs they never wrote, losing them silently. Each resource is one
+        string, e.g. ``kafka-topic:<marker topic>`` or ``eos.core.layout.table_resource(...)``
+        (table locations also collide when one holds the other, and with the pipeline's
+        protocol tables); a place under the pipeline's table root starts with
+        ``PIPELINE_ROOT``. Called while the config loads: no I/O. Default: nothing."""
+        return frozenset()
 
     @classmethod
     def describe(cls, options: Any) -> str:

@@ -7,14 +7,18 @@ inside the methods that write or read.
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from eos.core.config import DurationMs
+from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
 from eos.core.sink import (
+    PIPELINE_ROOT,
     SinkCommit,
     SupportsAssets,
     SupportsReadBack,
@@ -43,6 +47,42 @@ class DeltaSinkOptions(BaseModel):
     log_retention: DurationMs | None = Field(default=None, ge=3_600_000)
 
 
+def _is_uri(table: str) -> bool:
+    return "://" in table
+
+
+def _misplaced(table: str) -> str | None:
+    """Why a relative table name may not be a sink (None when it may): it must stay under the
+    pipeline's root and must not be, or be inside, one of the protocol tables. Absolute paths and
+    URIs are the user's explicit choice; the config checks them against the protocol tables once
+    the root is known (``PipelineConfig._sinks_apart``)."""
+    if _is_uri(table) or Path(table).is_absolute():
+        return None
+    name = posixpath.normpath(table)
+    if name == ".":
+        return ("is the pipeline's root itself, which holds its protocol tables; name a table "
+                "under it")
+    if name == ".." or name.startswith("../"):
+        return ("leaves the pipeline's root; a table elsewhere is given as an absolute path or a "
+                "URI")
+    first = name.split("/", 1)[0]
+    if first.lower() in PROTOCOL_TABLES:
+        return (f"is the pipeline's {first.lower()} protocol table or inside it (protocol tables: "
+                f"{', '.join(PROTOCOL_TABLES)}); name another table")
+    return None
+
+
+def _location(table: str) -> str:
+    """Where a table option points, normalized: relative names from ``PIPELINE_ROOT``,
+    ``file://`` URIs as their path, other URIs as given."""
+    if _is_uri(table):
+        parsed = urlparse(table)
+        return posixpath.normpath(parsed.path) if parsed.scheme == "file" else table
+    if Path(table).is_absolute():
+        return posixpath.normpath(table)
+    return f"{PIPELINE_ROOT}/{posixpath.normpath(table)}"
+
+
 class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``;
     ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
@@ -55,11 +95,22 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         data = {"table": options} if isinstance(options, str) else options
         if isinstance(data, dict) and isinstance(data.get("table"), str):
             data = {**data, "table": data["table"].strip()}
-        return validated_options(DeltaSinkOptions, data, "a delta sink names a table or a path")
+        parsed = validated_options(DeltaSinkOptions, data, "a delta sink names a table or a path")
+        problem = _misplaced(parsed.table)
+        if problem:
+            raise ValueError(f"delta sink {parsed.table!r}: {problem}")
+        return parsed
 
     @classmethod
     def describe(cls, options: DeltaSinkOptions) -> str:
         return options.table
+
+    @classmethod
+    def resources(cls, options: DeltaSinkOptions, pipeline_name: str) -> frozenset[str]:
+        """The table's resolved location: ``target``, ``./target`` and the absolute path of
+        ``<root>/target`` are one table, claimed once per pipeline (and never a protocol
+        table's location, which the config checks for absolute paths too)."""
+        return frozenset({table_resource(_location(options.table))})
 
     @property
     def path(self) -> str:
