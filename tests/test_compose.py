@@ -139,6 +139,9 @@ def test_compose_file_structure_and_secrets() -> None:
     assert connection["conn_type"] == "spark_connect"
     assert connection["host"] == "spark-connect" and connection["port"] == 15002
     assert connection["password"] == token
+    # No TLS inside the compose network: the connection opts in explicitly, or every precommit
+    # would be refused for sending the token in plaintext to a non-loopback host.
+    assert connection["extra"] == {"allow_insecure_token": True}
 
 
 def test_published_ports_listen_on_loopback_only() -> None:

@@ -259,7 +259,11 @@ class ClaimingSink(Sink):
         raise NotImplementedError
 
 
-def test_two_sinks_claiming_one_resource_are_refused_through_the_hook() -> None:
+def test_two_sinks_claiming_one_resource_are_refused_through_the_hook(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from eos.core import sink
+
+    monkeypatch.setattr(sink, "_registered", dict(sink._registered))  # known to this test only
     register(ClaimingSink.kind, ClaimingSink)
     first = {ClaimingSink.kind: {"name": "a", "claim": "m"}}
     second = {ClaimingSink.kind: {"name": "b", "claim": "m"}}
@@ -331,3 +335,67 @@ def test_yaml_of_the_shipped_shape_still_loads(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(with_sinks(windows=[{"delta": "target"}],
                                               late=[{"delta": "late"}])))
     assert load_config(path).name == "doors"
+
+
+# -- item 6: no output record may outgrow a sink's record limit ----------------------------------
+
+def wide(strings: int, **event: Any) -> dict[str, Any]:
+    """A pipeline grouping by ``strings`` string fields, its windows to a Kafka topic."""
+    fields = {f"s{i}": "string" for i in range(strings)}
+    return {**GOOD, "event": {**GOOD["event"], "fields": {**fields, "n": "long"}, **event},
+            "group_by": list(fields), "aggregations": {"views": "count(*)", "top": "max(s0)"},
+            "sinks": {"windows": [{"kafka": "wide-out"}], "late": [], "quarantine": []}}
+
+
+def test_a_kafka_sink_whose_largest_record_could_outgrow_its_limit_is_refused() -> None:
+    """Before: nothing bounded a record, and one hostile value halted the pipeline at commit
+    (MSG_SIZE_TOO_LARGE on every retry). Now a pipeline that could make such a record does not
+    load, naming the output, the bound, the limit and both ways out."""
+    with pytest.raises(ConfigError, match=r"kafka sink wide-out: a record of output 'windows' "
+                                          r"may reach \d+ bytes .* message.max.bytes \(1000000\)"):
+        parse_config(wide(5))
+    assert parse_config(wide(5, max_string_bytes=4096)).event.max_string_bytes == 4096
+    roomy = wide(5)
+    roomy["sinks"]["windows"] = [{"kafka": {"topic": "wide-out",
+                                            "client": {"message.max.bytes": 4_000_000}}}]
+    parse_config(roomy)
+    parse_config(wide(2))  # the default limit leaves room for a couple of string keys
+
+
+@pytest.mark.parametrize("output", ["windows", "late", "quarantine"])
+def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str) -> None:
+    """The bound is checked against the real codec (``eos.sinks.kafka_records``) on the worst
+    row: every string at ``event.max_string_bytes`` of control characters (six bytes each in
+    JSON), every binary at the quarantine prefix, every number at its widest."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from eos.core.outputs import RAW_PREFIX_BYTES, largest_record_bytes, output_schema
+    from eos.sinks.kafka_records import encode_keys, encode_values
+
+    config = parse_config(wide(2, max_string_bytes=1024))
+    schema = output_schema(config, output)
+
+    def worst(field: pa.Field) -> Any:
+        kind = field.type
+        if field.name == "raw_value_sha256":
+            return "f" * 64
+        if pa.types.is_string(kind):
+            return "\x01" * (600 if field.name == "reason" else config.event.max_string_bytes)
+        if pa.types.is_binary(kind):
+            return b"\xff" * RAW_PREFIX_BYTES
+        if pa.types.is_timestamp(kind):
+            return dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=dt.UTC)
+        if pa.types.is_decimal(kind):
+            return -Decimal("9" * (kind.precision - kind.scale) + "." + "9" * kind.scale)
+        if pa.types.is_floating(kind):
+            return -1.7976931348623157e308
+        return -(2 ** (kind.bit_width - 1))
+
+    row = pa.Table.from_pylist([{f.name: worst(f) for f in schema}], schema=schema)
+    group = list(config.group_by) if output != "quarantine" else []
+    key = encode_keys(row, group)[0] or b""
+    headers = 1024  # what the bound allows for eos-pipeline, eos-epoch, eos-plan-hash, lineage
+    assert len(key) + len(encode_values(row)[0]) + headers <= largest_record_bytes(config, output)

@@ -94,7 +94,7 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
         return seal(*args)
 
     monkeypatch.setattr(protocol, "seal", abort_first)
-    with pytest.raises(ProtocolViolation, match="dropped .* run precommit again"):
+    with pytest.raises(ProtocolViolation, match=r"dropped .* run precommit again"):
         commit(pipeline, 0)
     monkeypatch.undo()
     assert [store(pipeline, n).marker for n in ("memory:a", "memory:b", "memory:c")] == [-1] * 3
@@ -160,7 +160,7 @@ def test_a_rewind_waits_for_an_epoch_whose_commit_began(rewindable: PipelineConf
     with pytest.raises(InjectedFault):
         commit(rewindable, 2)
     arm("")
-    with pytest.raises(EpochCommitting, match="epoch 2 .* is being committed"):
+    with pytest.raises(EpochCommitting, match=r"epoch 2 .* is being committed"):
         rewind(rewindable, 0)
     assert log_rows(rewindable, phase=epochlog.REWINDING) == []
     assert abort(rewindable, 2, reason="operator") is Outcome.IN_COMMIT

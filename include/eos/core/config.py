@@ -423,6 +423,18 @@ class PipelineConfig(_Strict):
                 raise ValueError(f"aggregation '{output}': {spec}: {problem}")
         return self
 
+    @model_validator(mode="after")
+    def _sinks_can_serve(self) -> PipelineConfig:
+        """Each sink accepts this pipeline's outputs (``Sink.check_pipeline``: e.g. a Kafka
+        sink's record limit against the largest record an output can make). After the
+        field checks: it builds the outputs' schemas from the declared fields."""
+        from eos.core.sink import sink_class
+
+        for output, spec in self.sinks.by_output():
+            ((kind, options),) = spec.items()
+            sink_class(kind).check_pipeline(options, self, output)
+        return self
+
     def schema_view(self) -> dict[str, Any]:
         """The config that decides what committed rows mean: event parsing, grouping, windows,
         aggregations. Committed epochs record it; a pipeline whose view changed is refused."""

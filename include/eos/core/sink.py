@@ -106,6 +106,14 @@ class Sink(ABC):
         return frozenset()
 
     @classmethod
+    def check_pipeline(cls, options: Any, config: PipelineConfig, output: str) -> None:
+        """Refuse (raise ValueError naming the problem) a pipeline this sink could not serve
+        for ``output`` whatever its records hold, e.g. one whose largest record could outgrow
+        the sink's record limit: one record would then halt the pipeline for good. Called
+        while the config loads: no I/O. Default: every pipeline is fine."""
+        return None
+
+    @classmethod
     def describe(cls, options: Any) -> str:
         """The part of the sink's name after ``kind:``; unique per pipeline. Default: the
         options as text."""

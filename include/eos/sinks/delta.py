@@ -160,7 +160,10 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 # A table created before the option was set gets it now (one metadata commit;
                 # a concurrent append re-checks through ``fenced_append``'s retry).
                 ensure_properties(snapshot, self._properties())
-            done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot)
+            # merge_schema: a table created before its output gained columns (the bounded
+            # quarantine row's lengths and digest) takes them in the same commit.
+            done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot,
+                                 merge_schema=True)
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
     def abort(self, epoch: int) -> None:

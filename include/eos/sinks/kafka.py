@@ -93,9 +93,13 @@ from eos.sinks.kafka_topics import (
     kafka_error,
 )
 
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's and Kafka's default record limit
+
 if TYPE_CHECKING:
     import confluent_kafka as ck
     import pyarrow as pa
+
+    from eos.core.config import PipelineConfig
 
 MARKER_SUFFIX = ".eos-markers"
 STABLE_ATTEMPTS = 3  # LSO checks before an open foreign transaction is reported (0.5 s apart)
@@ -160,6 +164,26 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """What this sink must have to itself within its pipeline: its marker topic (the output
         topic is shared by design: other sinks and pipelines may write it too)."""
         return frozenset({f"kafka-topic:{marker_topic_of(options, pipeline_name)}"})
+
+    @classmethod
+    def check_pipeline(cls, options: KafkaSinkOptions, config: PipelineConfig,
+                       output: str) -> None:
+        """Refuse, at load time, a pipeline whose largest ``output`` record could outgrow this
+        sink's producer limit (``message.max.bytes``): the producer would refuse that record
+        on every retry (``MSG_SIZE_TOO_LARGE``) and the pipeline could never commit again."""
+        from eos.core.outputs import largest_record_bytes
+
+        client = {**config.kafka.client, **options.client}
+        limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+        largest = largest_record_bytes(config, output)
+        if largest > limit:
+            raise ValueError(
+                f"kafka sink {options.topic}: a record of output '{output}' may reach {largest} "
+                f"bytes (string columns hold up to event.max_string_bytes = "
+                f"{config.event.max_string_bytes} bytes each, JSON-escaped up to 6x), over the "
+                f"producer's message.max.bytes ({limit}): lower event.max_string_bytes, or raise "
+                "message.max.bytes in the sink's client settings (and the topic's "
+                "max.message.bytes on the broker)")
 
     @property
     def marker_topic(self) -> str:
