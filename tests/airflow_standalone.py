@@ -50,6 +50,7 @@ DAG_SCOPED_AUTH_MANAGER = "airflow_standalone.DagScopedAuthManager"
 STANDALONE_KEEPING_AUTH_MANAGER = """
 import os
 from airflow.cli.commands.standalone_command import StandaloneCommand
+from airflow.configuration import write_default_airflow_configuration_if_needed
 
 class KeepingAuthManager(StandaloneCommand):
     def calculate_env(self):
@@ -58,6 +59,7 @@ class KeepingAuthManager(StandaloneCommand):
         env["AIRFLOW__CORE__AUTH_MANAGER"] = os.environ["AIRFLOW__CORE__AUTH_MANAGER"] = wanted
         return env
 
+write_default_airflow_configuration_if_needed()  # as `airflow` does: the shared JWT secret
 KeepingAuthManager().run()
 """
 
