@@ -43,6 +43,8 @@ Row = tuple[str, float, str]  # what, median ms, response size
 
 def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[list[Row], int]:
     """Run ``epochs`` epochs and one audit, then time the view; the rows and the epochs shown."""
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
@@ -56,8 +58,13 @@ def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[lis
     for i in range(epochs):
         sc.eo_epoch(config, env.spark, f"manual__bench-{i}")
     verify(config)
+    # The view asks Airflow's auth manager per DAG: initialise the default one (Simple), and
+    # stand in an admin for the login it would otherwise require.
+    os.environ.setdefault("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
+    init_auth_manager()
     app = create_app()
-    app.dependency_overrides[get_user] = lambda: object()
+    app.dependency_overrides[get_user] = lambda: SimpleAuthManagerUser(username="bench",
+                                                                       role="admin")
     client = TestClient(app)
 
     def get(path: str) -> Callable[[], object]:

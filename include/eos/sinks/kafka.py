@@ -68,7 +68,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -279,24 +279,29 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                                   ) from None
         return None
 
+    def current_line(self) -> Callable[[int, str | None], bool]:
+        """Whether records of (epoch, lineage header) are on the sink's current line: epochs up
+        to its last marker, each of the lineage that published it last (a rewind supersedes
+        the records before it). Read unfenced: looking never disturbs a commit."""
+        last = self._last_marker_value(fenced=False)
+        if last is None:
+            return lambda epoch, lineage: False
+        top, rewinds = int(last["epoch"]), _line_of(last).get("rewinds", [])
+        return lambda epoch, lineage: epoch <= top and lineage == _owner(rewinds, epoch)
+
     def read_back(self) -> list[dict[str, Any]]:
         """This pipeline's committed rows on the sink's current line, as a ``read_committed``
-        consumer sees them, less the records a rewind superseded: for each epoch, the records
-        of the lineage that published it last (see the module docstring)."""
+        consumer sees them, less the records a rewind superseded (``current_line``)."""
         from eos.core.outputs import output_schema
 
         schema = output_schema(self.config, self.output)
-        last = self._last_marker_value(fenced=False)
-        if last is None:
-            return []
-        rewinds = _line_of(last).get("rewinds", [])
+        on_line = self.current_line()
         rows = []
         for record in self._read_topic(self.options.topic):
             if _header(record, "eos-pipeline") != self.config.name:
                 continue
             epoch = int(_header(record, "eos-epoch") or NO_EPOCH)
-            if epoch <= last["epoch"] and _header(record, "eos-lineage") == _owner(rewinds,
-                                                                                    epoch):
+            if on_line(epoch, _header(record, "eos-lineage")):
                 rows.append(decode_value(record.value(), schema))
         return rows
 

@@ -236,13 +236,8 @@ def current_line(sink: KafkaSink) -> Callable[[int, str | None], bool]:
     its last marker, each of the lineage that published it last. The sink's own bookkeeping
     (its markers and rewinds), read unfenced as ``read_back`` does, so that what is compared
     here is the records themselves and not two readings of the markers' layout."""
-    from eos.sinks import kafka as kafka_sink
 
-    last = sink._last_marker_value(fenced=False)
-    if last is None:
-        return lambda epoch, lineage: False
-    top, rewinds = int(last["epoch"]), kafka_sink._line_of(last).get("rewinds", [])
-    return lambda epoch, lineage: epoch <= top and lineage == kafka_sink._owner(rewinds, epoch)
+    return sink.current_line()
 
 
 def sink_rows(records: Iterable[KafkaRecord], pipeline: str, schema: pa.Schema,
