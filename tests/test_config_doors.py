@@ -372,7 +372,8 @@ def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str
 
     import pyarrow as pa
 
-    from eos.core.outputs import RAW_PREFIX_BYTES, largest_record_bytes, output_schema
+    from eos.core.limits import RAW_PREFIX_BYTES, largest_record_bytes
+    from eos.core.outputs import output_schema
     from eos.sinks.kafka_records import encode_keys, encode_values
 
     config = parse_config(wide(2, max_string_bytes=1024))

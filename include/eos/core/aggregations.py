@@ -76,6 +76,9 @@ class Aggregation(ABC):
 
     function: ClassVar[str]
     needs_number: ClassVar[bool] = False
+    # The output is one of the aggregated values, of the field's type (min, max): a string
+    # field's output is as long as its longest value (``eos.core.limits``).
+    keeps_value: ClassVar[bool] = False
 
     def __init__(self, output: str, field: str | None, ftype: FieldType | None) -> None:
         self.output, self.field, self.ftype = output, field, ftype
@@ -168,6 +171,7 @@ class Sum(Aggregation):
 
 class _Extreme(Aggregation):
     spark_name: ClassVar[str]
+    keeps_value = True
 
     def state(self) -> list[tuple[str, pa.DataType]]:
         return [(self._col("v"), arrow_type(self.field_type))]

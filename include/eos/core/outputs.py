@@ -13,19 +13,15 @@ import pyarrow.compute as pc
 
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.config import PipelineConfig
+from eos.core.limits import RAW_PREFIX_BYTES
 from eos.core.schema import arrow_type
 from eos.core.tables import TS, group_column
 
 MS_TO_US = 1000
-# A quarantine row carries at most this much of the record's key and of its value: it must fit
-# every sink (a Kafka record of 1 MB at most, base64 in JSON), whatever the record held. The
-# record itself stays in Kafka at (partition, offset); its lengths and digest identify it.
-RAW_PREFIX_BYTES = 4096
-
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("reason", pa.string()),
-        ("raw_key", pa.binary()),  # the first RAW_PREFIX_BYTES of the record's key
+        ("raw_key", pa.binary()),  # the first RAW_PREFIX_BYTES of the record's key (limits)
         ("raw_value", pa.binary()),  # ... and of its value
         ("partition", pa.int32()),
         ("offset", pa.int64()),
@@ -64,35 +60,6 @@ def output_schema(config: PipelineConfig, output: str) -> pa.Schema:
     if output == "late":
         return late_schema(config)
     return QUARANTINE_SCHEMA
-
-
-JSON_ESCAPE = 6  # a control character is written \u00XX: six bytes for one
-SCALAR_BYTES = 48  # a JSON timestamp, long, double or decimal(38, s), quoted where it is
-REASON_BYTES = 4096  # a quarantine reason: fixed texts quoting a field's name and a cut value
-HEADER_BYTES = 1024  # eos-pipeline, eos-epoch, eos-plan-hash, eos-lineage
-
-
-def largest_record_bytes(config: PipelineConfig, output: str) -> int:
-    """An upper bound of one row of ``output`` as a Kafka record (``eos.sinks.kafka_records``:
-    key = the group fields as JSON, value = every column as JSON, and the headers). A string
-    column holds at most ``event.max_string_bytes`` (longer ones are quarantined at parse), a
-    binary column the quarantine prefix in base64; every byte of a string may be escaped."""
-    schema = output_schema(config, output)
-
-    def width(field: pa.Field) -> int:
-        if output == "quarantine" and field.name in ("reason", "raw_value_sha256"):
-            return REASON_BYTES if field.name == "reason" else 66
-        if pa.types.is_string(field.type):
-            return JSON_ESCAPE * config.event.max_string_bytes + 2
-        if pa.types.is_binary(field.type):
-            return 4 * -(-RAW_PREFIX_BYTES // 3) + 2
-        return SCALAR_BYTES
-
-    def encoded(fields: list[pa.Field]) -> int:
-        return 2 + sum(len(f.name) + 4 + width(f) for f in fields)
-
-    key = encoded([schema.field(g) for g in config.group_by]) if output != "quarantine" else 0
-    return key + encoded(list(schema)) + HEADER_BYTES
 
 
 def _ts(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:

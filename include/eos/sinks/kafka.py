@@ -171,7 +171,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Refuse, at load time, a pipeline whose largest ``output`` record could outgrow this
         sink's producer limit (``message.max.bytes``): the producer would refuse that record
         on every retry (``MSG_SIZE_TOO_LARGE``) and the pipeline could never commit again."""
-        from eos.core.outputs import largest_record_bytes
+        from eos.core.limits import largest_record_bytes
 
         client = {**config.kafka.client, **options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
