@@ -193,9 +193,9 @@ def test_client_killed_mid_read_leaves_a_zombie_that_cannot_stage(
     before = table_versions(config)["staging"]
     rerun = precommit(config, 0, SparkStager(spark))  # the retry, while the zombie is still held
     assert rerun.plan_hash == plan.hash
+    assert table_versions(config)["staging"] == before + 1  # the rerun's one staging commit
     assert commit(config, 0).epoch == 0
-    staged_by_rerun = table_versions(config)["staging"]
-    assert staged_by_rerun == before + 1
+    staged_by_rerun = table_versions(config)["staging"]  # and the commit's seal
     time.sleep(20)  # the zombie's barrier times out; its execution finishes or is abandoned
     assert table_versions(config)["staging"] == staged_by_rerun, "the zombie staged something"
     audited(config, spark, "after-zombie")
