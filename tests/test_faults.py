@@ -384,8 +384,8 @@ def test_one_oversized_record_never_halts_a_pipeline(tmp_path: Path, kafka: str,
     records = [b'{"key": "' + b"k" * 600_000 + b'", "ts": 1767225600000, "value": 1}',
                undecodable, b'{"key": "a", "ts": 1767225600000, "value": 2}']
     producer = ck.Producer({**client_settings(), "message.max.bytes": 8_000_000})
-    for value in records:
-        producer.produce(config.kafka.topic, value=value, timestamp=kts)
+    for value in records:  # one partition, so the offsets are 0, 1, 2
+        producer.produce(config.kafka.topic, value=value, timestamp=kts, partition=0)
     assert producer.flush(30) == 0
     run_epoch(config, "oversized", spark=spark)
     assert committed_epoch(config) == 0

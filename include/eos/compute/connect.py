@@ -209,6 +209,12 @@ def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
             f"nothing was staged ({str(error).splitlines()[0][:200]})")
     if "UNAVAILABLE" in text or "Connection refused" in text or "failed to connect" in text:
         return _unreachable(endpoint)
+    # The client's own retries (``_fail_fast``: ~15 s) ran out on a server that went away
+    # mid-epoch and was not back yet (seen in CI under load): the server, not the epoch.
+    if "RETRIES_EXCEEDED" in text:
+        return ComputeUnavailable(
+            f"{where} did not answer for the client's retries (it stopped or restarted "
+            f"mid-epoch): the epoch is retried; nothing was staged")
     # A server stopping (or restarting) mid-request drops the stream, fails the RPC itself, or
     # answers from a SparkContext being torn down (seen in CI: an NPE from the block manager
     # whose driver endpoint was already gone, or jobs cancelled by the shutdown).
