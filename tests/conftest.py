@@ -20,6 +20,8 @@ import pytest
 
 from eos.tools import broker as embedded
 
+from fixtures_cluster import *  # noqa: F403  # the test Spark cluster's fixtures
+from fixtures_store import *  # noqa: F403  # the embedded object store's fixtures
 from support import free_port, write_pipeline
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
