@@ -564,7 +564,7 @@ def _replay_last_commit(config: PipelineConfig, epoch: int) -> Replay:
     from eos.core.outcomes import Outcome
     from eos.core.protocol import commit
 
-    target = str(config.root / "target")
+    target = str(Path(config.root) / "target")
     before = read_table(target).num_rows
     started = time.perf_counter()
     outcome = commit(config, epoch).outcome
@@ -582,7 +582,7 @@ def _totals(result: Result, config: PipelineConfig, peer: Peer) -> None:
     result.eo_rows = sum(e.counts.get("output", 0) for e in result.eo)
     result.peer_rows = sum(e["rows"] for e in written)
     result.peer_appends = len(written)
-    result.comparison = compare(config, str(config.root / "target"), peer.table)
+    result.comparison = compare(config, str(Path(config.root) / "target"), peer.table)
 
 
 def compare(config: PipelineConfig, eo_path: str, peer_path: str) -> Comparison:

@@ -169,7 +169,7 @@ def test_the_begin_log_line_shows_no_secret_from_the_config_or_the_environment(
 # -- item 10: a Delta sink is never a protocol table and stays under the root ---------------------
 
 def test_the_protocol_tables_are_listed_once() -> None:
-    tables = layout.Tables(Path("/r"))
+    tables = layout.Tables("/r")
     names = layout.PROTOCOL_TABLES
     assert set(names) >= {"epochs", "staging", "checkpoints", "audits"}
     assert {Path(getattr(tables, name)).name for name in names} == set(names)
@@ -400,3 +400,29 @@ def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str
     key = encode_keys(row, group)[0] or b""
     headers = 1024  # what the bound allows for eos-pipeline, eos-epoch, eos-plan-hash, lineage
     assert len(key) + len(encode_values(row)[0]) + headers <= largest_record_bytes(config, output)
+
+
+def test_executors_get_client_settings_without_the_config_file(tmp_path: Path) -> None:
+    """Executors on other machines may not have the pipeline's YAML: settings travel in the
+    data source options, except a secret written literally (it stays in the file, and an
+    executor that cannot read the file says so instead of connecting without it)."""
+    from eos.compute.reader import KafkaRangeReader, shareable_client
+
+    client = {"security.protocol": "SASL_SSL", "sasl.password": "${KAFKA_PW}",
+              "sasl.username": "literal-user"}
+    shared = shareable_client(client)
+    assert shared == {"security.protocol": "SASL_SSL", "sasl.password": "${KAFKA_PW}"}
+    options = {"topic": "t", "ranges": "[]", "bootstrap": "127.0.0.1:1",
+               "config": str(tmp_path / "elsewhere.yaml"), "client": json.dumps(shared),
+               "client_in_file": json.dumps(["sasl.username"])}
+    with pytest.raises(ConfigError, match=r"sasl\.username"):
+        KafkaRangeReader(options)._settings()
+    options["client_in_file"] = "[]"
+    import os
+    os.environ["KAFKA_PW"] = "from-the-executor-env"
+    try:
+        settings = KafkaRangeReader(options)._settings()
+    finally:
+        del os.environ["KAFKA_PW"]
+    assert settings["sasl.password"] == "from-the-executor-env"
+    assert settings["security.protocol"] == "SASL_SSL"

@@ -386,7 +386,7 @@ def test_status_of_a_pipeline_that_never_ran_creates_nothing(tmp_path: Path, kaf
     shown = pipeline_status(config)
     assert (shown.committed_epoch, shown.epochs, shown.last_audit) == (-1, [], None)
     assert shown.lag_error is not None and config.kafka.topic in shown.lag_error
-    assert not tables_for(config).root.exists()
+    assert not Path(tables_for(config).root).exists()
     assert "last committed epoch: none" in render(shown)
 
 

@@ -126,7 +126,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
 
     assert tasks["commit"].outlets == list(sink_assets(config).values())
     uris = [outlet.uri for outlet in tasks["commit"].outlets]
-    assert uris == [f"file://{Path(config.root / t).resolve()}"
+    assert uris == [f"file://{(Path(config.root) / t).resolve()}"
                     for t in ("target", "late", "quarantine")]
 
     # Its maintenance DAG: manual runs only, one rewind each, parameterised.

@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eos.compute.writers import attempt_dir, collect, counts_by_kind, write_collected, write_table
+from eos.compute.writers import attempt_dir, counts_by_kind, write_collected, write_table
 from eos.core.aggregations import output_column, state_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
@@ -258,11 +258,12 @@ class MemoryStager:
                      "until": r.until} for r in plan.ranges]
         protocol.append({**common, "kind": WATERMARK, "watermark_ms": watermark,
                          "max_event_ms": max_event, "filtered": 0})
-        directory = attempt_dir(tables.staging, plan.epoch)
+        directory = attempt_dir(plan.epoch)
         self.attempts.append(directory.rsplit("/", 1)[-1])
-        write_collected(pa.Table.from_pylist(rows, schema=schema), directory, schema)
-        write_table(pa.Table.from_pylist(protocol, schema=schema), directory, "protocol")
-        files = collect(tables.staging, directory)
+        files = write_collected(pa.Table.from_pylist(rows, schema=schema), tables.staging,
+                                directory, schema)
+        files.append(write_table(pa.Table.from_pylist(protocol, schema=schema), tables.staging,
+                                 directory, "protocol", schema))
         counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
         counts.update(counts_by_kind(files))
         counts.update({"offsets": len(plan.ranges), "filtered": 0})

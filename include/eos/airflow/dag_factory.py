@@ -107,7 +107,10 @@ def _phase(func: Any) -> Any:
 
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
+        from eos.airflow.storage import export_credentials
+
         _phase_logging()
+        export_credentials()  # the tables' store, if its connection exists (never logged)
         try:
             return func(*args, **kwargs)
         except Exception as error:

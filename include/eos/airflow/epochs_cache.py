@@ -24,6 +24,7 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import EosError
 from eos.core.layout import tables_for
 from eos.core.status import PartitionLag, PipelineStatus
+from eos.core.storage import is_remote
 
 REFRESH_S = 15.0  # how often a watched pipeline's sinks and watermarks are read again
 WATCHED_S = 600.0  # a pipeline nobody looked at for this long is no longer read
@@ -149,10 +150,13 @@ def recorded_status(config: PipelineConfig, limit: int,
     The lag is the committed offsets recorded now against the high watermarks as last read,
     so it never counts records the checkpoint already covers.
     """
+    from eos.airflow.storage import export_credentials
     from eos.core.kafka import client_settings, redact
     from eos.core.status import _epochs  # the status's own epoch folding (see the report)
 
     tables = tables_for(config)
+    if is_remote(tables.root):
+        export_credentials()  # the API server reads the tables with the tasks' connection
     committed = checkpoints.committed_epoch(tables, config.app_id)
     epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,6 +71,17 @@ def splits_of(ranges: list[dict[str, int]], split_records: int) -> list[KafkaSpl
     return splits
 
 
+def shareable_client(client: dict[str, Any]) -> dict[str, Any]:
+    """The config's ``kafka.client`` settings that may travel in data source options: those
+    that are not secret-looking, and secret ones written as a ``${VAR}`` reference (resolved
+    on the executor). A literal secret stays in the config file (``client_in_file``)."""
+    from eos.core.kafka import redact
+
+    hidden = {k for k, v in redact(client).items() if v == "***"}
+    return {k: v for k, v in client.items()
+            if k not in hidden or re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", str(v))}
+
+
 class KafkaRangeReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.topic = options["topic"]
@@ -77,6 +89,8 @@ class KafkaRangeReader(DataSourceReader):
         self.split_records = int(options.get("split_records", 250_000))
         self.timeout_s = int(options.get("read_timeout_ms", 60_000)) / 1000
         self.config_path = options.get("config")
+        self.client = json.loads(options.get("client") or "{}")
+        self.client_in_file = json.loads(options.get("client_in_file") or "[]")
         self.bootstrap = options.get("bootstrap")
         self.faults = json.loads(options.get("faults") or "{}")
         self.event = _event(options.get(PARSE_OPTION))
@@ -86,13 +100,23 @@ class KafkaRangeReader(DataSourceReader):
         return splits or [KafkaSplit(-1, 0, 0)]
 
     def _settings(self) -> dict[str, Any]:
-        # Secrets are resolved here, on the executor, from the config file and the environment:
-        # they never travel in data source options, which Spark may print in plans.
+        # Secrets are resolved here, on the executor, from the environment (``${VAR}``): they
+        # never travel in data source options, which Spark may print in plans. A secret written
+        # literally in the config is read from its file, which an executor on another machine
+        # may not have: that is an error naming the settings, never a client without them.
         from eos.core.config import load_config
+        from eos.core.errors import ConfigError
         from eos.core.kafka import client_settings
 
-        has_file = bool(self.config_path) and Path(self.config_path).is_file()
-        client = load_config(self.config_path).kafka.client if has_file else {}
+        client = dict(self.client)
+        if self.client_in_file:
+            if not (self.config_path and Path(self.config_path).is_file()):
+                raise ConfigError(
+                    f"kafka.client sets {self.client_in_file} literally in {self.config_path}, "
+                    "which this executor cannot read: write them as ${VAR} and give the "
+                    "executors the variables (docs/cluster.md)")
+            stored = load_config(self.config_path).kafka.client
+            client.update({k: stored[k] for k in self.client_in_file if k in stored})
         return client_settings(client, bootstrap=self.bootstrap)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -36,7 +36,7 @@ from eos.core.schema import (
     REASON,
     parsed_schema,
 )
-from eos.core.staging import KIND_DIR, WATERMARK, StagedFiles, files_holding, rows_staged
+from eos.core.staging import WATERMARK, StagedFiles, files_holding, rows_staged
 from eos.core.tables import group_column, handle, staging_schema
 
 
@@ -121,8 +121,9 @@ def resume_state(config: PipelineConfig, tables: Tables,
 
 
 def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
-    """N-1's open windows as a DataFrame, read by the executors from N-1's staged files."""
-    from pyspark.sql import functions as F
+    """N-1's open windows as a DataFrame, read by the executors from N-1's staged files with
+    pyarrow (``staging_files.read_state``: no Hadoop connector, so staging may be on an object
+    store): one task per file, up to the session's parallelism."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = staging_schema(config)
@@ -131,10 +132,10 @@ def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
     if not state.files:
         # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
         return spark.createDataFrame(arrow.empty_table(), schema=from_arrow_schema(arrow))
-    read = pa.schema([schema.field(c) for c in ("kind", "plan_hash", *columns)])
-    return (spark.read.schema(from_arrow_schema(read)).parquet(*state.files)
-            .where((F.col("kind") == "state") & (F.col("plan_hash") == state.plan_hash))
-            .select(*columns))
+    tasks = max(1, min(len(state.files), config.spark.shuffle_partitions))
+    return (spark.range(0, len(state.files), 1, numPartitions=tasks)
+            .mapInArrow(staging_files.read_state(state.files, columns, state.plan_hash or "",
+                                                 arrow), from_arrow_schema(arrow)))
 
 
 def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
@@ -162,12 +163,13 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
     variants)."""
     import json
 
-    from eos.compute.reader import PARSE_OPTION, event_option
+    from eos.compute.reader import PARSE_OPTION, event_option, shareable_client
     from eos.core import faults
 
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
+    shared = shareable_client(config.kafka.client)
     reader = spark.read.format(source)
     if parse:
         reader = reader.option(PARSE_OPTION, event_option(config.event))
@@ -178,6 +180,8 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
         .option("split_records", str(config.kafka.split_records))
         .option("read_timeout_ms", str(config.kafka.read_timeout))
         .option("config", config.source_path or "")
+        .option("client", json.dumps(shared))
+        .option("client_in_file", json.dumps(sorted(set(config.kafka.client) - set(shared))))
         .option("bootstrap", bootstrap)
         .option("faults", json.dumps(faults.settings()))  # tests only; empty in production
         .load()
@@ -273,8 +277,8 @@ def epoch_watermark(config: PipelineConfig, plan: Plan, state: EpochState,
 def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
                   watermark: int) -> Any:
     """Every window and side row of epoch N in the staging schema (``epoch`` aside: it is the
-    partition), plus the ``part_kind`` the files are written by. A window whose end is at or
-    before wm(N) is an ``output`` row (final values), any other a ``state`` row (open window)."""
+    partition). A window whose end is at or before wm(N) is an ``output`` row (final values),
+    any other a ``state`` row (open window)."""
     schema = _without_epoch(staging_schema(config))
     keys = [group_column(g) for g in config.group_by]
     outputs = [output_column(a.output) for a in aggregations_for(config)]
@@ -286,8 +290,7 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
     windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
                                       for f in schema])
     side = frames.side.select(*[_column(F, f, {}, frames.side.columns) for f in schema])
-    rows = windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
-    return rows.withColumn(KIND_DIR, F.col("kind"))
+    return windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
 
 
 def _column(F: Any, field: pa.Field, given: dict[str, Any], present: list[str]) -> Any:
@@ -351,19 +354,21 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     from pyspark.sql import functions as F
 
     watermark, max_event = epoch_watermark(config, plan, state, frames.max_event_ms)
-    directory = staging_files.attempt_dir(tables.staging, plan.epoch)
+    directory = staging_files.attempt_dir(plan.epoch)
+    schema = _without_epoch(staging_schema(config))
     rows = staging_frame(F, config, plan, frames, watermark)
     on_driver = collects(config, plan, state, frames)
     with timed() as took:
         if on_driver:
-            staging_files.write_collected(rows.drop(KIND_DIR).toArrow(), directory,
-                                          _without_epoch(staging_schema(config)))
+            files = staging_files.write_collected(rows.toArrow(), tables.staging, directory,
+                                                  schema)
         else:
-            staging_files.write_frame(rows, directory, config.spark.shuffle_partitions)
+            files = staging_files.write_frame(rows, tables.staging, directory, schema,
+                                              config.spark.shuffle_partitions)
     timings["aggregate"] = took["ms"]
-    staging_files.write_table(protocol_rows(config, plan, watermark, max_event,
-                                            frames.filtered), directory, "protocol")
-    files = staging_files.collect(tables.staging, directory)
+    files.append(staging_files.write_table(
+        protocol_rows(config, plan, watermark, max_event, frames.filtered), tables.staging,
+        directory, "protocol", schema))
     counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
     counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})

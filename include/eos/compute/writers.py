@@ -17,6 +17,14 @@ over at-least-once on 200k-record epochs (docs/benchmarks-history.md, 2026-11-22
 epochs staged by the driver"). The directory, the files' statistics and the one commit are the
 same either way.
 
+The files are written with pyarrow's filesystems, by the executors' Python workers and by the
+driver alike, never by Spark's Hadoop writers: the pyspark wheel has no S3A (or GCS, ABFS)
+connector, and a staging table on an object store must be written without one
+(``eos.core.storage``). Each executor task writes one file per kind it holds and returns the
+files' descriptions (path, size, rows, kind) as its rows: the driver learns what was written
+from the tasks that succeeded, never from listing a directory (a failed or speculative task's
+files are simply never named, like a killed attempt's).
+
 Why this is still exactly once: files that no Delta commit names are invisible to every reader
 (an attempt killed mid-write leaves only those, and a vacuum deletes them); the one commit makes
 all of N's rows visible at once and drops any earlier attempt's; the protocol decides whether
@@ -29,8 +37,10 @@ state files without opening them.
 
 from __future__ import annotations
 
+import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,19 +48,82 @@ import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
 from eos.core.staging import KIND_DIR, StagedFile
+from eos.core.storage import filesystem
 
-if TYPE_CHECKING:
-    pass
-
-def attempt_dir(staging_uri: str, epoch: int) -> str:
-    """A directory no other attempt writes to: two attempts of N never mix their files."""
-    return f"{staging_uri.rstrip('/')}/epoch={int(epoch)}/attempt-{uuid.uuid4().hex}"
+#: What an executor task returns for each file it wrote (``StagedFile`` without the kind range).
+FILES = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modified_ms", pa.int64()),
+                   ("rows", pa.int64()), ("kind", pa.string())])
 
 
-def write_frame(frame: Any, directory: str, tasks: int) -> None:
-    """Executors write ``frame``'s rows under ``directory``, one sub-directory per kind. The
-    frame must carry a ``part_kind`` column equal to ``kind`` (Spark drops partition columns
-    from the files; ``kind`` stays in them).
+def attempt_dir(epoch: int) -> str:
+    """A directory (relative to the staging table) no other attempt writes to: two attempts
+    of N never mix their files."""
+    return f"epoch={int(epoch)}/attempt-{uuid.uuid4().hex}"
+
+
+class _FileWriter:
+    """One Parquet file of staging being written (``relative`` to the table at ``staging``)."""
+
+    def __init__(self, staging: str, relative: str, schema: pa.Schema) -> None:
+        store, root = filesystem(staging)
+        path = f"{root}/{relative}"
+        if isinstance(store, pa_fs.LocalFileSystem):  # object stores have no directories
+            store.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        self.relative, self.rows = relative, 0
+        self.kinds: tuple[str, str] | None = None
+        self.stream = store.open_output_stream(path)
+        self.writer = pq.ParquetWriter(self.stream, schema)
+
+    def write(self, rows: pa.Table) -> None:
+        if rows.num_rows == 0:
+            return
+        self.writer.write_table(rows)
+        self.rows += rows.num_rows
+        low, high = pc.min_max(rows["kind"]).values()
+        found = (low.as_py() or "", high.as_py() or "")
+        self.kinds = found if self.kinds is None else (min(self.kinds[0], found[0]),
+                                                       max(self.kinds[1], found[1]))
+
+    def close(self) -> StagedFile:
+        """Finish the file (on an object store the upload completes here, or raises)."""
+        self.writer.close()
+        size = self.stream.tell()
+        self.stream.close()
+        low, high = self.kinds or ("", "")
+        return StagedFile(path=self.relative, size=size, modified_ms=int(time.time() * 1000),
+                          rows=self.rows, kind_min=low, kind_max=high)
+
+
+def partition_writer(staging: str, directory: str,
+                     schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]],
+                                                    Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of an executor task: its rows, one file per kind, under
+    ``directory``; yields one ``FILES`` row per file. The file names are random per task
+    attempt, so a retried task never overwrites what its failed attempt may still write."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        files: dict[str, _FileWriter] = {}
+        task = uuid.uuid4().hex
+        for batch in batches:
+            rows = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+            for kind in pc.unique(rows["kind"]).to_pylist():
+                if kind not in files:
+                    files[kind] = _FileWriter(
+                        staging, f"{directory}/{KIND_DIR}={kind}/part-{task}.parquet", schema)
+                files[kind].write(rows.filter(pc.equal(rows["kind"], kind)))
+        described = [f.close() for f in files.values()]
+        if described:
+            yield pa.RecordBatch.from_pylist(
+                [{"path": f.path, "size": f.size, "modified_ms": f.modified_ms,
+                  "rows": f.rows, "kind": f.kind_min} for f in described], schema=FILES)
+
+    return write
+
+
+def write_frame(frame: Any, staging: str, directory: str, schema: pa.Schema,
+                tasks: int) -> list[StagedFile]:
+    """Executors write ``frame``'s rows under ``directory`` (relative to the ``staging`` table),
+    one file per kind per task, and the driver collects only the files' descriptions.
 
     The rows are a union of the windows (``shuffle_partitions`` partitions, after the merge
     with the state) and the side rows (one partition per Kafka split, twice: late and
@@ -59,76 +132,58 @@ def write_frame(frame: Any, directory: str, tasks: int) -> None:
     ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in ~6 files: ~0.2 s less per
     epoch here (docs/benchmarks-history.md, 2026-11-22: "the reader parses"), and fewer files
     for the next epoch and ``commit`` to open."""
-    (frame.coalesce(max(1, tasks)).write.mode("error")
-     .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-     .partitionBy(KIND_DIR).parquet(directory))
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    written = (frame.select(*schema.names).coalesce(max(1, tasks))
+               .mapInArrow(partition_writer(staging, directory, schema),
+                           from_arrow_schema(FILES)))
+    return sorted((StagedFile(path=r["path"], size=r["size"], modified_ms=r["modified_ms"],
+                              rows=r["rows"], kind_min=r["kind"], kind_max=r["kind"])
+                   for r in written.toArrow().to_pylist()), key=lambda f: f.path)
 
 
-def write_collected(rows: pa.Table, directory: str, schema: pa.Schema) -> None:
+def write_collected(rows: pa.Table, staging: str, directory: str,
+                    schema: pa.Schema) -> list[StagedFile]:
     """The driver writes epoch N's collected rows under ``directory``: one file per kind, so
     each add action's kind statistics name one kind, as the executors' files do."""
     rows = rows.select(schema.names).cast(schema)
-    for kind in sorted(pc.unique(rows["kind"]).to_pylist()):
-        write_table(rows.filter(pc.equal(rows["kind"], kind)), directory, f"rows-{kind}")
+    return [write_table(rows.filter(pc.equal(rows["kind"], kind)), staging, directory,
+                        f"rows-{kind}", schema)
+            for kind in sorted(pc.unique(rows["kind"]).to_pylist())]
 
 
-def write_table(rows: pa.Table, directory: str, name: str) -> None:
+def write_table(rows: pa.Table, staging: str, directory: str, name: str,
+                schema: pa.Schema) -> StagedFile:
     """Rows of N the driver writes itself as one more file under ``directory``: always the
     offsets and the watermark row; a small epoch's collected rows too (``write_collected``)."""
-    filesystem, root = pa_fs.FileSystem.from_uri(_uri(directory))
-    filesystem.create_dir(root, recursive=True)
-    pq.write_table(rows, f"{root}/{name}.parquet", filesystem=filesystem)
+    file = _FileWriter(staging, f"{directory}/{name}.parquet", schema)
+    file.write(rows.select(schema.names).cast(schema))
+    return file.close()
 
 
-def collect(staging_uri: str, directory: str) -> list[StagedFile]:
-    """The Parquet files under ``directory`` with what their add actions need; what else Spark
-    left there (``.crc`` checksums) is deleted, since vacuum never deletes hidden files."""
-    filesystem, root = pa_fs.FileSystem.from_uri(_uri(directory))
-    _, table_root = pa_fs.FileSystem.from_uri(_uri(staging_uri))
-    files = []
-    for info in filesystem.get_file_info(pa_fs.FileSelector(root, recursive=True)):
-        if info.type != pa_fs.FileType.File:
-            continue
-        if not info.path.endswith(".parquet") or info.base_name.startswith((".", "_")):
-            filesystem.delete_file(info.path)
-            continue
-        files.append(_described(filesystem, info, table_root.rstrip("/")))
-    return sorted(files, key=lambda f: f.path)
+def read_state(files: tuple[str, ...], columns: list[str], plan_hash: str,
+               schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]],
+                                              Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function reading N-1's open windows on the executors: each input row
+    is the index of one of ``files`` (URIs of N-1's staged files); its rows of kind ``state``
+    and ``plan_hash`` come out with ``columns``, in ``schema``."""
 
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                store, path = filesystem(files[index])
+                rows = pq.read_table(path, filesystem=store, columns=columns,
+                                     filters=[("kind", "=", "state"),
+                                              ("plan_hash", "=", plan_hash)])
+                yield from rows.cast(schema).to_batches()
 
-def _described(filesystem: pa_fs.FileSystem, info: pa_fs.FileInfo, table_root: str) -> StagedFile:
-    kind = next((part.split("=", 1)[1] for part in info.path.split("/")
-                 if part.startswith(f"{KIND_DIR}=")), None)
-    with filesystem.open_input_file(info.path) as handle:
-        metadata = pq.read_metadata(handle)
-    if kind is None:  # the driver's file: read the range of kinds it holds from its footer
-        kind_min, kind_max = _kind_range(metadata)
-    else:
-        kind_min = kind_max = kind
-    return StagedFile(path=info.path[len(table_root) + 1:], size=info.size,
-                      modified_ms=int(info.mtime_ns // 1_000_000), rows=metadata.num_rows,
-                      kind_min=kind_min, kind_max=kind_max)
-
-
-def _kind_range(metadata: pq.FileMetaData) -> tuple[str, str]:
-    column = metadata.schema.names.index("kind")
-    stats = [metadata.row_group(i).column(column).statistics
-             for i in range(metadata.num_row_groups)]
-    lows = [s.min for s in stats if s is not None and s.has_min_max]
-    highs = [s.max for s in stats if s is not None and s.has_min_max]
-    return min(lows, default=""), max(highs, default="")
+    return read
 
 
 def counts_by_kind(files: list[StagedFile]) -> dict[str, int]:
-    """Rows per kind, from the files Spark wrote one kind per directory."""
+    """Rows per kind, from the files written one kind each."""
     counts: dict[str, int] = {}
     for f in files:
         if f.kind_min == f.kind_max:
             counts[f.kind_min] = counts.get(f.kind_min, 0) + f.rows
     return counts
-
-
-def _uri(path: str) -> str:
-    import os
-
-    return path if "://" in path else os.path.abspath(path)

@@ -269,7 +269,22 @@ class EpochConfig(_Strict):
 
 
 class TablesConfig(_Strict):
+    """Where the pipeline's own tables live (``eos.core.storage``): a local path (relative
+    ones under the data directory) or an object-store URI (``s3://bucket/prefix``)."""
+
     root: str | None = None
+
+    @field_validator("root")
+    @classmethod
+    def _supported_root(cls, root: str | None) -> str | None:
+        from eos.core.storage import refuse_unsafe_settings, resolve
+
+        if root is not None:
+            try:
+                refuse_unsafe_settings(resolve(root, data_dir()))
+            except ConfigError as error:  # pydantic reports ValueErrors with the field's path
+                raise ValueError(str(error)) from None
+        return root
 
 
 class SparkConfig(_Strict):
@@ -461,10 +476,12 @@ class PipelineConfig(_Strict):
         return f"eos:{self.name}"
 
     @property
-    def root(self) -> Path:
-        """Where this pipeline's tables live; relative roots sit under the data directory."""
-        root = Path(self.tables.root or self.name)
-        return root if root.is_absolute() else data_dir() / root
+    def root(self) -> str:
+        """Where this pipeline's tables live: an object-store URI, or an absolute local path
+        (relative roots sit under the data directory)."""
+        from eos.core.storage import resolve
+
+        return resolve(self.tables.root or self.name, data_dir())
 
 
 def _collision(who: str, resource: str, other: str, theirs: str) -> str:

@@ -208,3 +208,9 @@ class MarkerTopicShared(ConfigError):
     """A Kafka sink's marker partition holds a record that is not this sink's marker: another
     sink or pipeline writes there, so this sink's "already committed?" answer could depend on
     another producer's transactions. Give each sink a marker topic of its own."""
+
+
+class StoreUnsafe(ConfigError):
+    """Tables would live where two writers can commit the same Delta version (an unsafe storage
+    setting, or a store that does not enforce put-if-absent): the commit fence would not hold
+    (``eos.core.storage``)."""

@@ -6,8 +6,9 @@ config loads through the resources the sinks claim: ``table_resource``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from eos.core.storage import join
 
 if TYPE_CHECKING:  # the config checks its sinks against these tables: no import back at run time
     from eos.core.config import PipelineConfig
@@ -21,10 +22,10 @@ _TABLE = "table:"  # a resource naming the location of a table (``eos.core.sink.
 
 @dataclass(frozen=True)
 class Tables:
-    root: Path
+    root: str  # an absolute local path or an object-store URI (``eos.core.storage.resolve``)
 
     def _table(self, name: str) -> str:
-        return str(self.root / name)
+        return join(self.root, name)
 
     @property
     def epochs(self) -> str:

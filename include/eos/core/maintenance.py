@@ -6,12 +6,12 @@ what is committed. Sinks' tables are the user's: their maintenance is the user's
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-from eos.core.delta import local_path, open_table
+from eos.core.delta import open_table
 from eos.core.layout import Tables
 from eos.core.staging import drop
+from eos.core.storage import filesystem, join
 from eos.core.tables import latest
 
 if TYPE_CHECKING:
@@ -63,8 +63,13 @@ def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,
         done["checkpoints"] = _compact(tables.checkpoints)
         for name, path in (("epoch_log", tables.epochs), ("staging", tables.staging)):
             table = open_table(path)
+            # Staging also holds files no commit ever named: attempts killed mid-write, tasks
+            # Spark retried, precommits refused by the fence. Only a full vacuum deletes those
+            # (a plain one deletes removed files only); older than ``retention_hours``, no
+            # attempt can still be about to commit them.
             removed = [] if table is None else table.vacuum(
-                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False,
+                full=name == "staging")
             done[f"{name}_files_deleted"] = len(removed)
         for name, path in (("epoch_log", tables.epochs), ("staging", tables.staging),
                            ("checkpoints", tables.checkpoints)):
@@ -107,9 +112,11 @@ def _clean_log(path: str, log_retention_ms: int) -> int:
 
 
 def _log_files(path: str) -> int:
-    """Files in a local table's ``_delta_log`` (0 for a remote table: not counted)."""
-    local = local_path(path)
-    return 0 if local is None else len(os.listdir(os.path.join(local, "_delta_log")))
+    """Files in a table's ``_delta_log`` (a local directory or an object-store prefix)."""
+    import pyarrow.fs as pa_fs
+
+    store, root = filesystem(join(path, "_delta_log"))
+    return len(store.get_file_info(pa_fs.FileSelector(root, allow_not_found=True)))
 
 
 def _compact(path: str) -> dict[str, Any]:

@@ -8,10 +8,12 @@ opening again. A pooled handle is lent to one user at a time (``checkout`` / ``c
 ``lent`` for a ``with`` block): a fenced write is checked and written through one snapshot,
 which another phase must not move in between.
 
-Only local tables are pooled, and a handle is reused only while the commit file of the version
-it holds is the one it read (same mtime and size): a table deleted and created again under the
-same path is opened afresh, never patched with the new table's commits. That file survives
-until a log cleanup removes it (``epoch.log_retention``); then the handle is opened afresh.
+A handle is reused only while the commit file of the version it holds is the one it read (same
+mtime and size): a table deleted and created again under the same path is opened afresh, never
+patched with the new table's commits. That file survives until a log cleanup removes it
+(``epoch.log_retention``); then the handle is opened afresh. On an object store the check is
+one metadata request (HEAD) and the update one listing: an open costs a listing and a read of
+the last checkpoint and of every commit since, so pooling saves round trips there too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from deltalake import DeltaTable
 
 from eos.core.delta import local_path, open_table
 from eos.core.phaselog import logger
+from eos.core.storage import filesystem, join
 
 POOL_SIZE = 64
 _pool: dict[str, list[tuple[DeltaTable, tuple[int, int]]]] = {}
@@ -35,15 +38,25 @@ _pool_pid = os.getpid()
 
 def _commit_mark(path: str, version: int) -> tuple[int, int] | None:
     """(mtime, size) of the table's commit file of ``version``; None when it cannot be told (a
-    remote table, a commit file cleaned up): such handles are not pooled, or not reused."""
+    commit file cleaned up): such handles are not pooled, or not reused."""
+    commit = join(path, "_delta_log", f"{version:020d}.json")
     local = local_path(path)
-    if local is None:
-        return None
+    if local is not None:
+        try:
+            found = os.stat(os.path.join(local, "_delta_log", f"{version:020d}.json"))
+        except OSError:
+            return None
+        return found.st_mtime_ns, found.st_size
+    import pyarrow.fs as pa_fs
+
     try:
-        found = os.stat(os.path.join(local, "_delta_log", f"{version:020d}.json"))
+        store, inside = filesystem(commit)
+        info = store.get_file_info(inside)
     except OSError:
         return None
-    return found.st_mtime_ns, found.st_size
+    if info.type != pa_fs.FileType.File or info.mtime_ns is None:
+        return None
+    return info.mtime_ns, info.size
 
 
 def checkout(path: str) -> DeltaTable | None:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
 
 
-KIND_DIR = "part_kind"  # the directory level Spark writes per kind (not a Delta partition)
+KIND_DIR = "part_kind"  # the directory level of the files of one kind (not a Delta partition)
 
 
 @dataclass(frozen=True)

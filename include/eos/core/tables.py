@@ -5,6 +5,7 @@ Delta primitives they all use are ``eos.core.delta``."""
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -19,6 +20,7 @@ from eos.core.errors import TableUnwritable
 from eos.core.layout import Tables
 from eos.core.pool import checkout, give_back
 from eos.core.schema import arrow_type
+from eos.core.storage import is_remote, probe_fence, refuse_unsafe_settings
 
 TS = pa.timestamp("us", tz="UTC")
 DEC = pa.decimal128(38, 9)
@@ -125,6 +127,7 @@ class OpenTables(Tables):
         if path not in self.handles:
             table = checkout(path)
             if table is None and path in self.schemas:
+                _probe_once(self.root)  # before the first table on a store is created
                 create_table(path, *self.schemas[path])
                 table = checkout(path)
             self.handles[path] = table
@@ -148,6 +151,18 @@ class OpenTables(Tables):
         return table
 
 
+_probed: set[str] = set()  # roots whose store this process has seen keep the fence
+
+
+def _probe_once(root: str) -> None:
+    """``eos.core.storage.probe_fence`` for ``root``, once per process (a local root is never
+    probed): a store that lets two writers commit one version is refused before anything of
+    the pipeline is written to it."""
+    if is_remote(root) and root not in _probed:
+        probe_fence(root)
+        _probed.add(root)
+
+
 def handle(tables: Tables, path: str) -> DeltaTable | None:
     """``path``'s table: the phase's handle when ``tables`` is an ``OpenTables``, else a fresh
     open (status views and the audit hold plain ``Tables``). None when it does not exist."""
@@ -169,10 +184,13 @@ def ensure_tables(config: PipelineConfig) -> OpenTables:
     missing (idempotent; safe when processes race). The open is the existence check, so
     nothing is opened twice and a phase opens only the tables it uses."""
     tables = OpenTables(config.root)
-    try:
-        tables.root.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise TableUnwritable(f"cannot create table root {tables.root}: {error.strerror}") from None
+    refuse_unsafe_settings(tables.root)  # again at run time: the task's environment decides
+    if not is_remote(tables.root):
+        try:
+            os.makedirs(tables.root, exist_ok=True)
+        except OSError as error:
+            raise TableUnwritable(
+                f"cannot create table root {tables.root}: {error.strerror}") from None
     tables.schemas.update({tables.epochs: (EPOCHS_SCHEMA, None),
                            tables.staging: (staging_schema(config), ["epoch"]),
                            tables.checkpoints: (CHECKPOINTS_SCHEMA, None)})

@@ -16,12 +16,12 @@ one atomic commit (delta-rs keeps the latest ``txn`` action of an app, even a lo
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-from eos.core.delta import APP, EPOCH, OP, PLAN_HASH, REWIND, commit_properties, local_path
+from eos.core.delta import APP, EPOCH, OP, PLAN_HASH, REWIND, commit_properties
 from eos.core.errors import RewindRefused
 from eos.core.outcomes import NO_EPOCH
+from eos.core.storage import filesystem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,14 +83,19 @@ def line(table: DeltaTable, app_id: str) -> list[int]:
 
 def missing_files(path: str, version: int) -> list[str]:
     """Data files the table at ``version`` needs that are gone (vacuumed): a restore to it
-    would fail half-way. Checked for local tables; object stores are checked by the restore."""
+    would fail half-way. One metadata request per file on an object store."""
+    import pyarrow.fs as pa_fs
     from deltalake import DeltaTable
 
-
-    if version < 0 or local_path(path) is None:
+    if version < 0:
         return []
-    return [uri for uri in DeltaTable(path, version=version).file_uris()
-            if not os.path.exists(uri.removeprefix("file://"))]
+    uris = DeltaTable(path, version=version).file_uris()
+    if not uris:
+        return []
+    store, _ = filesystem(uris[0])
+    found = store.get_file_info([filesystem(uri)[1] for uri in uris])
+    return [uri for uri, info in zip(uris, found, strict=True)
+            if info.type == pa_fs.FileType.NotFound]
 
 
 def rewound(table: DeltaTable, rewind_id: str) -> bool:

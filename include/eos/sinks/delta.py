@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field
 
 from eos.core.config import DurationMs
+from eos.core.errors import ConfigError
 from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
 from eos.core.sink import (
@@ -25,6 +26,7 @@ from eos.core.sink import (
     SupportsRewind,
     validated_options,
 )
+from eos.core.storage import join, refuse_unsafe_settings, resolve
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,12 +74,25 @@ def _misplaced(table: str) -> str | None:
     return None
 
 
+def _unsupported(table: str) -> str | None:
+    """Why a table URI cannot hold a sink table (a scheme nothing here writes, a storage
+    setting that would break the commit fence: ``eos.core.storage``), or None."""
+    if not _is_uri(table):
+        return None
+    try:
+        refuse_unsafe_settings(resolve(table, Path("/")))
+    except ConfigError as error:
+        return str(error)
+    return None
+
+
 def _location(table: str) -> str:
     """Where a table option points, normalized: relative names from ``PIPELINE_ROOT``,
     ``file://`` URIs as their path, other URIs as given."""
     if _is_uri(table):
         parsed = urlparse(table)
-        return posixpath.normpath(parsed.path) if parsed.scheme == "file" else table
+        return (posixpath.normpath(parsed.path) if parsed.scheme == "file"
+                else resolve(table, Path("/")))
     if Path(table).is_absolute():
         return posixpath.normpath(table)
     return f"{PIPELINE_ROOT}/{posixpath.normpath(table)}"
@@ -96,7 +111,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         if isinstance(data, dict) and isinstance(data.get("table"), str):
             data = {**data, "table": data["table"].strip()}
         parsed = validated_options(DeltaSinkOptions, data, "a delta sink names a table or a path")
-        problem = _misplaced(parsed.table)
+        problem = _misplaced(parsed.table) or _unsupported(parsed.table)
         if problem:
             raise ValueError(f"delta sink {parsed.table!r}: {problem}")
         return parsed
@@ -116,9 +131,11 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def path(self) -> str:
         """Relative names live under the pipeline's table root; paths and URIs are used as is."""
         table = self.options.table
+        if _is_uri(table) and not table.startswith("file://"):
+            return resolve(table, Path("/"))
         if "://" in table or Path(table).is_absolute():
             return table
-        return str(self.config.root / table)
+        return join(self.config.root, posixpath.normpath(table))
 
     def _properties(self) -> dict[str, str]:
         """The table properties the options ask for (none unless ``log_retention``)."""

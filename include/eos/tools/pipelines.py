@@ -8,6 +8,7 @@ tumbling 10 s windows, the clicks pipeline's five aggregations, the three Delta 
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -26,11 +27,18 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+TABLES_BASE_ENV = "EOS_TABLES_BASE"
+
+
 def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
     """Write ``directory/<name>.yaml`` and load it. ``overrides`` replace whole top-level
     sections (``kafka``, ``window``, ``sinks``, ...); ``name`` defaults to a unique one, the
-    topic to a unique one, the tables' root to ``directory/<name>``."""
+    topic to a unique one, the tables' root to ``directory/<name>``, or, when
+    ``EOS_TABLES_BASE`` names a store (``s3://bucket/run``), to ``<base>/<directory's
+    name>/<name>`` there: the same tests and benchmarks run with every table on the store."""
     name = overrides.pop("name", None) or f"p{uuid.uuid4().hex[:8]}"
+    base = os.environ.get(TABLES_BASE_ENV)
+    root = f"{base.rstrip('/')}/{directory.name}/{name}" if base else str(directory / name)
     data: dict[str, object] = {
         "name": name,
         "kafka": {"topic": unique_topic(), "read_timeout": "30s", "split_records": 4000},
@@ -39,7 +47,7 @@ def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
         "window": {"type": "tumbling", "size": "10s", "allowed_lateness": "2s"},
         "aggregations": CLICKS_AGGREGATIONS,
         "epoch": {"max_records": 1_000_000, "staging_retention": 2},
-        "tables": {"root": str(directory / name)},
+        "tables": {"root": root},
         "spark": {"master": "local[2]", "shuffle_partitions": 2},
     }
     data.update(overrides)
