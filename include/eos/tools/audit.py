@@ -551,10 +551,10 @@ def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unr
     (noted); a table that would not hold still or a DuckDB error fails the audit."""
     import duckdb
 
-    path = independent.local_path(sink.path)
+    path = independent.readable_location(sink.path)
     if path is None:
-        return _Unread(f"{independent.DELTA_READER} reads local tables only here (no "
-                       "object-store credentials in DuckDB)", fails=False)
+        return _Unread(f"{independent.DELTA_READER} reads local and s3:// tables here (no "
+                       "credentials for other stores in DuckDB)", fails=False)
     if version is None:
         return _Unread(f"the table changed during each of {READ_BACK_ATTEMPTS} readings: no "
                        "one version to read twice", fails=True)

@@ -318,12 +318,49 @@ def delta_extension() -> Path:
     return path
 
 
-def local_path(uri: str) -> str | None:
-    """The local directory of a table path or ``file://`` URI; None for object storage (the
-    extension would need credentials configured in DuckDB, which the audit does not do)."""
+def readable_location(uri: str) -> str | None:
+    """Where DuckDB reads a table at ``uri``: a local directory (a path or ``file://``), or an
+    ``s3://`` URI (through its httpfs extension, with the ``AWS_*`` credentials of this
+    process); None for stores the audit's DuckDB is not given credentials for (gs://,
+    abfs[s]://): those are read by one reader only, and the report says so."""
     if uri.startswith("file://"):
         return uri[len("file://"):]
-    return None if "://" in uri else uri
+    if "://" not in uri or uri.startswith("s3://"):
+        return uri
+    return None
+
+
+def _extension(package: str, name: str) -> Path:
+    """A DuckDB extension file shipped in a PyPI wheel (``duckdb-extension-<name>``)."""
+    import importlib
+
+    import duckdb
+
+    root = Path(importlib.import_module(package).__file__ or "").parent / "extensions"
+    path = root / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise FileNotFoundError(f"no DuckDB {name} extension for duckdb {duckdb.__version__} "
+                                f"in {package}: pin both to one version in requirements.in")
+    return path
+
+
+def _s3_secret(con: Any) -> None:
+    """A DuckDB secret for S3 from the standard ``AWS_*`` variables (what delta-rs and pyarrow
+    read): never printed, held by this connection only."""
+    import os
+    from urllib.parse import urlsplit
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    parts = [f"KEY_ID {_quoted(os.environ.get('AWS_ACCESS_KEY_ID', ''))}",
+             f"SECRET {_quoted(os.environ.get('AWS_SECRET_ACCESS_KEY', ''))}",
+             f"REGION {_quoted(os.environ.get('AWS_REGION', 'us-east-1'))}"]
+    if os.environ.get("AWS_SESSION_TOKEN"):
+        parts.append(f"SESSION_TOKEN {_quoted(os.environ['AWS_SESSION_TOKEN'])}")
+    if endpoint:
+        found = urlsplit(endpoint)
+        parts += [f"ENDPOINT {_quoted(found.netloc)}", "URL_STYLE 'path'",
+                  f"USE_SSL {'false' if found.scheme == 'http' else 'true'}"]
+    con.execute(f"CREATE SECRET eos_s3 (TYPE s3, {', '.join(parts)})")
 
 
 def read_delta(path: str, version: int) -> list[dict[str, Any]]:
@@ -334,6 +371,9 @@ def read_delta(path: str, version: int) -> list[dict[str, Any]]:
 
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     with duckdb.connect(config=config) as con:
+        if path.startswith("s3://"):
+            con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_httpfs', 'httpfs')))}")
+            _s3_secret(con)
         con.execute(f"LOAD {_quoted(str(delta_extension()))}")
         con.execute(f"ATTACH {_quoted(path)} AS sink (TYPE delta, VERSION {int(version)})")
         table = con.execute("SELECT * FROM sink").fetch_arrow_table()
