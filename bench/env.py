@@ -65,8 +65,7 @@ class Env:
             kafka={"topic": topic, "read_timeout": "60s", "split_records": split_records},
             window={"type": "tumbling", "size": window, "allowed_lateness": lateness},
             epoch={"max_records": max_records, "staging_retention": retention},
-            tables={"root": str(self.workdir / "tables" / name)},
-            **sections,
+            **{"tables": {"root": str(self.workdir / "tables" / name)}, **sections},
         )
         # Retentions below the config's floor (1 h), so that 1,000 epochs built in minutes get
         # cleaned up: safe here, where no two attempts of an epoch ever run at once. So these

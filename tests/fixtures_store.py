@@ -1,5 +1,48 @@
-"""Fixtures of the embedded object store (SeaweedFS's S3 gateway, ``eos.tools.object_store``)."""
+"""Fixtures of the embedded object store (SeaweedFS's S3 gateway, ``eos.tools.object_store``):
+a real S3 server on 127.0.0.1 for the whole session, started only when a test asks for it."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+__all__ = ["object_store", "s3_root"]
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    endpoint: str
+    bucket: str
+    env: dict[str, str] = field(repr=False)  # the AWS_* variables, the secret included
+
+
+@pytest.fixture(scope="session")
+def object_store(data_dir: Path) -> Iterator[ObjectStore]:
+    """The store, with its ``AWS_*`` variables in this process's environment for the session
+    (processes started afterwards, the Spark servers and ``eos`` commands, inherit them)."""
+    from eos.tools import object_store as store
+
+    state = store.start(data_dir)
+    variables = store.env(data_dir)
+    previous = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield ObjectStore(state["endpoint"], state["bucket"], variables)
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        store.stop(data_dir)
+
+
+@pytest.fixture
+def s3_root(object_store: ObjectStore) -> str:
+    """A fresh prefix of the store's bucket for one test's tables."""
+    return f"s3://{object_store.bucket}/t-{uuid.uuid4().hex[:10]}"

@@ -214,3 +214,8 @@ class StoreUnsafe(ConfigError):
     """Tables would live where two writers can commit the same Delta version (an unsafe storage
     setting, or a store that does not enforce put-if-absent): the commit fence would not hold
     (``eos.core.storage``)."""
+
+
+class StoreUnavailable(TransientError):
+    """The embedded object store (a development tool: SeaweedFS's S3 gateway) did not start,
+    or is not running when asked for."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 
@@ -69,6 +70,32 @@ def cmd_spark(args: argparse.Namespace) -> int:
     return 0 if state["healthy"] else 1
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    from eos.tools import object_store
+
+    if args.action == "start":
+        state = object_store.start(bucket=args.bucket)
+        print(f"embedded object store (SeaweedFS S3) running at {state['endpoint']} "
+              f"(pid {state['pid']}), bucket {state['bucket']}")
+        print(f"keys: {object_store.home()} (owner-only); export them for a shell with "
+              "`eval \"$(eos store env)\"`; stop it with `eos store stop`")
+        return 0
+    if args.action == "stop":
+        print("embedded object store stopped" if object_store.stop()
+              else "no embedded object store was running")
+        return 0
+    if args.action == "env":
+        for name, value in object_store.env().items():
+            print(f"export {name}={shlex.quote(value)}")
+        return 0
+    state = object_store.status()
+    if state is None:
+        print("no embedded object store is running (start one with `eos store start`)")
+        return 1
+    print(json.dumps({**state, "healthy": object_store.healthy()}, indent=2))
+    return 0 if object_store.healthy() else 1
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     from eos.core.kafka import client_settings
     from eos.tools.produce import GeneratorSpec, generator_options, produce
@@ -117,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an abandoned session (its client died) is closed after this idle time")
     p.add_argument("--conf", action="append", help="key=value, a server-wide Spark setting")
     p.set_defaults(func=cmd_spark)
+
+    p = sub.add_parser("store", help="the embedded object store (SeaweedFS's S3 gateway) for "
+                       "tables on s3://; `env` prints the AWS_* exports, its secret included, "
+                       "for your shell")
+    p.add_argument("action", choices=["start", "stop", "status", "env"])
+    p.add_argument("--bucket", default="eos", help="created at start (default eos)")
+    p.set_defaults(func=cmd_store)
 
     p = sub.add_parser("produce", help="produce deterministic sample events")
     _pipeline_args(p)

@@ -1,0 +1,198 @@
+"""``python -m bench.storage``: tables on S3 vs on local disk, side by side in one run.
+
+Two pipelines read the same topic, one with every table on local disk, one with every table on
+an S3 store (the embedded SeaweedFS gateway, ``eos.tools.object_store``, unless ``AWS_*``
+already name one), through the same epoch loop and Spark session. Per phase it reports the
+median wall time of epochs of ``--records`` records and of empty epochs (the protocol's fixed
+cost), and on S3 the HTTP requests each phase makes (``begin``, ``precommit`` including the
+executors' staging writes and reads, ``commit``), counted by a forwarding proxy between every
+client and the store: the round trips that cost on a remote store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import socket
+import statistics
+import sys
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from bench.env import Env, environment
+from eos.compute.epochs import run_epoch
+from eos.tools.produce import GeneratorSpec, produce
+
+_REQUEST = re.compile(rb"(?:^|\r\n)(GET|PUT|HEAD|POST|DELETE) /")
+
+
+class CountingProxy:
+    """A TCP forwarder on 127.0.0.1 that counts HTTP requests by method. The bytes pass
+    unchanged (the ``Host`` a client signed is what the store sees), so SigV4 holds."""
+
+    def __init__(self, target: str) -> None:
+        found = urlsplit(target)
+        self.target = (found.hostname or "127.0.0.1", found.port or 80)
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(client, upstream, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if count:
+                    methods = [m.decode() for m in _REQUEST.findall(data)]
+                    with self._lock:
+                        self.counts.update(methods)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@dataclass
+class Phases:
+    """Per phase: wall seconds of each epoch, and (on S3) requests of each epoch."""
+
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    requests: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _epochs(env: Env, config: Any, n: int, tag: str, proxy: CountingProxy | None) -> Phases:
+    out = Phases()
+
+    @contextlib.contextmanager
+    def in_phase(name: str) -> Iterator[None]:
+        before = proxy.snapshot() if proxy else Counter()
+        yield
+        if proxy:
+            made = proxy.snapshot() - before
+            out.requests.setdefault(name, []).append(sum(made.values()))
+
+    for i in range(n):
+        run = run_epoch(config, f"{tag}-{i}", spark=env.spark, in_phase=in_phase)
+        for name, seconds in run.phases.items():
+            out.seconds.setdefault(name, []).append(seconds)
+    return out
+
+
+def measure(env: Env, base: str, proxy: CountingProxy | None, records: int, epochs: int,
+            empty: int) -> dict[str, dict[str, Phases]]:
+    """Both pipelines, alternating epoch by epoch so both see the same machine."""
+    topic = f"bench-storage-{uuid.uuid4().hex[:6]}"
+    pipelines = {
+        "local": env.config("storage-local", topic, max_records=records),
+        "s3": env.config("storage-s3", topic, max_records=records,
+                         tables={"root": f"{base}/storage-s3-{uuid.uuid4().hex[:6]}"}),
+    }
+    spec = GeneratorSpec(events=records * (epochs + 1), keys=200, interval_ms=5, seed=3)
+    produce(spec, topic, env.settings(), progress=False)
+    figures: dict[str, dict[str, Phases]] = {k: {} for k in pipelines}
+    for config in pipelines.values():  # the first epoch of each (tables created) untimed
+        _epochs(env, config, 1, "warm", None)
+    for kind, config in pipelines.items():
+        figures[kind]["full"] = _epochs(env, config, epochs, "full",
+                                        proxy if kind == "s3" else None)
+    for kind, config in pipelines.items():
+        _epochs(env, config, 1, "drain", None)  # reads what is left
+        figures[kind]["empty"] = _epochs(env, config, empty, "empty",
+                                         proxy if kind == "s3" else None)
+    return figures
+
+
+def render(figures: dict[str, dict[str, Phases]], records: int) -> str:
+    lines = ["| epochs | phase | local (ms) | S3 (ms) | S3 / local | S3 requests per epoch |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for shape, label in (("full", f"{records:,} records"), ("empty", "empty")):
+        local, s3 = figures["local"][shape], figures["s3"][shape]
+        for phase in ("begin", "precommit", "commit"):
+            a = statistics.median(local.seconds[phase]) * 1000
+            b = statistics.median(s3.seconds[phase]) * 1000
+            made = s3.requests.get(phase)
+            lines.append(f"| {label} | {phase} | {a:.0f} | {b:.0f} | {b / a:.2f}x | "
+                         f"{statistics.median(made) if made else '-':g} |")
+        a = sum(statistics.median(v) for v in local.seconds.values()) * 1000
+        b = sum(statistics.median(v) for v in s3.seconds.values()) * 1000
+        lines.append(f"| {label} | **epoch** | {a:.0f} | {b:.0f} | {b / a:.2f}x | "
+                     f"{sum(statistics.median(v) for v in s3.requests.values()):g} |")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def store() -> Iterator[str]:
+    """The S3 store's endpoint: the ``AWS_*`` environment's, else the embedded one started
+    here (and stopped at the end)."""
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        yield os.environ.get("EOS_BENCH_BUCKET", "eos")
+        return
+    from eos.tools import object_store
+
+    started = object_store.status() is None
+    state = object_store.start()
+    previous = {k: os.environ.get(k) for k in object_store.env()}
+    os.environ.update(object_store.env())
+    try:
+        yield state["bucket"]
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if started:
+            object_store.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.storage",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--records", type=int, default=50_000, help="records per epoch")
+    p.add_argument("--epochs", type=int, default=5, help="timed epochs of --records each")
+    p.add_argument("--empty", type=int, default=5, help="timed empty epochs")
+    args = p.parse_args(argv)
+    with store() as bucket:
+        # Every client (this process, the Spark workers it starts) talks to the store through
+        # the counting proxy: set before the session (and its workers) exist.
+        proxy = CountingProxy(os.environ["AWS_ENDPOINT_URL"])
+        os.environ["AWS_ENDPOINT_URL"] = proxy.url
+        with environment() as env:
+            figures = measure(env, f"s3://{bucket}/bench-{uuid.uuid4().hex[:6]}", proxy,
+                              args.records, args.epochs, args.empty)
+        proxy.close()
+    print("\n" + render(figures, args.records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
