@@ -28,8 +28,10 @@ EXPECTED_SERVICES = {
     "airflow-dag-processor",
     "airflow-triggerer",
     "spark-master",
-    "spark-worker",
+    "spark-worker-1",
+    "spark-worker-2",
     "spark-connect",
+    "s3",
 }
 
 # `${VAR}`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`, `${VAR?message}`
@@ -154,3 +156,29 @@ def test_published_ports_listen_on_loopback_only() -> None:
     for name, ports in published.items():
         for port in ports:
             assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+def test_nothing_shares_a_data_disk_and_every_table_is_on_the_store() -> None:
+    """Beyond one machine: the tables live on the s3 service (EOS_TABLES_BASE), the Spark
+    workers and the Connect server get the store's credentials as interpolations, the
+    repository is mounted read-only (code, not data), and no named volume is mounted by two
+    services but the Airflow components' task logs."""
+    services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    mounted: dict[str, set[str]] = {}
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source, _target, *mode = str(volume).split(":")
+            if source in (".", "./"):
+                assert mode == ["ro"], f"{name} mounts the repository writable: {volume}"
+            elif not source.startswith("/"):
+                mounted.setdefault(source, set()).add(name)
+    shared = {v: users for v, users in mounted.items() if len(users) > 1}
+    assert set(shared) <= {"airflow-logs"}, shared
+    assert all(u.startswith("airflow-") for u in shared.get("airflow-logs", ())), shared
+    for name in ("spark-worker-1", "spark-worker-2", "spark-connect", "airflow-scheduler"):
+        env = _environment(services[name])
+        assert env["EOS_TABLES_BASE"].startswith("s3://"), name
+        assert env["AWS_ENDPOINT_URL"] == "http://s3:8333", name
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert INTERPOLATION.match(str(env[key])), f"{name}: {key} must be interpolated"
+    assert "s3" not in {n for n, s in services.items() if s.get("ports")}

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.fs as pa_fs
 import pytest
 
+from eos.core.config import TABLES_BASE_ENV
 from eos.core.storage import filesystem, probe_fence
-from eos.tools.pipelines import TABLES_BASE_ENV
 
 pytestmark = [pytest.mark.integration]
 

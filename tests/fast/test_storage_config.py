@@ -124,3 +124,17 @@ def test_join_and_resolve() -> None:
     assert join("s3://b/p/", "staging") == "s3://b/p/staging"
     assert join("/tmp/x", "a", "b") == "/tmp/x/a/b"
     assert resolve("s3://b//p//", Path("/d")) == "s3://b//p"
+
+
+def test_a_deployment_puts_every_relative_root_on_a_store(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """``EOS_TABLES_BASE`` (the compose file sets it): relative roots live under it."""
+    monkeypatch.setenv("EOS_TABLES_BASE", "s3://bucket/tables/")
+    assert parse_config(GOOD).root == "s3://bucket/tables/stored"
+    assert parse_config(with_root("x/y")).root == "s3://bucket/tables/x/y"
+    assert parse_config(with_root("/abs")).root == "/abs"
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    with pytest.raises(ConfigError, match="AWS_S3_ALLOW_UNSAFE_RENAME"):
+        parse_config(with_root("x"))
+    with pytest.raises(ConfigError, match="AWS_S3_ALLOW_UNSAFE_RENAME"):
+        parse_config(GOOD)  # a default root under the store's base too

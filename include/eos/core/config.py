@@ -281,7 +281,7 @@ class TablesConfig(_Strict):
 
         if root is not None:
             try:
-                refuse_unsafe_settings(resolve(root, data_dir()))
+                refuse_unsafe_settings(resolve(root, tables_base()))
             except ConfigError as error:  # pydantic reports ValueErrors with the field's path
                 raise ValueError(str(error)) from None
         return root
@@ -393,6 +393,18 @@ class PipelineConfig(_Strict):
         return sinks
 
     @model_validator(mode="after")
+    def _root_keeps_the_fence(self) -> PipelineConfig:
+        """The tables' root, wherever it resolves (``EOS_TABLES_BASE`` included), is refused
+        under a storage setting that breaks the commit fence (``eos.core.storage``)."""
+        from eos.core.storage import refuse_unsafe_settings
+
+        try:
+            refuse_unsafe_settings(self.root)
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+    @model_validator(mode="after")
     def _sinks_apart(self) -> PipelineConfig:
         """No two sinks claim one resource (``Sink.resources``: a table, a marker partition),
         and no sink claims one of the pipeline's protocol tables: each would make a sink read
@@ -477,11 +489,12 @@ class PipelineConfig(_Strict):
 
     @property
     def root(self) -> str:
-        """Where this pipeline's tables live: an object-store URI, or an absolute local path
-        (relative roots sit under the data directory)."""
+        """Where this pipeline's tables live: an object-store URI, or an absolute local path.
+        Relative roots sit under ``tables_base()``: the data directory, or a deployment's
+        ``EOS_TABLES_BASE`` (``s3://bucket/tables``: every pipeline's tables on a store)."""
         from eos.core.storage import resolve
 
-        return resolve(self.tables.root or self.name, data_dir())
+        return resolve(self.tables.root or self.name, tables_base())
 
 
 def _collision(who: str, resource: str, other: str, theirs: str) -> str:
@@ -492,6 +505,15 @@ def _collision(who: str, resource: str, other: str, theirs: str) -> str:
                 "own tables; name another table")
     return (f"sinks: {who} and {other} both claim {place}: two sinks of one pipeline may not "
             "write one place; give each its own")
+
+
+TABLES_BASE_ENV = "EOS_TABLES_BASE"
+
+
+def tables_base() -> str:
+    """Where relative table roots live: ``$EOS_TABLES_BASE`` (a local path or a store URI),
+    else the data directory."""
+    return os.environ.get(TABLES_BASE_ENV, "").strip() or str(data_dir())
 
 
 def data_dir() -> Path:

@@ -70,10 +70,11 @@ def is_remote(location: str) -> bool:
     return scheme(location) is not None
 
 
-def resolve(location: str, base: Path) -> str:
+def resolve(location: str, base: Path | str) -> str:
     """A table location as the library keeps it: an object-store URI as given (without a
-    trailing slash), a local path made absolute (relative ones under ``base``, the data
-    directory). Refuses a scheme nothing here can write, and a URI-looking local path."""
+    trailing slash), a local path made absolute (relative ones under ``base``: the data
+    directory, or a store URI, ``eos.core.config.tables_base``). Refuses a scheme nothing here
+    can write, and a URI-looking local path."""
     found = scheme(location)
     if found is not None:
         if found not in OBJECT_STORE_SCHEMES:
@@ -92,7 +93,11 @@ def resolve(location: str, base: Path) -> str:
         raise ConfigError(f"{location!r} looks like a URI with a mistyped scheme separator; "
                           "write scheme://bucket/prefix, or a local path without ':'")
     resolved = Path(path)
-    return str(resolved if resolved.is_absolute() else base / resolved)
+    if resolved.is_absolute():
+        return str(resolved)
+    if is_remote(str(base)):
+        return resolve(join(str(base), path), Path("/"))
+    return str(Path(base) / resolved)
 
 
 def join(root: str, *parts: str) -> str:

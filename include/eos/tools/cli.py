@@ -50,17 +50,31 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
     if args.action == "start":
         conf = dict(item.split("=", 1) for item in args.conf or [])
-        state = spark_server.start(port=args.port, master=args.master,
+        master, properties = args.master, None
+        if args.workers:
+            from eos.tools import spark_cluster
+
+            cluster = spark_cluster.start(workers=args.workers)
+            master, properties = cluster["master"], spark_cluster.connect_properties()
+            conf = {**spark_cluster.connect_conf(cluster), **conf}
+            print(f"Spark standalone cluster running at {master} ({args.workers} workers, one "
+                  "core each)")
+        state = spark_server.start(port=args.port, master=master,
                                    driver_memory=args.driver_memory,
-                              session_timeout=args.session_timeout, conf=conf)
+                                   session_timeout=args.session_timeout, conf=conf,
+                                   properties=properties)
         print(f"Spark Connect server running at sc://{state['host']}:{state['port']} "
               f"(pid {state['pid']}, master {state['master']})")
         print(f"token: {state['token_file']} (owner-only); log: {state['log']}; "
               "stop it with `eos spark stop`")
         return 0
     if args.action == "stop":
+        from eos.tools import spark_cluster
+
         print("Spark Connect server stopped" if spark_server.stop()
               else "no Spark Connect server was running")
+        if spark_cluster.stop():
+            print("Spark standalone cluster stopped")
         return 0
     state = spark_server.status()
     if state is None:
@@ -143,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-timeout", default="15min",
                    help="an abandoned session (its client died) is closed after this idle time")
     p.add_argument("--conf", action="append", help="key=value, a server-wide Spark setting")
+    p.add_argument("--workers", type=int, default=0,
+                   help="first start a standalone cluster of this many workers (one core each, "
+                        "from the pyspark wheel) and run the server on it")
     p.set_defaults(func=cmd_spark)
 
     p = sub.add_parser("store", help="the embedded object store (SeaweedFS's S3 gateway) for "

@@ -95,6 +95,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from eos.tools.demo import demo
 
     config = load_pipeline(args.pipeline if args.config is None else None, args.config)
+    if args.storage == "s3":
+        from eos.tools.demo import on_embedded_store
+
+        config = on_embedded_store(config)
     return demo(config, events=args.events, via=args.via)
 
 
@@ -134,6 +138,9 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
     p.add_argument("--events", type=int, default=None,
                    help="events to produce (default: 100,000 pageviews or 200,000 clicks)")
     p.add_argument("--via", choices=["airflow", "cli"], default="airflow")
+    p.add_argument("--storage", choices=["local", "s3"], default="local",
+                   help="s3: every table on the embedded object store (eos store), "
+                        "s3://eos/<pipeline>")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("run", help="run K epochs: begin -> precommit (compute.mode) -> commit")

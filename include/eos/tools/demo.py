@@ -7,14 +7,17 @@ committed tables and the verdict of the independent audit.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from eos.core.config import PipelineConfig
 from eos.core.errors import DataLoss
 from eos.core.kafka import client_settings, local_broker
+from eos.core.storage import filesystem, is_remote
 from eos.tools import broker
 from eos.tools.produce import GeneratorSpec, generator_options, produce
 
@@ -22,8 +25,36 @@ from eos.tools.produce import GeneratorSpec, generator_options, produce
 def reset(config: PipelineConfig) -> None:
     """A demo starts clean: a fresh broker (empty topic) and no tables."""
     broker.stop()
-    shutil.rmtree(config.root, ignore_errors=True)
+    if is_remote(config.root):
+        store, path = filesystem(config.root)
+        store.delete_dir_contents(path, missing_dir_ok=True)
+    else:
+        shutil.rmtree(config.root, ignore_errors=True)
     broker.start(topics=[config.kafka.topic])
+
+
+def on_embedded_store(config: PipelineConfig) -> PipelineConfig:
+    """``config`` with every table on the embedded object store (started if needed): its
+    ``AWS_*`` variables go into this process's environment, so the Spark Connect server, the
+    Airflow tasks and every client started from here inherit them. The derived YAML is written
+    to the data directory and made the pipelines directory the DAG file reads."""
+    import yaml
+
+    from eos.core.config import PIPELINES_DIR_ENV, data_dir, load_config
+    from eos.tools import object_store
+
+    state = object_store.start()
+    os.environ.update(object_store.env())
+    print(f"      embedded object store (SeaweedFS S3) at {state['endpoint']}: tables under "
+          f"s3://{state['bucket']}/{config.name}", flush=True)
+    data = yaml.safe_load(Path(str(config.source_path)).read_text())
+    data["tables"] = {**(data.get("tables") or {}), "root": f"s3://{state['bucket']}/{config.name}"}
+    directory = data_dir() / "demo-pipelines"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / Path(str(config.source_path)).name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    os.environ[PIPELINES_DIR_ENV] = str(directory)
+    return load_config(path)
 
 
 def run_until_caught_up(config: PipelineConfig, via: str, max_epochs: int) -> list[dict]:

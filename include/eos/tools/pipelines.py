@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from eos.core.config import PipelineConfig, load_config
+from eos.core.config import TABLES_BASE_ENV, PipelineConfig, load_config
 
 # The generator's "clicks" shape: {"key": str, "ts": epoch ms, "value": number}.
 CLICKS_EVENT = {"time": {"field": "ts", "format": "epoch_ms"},
@@ -25,9 +25,6 @@ CLICKS_AGGREGATIONS = {"count": "count(*)", "sum": "sum(value)", "min": "min(val
 
 def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-TABLES_BASE_ENV = "EOS_TABLES_BASE"
 
 
 def write_pipeline(directory: Path, **overrides: object) -> PipelineConfig:

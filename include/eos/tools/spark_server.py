@@ -111,9 +111,13 @@ def healthy(endpoint: Endpoint) -> bool:
 
 def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None = None,
           driver_memory: str = "4g", host: str = "127.0.0.1", session_timeout: str = "15min",
-          detached_timeout: str = "2min", conf: dict[str, str] | None = None) -> dict[str, Any]:
+          detached_timeout: str = "2min", conf: dict[str, str] | None = None,
+          env: dict[str, str] | None = None, properties: Path | None = None
+          ) -> dict[str, Any]:
     """Start the server in the background unless one runs for this data dir; wait until it
-    answers an authenticated query; return its state (no token in it). ``port=0``: a free one."""
+    answers an authenticated query; return its state (no token in it). ``port=0``: a free one.
+    ``env`` adds to its environment; ``properties`` is a Spark properties file (a cluster's RPC
+    secret: ``eos.tools.spark_cluster.connect_properties``)."""
     base = base or data_dir()
     base.mkdir(parents=True, exist_ok=True)
     existing = read_state(base)
@@ -125,9 +129,12 @@ def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None
     log = log_path(base)
     cmd = server_command(port, master, driver_memory, host, session_timeout, detached_timeout,
                          conf or {})
+    if properties is not None:
+        cmd[1:1] = ["--properties-file", str(properties)]
     with log.open("ab") as out:
         child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, env=_server_env(token),
+                                 stdin=subprocess.DEVNULL,
+                                 env={**_server_env(token), **(env or {})},
                                  start_new_session=True)  # its own group: stop kills the tree
     state = {"host": "127.0.0.1" if host in ("0.0.0.0", "::") else host, "port": port,
              "pid": child.pid, "master": master, "started_at": time.time(), "log": str(log),
