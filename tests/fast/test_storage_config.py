@@ -138,3 +138,20 @@ def test_a_deployment_puts_every_relative_root_on_a_store(monkeypatch: pytest.Mo
         parse_config(with_root("x"))
     with pytest.raises(ConfigError, match="AWS_S3_ALLOW_UNSAFE_RENAME"):
         parse_config(GOOD)  # a default root under the store's base too
+
+
+def test_an_airflow_connection_becomes_the_standard_variables() -> None:
+    """``eos.airflow.storage``: an ``aws`` connection (the Amazon provider's shape) maps to the
+    variables delta-rs and pyarrow read; nothing it does not set is invented."""
+    from types import SimpleNamespace
+
+    from eos.airflow.storage import connection_env
+
+    conn = SimpleNamespace(login="AKIA", password="s3cr3t", extra_dejson={
+        "endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"})
+    assert connection_env(conn) == {
+        "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "eu-west-1"}
+    role = SimpleNamespace(login=None, password=None, extra_dejson={"region_name": "us-east-1"})
+    assert connection_env(role) == {"AWS_REGION": "us-east-1"}

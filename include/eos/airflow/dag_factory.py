@@ -101,25 +101,31 @@ def _permanent(error: Exception) -> Exception:
     return error
 
 
-def _phase(func: Any) -> Any:
-    """Run a library phase inside a task: log its lines, apply the retry policy to its errors."""
+def _phase(config: PipelineConfig) -> Any:
+    """Run a library phase of ``config``'s pipeline inside a task: log its lines, give it the
+    store's credentials when its tables live on one, apply the retry policy to its errors."""
     import functools
 
-    @functools.wraps(func)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        from eos.airflow.storage import export_credentials
+    def decorate(func: Any) -> Any:
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            from eos.airflow.storage import export_credentials
+            from eos.core.storage import is_remote
 
-        _phase_logging()
-        export_credentials()  # the tables' store, if its connection exists (never logged)
-        try:
-            return func(*args, **kwargs)
-        except Exception as error:
-            mapped = _permanent(error)
-            if mapped is error:
-                raise
-            raise mapped from error
+            _phase_logging()
+            if is_remote(config.root):
+                export_credentials()  # its connection, if one exists (never logged)
+            try:
+                return func(*args, **kwargs)
+            except Exception as error:
+                mapped = _permanent(error)
+                if mapped is error:
+                    raise
+                raise mapped from error
 
-    return run
+        return run
+
+    return decorate
 
 
 class PrecommitOperator(SparkSubmitOperator):
@@ -186,7 +192,7 @@ def _connect_precommit(config: PipelineConfig) -> Any:
     @task(task_id="precommit", doc_md=PRECOMMIT_DOC + "Runs on the Spark Connect server of "
           f"connection `{config.compute.connection}` (type spark_connect, token in the "
           "password); start a local one with `eos spark start`.", **PRECOMMIT_RETRIES)
-    @_phase
+    @_phase(config)
     def precommit(**context: Any) -> str:
         from eos.compute.connect import airflow_endpoint
         from eos.compute.spark import connect_precommit
@@ -259,7 +265,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     with DAG(**kwargs) as dag:
 
         @task(task_id="begin")
-        @_phase
+        @_phase(config)
         def begin(**context: Any) -> dict[str, Any]:
             """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
             from eos.core.plan import plan_summary
@@ -283,7 +289,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             max_retry_delay=timedelta(minutes=10),
             execution_timeout=short,
         )
-        @_phase
+        @_phase(config)
         def commit(**context: Any) -> dict[str, Any]:
             """Promote staged epoch N into every sink, then checkpoint it (no-op when committed)."""
             from eos.core.errors import ProtocolViolation
@@ -312,7 +318,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             return summary
 
         @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=short)
-        @_phase
+        @_phase(config)
         def abort(**context: Any) -> str:
             """Discard epoch N's staged rows after precommit failed; the run still fails."""
             from eos.core.protocol import abort as abort_epoch
@@ -369,7 +375,7 @@ def build_rewind_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     with DAG(**kwargs) as dag:
 
         @task(task_id="rewind")
-        @_phase
+        @_phase(config)
         def rewind(**context: Any) -> dict[str, Any]:
             """Restore every table to the epoch asked for (idempotent: a retry finishes it)."""
             from eos.core.rewind import rewind as rewind_pipeline
