@@ -19,6 +19,7 @@ import socket
 import statistics
 import sys
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -33,38 +34,20 @@ from eos.tools.produce import GeneratorSpec, produce
 _REQUEST = re.compile(rb"(?:^|\r\n)(GET|PUT|HEAD|POST|DELETE) /")
 
 
-class CountingProxy:
-    """A TCP forwarder on 127.0.0.1 that counts HTTP requests by method. The bytes pass
-    unchanged (the ``Host`` a client signed is what the store sees), so SigV4 holds."""
+METHODS = ("GET", "PUT", "HEAD", "POST", "DELETE")
 
-    def __init__(self, target: str) -> None:
-        found = urlsplit(target)
-        self.target = (found.hostname or "127.0.0.1", found.port or 80)
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream, True),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False),
-                             daemon=True).start()
+def _serve(port: int, target: tuple[str, int], counts: Any) -> None:
+    """The proxy's process: forward every connection to ``target``, counting requests."""
+    server = socket.create_server(("127.0.0.1", port), backlog=256)
 
-    def _pump(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+    def pump(source: socket.socket, sink: socket.socket, count: bool) -> None:
         try:
             while data := source.recv(65536):
                 if count:
-                    methods = [m.decode() for m in _REQUEST.findall(data)]
-                    with self._lock:
-                        self.counts.update(methods)
+                    for method in _REQUEST.findall(data):
+                        with counts.get_lock():
+                            counts[METHODS.index(method.decode())] += 1
                 sink.sendall(data)
         except OSError:
             pass
@@ -73,12 +56,47 @@ class CountingProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
+    while True:
+        client, _ = server.accept()
+        upstream = socket.create_connection(target)
+        threading.Thread(target=pump, args=(client, upstream, True), daemon=True).start()
+        threading.Thread(target=pump, args=(upstream, client, False), daemon=True).start()
+
+
+class CountingProxy:
+    """A TCP forwarder on 127.0.0.1 that counts HTTP requests by method, in a process of its
+    own (delta-rs may hold this process's GIL while it waits for an answer: a forwarder thread
+    here would then never run). The bytes pass unchanged (the ``Host`` a client signed is what
+    the store sees), so SigV4 holds."""
+
+    def __init__(self, target: str) -> None:
+        import multiprocessing
+
+        found = urlsplit(target)
+        context = multiprocessing.get_context("spawn")
+        self.counts = context.Array("q", len(METHODS))
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._process = context.Process(
+            target=_serve, args=(port, (found.hostname or "127.0.0.1", found.port or 80),
+                                 self.counts), daemon=True)
+        self._process.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the counting proxy did not start")
+
     def snapshot(self) -> Counter[str]:
-        with self._lock:
-            return Counter(self.counts)
+        with self.counts.get_lock():
+            return Counter(dict(zip(METHODS, self.counts[:], strict=True)))
 
     def close(self) -> None:
-        self._server.close()
+        self._process.terminate()
+        self._process.join(5)
 
 
 @dataclass
