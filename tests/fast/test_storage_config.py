@@ -30,7 +30,10 @@ GOOD: dict[str, Any] = {
 @pytest.fixture(autouse=True)
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("EOS_DATA_DIR", str(tmp_path / "data"))
-    for name in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_CONDITIONAL_PUT"):
+    # Neither an unsafe setting nor a deployment's base for relative roots from outside (the
+    # fast tier also runs with EOS_TABLES_BASE on a store: tests/test_storage.py).
+    for name in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_CONDITIONAL_PUT",
+                 "EOS_TABLES_BASE"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path / "data"
 
