@@ -13,6 +13,8 @@ import os
 import socket
 import ssl
 import stat
+import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -188,3 +190,55 @@ def test_a_store_that_cannot_start_leaves_nothing(tmp_path: Path,
         store.start(tmp_path)
     assert store.status(tmp_path) is None
     assert not (store.home(tmp_path) / "state.json").exists()
+
+
+def started(argv: list[str], environ: dict[str, str]) -> subprocess.Popen:
+    """A child whose exec is complete (its /proc environ readable), as a server's is."""
+    child = subprocess.Popen(argv, env=environ)
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{child.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return child
+
+
+def test_the_demo_puts_every_table_on_the_store(object_store: Any, data_dir: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``./dev demo --storage s3``'s plumbing: the pipeline's tables under
+    ``s3://eos/<pipeline>`` through a derived YAML (the shipped one untouched), the store's
+    variables in this process's environment for what it starts, and a running Spark Connect
+    server without them stopped (its workers write staging: the demo starts one with them)."""
+    from eos.compute import connect
+    from eos.core.config import PIPELINES_DIR_ENV, load_pipeline
+    from eos.tools import demo, spark_server
+
+    monkeypatch.delenv(PIPELINES_DIR_ENV, raising=False)  # restored after the test
+    for name in object_store.env:
+        monkeypatch.setenv(name, object_store.env[name])
+    shipped = load_pipeline("pageviews")
+    shipped_text = Path(str(shipped.source_path)).read_text()
+    stale = started(["sleep", "60"], {"PATH": os.environ["PATH"]})  # no AWS_*
+    stopped: list[bool] = []
+    monkeypatch.setattr(connect, "read_state", lambda base=None: {"pid": stale.pid})
+    monkeypatch.setattr(spark_server, "stop", lambda base=None: stopped.append(True) or True)
+    try:
+        config = demo.on_embedded_store(shipped)
+    finally:
+        stale.kill()
+        stale.wait()
+    assert config.root == f"s3://{object_store.bucket}/pageviews"
+    assert Path(str(config.source_path)).parent == data_dir / "demo-pipelines"
+    assert os.environ[PIPELINES_DIR_ENV] == str(data_dir / "demo-pipelines")
+    assert Path(str(shipped.source_path)).read_text() == shipped_text
+    assert stopped == [True]
+    out = capsys.readouterr().out
+    assert object_store.env["AWS_SECRET_ACCESS_KEY"] not in out
+    # A server that has the store's endpoint and key is left alone.
+    fresh = started(["sleep", "60"], {**os.environ})
+    monkeypatch.setattr(connect, "read_state", lambda base=None: {"pid": fresh.pid})
+    try:
+        demo._restart_spark_without(object_store.env)
+    finally:
+        fresh.kill()
+        fresh.wait()
+    assert stopped == [True]

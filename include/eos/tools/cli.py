@@ -106,8 +106,9 @@ def cmd_store(args: argparse.Namespace) -> int:
     if state is None:
         print("no embedded object store is running (start one with `eos store start`)")
         return 1
-    print(json.dumps({**state, "healthy": object_store.healthy()}, indent=2))
-    return 0 if object_store.healthy() else 1
+    healthy = object_store.healthy()
+    print(json.dumps({**state, "healthy": healthy}, indent=2))
+    return 0 if healthy else 1
 
 
 def cmd_produce(args: argparse.Namespace) -> int:

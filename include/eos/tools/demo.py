@@ -44,9 +44,11 @@ def on_embedded_store(config: PipelineConfig) -> PipelineConfig:
     from eos.tools import object_store
 
     state = object_store.start()
-    os.environ.update(object_store.env())
+    variables = object_store.env()
+    os.environ.update(variables)
     print(f"      embedded object store (SeaweedFS S3) at {state['endpoint']}: tables under "
           f"s3://{state['bucket']}/{config.name}", flush=True)
+    _restart_spark_without(variables)
     data = yaml.safe_load(Path(str(config.source_path)).read_text())
     data["tables"] = {**(data.get("tables") or {}), "root": f"s3://{state['bucket']}/{config.name}"}
     directory = data_dir() / "demo-pipelines"
@@ -55,6 +57,32 @@ def on_embedded_store(config: PipelineConfig) -> PipelineConfig:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     os.environ[PIPELINES_DIR_ENV] = str(directory)
     return load_config(path)
+
+
+def _restart_spark_without(variables: dict[str, str]) -> None:
+    """Stop a running Spark Connect server that was not started with this store's endpoint
+    and key (every store start makes new ones): its Python workers, which write the staging
+    files, would reach the store without them. The demo then starts one that has them (and
+    stops it at the end). Only the endpoint and the key id are compared, never printed."""
+    from eos.compute import connect
+    from eos.tools import spark_server
+
+    state = connect.read_state()
+    if state is None:
+        return
+    try:
+        raw = Path(f"/proc/{int(state['pid'])}/environ").read_bytes()
+    except OSError:
+        return  # cannot tell (no /proc): leave it
+    if not raw:
+        return  # mid-exec (or gone): cannot tell
+    have = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    if all(have.get(name.encode()) == variables[name].encode()
+           for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID")):
+        return
+    print(f"      stopping the Spark Connect server (pid {state['pid']}): it was started "
+          "without this object store's credentials", flush=True)
+    spark_server.stop()
 
 
 def run_until_caught_up(config: PipelineConfig, via: str, max_epochs: int) -> list[dict]:
@@ -199,6 +227,21 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
             print(f"the embedded broker keeps running at {state['bootstrap']} (pid "
                   f"{state['pid']}) so `eos status` and `eos verify` can read it; stop it with "
                   "`eos broker stop`", flush=True)
+        if is_remote(config.root):
+            _store_epilogue(config)
+
+
+def _store_epilogue(config: PipelineConfig) -> None:
+    """How to read the demo's tables on the embedded store afterwards (it keeps running)."""
+    from eos.tools import object_store
+
+    state = object_store.status()
+    if state is None:
+        return
+    print(f"the embedded object store keeps running at {state['endpoint']} (pid {state['pid']}) "
+          f"with the tables under {config.root}; read them with `eval \"$(eos store env)\"` "
+          f"then `eos status --config {config.source_path}`; stop it with `eos store stop`",
+          flush=True)
 
 
 def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int) -> int:
