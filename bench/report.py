@@ -175,8 +175,8 @@ def keys_table(results: dict[str, Any], markdown: bool = False) -> str:
          fmt(k["precommit_other"]), fmt(k["commit"])]
         for k in results.get("keys", [])
     ]
-    header = ["keys", "state rows", "precommit (s)", "read+parse", "aggregate", "staging write",
-              "other", "commit (s)"]
+    header = ["keys", "open-window rows staged", "precommit (s)", "read+parse", "aggregate",
+              "staging write", "other", "commit (s)"]
     return _table(header, rows, markdown)
 
 

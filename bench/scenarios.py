@@ -326,7 +326,7 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     """Pre-commit epoch N holding exactly ``n_rows`` closed windows (output rows), as precommit
     stages them: plan in the epoch log, the rows written as files by Spark and committed into
     staging in one Delta commit, with N-1's state carried over."""
-    from eos.compute.stage import Frames, resume_state, write_epoch
+    from eos.compute.stage import Frames, epoch_watermark, resume_state, write_epoch
     from eos.core import checkpoints, epochlog
     from eos.core import staging as staging_files
     from eos.core.plan import PartitionRange
@@ -341,7 +341,10 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     windows, side = (_frame(spark, t) for t in (_fabricated_windows(n_rows, size),
                                                   pa.table({"kind": pa.array([], pa.string())})))
     # Every window closed: the max event time is far past the last window's end.
-    frames = Frames(windows, side, BASE_TIME_MS + 1000 * size, 0)
+    max_event = BASE_TIME_MS + 1000 * size
+    watermark, max_event_all = epoch_watermark(config, plan, state, max_event)
+    frames = Frames(windows, side, max_event, 0, watermark_ms=watermark,
+                    max_event_all_ms=max_event_all)
     staged = write_epoch(config, tables, plan, state, frames, {})
     staging_files.commit(tables.refresh(tables.staging), staged.files, epoch,
                          staging_schema(config), config.app_id, plan.hash)
@@ -484,7 +487,7 @@ def key_scaling(env: Env, keys: int, events: int, epochs: int, rep: int,
     last = run.epochs[-1]
     return {
         "keys": keys, "events": events, "epochs": len(run.epochs),
-        "state_rows": last.counts.get("state", 0),
+        "state_rows": last.counts.get("state", 0) + last.counts.get("change", 0),
         "precommit": last.precommit, "read_parse": last.read_parse,
         "aggregate": last.aggregate, "staging_write": last.staging_write,
         "precommit_other": last.precommit_other, "commit": last.commit, "begin": last.begin,

@@ -81,15 +81,21 @@ def inject_state(config_path: str, windows: int) -> None:
 
 
 def measure(env: Env, windows: int, epoch_records: int, log: Any = print,
-            collect_rows: int | None = None) -> dict[str, Any]:
+            collect_rows: int | None = None, snapshot_every: int | None = None) -> dict[str, Any]:
     """Epoch 0, the injected state, then epoch 1 measured (``collect_rows``: the pipeline's
-    ``spark.collect_rows``, else the config's default)."""
-    name = f"state-{windows}" + ("" if collect_rows is None else f"-c{collect_rows}")
+    ``spark.collect_rows``, else the config's default; ``snapshot_every``: the pipeline's
+    ``epoch.state_snapshot_every``, 1 for a snapshot every epoch, else the default: epoch 1
+    stages its changes)."""
+    name = (f"state-{windows}" + ("" if collect_rows is None else f"-c{collect_rows}")
+            + ("" if snapshot_every is None else f"-s{snapshot_every}"))
     config = env.config(name, f"bench-{name}", window="1d", lateness="0s",
                         max_records=epoch_records)
     if collect_rows is not None:
         config = config.model_copy(update={
             "spark": config.spark.model_copy(update={"collect_rows": collect_rows})})
+    if snapshot_every is not None:
+        config = config.model_copy(update={
+            "epoch": config.epoch.model_copy(update={"state_snapshot_every": snapshot_every})})
     records = sc.generator(2 * epoch_records, keys=1000)
     sc.send_chunk(env, config.kafka.topic, records, epoch_records)
     sc.eo_epoch(config, env.spark, f"{name}-0")
@@ -108,8 +114,11 @@ def measure(env: Env, windows: int, epoch_records: int, log: Any = print,
         plan, timing = sc.eo_epoch(config, env.spark, f"{name}-1")
     if plan.records != epoch_records:
         raise AssertionError(f"epoch 1 read {plan.records} records, wanted {epoch_records}")
+    staged = staged_bytes(config, 1)
     return {"windows": windows, "records": plan.records, "inject_s": injected_s,
-            "state_read": windows, "state_written": timing.counts.get("state"),
+            "mode": "snapshot" if timing.counts.get("change") is None else "changes",
+            "state_written": timing.counts.get("state"),
+            "change_written": timing.counts.get("change", 0), "staged_mb": staged / 2**20,
             "begin_s": timing.begin, "precommit_s": timing.precommit,
             "read_parse_s": timing.read_parse, "aggregate_s": timing.aggregate,
             "staging_write_s": timing.staging_write, "precommit_other_s": timing.precommit_other,
@@ -117,8 +126,25 @@ def measure(env: Env, windows: int, epoch_records: int, log: Any = print,
             "written_by": timing.written_by, **sampler.peaks_mb()}
 
 
-ROWS = [("open windows (state rows read)", "windows", "{:,}"),
-        ("state rows written", "state_written", "{:,}"),
+def staged_bytes(config: Any, epoch: int) -> int:
+    """The bytes of epoch N's committed staging files (its add actions' sizes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from eos.core.delta import open_table
+    from eos.core.layout import tables_for
+
+    staging = open_table(tables_for(config).staging)
+    actions = pa.table(staging.get_add_actions(flatten=True))
+    mine = actions.filter(pc.equal(pc.cast(actions["partition.epoch"], pa.int64()), epoch))
+    return int(pc.sum(mine["size_bytes"]).as_py() or 0)
+
+
+ROWS = [("open windows before the epoch", "windows", "{:,}"),
+        ("staged open windows as", "mode", "{}"),
+        ("snapshot rows written (kind state)", "state_written", "{:,}"),
+        ("change rows written (kind change)", "change_written", "{:,}"),
+        ("staged bytes of the epoch (MiB)", "staged_mb", "{:.2f}"),
         ("events in the epoch", "records", "{:,}"),
         ("staged by (spark.collect_rows)", "written_by", "{}"),
         ("epoch total (s)", "total_s", "{:.2f}"),
@@ -135,7 +161,8 @@ ROWS = [("open windows (state rows read)", "windows", "{:,}"),
 
 
 def render(results: list[dict[str, Any]]) -> str:
-    head = "| figure | " + " | ".join(f"{r['windows']:,} windows" for r in results) + " |"
+    head = "| figure | " + " | ".join(f"{r['windows']:,} windows, {r['mode']}"
+                                      for r in results) + " |"
     lines = [head, "| --- |" + " ---: |" * len(results)]
     for label, key, fmt in ROWS:
         cells = [fmt.format(r[key]) if r.get(key) is not None else "n/a" for r in results]
@@ -153,17 +180,86 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collect-rows", type=int, nargs="+", default=[None],
                    help="spark.collect_rows values to run each size with (default: the "
                         "config's); 0 = the executors write")
+    p.add_argument("--snapshot-every", type=int, nargs="+", default=[None],
+                   help="epoch.state_snapshot_every values to run each size with (default: "
+                        "the config's, so the epoch stages changes); 1 = a snapshot every "
+                        "epoch")
+    p.add_argument("--plot", type=Path, help="also draw open windows vs epoch time (SVG)")
     p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
     args = p.parse_args(argv)
     results = []
     with environment(args.workdir) as env:
         for windows in args.windows:
             for collect_rows in args.collect_rows:
-                results.append(measure(env, windows, args.epoch_records,
-                                       log=lambda msg: print(msg, file=sys.stderr),
-                                       collect_rows=collect_rows))
+                for every in args.snapshot_every:
+                    results.append(measure(env, windows, args.epoch_records,
+                                           log=lambda msg: print(msg, file=sys.stderr),
+                                           collect_rows=collect_rows, snapshot_every=every))
     print("\n" + render(results))
+    print("\n" + ratios(results))
+    if args.plot:
+        args.plot.write_text(plot(results, args.epoch_records))
+        print(f"\nplotted: {args.plot}")
     return 0
+
+
+def ratios(results: list[dict[str, Any]]) -> str:
+    """Each mode's epoch time at its largest state over the same at its smallest."""
+    lines = []
+    for mode in sorted({r["mode"] for r in results}):
+        mine = sorted((r for r in results if r["mode"] == mode), key=lambda r: r["windows"])
+        if len(mine) >= 2:
+            small, large = mine[0], mine[-1]
+            lines.append(f"{mode}: epoch on {large['windows']:,} open windows / on "
+                         f"{small['windows']:,}: {large['total_s']:.2f} s / "
+                         f"{small['total_s']:.2f} s = {large['total_s'] / small['total_s']:.2f}x"
+                         f"; precommit {large['precommit_s'] / small['precommit_s']:.2f}x")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], records: int) -> str:
+    """Open windows (log scale) vs epoch time, one line per mode, as a small SVG."""
+    import math
+
+    width, height, left, bottom = 640, 360, 60, 40
+    xs = [math.log10(r["windows"]) for r in results]
+    top_s = max(r["total_s"] for r in results) * 1.1
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+
+    def point(r: dict[str, Any]) -> tuple[float, float]:
+        x = left + (math.log10(r["windows"]) - x0) / (x1 - x0) * (width - left - 20)
+        y = height - bottom - r["total_s"] / top_s * (height - bottom - 20)
+        return x, y
+
+    colors = {"snapshot": "#c0392b", "changes": "#2471a3"}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             'font-family="sans-serif" font-size="12">',
+             f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" '
+             f'y2="{height - bottom}" stroke="black"/>',
+             f'<line x1="{left}" y1="10" x2="{left}" y2="{height - bottom}" stroke="black"/>',
+             f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle">open windows '
+             f'before the epoch (log scale); epoch of {records:,} events</text>',
+             f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" '
+             'text-anchor="middle">epoch time (s)</text>']
+    for r in results:
+        x, _ = point(r)
+        parts.append(f'<text x="{x:.0f}" y="{height - bottom + 15}" text-anchor="middle">'
+                     f'{r["windows"]:,}</text>')
+    for k in range(5):
+        value = top_s * k / 4
+        y = height - bottom - value / top_s * (height - bottom - 20)
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.0f}" text-anchor="end">{value:.1f}'
+                     '</text>')
+    for i, mode in enumerate(sorted({r["mode"] for r in results})):
+        mine = sorted((r for r in results if r["mode"] == mode), key=lambda r: r["windows"])
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in map(point, mine))
+        color = colors.get(mode, "black")
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
+                     'stroke-width="2"/>')
+        parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>'
+                  for x, y in map(point, mine)]
+        parts.append(f'<text x="{left + 10}" y="{20 + 16 * i}" fill="{color}">{mode}</text>')
+    return "\n".join([*parts, "</svg>"]) + "\n"
 
 
 if __name__ == "__main__":

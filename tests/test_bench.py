@@ -89,15 +89,22 @@ def test_state_scale_benchmark_carries_the_injected_windows(kafka: str, spark: A
                                                             data_dir: Path,
                                                             tmp_path: Path) -> None:
     with environment(tmp_path / "state", spark=spark) as env:
-        result = state_scale.measure(env, windows=3000, epoch_records=400,
-                                     log=lambda _msg: None)
-    # The 3,000 injected open windows stay open (one-day windows) next to the generator's keys.
-    assert result["records"] == 400
-    assert 3000 < result["state_written"] <= 3000 + 1000, result
-    assert result["written_by"] == "driver", result  # 4,400 rows at most: collected
-    table = state_scale.render([result])
+        snapshot, changes = (state_scale.measure(env, windows=3000, epoch_records=400,
+                                                 log=lambda _msg: None, snapshot_every=every)
+                             for every in (1, None))
+    # The 3,000 injected open windows stay open (one-day windows) next to the generator's keys:
+    # a snapshot stages them all again, changes only the windows the 400 records touched.
+    assert snapshot["records"] == changes["records"] == 400
+    assert snapshot["mode"] == "snapshot" and changes["mode"] == "changes"
+    assert 3000 < snapshot["state_written"] <= 3000 + 1000, snapshot
+    assert changes["state_written"] == 0 and 0 < changes["change_written"] <= 400, changes
+    assert changes["staged_mb"] < snapshot["staged_mb"]  # small files: mostly their footers
+    assert snapshot["written_by"] == "driver", snapshot  # 4,400 rows at most: collected
+    table = state_scale.render([snapshot, changes])
     for label, _, _ in state_scale.ROWS:
         assert label in table and "n/a" not in table.split(label, 1)[1].splitlines()[0], label
+    assert "changes: epoch on" not in state_scale.ratios([snapshot, changes])  # one size each
+    assert state_scale.plot([snapshot, changes], 400).startswith("<svg")
 
 
 def test_rewind_benchmark_replays_and_verifies(kafka: str, spark: Any, data_dir: Path,

@@ -121,7 +121,9 @@ def test_end_to_end_on_the_cluster_and_the_store(tmp_path: Path, kafka: str, spa
     verified = eos_cli(config, "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     tables = tables_for(config)
-    state_files = files_holding(handle(tables, tables.staging), results[-1].epoch, "state")
+    staging = handle(tables, tables.staging)
+    state_files = [*files_holding(staging, results[-1].epoch, "state"),  # a snapshot, or
+                   *files_holding(staging, results[-1].epoch, "change")]  # the epoch's changes
     assert state_files and all(f.startswith("s3://") for f in state_files)
     attempts = {part for f in state_files for part in f.split("/") if part.startswith("attempt-")}
     assert attempts

@@ -34,6 +34,7 @@ from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.staging import files_holding, staged_epoch
+from eos.core.state import open_rows
 from eos.core.status import EpochState, pipeline_status, render
 from eos.core.tables import ensure_tables, staging_schema
 from eos.tools.audit import audit, read_range
@@ -98,9 +99,10 @@ def test_committed_tables_equal_ground_truth(committed_pipeline: tuple) -> None:
     assert len(late_sources) == late.num_rows
     # Conservation: every good record is in exactly one committed window, the open state, or late.
     target = read_table(delta_path(config, "target"))
-    last = staged_epoch(t, plans[-1].epoch, plans[-1].hash)
-    open_state = last.filter(pc.equal(last["kind"], "state"))
-    counted = pc.sum(target["count"]).as_py() + (pc.sum(open_state["s__count__n"]).as_py() or 0)
+    # The open state of the last epoch: its base's snapshot and the changes since (alive rows).
+    open_state = open_rows(t, checkpoints.read(t, plans[-1].epoch), ["s__count__n"])
+    in_state = pc.sum(open_state["s__count__n"]).as_py() if open_state.num_rows else 0
+    counted = pc.sum(target["count"]).as_py() + (in_state or 0)
     assert counted + late.num_rows + len(quarantine) == SPEC.events
     assert report.counts["delta:target"][0] == target.num_rows > 0
 
@@ -134,20 +136,25 @@ def test_the_next_epoch_reads_only_the_files_that_hold_state(committed_pipeline:
     files kept hold every open window, and the files left out none."""
     config, plans = committed_pipeline
     staging = DeltaTable(tables_for(config).staging)
+    open_files = 0
     for plan in plans[-2:]:
         every = staging.file_uris(file_pruning_predicate=[("epoch", "=", str(plan.epoch))])
         assert every, f"epoch {plan.epoch} is no longer staged"
         kinds = {uri: set(pq.read_table(uri, columns=["kind"])["kind"].to_pylist())
                  for uri in every}
-        holding = set(files_holding(staging, plan.epoch, "state"))
-        with_state = {uri for uri, held in kinds.items() if "state" in held}
-        assert with_state and with_state <= holding, kinds
+        # An epoch stages its open windows as a snapshot (kind state) or as changes.
+        kind = "state" if any("state" in held for held in kinds.values()) else "change"
+        holding = set(files_holding(staging, plan.epoch, kind))
+        with_state = {uri for uri, held in kinds.items() if kind in held}
+        assert with_state <= holding, kinds  # (an epoch without open windows stages none)
+        open_files += len(with_state)
         # What else is kept is the driver's file, whose kinds range over "state" (offsets ..
         # watermark): Spark opens it and filters its two rows out.
         assert all(kinds[uri] == {"offsets", "watermark"} for uri in holding - with_state)
-        for kind in ("output", "state", "late", "quarantine"):
+        for kind in ("output", "state", "change", "late", "quarantine"):
             written = [uri for uri, held in kinds.items() if held == {kind}]
             assert len(written) <= config.spark.shuffle_partitions, (kind, written)
+    assert open_files, "the last two epochs must stage open windows"
 
 
 def test_the_reader_parses_as_a_separate_parse_stage_would(committed_pipeline: tuple,
@@ -313,7 +320,8 @@ def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka:
         kinds.update(r["kind"] for r in staged["driver"])
         assert commit(config, plan.epoch).outcome is Outcome.COMMITTED
         writers.reverse()
-    assert all(kinds[k] > 0 for k in ("output", "state", "late", "quarantine")), kinds
+    assert all(kinds[k] > 0 for k in ("output", "late", "quarantine")), kinds
+    assert kinds["state"] > 0 and kinds["change"] > 0, kinds  # epoch 0 a snapshot, then changes
     report = audit(config)
     assert report.ok, report.render()
 

@@ -40,12 +40,13 @@ def test_splits_cover_ranges_exactly() -> None:
 
 
 def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
-    """The prediction: N-1 staged at most ``collect_rows`` rows. The guarantee: N-1's rows +
-    records x windows per event (a hopping window of 60 s sliding by 20 s puts an event in 3)
-    within ``COLLECT_MAX_ROWS``. Unknown counts, wide quarantined records and
-    ``collect_rows: 0`` go to the executors."""
+    """The prediction: N-1 staged at most ``collect_rows`` rows (a snapshot: the rows it read).
+    The guarantee: the state rows read + records x windows per event (a hopping window of
+    60 s sliding by 20 s puts an event in 3) within ``COLLECT_MAX_ROWS``. Unknown counts,
+    wide quarantined records and ``collect_rows: 0`` go to the executors."""
     from eos.compute.stage import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, EpochState, Frames, collects
     from eos.core.config import parse_config
+    from eos.core.state import EMPTY
 
     def config(window: dict, collect_rows: int = 1000):
         return parse_config({
@@ -59,20 +60,26 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
     session = config({"type": "session", "gap": "30s"})
     small = Plan("p", "t", 1, (PartitionRange(0, 0, 200), PartitionRange(1, 0, 100)))
     big = Plan("p", "t", 1, (PartitionRange(0, 0, COLLECT_MAX_ROWS - 1000),))
-    narrow = Frames(None, None, None, 0, quarantined_bytes=COLLECT_RAW_BYTES)
-    wide = Frames(None, None, None, 0, quarantined_bytes=COLLECT_RAW_BYTES + 1)
+    def frames(read_rows: int | None = 1000, raw: int = COLLECT_RAW_BYTES) -> Frames:
+        return Frames(None, None, None, 0, quarantined_bytes=raw, read_rows=read_rows)
 
-    def state(rows: int | None) -> EpochState:
-        return EpochState((), "h", 0, None, rows)
+    narrow, wide = frames(), frames(raw=COLLECT_RAW_BYTES + 1)
 
-    assert collects(tumbling, small, state(0), narrow)  # epoch 0
+    def state(rows: int | None, snapshot: bool = False) -> EpochState:
+        return EpochState(EMPTY, 0, None, rows, snapshot)
+
+    assert collects(tumbling, small, state(0, snapshot=True), frames(0))  # epoch 0
     assert collects(tumbling, small, state(1000), narrow)
     assert not collects(tumbling, small, state(1001), narrow)  # predicted big
-    assert collects(tumbling, big, state(1000), narrow)  # 1,000 + records: within the bound
+    assert collects(tumbling, big, state(1000), narrow)  # 1,000 read + records: within the bound
     assert not collects(hopping, big, state(1000), narrow)  # x 3 windows: past it
     assert collects(session, big, state(1000), narrow)
     assert not collects(tumbling, small, state(None), narrow)
+    assert not collects(tumbling, small, state(10), frames(None))  # rows read unknown
     assert not collects(tumbling, small, state(10), wide)
+    # Changes predict from N-1's rows; a snapshot stages every open window it read again.
+    assert collects(tumbling, small, state(10), frames(5000))
+    assert not collects(tumbling, small, state(10, snapshot=True), frames(5000))
     assert not collects(config({"type": "tumbling", "size": "60s"}, 0), small, state(0), narrow)
 
 

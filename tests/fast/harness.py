@@ -194,6 +194,7 @@ class MemorySource:
 # -- the stager ---------------------------------------------------------------------------------
 
 SIZE_MS = 10_000  # the pipeline's tumbling window (make_pipeline)
+NEVER_ENDS = 2**62  # the running total's window: always after the watermark, so always open
 KEY, TOTAL = "k", "total"
 
 
@@ -251,13 +252,14 @@ class MemoryStager:
         start = plan.epoch * SIZE_MS
         rows.append({**common, "kind": "output", key: KEY, "window_start_ms": start,
                      "window_end_ms": start + SIZE_MS, n_out: counted})
-        rows.append({**common, "kind": "state", key: TOTAL, "window_start_ms": 0,
-                     "window_end_ms": 0, n_state: self.total(tables, previous) + counted})
+        kind, value, base = self.open_row(config, tables, plan, previous, counted)
+        rows.append({**common, "kind": kind, key: TOTAL, "window_start_ms": 0,
+                     "window_end_ms": NEVER_ENDS, n_state: value})
         watermark = (plan.epoch + 1) * SIZE_MS
         protocol = [{**common, "kind": "offsets", "partition": r.partition, "offset": r.start,
                      "until": r.until} for r in plan.ranges]
         protocol.append({**common, "kind": WATERMARK, "watermark_ms": watermark,
-                         "max_event_ms": max_event, "filtered": 0})
+                         "max_event_ms": max_event, "filtered": 0, "state_base": base})
         directory = attempt_dir(plan.epoch)
         self.attempts.append(directory.rsplit("/", 1)[-1])
         files = write_collected(pa.Table.from_pylist(rows, schema=schema), tables.staging,
@@ -271,6 +273,12 @@ class MemoryStager:
         if self.during is not None:
             self.during(plan)
         return StagedFiles(files, counts, watermark, "driver")
+
+    def open_row(self, config: PipelineConfig, tables: OpenTables, plan: Plan,
+                 previous: Checkpoint | None, counted: int) -> tuple[str, int, int]:
+        """The one open window N stages: (kind, value, N's state base). A snapshot every
+        epoch here: the running total."""
+        return "state", self.total(tables, previous) + counted, plan.epoch
 
     @staticmethod
     def total(tables: OpenTables, previous: Checkpoint | None) -> int:

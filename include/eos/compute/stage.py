@@ -36,22 +36,34 @@ from eos.core.schema import (
     REASON,
     parsed_schema,
 )
-from eos.core.staging import WATERMARK, StagedFiles, files_holding, rows_staged
+from eos.core.staging import CHANGE, STATE, WATERMARK, StagedFiles, rows_staged
+from eos.core.state import (
+    BASE,
+    EMPTY,
+    EVERY_ROW,
+    Chain,
+    WindowRead,
+    base_of,
+    chain_of,
+    snapshot_due,
+)
 from eos.core.tables import group_column, handle, staging_schema
 
 
 @dataclass(frozen=True)
 class EpochState:
-    """What epoch N resumes from: where epoch N-1's open windows are, and its watermark.
+    """What epoch N resumes from: where epoch N-1's open windows are (its chain: a snapshot
+    and the changes since, ``eos.core.state``), its watermark, and whether N stages a
+    snapshot or changes.
 
-    The windows themselves are never read here: Spark reads ``files`` (N-1's staged files, the
-    rows of its committed plan hash with kind ``state``) on its executors."""
+    The windows themselves are never read here: Spark reads the chain's files on its
+    executors, only those the epoch needs."""
 
-    files: tuple[str, ...]  # URIs of N-1's staged Parquet files; empty before epoch 0
-    plan_hash: str | None  # N-1's committed plan hash
+    chain: Chain  # EMPTY before epoch 0
     watermark_ms: int
     max_event_ms: int | None
     staged_rows: int | None = 0  # rows N-1 staged, every kind (add actions); None: unknown
+    snapshot: bool = True  # N stages every open window (kind state), else its changes
 
 
 @dataclass(frozen=True)
@@ -59,11 +71,14 @@ class Frames:
     """What Spark computes for epoch N, as DataFrames nobody has collected (the watermark rule
     is applied when they are staged)."""
 
-    windows: Any  # every window's merged state and its final values
+    windows: Any  # the windows N emits and the open-window rows it stages, with final values
     side: Any  # late (record, window) pairs and quarantined records
     max_event_ms: int | None  # over every record that parsed, the filter's drops included
     filtered: int
     quarantined_bytes: int = 0  # raw key + value bytes of the records that did not parse
+    watermark_ms: int = NEG_INF  # wm(N) (``epoch_watermark``)
+    max_event_all_ms: int | None = None  # the max event time over epochs <= N
+    read_rows: int | None = 0  # rows of the state files read (an upper bound); None: unknown
 
 
 def advance_watermark(previous_ms: int, max_event_ms: int | None, lateness_ms: int) -> int:
@@ -104,9 +119,9 @@ def resume_state(config: PipelineConfig, tables: Tables,
 
     ``previous`` is N-1's checkpoint (None for epoch 0): its plan hash names N-1's staged rows,
     so no other table is asked which attempt of N-1 was committed. Only N-1's watermark row is
-    read here; the open windows stay in their files for Spark."""
+    read here (it names the chain's base); the open windows stay in their files for Spark."""
     if previous is None:
-        return EpochState((), None, NEG_INF, None)
+        return EpochState(EMPTY, NEG_INF, None)
     staging = handle(tables, tables.staging)
     mark = scan(staging, filters=[("epoch", "=", previous.epoch), ("kind", "=", WATERMARK),
                                   ("plan_hash", "=", previous.plan_hash)]).to_pylist()
@@ -115,27 +130,36 @@ def resume_state(config: PipelineConfig, tables: Tables,
             f"the state of committed epoch {previous.epoch} is missing from staging; epoch "
             f"{previous.epoch + 1} cannot resume without it"
         )
-    files = files_holding(staging, previous.epoch, "state")
-    return EpochState(files, previous.plan_hash, mark[0]["watermark_ms"], mark[0]["max_event_ms"],
-                      rows_staged(staging, previous.epoch))
+    chain = chain_of(tables, previous, base_of(mark[0]))
+    return EpochState(chain, mark[0]["watermark_ms"], mark[0]["max_event_ms"],
+                      rows_staged(staging, previous.epoch),
+                      snapshot_due(previous.epoch + 1, chain, config.epoch.state_snapshot_every))
 
 
-def state_frame(spark: Any, config: PipelineConfig, state: EpochState) -> Any:
-    """N-1's open windows as a DataFrame, read by the executors from N-1's staged files with
-    pyarrow (``staging_files.read_state``: no Hadoop connector, so staging may be on an object
-    store): one task per file, up to the session's parallelism."""
+def state_frame(spark: Any, config: PipelineConfig, state: EpochState,
+                read: WindowRead) -> tuple[Any, int | None]:
+    """The open-window rows of N-1's chain that ``read`` selects (alive ones only), as a
+    DataFrame read by the executors with pyarrow (``staging_files.read_state``: no Hadoop
+    connector, so staging may be on an object store): one task per file, up to the session's
+    parallelism. Also how many rows the files read hold (an upper bound; None: unknown)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = staging_schema(config)
     columns = state_columns(config)
     arrow = pa.schema([schema.field(c) for c in columns])
-    if not state.files:
+    files = state.chain.select(read)
+    if not files:
         # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
-        return spark.createDataFrame(arrow.empty_table(), schema=from_arrow_schema(arrow))
-    tasks = max(1, min(len(state.files), config.spark.shuffle_partitions))
-    return (spark.range(0, len(state.files), 1, numPartitions=tasks)
-            .mapInArrow(staging_files.read_state(state.files, columns, state.plan_hash or "",
-                                                 arrow), from_arrow_schema(arrow)))
+        empty = spark.createDataFrame(arrow.empty_table(), schema=from_arrow_schema(arrow))
+        return empty, 0
+    counts = [f.rows for f in files]
+    rows = None if None in counts else sum(c or 0 for c in counts)
+    tasks = max(1, min(len(files), config.spark.shuffle_partitions))
+    frame = (spark.range(0, len(files), 1, numPartitions=tasks)
+             .mapInArrow(staging_files.read_state([(f.uri, f.plan_hash) for f in files], columns,
+                                                  read.row_filters(state.watermark_ms), arrow),
+                         from_arrow_schema(arrow)))
+    return frame, rows
 
 
 def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
@@ -231,16 +255,23 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
             raise ConfigError(f"event.filter {config.event.filter!r} does not run on Spark: "
                               f"{str(error).splitlines()[0]}") from None
         timings["read_parse"] = took["ms"]
+        watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
         # One row per (event, window); a pair is late iff its window was already emitted.
         pairs = windows.assign(F, good.where(keep), EVENT_MS)
         late = windows.is_late(F, state.watermark_ms)
         partials = (pairs.where(~late).groupBy(*group, START, END)
                     .agg(*[e for a in aggs for e in a.partial(F)]))
-        previous = state_frame(spark, config, state)
+        # A snapshot merges every open window; changes need only the rows closing now.
+        previous, read_rows = state_frame(spark, config, state,
+                                          EVERY_ROW if state.snapshot else
+                                          windows.reads(watermark))
         for name in group:
             previous = previous.withColumnRenamed(group_column(name), name)
-        merged = windows.combine(F, partials.unionByName(previous), group,
-                                 [e for a in aggs for e in a.merge(F)])
+        merges = [e for a in aggs for e in a.merge(F)]
+        if state.snapshot:
+            merged = windows.combine(F, partials.unionByName(previous), group, merges)
+        else:
+            merged = windows.advance(F, previous, partials, group, merges, watermark)
         result = merged.select(
             *[F.col(g).alias(group_column(g)) for g in group], START, END,
             *[F.col(name) for a in aggs for name, _ in a.state()],
@@ -258,7 +289,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
             F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
         side = late_rows.unionByName(quarantined, allowMissingColumns=True)
         yield Frames(result, side, stats["max_event"], stats["filtered"],
-                     stats["bad_bytes"] or 0)
+                     stats["bad_bytes"] or 0, watermark, max_event, read_rows)
     finally:
         parsed.unpersist()
 
@@ -275,16 +306,16 @@ def epoch_watermark(config: PipelineConfig, plan: Plan, state: EpochState,
 
 
 def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
-                  watermark: int) -> Any:
+                  watermark: int, open_kind: str = STATE) -> Any:
     """Every window and side row of epoch N in the staging schema (``epoch`` aside: it is the
     partition). A window whose end is at or before wm(N) is an ``output`` row (final values),
-    any other a ``state`` row (open window)."""
+    any other an ``open_kind`` row (an open window of a snapshot, or a change)."""
     schema = _without_epoch(staging_schema(config))
     keys = [group_column(g) for g in config.group_by]
     outputs = [output_column(a.output) for a in aggregations_for(config)]
     states = [c for c in state_columns(config) if c not in (*keys, START, END)]
     emit = F.col(END) <= F.lit(watermark)
-    columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit("state"))}
+    columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit(open_kind))}
     columns.update({c: F.when(emit, F.col(c)) for c in outputs})
     columns.update({c: F.when(~emit, F.col(c)) for c in states})
     windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
@@ -303,10 +334,11 @@ def _column(F: Any, field: pa.Field, given: dict[str, Any], present: list[str]) 
 
 
 def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event: int | None,
-                  filtered: int) -> pa.Table:
+                  filtered: int, state_base: int | None = None) -> pa.Table:
     """The rows of epoch N the driver writes itself: the plan's offsets, and the watermark row
-    (wm(N), the max event time, the events the filter dropped). ``staged_epoch`` takes the
-    watermark row's presence as "the epoch is complete": it is in the same commit as the rest."""
+    (wm(N), the max event time, the events the filter dropped, the base of N's state).
+    ``staged_epoch`` takes the watermark row's presence as "the epoch is complete": it is in
+    the same commit as the rest."""
     schema = _without_epoch(staging_schema(config))
     common = {"plan_hash": plan.hash}
     offsets = _conform(schema, {
@@ -316,7 +348,8 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
         "until": [r.until for r in plan.ranges],
     }, len(plan.ranges))
     mark = _conform(schema, {**common, "kind": WATERMARK, "watermark_ms": watermark,
-                             "max_event_ms": max_event, "filtered": filtered}, 1)
+                             "max_event_ms": max_event, "filtered": filtered,
+                             BASE: plan.epoch if state_base is None else state_base}, 1)
     return pa.concat_tables([offsets, mark])
 
 
@@ -339,9 +372,11 @@ def collects(config: PipelineConfig, plan: Plan, state: EpochState, frames: Fram
     before Spark computes anything; a limit on the collect would cost a shuffle to one
     partition (~0.5 s measured), what collecting saves."""
     predicted = state.staged_rows
-    if config.spark.collect_rows == 0 or predicted is None:
+    if config.spark.collect_rows == 0 or predicted is None or frames.read_rows is None:
         return False
-    bound = predicted + plan.records * window_type(config.window).windows_per_event()
+    if state.snapshot:  # a snapshot stages every open window again
+        predicted = max(predicted, frames.read_rows)
+    bound = frames.read_rows + plan.records * window_type(config.window).windows_per_event()
     return (predicted <= config.spark.collect_rows and bound <= COLLECT_MAX_ROWS
             and frames.quarantined_bytes <= COLLECT_RAW_BYTES)
 
@@ -353,10 +388,11 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     watermark row by the driver. Nothing is visible until ``staging_files.commit``."""
     from pyspark.sql import functions as F
 
-    watermark, max_event = epoch_watermark(config, plan, state, frames.max_event_ms)
+    watermark, max_event = frames.watermark_ms, frames.max_event_all_ms
     directory = staging_files.attempt_dir(plan.epoch)
     schema = _without_epoch(staging_schema(config))
-    rows = staging_frame(F, config, plan, frames, watermark)
+    rows = staging_frame(F, config, plan, frames, watermark,
+                         STATE if state.snapshot else CHANGE)
     on_driver = collects(config, plan, state, frames)
     with timed() as took:
         if on_driver:
@@ -367,9 +403,10 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
                                               config.spark.shuffle_partitions)
     timings["aggregate"] = took["ms"]
     files.append(staging_files.write_table(
-        protocol_rows(config, plan, watermark, max_event, frames.filtered), tables.staging,
-        directory, "protocol", schema))
-    counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
+        protocol_rows(config, plan, watermark, max_event, frames.filtered,
+                      plan.epoch if state.snapshot else state.chain.base),
+        tables.staging, directory, "protocol", schema))
+    counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
     counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
     return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")

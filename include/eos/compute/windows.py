@@ -5,9 +5,13 @@ The contract (``WindowType``), for the Spark side of ``precommit``:
   (half-open ``[start, end)`` in UTC epoch milliseconds).
 - ``is_late``: a pair is late iff its window ended at or before the previous watermark
   (sessions: iff ``t + gap <= wm(N-1)``). Late pairs never reach an aggregate.
-- ``combine``: merge this epoch's partial windows with the open windows staged by epoch N-1,
-  giving every window's merged state. Which windows are emitted (end <= wm(N)) is decided after,
-  in ``eos.compute.stage``, the same way for every type.
+- ``combine``: merge this epoch's partial windows with every open window of epoch N-1,
+  giving every window's merged state (an epoch that stages a snapshot). Which windows are
+  emitted (end <= wm(N)) is decided after, in ``eos.compute.stage``, the same way for every
+  type.
+- ``reads`` and ``advance``, for an epoch that stages only its changes (``eos.core.state``):
+  which of the open rows the epoch needs at wm(N), and from those and its partial windows,
+  the windows it emits (merged, end <= wm(N)) and the change rows it stages (end > wm(N)).
 
 The audit (``eos.tools.audit``) implements the same rules separately in plain Python.
 """
@@ -18,6 +22,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from eos.core.config import WindowConfig
+from eos.core.state import WindowRead
 
 START, END = "window_start_ms", "window_end_ms"
 
@@ -42,6 +47,17 @@ class WindowType(ABC):
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
         """Partial windows (``group``, START, END, state columns) of this epoch unioned with the
         open windows of the last: one merged row per window, same columns."""
+
+    @abstractmethod
+    def reads(self, watermark_ms: int) -> WindowRead:
+        """The open rows (besides being alive) an epoch that stages changes needs at wm(N)."""
+
+    @abstractmethod
+    def advance(self, F: Any, previous: Any, partials: Any, group: list[str],
+                merges: list[Any], watermark_ms: int) -> Any:
+        """From the open rows ``reads`` selected and this epoch's partial windows: the windows
+        emitted at wm(N), merged (END <= wm(N)), and the change rows to stage (END > wm(N)):
+        every open row not selected stays as it is, so nothing may be counted twice."""
 
 
 class FixedWindows(WindowType):
@@ -69,6 +85,18 @@ class FixedWindows(WindowType):
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
         return partials.groupBy(*group, START, END).agg(*merges)
 
+    def reads(self, watermark_ms: int) -> WindowRead:
+        # Every row of a window has its end: the rows that close now are exactly these.
+        return WindowRead(end_at_most=watermark_ms)
+
+    def advance(self, F: Any, previous: Any, partials: Any, group: list[str],
+                merges: list[Any], watermark_ms: int) -> Any:
+        wm = F.lit(watermark_ms)
+        closed = self.combine(F, partials.where(F.col(END) <= wm).unionByName(previous),
+                              group, merges)
+        # A window still open gets this epoch's partial as one more row (merged when it closes).
+        return closed.unionByName(partials.where(F.col(END) > wm))
+
 
 class SessionWindows(WindowType):
     """Per group, the union of overlapping ``[t, t + gap)`` of events not yet emitted; an open
@@ -87,6 +115,13 @@ class SessionWindows(WindowType):
         return 1
 
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
+        return (self._numbered(F, partials, group).groupBy(*group, "__session")
+                .agg(F.min(START).alias(START), F.max(END).alias(END), *merges)
+                .drop("__session"))
+
+    @staticmethod
+    def _numbered(F: Any, intervals: Any, group: list[str]) -> Any:
+        """``intervals`` with ``__session``: which session of its group each one is in."""
         from pyspark.sql import Window
 
         # Sort each group's intervals by start; an interval opens a new session iff it starts at
@@ -96,10 +131,33 @@ class SessionWindows(WindowType):
         opens = F.when(before.isNull() | (F.col(START) >= before), 1).otherwise(0)
         session = F.sum("__opens").over(
             order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        numbered = partials.withColumn("__opens", opens).withColumn("__session", session)
-        return (numbered.groupBy(*group, "__session")
-                .agg(F.min(START).alias(START), F.max(END).alias(END), *merges)
-                .drop("__session"))
+        return (intervals.withColumn("__opens", opens).withColumn("__session", session)
+                .drop("__opens"))
+
+    def reads(self, watermark_ms: int) -> WindowRead:
+        # A session that closes now has every fragment starting before wm(N); a fragment that
+        # starts later ends later, so any session it touches stays open.
+        return WindowRead(start_below=watermark_ms)
+
+    def advance(self, F: Any, previous: Any, partials: Any, group: list[str],
+                merges: list[Any], watermark_ms: int) -> Any:
+        from pyspark.sql import Window
+
+        wm = F.lit(watermark_ms)
+        # A fragment is carried when it is new, or dies now (ends by wm(N)) in a session that
+        # goes on: its state moves into one change row spanning to the session's end. The
+        # session's span is covered without gaps, so that row overlaps nothing the session
+        # does not.
+        rows = (previous.withColumn("__carry", F.col(END) <= wm)
+                .unionByName(partials.withColumn("__carry", F.lit(True))))
+        numbered = self._numbered(F, rows, group).withColumn(
+            "__end", F.max(END).over(Window.partitionBy(*group, "__session")))
+        closed = (numbered.where(F.col("__end") <= wm).groupBy(*group, "__session")
+                  .agg(F.min(START).alias(START), F.max(END).alias(END), *merges))
+        carried = (numbered.where((F.col("__end") > wm) & F.col("__carry"))
+                   .groupBy(*group, "__session")
+                   .agg(F.min(START).alias(START), F.max("__end").alias(END), *merges))
+        return closed.unionByName(carried).drop("__session")
 
 
 def window_type(window: WindowConfig) -> WindowType:

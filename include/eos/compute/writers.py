@@ -47,12 +47,17 @@ import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
-from eos.core.staging import KIND_DIR, StagedFile
+from eos.core.staging import CHANGE, KIND_DIR, STATE, StagedFile
 from eos.core.storage import filesystem
+
+STATE_KINDS = [STATE, CHANGE]
 
 #: What an executor task returns for each file it wrote (``StagedFile`` without the kind range).
 FILES = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modified_ms", pa.int64()),
-                   ("rows", pa.int64()), ("kind", pa.string())])
+                   ("rows", pa.int64()), ("kind", pa.string()),
+                   ("start_min", pa.int64()), ("start_max", pa.int64()),
+                   ("end_min", pa.int64()), ("end_max", pa.int64())])
+START, END = "window_start_ms", "window_end_ms"
 
 
 def attempt_dir(epoch: int) -> str:
@@ -71,6 +76,8 @@ class _FileWriter:
             store.create_dir(path.rsplit("/", 1)[0], recursive=True)
         self.relative, self.rows = relative, 0
         self.kinds: tuple[str, str] | None = None
+        # START/END: (min, max) over the rows; None once a row has no value (unknown).
+        self.bounds: dict[str, tuple[int, int] | None] = {}
         self.stream = store.open_output_stream(path)
         self.writer = pq.ParquetWriter(self.stream, schema)
 
@@ -83,6 +90,9 @@ class _FileWriter:
         found = (low.as_py() or "", high.as_py() or "")
         self.kinds = found if self.kinds is None else (min(self.kinds[0], found[0]),
                                                        max(self.kinds[1], found[1]))
+        for column in (START, END):
+            self.bounds[column] = _widened(self.bounds.get(column, (2**63 - 1, -(2**63))),
+                                           rows, column)
 
     def close(self) -> StagedFile:
         """Finish the file (on an object store the upload completes here, or raises)."""
@@ -90,8 +100,21 @@ class _FileWriter:
         size = self.stream.tell()
         self.stream.close()
         low, high = self.kinds or ("", "")
+        start = self.bounds.get(START) or (None, None)
+        end = self.bounds.get(END) or (None, None)
         return StagedFile(path=self.relative, size=size, modified_ms=int(time.time() * 1000),
-                          rows=self.rows, kind_min=low, kind_max=high)
+                          rows=self.rows, kind_min=low, kind_max=high,
+                          start_min=start[0], start_max=start[1],
+                          end_min=end[0], end_max=end[1])
+
+
+def _widened(bounds: tuple[int, int] | None, rows: pa.Table,
+             column: str) -> tuple[int, int] | None:
+    """``bounds`` widened by ``rows[column]``; None (unknown) if a row has no value."""
+    if bounds is None or column not in rows.column_names or rows[column].null_count:
+        return None
+    low, high = (v.as_py() for v in pc.min_max(rows[column]).values())
+    return min(bounds[0], low), max(bounds[1], high)
 
 
 def partition_writer(staging: str, directory: str,
@@ -115,7 +138,9 @@ def partition_writer(staging: str, directory: str,
         if described:
             yield pa.RecordBatch.from_pylist(
                 [{"path": f.path, "size": f.size, "modified_ms": f.modified_ms,
-                  "rows": f.rows, "kind": f.kind_min} for f in described], schema=FILES)
+                  "rows": f.rows, "kind": f.kind_min, "start_min": f.start_min,
+                  "start_max": f.start_max, "end_min": f.end_min, "end_max": f.end_max}
+                 for f in described], schema=FILES)
 
     return write
 
@@ -138,7 +163,9 @@ def write_frame(frame: Any, staging: str, directory: str, schema: pa.Schema,
                .mapInArrow(partition_writer(staging, directory, schema),
                            from_arrow_schema(FILES)))
     return sorted((StagedFile(path=r["path"], size=r["size"], modified_ms=r["modified_ms"],
-                              rows=r["rows"], kind_min=r["kind"], kind_max=r["kind"])
+                              rows=r["rows"], kind_min=r["kind"], kind_max=r["kind"],
+                              start_min=r["start_min"], start_max=r["start_max"],
+                              end_min=r["end_min"], end_max=r["end_max"])
                    for r in written.toArrow().to_pylist()), key=lambda f: f.path)
 
 
@@ -161,20 +188,24 @@ def write_table(rows: pa.Table, staging: str, directory: str, name: str,
     return file.close()
 
 
-def read_state(files: tuple[str, ...], columns: list[str], plan_hash: str,
+def read_state(files: list[tuple[str, str]], columns: list[str],
+               filters: list[tuple[str, str, Any]],
                schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]],
                                               Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function reading N-1's open windows on the executors: each input row
-    is the index of one of ``files`` (URIs of N-1's staged files); its rows of kind ``state``
-    and ``plan_hash`` come out with ``columns``, in ``schema``."""
+    """The ``mapInArrow`` function reading the open windows an epoch needs on the executors:
+    each input row is the index of one of ``files`` (a chain file's URI and its epoch's
+    committed plan hash, ``eos.core.state``); its open-window rows of that plan hash that pass
+    ``filters`` (alive, and what the window type reads) come out with ``columns``, in
+    ``schema``."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                store, path = filesystem(files[index])
+                uri, plan_hash = files[index]
+                store, path = filesystem(uri)
                 rows = pq.read_table(path, filesystem=store, columns=columns,
-                                     filters=[("kind", "=", "state"),
-                                              ("plan_hash", "=", plan_hash)])
+                                     filters=[("kind", "in", list(STATE_KINDS)),
+                                              ("plan_hash", "=", plan_hash), *filters])
                 yield from rows.cast(schema).to_batches()
 
     return read

@@ -258,6 +258,10 @@ class EpochConfig(_Strict):
     max_records: int = Field(default=500_000, gt=0)
     staging_retention: int = Field(default=3, ge=1)
     maintenance_every: int = Field(default=100, ge=0)
+    # An epoch stages only the open windows it changed; every this many epochs (or once the
+    # changes outnumber the last snapshot's rows) it stages them all (``eos.core.state``).
+    # 1: every epoch a snapshot (no incremental state).
+    state_snapshot_every: int = Field(default=20, ge=1)
     # How long the epoch log's, staging's and the checkpoint table's Delta log history is kept
     # (their ``delta.logRetentionDuration``; maintenance checkpoints them and cleans up older
     # commit files). Every Delta read and write lists the table's ``_delta_log``, so this is what

@@ -23,9 +23,10 @@ DEFAULT_LOG_RETENTION_MS = 86_400_000  # epoch.log_retention's default
 
 
 def prune_staging(tables: Tables, app_id: str, committed: int, retention: int,
-                  rewinds: int) -> int | None:
-    """Drop staged epochs older than the retention; the last committed one always stays (it is
-    the state the next epoch resumes from). Returns the first epoch kept, None if nothing went.
+                  rewinds: int, state_base: int | None = None) -> int | None:
+    """Drop staged epochs older than the retention; the last committed one and every epoch
+    back to the base of its state (``state_base``, ``eos.core.state``) always stay: they are
+    the state the next epoch resumes from. Returns the first epoch kept, None if nothing went.
 
     Fenced like every staging write (``eos.core.staging.Fence``): if another fenced step
     committed since the snapshot (a rewind that began meanwhile, the next epoch's precommit),
@@ -33,6 +34,8 @@ def prune_staging(tables: Tables, app_id: str, committed: int, retention: int,
     sealed the epoch under: once a rewind has begun, its restore alone decides what staging
     holds (a prune after it could delete the state the rewind goes back to)."""
     keep_from = committed - max(retention, 1) + 1
+    if state_base is not None:
+        keep_from = min(keep_from, state_base)
     if keep_from <= 0:
         return None
     staging = latest(tables, tables.staging)

@@ -52,6 +52,7 @@ from eos.core.staging import (
     staged_epoch,
     watermark_row,
 )
+from eos.core.state import base_of
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
 
 
@@ -436,7 +437,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
                     duration_ms=elapsed_ms(took), details=result.summary())
     result.pruned_before = prune_staging(tables, config.app_id, epoch,
-                                         config.epoch.staging_retention, rewinds)
+                                         config.epoch.staging_retention, rewinds,
+                                         base_of(watermark_row(staged)))
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)

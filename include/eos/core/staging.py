@@ -34,7 +34,7 @@ from deltalake import DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from eos.core.delta import PLAN_HASH, commit_properties
+from eos.core.delta import PLAN_HASH, commit_properties, scan
 from eos.core.layout import Tables
 from eos.core.outcomes import NO_EPOCH
 from eos.core.tables import read_epoch
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from eos.core.tables import OpenTables
 
 WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
+STATE, CHANGE = "state", "change"  # open windows: a snapshot, or changes (``eos.core.state``)
+BASE = "state_base"  # the watermark row's column naming the base of the epoch's state
 
 
 KIND_DIR = "part_kind"  # the directory level of the files of one kind (not a Delta partition)
@@ -61,6 +63,12 @@ class StagedFile:
     rows: int
     kind_min: str
     kind_max: str
+    # The window bounds' ranges in a file of open windows (None elsewhere): what lets an epoch
+    # read only the files that may hold a window it closes (``eos.core.state``).
+    start_min: int | None = None
+    start_max: int | None = None
+    end_min: int | None = None
+    end_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -92,8 +100,8 @@ def staged_epoch(tables: Tables, epoch: int, plan_hash: str,
 
     One Delta commit holds the whole epoch, so the watermark row being present means every row is.
     """
-    rows = read_epoch(tables, tables.staging, epoch,
-                      filters=None if state else [("kind", "!=", "state")])
+    rows = read_epoch(tables, tables.staging, epoch, filters=None if state else [
+        ("kind", "!=", STATE), ("kind", "!=", CHANGE)])
     if rows is None:
         return None
     complete = pc.and_(pc.equal(rows["kind"], WATERMARK), pc.equal(rows["plan_hash"], plan_hash))
@@ -107,10 +115,11 @@ def watermark_row(staged: pa.Table) -> dict[str, Any]:
 
 
 def count_kinds(rows: pa.Table) -> dict[str, int]:
-    """Rows per kind of a staged epoch, and the events its filter dropped."""
-    counts = {k: 0 for k in ("output", "state", "late", "quarantine", "offsets")}
+    """Rows per kind of a staged epoch (``change`` only when it staged changes), and the
+    events its filter dropped."""
+    counts = {k: 0 for k in ("output", STATE, "late", "quarantine", "offsets")}
     for item in pc.value_counts(rows["kind"]).to_pylist():
-        if item["values"] in counts:
+        if item["values"] in counts or item["values"] == CHANGE:
             counts[item["values"]] = item["counts"]
     counts["filtered"] = watermark_row(rows)["filtered"] or 0
     return counts
@@ -267,14 +276,33 @@ def _own_schema(staging: DeltaTable) -> pa.Schema:
 
 
 def epoch_files(staging: DeltaTable, epoch: int) -> frozenset[str]:
-    """The files staging holds for epoch N: the identity of the state N + 1 computes from."""
+    """The files staging holds for epoch N and the epochs back to the base of its state
+    (``eos.core.state``): the identity of the state N + 1 computes from."""
     if epoch < 0:
         return frozenset()
-    return frozenset(staging.file_uris(partition_filters=[("epoch", "=", str(int(epoch)))]))
+    base = state_base(staging, epoch)
+    return frozenset(staging.file_uris(file_pruning_predicate=[
+        ("epoch", ">=", str(int(epoch if base is None else base))),
+        ("epoch", "<=", str(int(epoch)))]))
+
+
+def state_base(staging: DeltaTable, epoch: int) -> int | None:
+    """The base of epoch N's state, as N's staged watermark row names it (N itself if it names
+    none: staged before changes existed); None when N is not staged."""
+    rows = scan(staging, filters=[("epoch", "=", int(epoch)), ("kind", "=", WATERMARK)])
+    if rows.num_rows == 0:
+        return None
+    base = rows.column(BASE)[0].as_py() if BASE in rows.column_names else None
+    return int(epoch) if base is None else int(base)
 
 
 def _stats(f: StagedFile) -> str:
-    return json.dumps({"numRecords": f.rows, "minValues": {"kind": f.kind_min},
-                       "maxValues": {"kind": f.kind_max}, "nullCount": {"kind": 0}})
+    low: dict[str, Any] = {"kind": f.kind_min}
+    high: dict[str, Any] = {"kind": f.kind_max}
+    if f.start_min is not None and f.end_min is not None:
+        low.update({"window_start_ms": f.start_min, "window_end_ms": f.end_min})
+        high.update({"window_start_ms": f.start_max, "window_end_ms": f.end_max})
+    return json.dumps({"numRecords": f.rows, "minValues": low, "maxValues": high,
+                       "nullCount": {"kind": 0}})
 
 

@@ -58,6 +58,9 @@ STAGING_PROTOCOL = pa.schema(
         ("raw_key", pa.binary()),
         ("raw_value", pa.binary()),
         ("reason", pa.string()),
+        # The watermark row: the epoch whose snapshot N's open windows build on (N itself when
+        # N staged a snapshot; ``eos.core.state``). Added later: older tables gain it on open.
+        ("state_base", pa.int64()),
     ]
 )
 CHECKPOINTS_SCHEMA = pa.schema(
@@ -130,6 +133,8 @@ class OpenTables(Tables):
                 _probe_once(self.root)  # before the first table on a store is created
                 create_table(path, *self.schemas[path])
                 table = checkout(path)
+            elif table is not None and path in self.schemas:
+                _add_missing_columns(table, self.schemas[path][0])
             self.handles[path] = table
         return self.handles[path]
 
@@ -149,6 +154,20 @@ class OpenTables(Tables):
         if table is None:
             raise TableUnwritable(f"Delta table {path} could not be opened or created")
         return table
+
+
+def _add_missing_columns(table: DeltaTable, schema: pa.Schema) -> None:
+    """Give a table written by an earlier version the nullable columns added to its schema
+    since (one metadata commit; a fenced write racing it re-reads and decides again)."""
+    have = {f.name for f in table.schema().fields}
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        from deltalake import Field as DeltaField
+        from deltalake.schema import Schema as DeltaSchema
+
+        fields = DeltaSchema.from_arrow(pa.schema(missing)).fields
+        table.alter.add_columns([DeltaField(f.name, f.type, nullable=True) for f in fields])
+        table.update_incremental()
 
 
 _probed: set[str] = set()  # roots whose store this process has seen keep the fence
