@@ -241,10 +241,10 @@ def plot(results: list[dict[str, Any]], records: int) -> str:
              f'before the epoch (log scale); epoch of {records:,} events</text>',
              f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" '
              'text-anchor="middle">epoch time (s)</text>']
-    for r in results:
-        x, _ = point(r)
+    for windows in sorted({r["windows"] for r in results}):
+        x, _ = point({"windows": windows, "total_s": 0})
         parts.append(f'<text x="{x:.0f}" y="{height - bottom + 15}" text-anchor="middle">'
-                     f'{r["windows"]:,}</text>')
+                     f'{windows:,}</text>')
     for k in range(5):
         value = top_s * k / 4
         y = height - bottom - value / top_s * (height - bottom - 20)

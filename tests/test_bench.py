@@ -18,7 +18,15 @@ from deltalake import DeltaTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
-from bench import deltalog, epochs_view, overhead, rewind, staging_writers, state_scale
+from bench import (
+    deltalog,
+    epochs_view,
+    overhead,
+    rewind,
+    staging_writers,
+    state_scale,
+    task_startup,
+)
 from bench.__main__ import options_from, parse_args
 from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
@@ -134,3 +142,10 @@ def test_staging_writers_benchmark_stages_each_pipeline_by_its_writer(
     assert {name: len(runs) for name, runs in timings.items()} == {"driver": 2, "executors": 2}
     table = staging_writers.render(timings)
     assert "| driver | 2 |" in table and "| executors | 2 |" in table
+
+
+def test_task_startup_benchmark_prints_both_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    assert task_startup.main(["--tasks", "1", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| a task's start-up" in out and "preloaded by the scheduler" in out
+    assert "saved per task:" in out
