@@ -37,6 +37,7 @@ from eos.core.state import (
 from eos.core.tables import OpenTables, ensure_tables, scan
 
 from .harness import (
+    NEVER_ENDS,
     REWINDABLE_SINKS,
     MemorySource,
     MemoryStager,
@@ -120,6 +121,10 @@ def test_the_state_is_the_base_snapshot_plus_the_changes_since(tmp_path: Path,
         assert sorted(held) == list(range(want_base, i + 1)), held  # pruned down to the base
         with ensure_tables(config) as tables:
             assert total(tables, checkpoints.read(tables, i)) == counted_through(plans)
+            # Every file of the chain carries its windows' bounds: what lets an epoch skip it.
+            files = chain_of(tables, checkpoints.read(tables, i), want_base).files
+            assert {(f.epoch, f.start_min, f.end_min) for f in files if f.rows == 1} == {
+                (e, 0, NEVER_ENDS) for e in range(want_base, i + 1)}, files
 
 
 def test_every_epoch_a_snapshot_with_state_snapshot_every_1(tmp_path: Path,
