@@ -44,6 +44,13 @@ RAW_DDL = (
 BATCH_RECORDS = 10_000
 PARSE_OPTION = "parse_event"
 
+# Per Python worker, which Spark reuses from task to task (``spark.python.worker.reuse``): the
+# parser of each event declaration, compiled by the first split that needed it. (Keeping the
+# consumers too was measured and is not done: unassigned and reassigned, a kept consumer read
+# 1M records in 32 splits in 8.8 s against 4.3 s with a fresh one per split;
+# docs/benchmarks-history.md, 2026-11-25.)
+_parsers: dict[str, Any] = {}
+
 
 def event_option(event: Any) -> str:
     """The ``parse_event`` option's value: the pipeline's ``EventConfig``, pickled (the parser
@@ -93,7 +100,8 @@ class KafkaRangeReader(DataSourceReader):
         self.client_in_file = json.loads(options.get("client_in_file") or "[]")
         self.bootstrap = options.get("bootstrap")
         self.faults = json.loads(options.get("faults") or "{}")
-        self.event = _event(options.get(PARSE_OPTION))
+        self.event_option = options.get(PARSE_OPTION) or ""
+        self.event = _event(self.event_option)
 
     def partitions(self) -> list[InputPartition]:
         splits = splits_of(self.ranges, self.split_records)
@@ -143,7 +151,9 @@ class KafkaRangeReader(DataSourceReader):
             return
         from eos.compute.parse import Parser
 
-        parser = Parser(self.event)  # compiled once per split, on the worker
+        parser = _parsers.get(self.event_option)
+        if parser is None:  # compiled once per worker and declaration
+            parser = _parsers[self.event_option] = Parser(self.event)
         for batch in records:
             yield parser.parse_batch(batch)
 
