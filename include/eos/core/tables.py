@@ -159,15 +159,26 @@ class OpenTables(Tables):
 def _add_missing_columns(table: DeltaTable, schema: pa.Schema) -> None:
     """Give a table written by an earlier version the nullable columns added to its schema
     since (one metadata commit; a fenced write racing it re-reads and decides again)."""
-    have = {f.name for f in table.schema().fields}
-    missing = [f for f in schema if f.name not in have]
-    if missing:
-        from deltalake import Field as DeltaField
-        from deltalake.schema import Schema as DeltaSchema
+    missing = _missing(table, schema)
+    if not missing:
+        return
+    from deltalake import Field as DeltaField
+    from deltalake.schema import Schema as DeltaSchema
 
-        fields = DeltaSchema.from_arrow(pa.schema(missing)).fields
+    fields = DeltaSchema.from_arrow(pa.schema(missing)).fields
+    try:
         table.alter.add_columns([DeltaField(f.name, f.type, nullable=True) for f in fields])
+    except Exception as error:  # two processes adding them at once: one commit wins
         table.update_incremental()
+        if _missing(table, schema):
+            raise TableUnwritable(f"could not add {[f.name for f in missing]} to the Delta "
+                                  f"table {table.table_uri}: {error}") from None
+    table.update_incremental()
+
+
+def _missing(table: DeltaTable, schema: pa.Schema) -> list[pa.Field]:
+    have = {f.name for f in table.schema().fields}
+    return [f for f in schema if f.name not in have]
 
 
 _probed: set[str] = set()  # roots whose store this process has seen keep the fence
