@@ -131,9 +131,12 @@ def resume_state(config: PipelineConfig, tables: Tables,
             f"{previous.epoch + 1} cannot resume without it"
         )
     chain = chain_of(tables, previous, base_of(mark[0]))
-    return EpochState(chain, mark[0]["watermark_ms"], mark[0]["max_event_ms"],
-                      rows_staged(staging, previous.epoch),
-                      snapshot_due(previous.epoch + 1, chain, config.epoch.state_snapshot_every))
+    snapshot = snapshot_due(previous.epoch + 1, chain, config.epoch.state_snapshot_every)
+    staged = rows_staged(staging, previous.epoch)
+    if staged is not None and not snapshot and chain.base == previous.epoch:
+        # N-1 staged a snapshot; N stages changes: the snapshot's rows predict nothing of N's.
+        staged = max(0, staged - chain.snapshot_rows)
+    return EpochState(chain, mark[0]["watermark_ms"], mark[0]["max_event_ms"], staged, snapshot)
 
 
 def state_frame(spark: Any, config: PipelineConfig, state: EpochState,
