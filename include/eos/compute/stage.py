@@ -62,7 +62,9 @@ class EpochState:
     chain: Chain  # EMPTY before epoch 0
     watermark_ms: int
     max_event_ms: int | None
-    staged_rows: int | None = 0  # rows N-1 staged, every kind (add actions); None: unknown
+    # Rows N-1 staged, every kind (add actions; a snapshot's open windows left out when N
+    # stages changes): what predicts N's size. None: unknown.
+    staged_rows: int | None = 0
     snapshot: bool = True  # N stages every open window (kind state), else its changes
 
 
