@@ -22,14 +22,13 @@ from eos.core.outcomes import Outcome
 from eos.core.plan import Plan
 from eos.core.protocol import committed_epoch
 from eos.core.rewind import rewind
-from eos.core.staging import CHANGE, STATE, WATERMARK
+from eos.core.staging import CHANGE, STATE, WATERMARK, base_of
 from eos.core.state import (
     EMPTY,
     SNAPSHOT_MIN_ROWS,
     Chain,
     StateFile,
     WindowRead,
-    base_of,
     chain_of,
     open_rows,
     snapshot_due,

@@ -36,14 +36,12 @@ from eos.core.schema import (
     REASON,
     parsed_schema,
 )
-from eos.core.staging import CHANGE, STATE, WATERMARK, StagedFiles, rows_staged
+from eos.core.staging import BASE, CHANGE, STATE, WATERMARK, StagedFiles, base_of, rows_staged
 from eos.core.state import (
-    BASE,
     EMPTY,
     EVERY_ROW,
     Chain,
     WindowRead,
-    base_of,
     chain_of,
     snapshot_due,
 )

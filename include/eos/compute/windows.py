@@ -22,9 +22,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from eos.core.config import WindowConfig
-from eos.core.state import WindowRead
-
-START, END = "window_start_ms", "window_end_ms"
+from eos.core.state import END, START, WindowRead
 
 
 class WindowType(ABC):

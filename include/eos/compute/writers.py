@@ -47,17 +47,15 @@ import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
-from eos.core.staging import CHANGE, KIND_DIR, STATE, StagedFile
+from eos.core.staging import KIND_DIR, StagedFile
+from eos.core.state import END, START, read_state_file
 from eos.core.storage import filesystem
-
-STATE_KINDS = [STATE, CHANGE]
 
 #: What an executor task returns for each file it wrote (``StagedFile`` without the kind range).
 FILES = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modified_ms", pa.int64()),
                    ("rows", pa.int64()), ("kind", pa.string()),
                    ("start_min", pa.int64()), ("start_max", pa.int64()),
                    ("end_min", pa.int64()), ("end_max", pa.int64())])
-START, END = "window_start_ms", "window_end_ms"
 
 
 def attempt_dir(epoch: int) -> str:
@@ -202,10 +200,7 @@ def read_state(files: list[tuple[str, str]], columns: list[str],
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 uri, plan_hash = files[index]
-                store, path = filesystem(uri)
-                rows = pq.read_table(path, filesystem=store, columns=columns,
-                                     filters=[("kind", "in", list(STATE_KINDS)),
-                                              ("plan_hash", "=", plan_hash), *filters])
+                rows = read_state_file(uri, plan_hash, columns, filters)
                 yield from rows.cast(schema).to_batches()
 
     return read

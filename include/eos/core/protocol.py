@@ -46,13 +46,13 @@ from eos.core.sink import SinkCommit, sinks_for
 from eos.core.staging import (
     Fence,
     Stager,
+    base_of,
     count_kinds,
     epoch_files,
     seal,
     staged_epoch,
     watermark_row,
 )
-from eos.core.state import base_of
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
 
 

@@ -290,10 +290,13 @@ def state_base(staging: DeltaTable, epoch: int) -> int | None:
     """The base of epoch N's state, as N's staged watermark row names it (N itself if it names
     none: staged before changes existed); None when N is not staged."""
     rows = scan(staging, filters=[("epoch", "=", int(epoch)), ("kind", "=", WATERMARK)])
-    if rows.num_rows == 0:
-        return None
-    base = rows.column(BASE)[0].as_py() if BASE in rows.column_names else None
-    return int(epoch) if base is None else int(base)
+    return base_of(rows.to_pylist()[0]) if rows.num_rows else None
+
+
+def base_of(watermark_row: dict[str, Any]) -> int:
+    """The base named by an epoch's watermark row (the epoch itself when it names none)."""
+    base = watermark_row.get(BASE)
+    return int(watermark_row["epoch"] if base is None else base)
 
 
 def _stats(f: StagedFile) -> str:

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from eos.core.delta import scan
 from eos.core.errors import ProtocolViolation
 from eos.core.layout import Tables
-from eos.core.staging import BASE, CHANGE, STATE
+from eos.core.staging import CHANGE, STATE
 from eos.core.tables import handle
 
 if TYPE_CHECKING:
@@ -121,22 +121,11 @@ class Chain:
     def change_rows(self) -> int:
         return sum(f.rows or 0 for f in self.files if f.epoch != self.base)
 
-    @property
-    def uris(self) -> frozenset[str]:
-        """The chain's identity: a precommit computed from exactly these files."""
-        return frozenset(f.uri for f in self.files)
-
     def select(self, read: WindowRead) -> tuple[StateFile, ...]:
         return tuple(f for f in self.files if read.may_hold(f))
 
 
 EMPTY = Chain(-1, -1, ())
-
-
-def base_of(watermark_row: dict) -> int:
-    """The base named by an epoch's watermark row (the epoch itself when it names none)."""
-    base = watermark_row.get(BASE)
-    return int(watermark_row["epoch"] if base is None else base)
 
 
 def chain_of(tables: Tables, previous: Checkpoint | None, base: int) -> Chain:
@@ -149,8 +138,7 @@ def chain_of(tables: Tables, previous: Checkpoint | None, base: int) -> Chain:
     if staging is None:
         raise ProtocolViolation("the staging table is missing: no state to resume from")
     hashes = _plan_hashes(tables, base, previous)
-    files = [f for f in _files(staging, base, previous.epoch, hashes)]
-    return Chain(previous.epoch, base, tuple(files))
+    return Chain(previous.epoch, base, tuple(_files(staging, base, previous.epoch, hashes)))
 
 
 def _plan_hashes(tables: Tables, base: int, previous: Checkpoint) -> dict[int, str]:
@@ -207,9 +195,18 @@ def snapshot_due(epoch: int, chain: Chain, every: int) -> bool:
     return changes >= SNAPSHOT_MIN_ROWS and changes >= chain.snapshot_rows
 
 
-def state_rows(rows: pa.Table) -> pa.Table:
-    """The open-window rows of a staged epoch (either kind)."""
-    return rows.filter(pc.is_in(rows["kind"], pa.array(STATE_KINDS)))
+def read_state_file(uri: str, plan_hash: str, columns: list[str] | None,
+                    filters: list[tuple[str, str, int]]) -> pa.Table:
+    """The open-window rows of one chain file that belong to its epoch's committed plan hash
+    and pass ``filters``: the one read of a state file, on Spark's executors
+    (``eos.compute.writers.read_state``) and in this process (``open_rows``)."""
+    import pyarrow.parquet as pq
+
+    from eos.core.storage import filesystem
+
+    store, path = filesystem(uri)
+    return pq.read_table(path, filesystem=store, columns=columns, filters=[
+        ("kind", "in", list(STATE_KINDS)), ("plan_hash", "=", plan_hash), *filters])
 
 
 def open_rows(tables: Tables, checkpoint: Checkpoint, columns: list[str] | None = None
@@ -218,10 +215,7 @@ def open_rows(tables: Tables, checkpoint: Checkpoint, columns: list[str] | None 
     this process: for status views, tests and tools, never for an epoch's computation (Spark
     reads the chain on its executors). Summing a count over them counts the open windows'
     events."""
-    import pyarrow.parquet as pq
-
     from eos.core.staging import state_base
-    from eos.core.storage import filesystem
 
     staging = handle(tables, tables.staging)
     base = None if staging is None else state_base(staging, checkpoint.epoch)
@@ -229,10 +223,6 @@ def open_rows(tables: Tables, checkpoint: Checkpoint, columns: list[str] | None 
         raise ProtocolViolation(f"committed epoch {checkpoint.epoch} is no longer staged")
     chain = chain_of(tables, checkpoint, base)
     watermark = -(2**63) if checkpoint.watermark_ms is None else int(checkpoint.watermark_ms)
-    parts = []
-    for file in chain.files:
-        store, path = filesystem(file.uri)
-        parts.append(pq.read_table(path, filesystem=store, columns=columns, filters=[
-            ("kind", "in", list(STATE_KINDS)), ("plan_hash", "=", file.plan_hash),
-            (END, ">", watermark)]))
+    parts = [read_state_file(f.uri, f.plan_hash, columns, [(END, ">", watermark)])
+             for f in chain.files]
     return pa.concat_tables(parts, promote_options="permissive") if parts else pa.table({})
