@@ -163,5 +163,8 @@ def plan_of(tables: Tables, epoch: int) -> Plan:
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
+    """What ``begin`` hands the rest of its DAG run: ``ranges`` for people (the log line),
+    ``offsets`` for programs (the asset events' extra: topic, partition, [start, until))."""
     return {"epoch": plan.epoch, "plan_hash": plan.hash, "records": plan.records,
-            "ranges": plan.describe_ranges()}
+            "ranges": plan.describe_ranges(),
+            "offsets": [{"topic": plan.topic, **asdict(r)} for r in plan.ranges]}
