@@ -12,9 +12,10 @@ loss, bad config) fails the task at once, without retries, with the error's mess
 
 Compute (``compute.mode``): ``connect`` (default) runs precommit in the task's own process with a
 session on the long-lived Spark Connect server named by the Airflow connection
-``compute.connection`` (type ``spark_connect``, default ``spark_connect_default``, the token in its
-password); ``submit`` runs ``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection
-``spark_default``: one Spark application per epoch. Both run ``eos.core.protocol.precommit``.
+``compute.connection`` (type ``spark_connect`` or a URI ``sc://:<token>@host:port``, default
+``spark_connect_default``, the token in its password); ``submit`` runs
+``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection ``spark_default``: one
+Spark application per epoch. Both run ``eos.core.protocol.precommit``.
 """
 
 from __future__ import annotations
