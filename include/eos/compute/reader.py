@@ -173,11 +173,9 @@ def read_split(
     try:
         low, high = watermarks(c, topic, split.partition, bootstrap)
         if split.start < low:
-            raise DataLoss(
-                f"topic '{topic}' partition {split.partition}: offsets [{split.start},{low}) "
-                f"of the planned range [{split.start},{split.until}) are gone from Kafka "
-                "(retention); the epoch cannot be computed without losing data"
-            )
+            raise DataLoss.gone(topic, split.partition, split.start, low, split.until,
+                                "planned range",
+                                "the epoch cannot be computed without losing data")
         if split.until > high:
             raise DataLoss(
                 f"topic '{topic}' partition {split.partition}: planned until {split.until} is "

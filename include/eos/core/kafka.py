@@ -21,7 +21,7 @@ import confluent_kafka as ck
 from eos.core.bootstrap import bootstrap_servers
 from eos.core.bootstrap import broker_state_path as broker_state_path  # re-exported
 from eos.core.bootstrap import local_broker as local_broker  # re-exported
-from eos.core.errors import KafkaUnavailable, TopicMissing
+from eos.core.errors import DataLoss, KafkaUnavailable, TopicMissing
 
 _ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
 # Client settings whose value is a secret or says who we are (``redact``): passwords, keys and
@@ -114,6 +114,7 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
         return
     c = consumer(settings, group=group, **{"enable.partition.eof": True})
     try:
+        _check_in_log(c, settings, topic, partition, start, until)
         c.assign([ck.TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -121,6 +122,8 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
             if message is None:
                 continue
             if message.error():
+                if message.error().code() in OUT_OF_RANGE:  # removed while we read
+                    _check_in_log(c, settings, topic, partition, start, until)
                 if message.error().code() != ck.KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(f"reading {topic}[{partition}] failed: "
                                            f"{message.error()}")
@@ -136,6 +139,24 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
                                f"after {timeout_s:.0f}s")
     finally:
         c.close()
+
+
+# What a fetch from an offset the log no longer (or never) holds fails with: the broker's
+# OFFSET_OUT_OF_RANGE, surfaced by librdkafka as _AUTO_OFFSET_RESET under "auto.offset.reset:
+# error". Not a broker that is briefly away: retrying reads the same missing offsets.
+OUT_OF_RANGE = (ck.KafkaError._AUTO_OFFSET_RESET, ck.KafkaError.OFFSET_OUT_OF_RANGE)
+
+
+def _check_in_log(c: ck.Consumer, settings: dict[str, Any], topic: str, partition: int,
+                  start: int, until: int | None) -> None:
+    """``DataLoss`` naming the offsets when a read from ``start`` cannot be served: records
+    before the log start are gone (retention), or ``start`` is past the end (truncation), as
+    ``begin`` and the epoch's reader report them, instead of a retried "Offset out of range"."""
+    low, high = watermarks(c, topic, partition, settings["bootstrap.servers"])
+    if start < low:
+        raise DataLoss.gone(topic, partition, start, low, until)
+    if start > high:
+        raise DataLoss.beyond(topic, partition, start, high)
 
 
 def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:
