@@ -88,13 +88,14 @@ class Env:
 @contextlib.contextmanager
 def environment(
     workdir: Path | None = None, spark: Any = None, keep: bool = False,
-    topics: Sequence[str] = (),
+    topics: Sequence[str] = (), with_spark: bool = True,
 ) -> Iterator[Env]:
     """Set up (and tear down) broker, data dir and Spark; reuse a given session if any.
 
     ``topics`` (``NAME:PARTITIONS``) are created when this starts the embedded broker itself;
     with a broker already serving (the test suite's, or ``KAFKA_BOOTSTRAP_SERVERS``) a note
-    says they were not, and a topic gets that broker's default partitions.
+    says they were not, and a topic gets that broker's default partitions. ``with_spark=False``:
+    no in-process session (``Env.spark`` is None; bench.dag_runs computes on Connect only).
     """
     from eos.tools import broker
 
@@ -105,7 +106,7 @@ def environment(
     previous_data_dir = os.environ.get("EOS_DATA_DIR")
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     started_broker = False
-    own_spark = spark is None
+    own_spark = spark is None and with_spark
     with TreeSampler() as sampler:
         try:
             if external:

@@ -32,14 +32,14 @@ def _cpu_wall(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 def _read_all(reader: Callable[..., Iterator[pa.RecordBatch]], settings: dict[str, Any],
               plans: list[Plan]) -> list[pa.RecordBatch]:
-    from eos.compute.reader import KafkaSplit
+    from eos.compute.reader import splits_of
 
     batches: list[pa.RecordBatch] = []
-    for plan in plans:
-        for r in plan.ranges:
-            if r.records:
-                batches.extend(reader(plan.topic, KafkaSplit(r.partition, r.start, r.until),
-                                      settings, 60.0))
+    for plan in plans:  # one split, as a Python worker reads its share of an epoch
+        ranges = [{"partition": r.partition, "start": r.start, "until": r.until}
+                  for r in plan.ranges]
+        for split in splits_of(ranges, max(1, plan.records)):
+            batches.extend(reader(plan.topic, split, settings, 60.0))
     return batches
 
 

@@ -67,11 +67,11 @@ def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> flo
 
 def python_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
     from eos.compute.parse import Parser
-    from eos.compute.reader import KafkaSplit, read_split
+    from eos.compute.reader import read_split, splits_of
 
-    batches = [b for r in plan.ranges if r.records
-               for b in read_split(plan.topic, KafkaSplit(r.partition, r.start, r.until),
-                                   env.settings(), 60.0)]
+    ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
+    batches = [b for split in splits_of(ranges, max(1, plan.records))
+               for b in read_split(plan.topic, split, env.settings(), 60.0)]
     parser = Parser(config.event)
     samples = []
     for _ in range(repeat):

@@ -1,10 +1,12 @@
 """``python -m bench.read_path``: the Spark read stage (raw, and read+parse as precommit reads)
 against a bare consumer, interleaved in one run on the same ranges.
 
-One epoch's plan over ``--events`` records in ``--partitions`` partitions (one split per
-partition range, as the main benchmark's 1M-record epochs): Spark reads it through
-``eos_kafka`` and counts (raw, and read+parse as precommit reads), each way, and one plain
-confluent-kafka consumer (one process, one core) reads the same ranges counting records.
+One epoch's plan over ``--events`` records in ``--partitions`` partitions, as the main
+benchmark's 1M-record epochs: Spark reads it through ``eos_kafka`` and counts (raw, and
+read+parse as precommit reads), with the reader's splits (ranges packed into
+``max(spark.shuffle_partitions, records / split_records)`` splits) and, for comparison, with a
+split per partition range (the reader before 2026-11-25); one plain confluent-kafka consumer
+(one process, one core) reads the same ranges counting records.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import sys
 from pathlib import Path
 
 from bench import scenarios as sc
-from bench.env import environment
+from bench.env import Env, environment
+from eos.core.plan import Plan
+
+BARE = "bare consumer"
 
 
 def timed_count(frame: object, records: int) -> float:
@@ -27,6 +32,42 @@ def timed_count(frame: object, records: int) -> float:
     return took
 
 
+def measure(env: Env, topic: str, events: int, repeat: int) -> tuple[Plan, dict[str, list[float]]]:
+    """Seconds of each way over one plan of ``events`` records of ``topic``, interleaved."""
+    from eos.compute.stage import read_ranges
+    from eos.core.protocol import begin
+
+    sc.send_chunk(env, topic, sc.generator(events), events)
+    config = env.config("read-path", topic, max_records=events)
+    plan = begin(config, run_id="read-path")
+    per_partition = max(r.records for r in plan.ranges)
+    split_each = config.model_copy(update={
+        "kafka": config.kafka.model_copy(update={"split_records": per_partition}),
+        "spark": config.spark.model_copy(update={"shuffle_partitions": len(plan.ranges)})})
+    ways = {"Spark read stage": (config, False), "Spark read+parse": (config, True),
+            "Spark read+parse, a split per partition": (split_each, True)}
+    seconds: dict[str, list[float]] = {way: [] for way in [*ways, BARE]}
+    for r in range(repeat):
+        print(f"bench.read_path: repetition {r + 1}", file=sys.stderr)
+        for way, (way_config, parse) in ways.items():
+            seconds[way].append(timed_count(
+                read_ranges(env.spark, way_config, plan, parse=parse), plan.records))
+        seconds[BARE].append(sc.bare_read(env, [plan]))
+    return plan, seconds
+
+
+def render(plan: Plan, seconds: dict[str, list[float]]) -> str:
+    bare = statistics.median(seconds[BARE])
+    lines = [f"{plan.records:,} records, {len(plan.ranges)} partitions, median of "
+             f"{len(seconds[BARE])}", "",
+             "| way | seconds | events/s | / bare consumer |", "| --- | ---: | ---: | ---: |"]
+    for way, took in seconds.items():
+        median = statistics.median(took)
+        lines.append(f"| {way} | {median:.2f} | {plan.records / median:,.0f} | "
+                     f"{bare / median:.1%} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.read_path",
                                 description=__doc__.split("\n")[0])
@@ -35,32 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", type=Path)
     args = p.parse_args(argv)
-    from eos.compute.stage import read_ranges
-    from eos.core.protocol import begin
-
     topic = "bench-read-path"
     with environment(args.workdir, topics=(f"{topic}:{args.partitions}",)) as env:
         print(f"bench.read_path: producing {args.events:,} events", file=sys.stderr)
         sc.check_retained(args.events, args.partitions)
-        sc.send_chunk(env, topic, sc.generator(args.events), args.events)
-        config = env.config("read-path", topic, max_records=args.events)
-        plan = begin(config, run_id="read-path")
-        ways = {"Spark read stage": False, "Spark read+parse": True}
-        seconds: dict[str, list[float]] = {way: [] for way in [*ways, "bare consumer"]}
-        for r in range(args.repeat):
-            print(f"bench.read_path: repetition {r + 1}", file=sys.stderr)
-            for way, parse in ways.items():
-                seconds[way].append(timed_count(
-                    read_ranges(env.spark, config, plan, parse=parse), plan.records))
-            seconds["bare consumer"].append(sc.bare_read(env, [plan]))
-    bare = statistics.median(seconds["bare consumer"])
-    print(f"\n{plan.records:,} records, {len(plan.ranges)} partitions, median of "
-          f"{args.repeat}\n")
-    print("| way | seconds | events/s | / bare consumer |")
-    print("| --- | ---: | ---: | ---: |")
-    for way, took in seconds.items():
-        median = statistics.median(took)
-        print(f"| {way} | {median:.2f} | {plan.records / median:,.0f} | {bare / median:.1%} |")
+        plan, seconds = measure(env, topic, args.events, args.repeat)
+    print("\n" + render(plan, seconds))
     return 0
 
 

@@ -186,6 +186,11 @@ class ALORun:
 
 def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun:
     """The same Spark read + aggregation over the same range, appended straight to Delta."""
+    return alo_run(env.spark, config, plan, path)
+
+
+def alo_run(spark: Any, config: PipelineConfig, plan: Plan, path: str) -> ALORun:
+    """``alo_epoch`` on a given Spark session (bench.dag_runs' baseline DAG uses Connect)."""
     import pyarrow.compute as pc
     from deltalake import write_deltalake
 
@@ -199,7 +204,7 @@ def alo_epoch(env: Env, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     empty_state = resume_state(config, ensure_tables(config), None)
     timings: dict[str, float] = {}
     t0 = now()
-    with epoch_frames(env.spark, config, plan, empty_state, timings) as frames:
+    with epoch_frames(spark, config, plan, empty_state, timings) as frames:
         started = now()
         windows, side = frames.windows.toArrow(), frames.side.toArrow()
         timings["aggregate"] = (now() - started) * 1000

@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from bench import scenarios as sc
-from eos.compute.reader import RAW_DDL, KafkaRangeReader, KafkaSplit, splits_of
+from eos.compute.reader import NO_SPLIT, RAW_DDL, KafkaRangeReader, splits_of
 from eos.core.config import PipelineConfig, WindowConfig
 
 Log = Callable[[str], None]
@@ -131,7 +131,8 @@ class KafkaStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         ranges = [{"partition": int(p), "start": int(start.get(p, 0)), "until": int(until)}
                   for p, until in end.items()]
-        return splits_of(ranges, self.split_records) or [KafkaSplit(-1, 0, 0)]
+        return list(splits_of(ranges, self.split_records, self.ranges.min_splits)
+                    or [NO_SPLIT])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.ranges.read(partition)
@@ -147,7 +148,8 @@ class KafkaStreamReader(DataSourceStreamReader):
 
 class KafkaStreamDataSource(DataSource):
     """``spark.readStream.format("eos_kafka_stream")`` with ``eos_kafka``'s options (``topic``,
-    ``bootstrap``, ``config``, ``split_records``, ``read_timeout_ms``) but no ``ranges``."""
+    ``bootstrap``, ``config``, ``split_records``, ``min_splits``, ``read_timeout_ms``) but no
+    ``ranges``."""
 
     @classmethod
     def name(cls) -> str:
@@ -218,6 +220,7 @@ def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
            .option("bootstrap", client_settings(config.kafka.client)["bootstrap.servers"])
            .option("config", config.source_path or "")
            .option("split_records", str(config.kafka.split_records))
+           .option("min_splits", str(config.spark.shuffle_partitions))
            .option("read_timeout_ms", str(config.kafka.read_timeout))
            .option("released_offsets", str(released))
            .load())

@@ -232,14 +232,15 @@ def make_pipeline(directory: Path, data_dir: Path, prefix: str,
 
 @contextlib.contextmanager
 def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *,
-                    users: str | None = None, dag_grants: dict[str, list[str]] | None = None
-                    ) -> Iterator[Airflow]:
+                    users: str | None = None, dag_grants: dict[str, list[str]] | None = None,
+                    extra_env: dict[str, str] | None = None) -> Iterator[Airflow]:
     """``airflow standalone`` for ``configs`` (whose YAMLs share a directory), logged in as admin;
     stopped with everything it started (the test fails if any process survives).
 
     ``users``: SimpleAuthManager's ``name:role,...`` (default: admin only); ``dag_grants``:
     users limited to some DAGs, through ``DagScopedAuthManager`` instead of SimpleAuthManager
     (and ``STANDALONE_KEEPING_AUTH_MANAGER``, since ``airflow standalone`` would replace it).
+    ``extra_env``: set last (bench.dag_runs: its own DAGs folder and the Spark Connect server).
     """
     port = free_port()
     env = airflow_env(configs, home, port)
@@ -273,6 +274,7 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
         env[DAG_GRANTS_ENV] = json.dumps(dag_grants)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR),
                                                           env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
     output = home / "standalone.out"
     with output.open("wb") as sink:
         command = ([sys.executable, "-c", STANDALONE_KEEPING_AUTH_MANAGER]

@@ -22,6 +22,7 @@ from bench import (
     deltalog,
     epochs_view,
     overhead,
+    read_path,
     rewind,
     staging_writers,
     state_scale,
@@ -149,3 +150,13 @@ def test_task_startup_benchmark_prints_both_ways(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "| a task's start-up" in out and "preloaded by the scheduler" in out
     assert "saved per task:" in out
+
+
+def test_read_path_benchmark_reads_every_record_each_way(kafka: str, spark: Any, data_dir: Path,
+                                                        tmp_path: Path) -> None:
+    with environment(tmp_path / "read", spark=spark) as env:
+        plan, seconds = read_path.measure(env, "bench-read-path-smoke", 3_000, repeat=1)
+    assert plan.records == 3_000  # measure() checks every way counted them all
+    assert set(seconds) == {"Spark read stage", "Spark read+parse",
+                            "Spark read+parse, a split per partition", read_path.BARE}
+    assert "| Spark read+parse |" in read_path.render(plan, seconds)

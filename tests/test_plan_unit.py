@@ -33,10 +33,36 @@ def test_plan_hash_is_stable_and_sensitive() -> None:
 def test_splits_cover_ranges_exactly() -> None:
     ranges = [{"partition": 0, "start": 5, "until": 23}, {"partition": 1, "start": 7, "until": 7}]
     splits = splits_of(ranges, 8)
-    got = [(s.partition, s.start, s.until) for s in splits]
-    assert got == [(0, 5, 13), (0, 13, 21), (0, 21, 23)]
+    got = [[(p.partition, p.start, p.until) for p in s.pieces] for s in splits]
+    assert got == [[(0, 5, 11)], [(0, 11, 17)], [(0, 17, 23)]]
+    packed = splits_of([{"partition": p, "start": 0, "until": 10} for p in range(4)], 100, 2)
+    assert [[(p.partition, p.start, p.until) for p in s.pieces] for s in packed] == [
+        [(0, 0, 10), (1, 0, 10)], [(2, 0, 10), (3, 0, 10)]]
+    assert splits_of([{"partition": 0, "start": 3, "until": 3}], 8, 2) == []
 
 
+@given(st.dictionaries(st.integers(0, 40), st.tuples(st.integers(0, 500), st.integers(0, 900)),
+                       max_size=40),
+       st.integers(1, 2_000), st.integers(1, 8))
+def test_splits_deal_every_offset_once(bounds: dict[int, tuple[int, int]], split_records: int,
+                                       min_splits: int) -> None:
+    """Every offset of every range in exactly one piece; no split holds a partition twice; the
+    splits are as many as the size and the cores ask, and within one offset of each other."""
+    ranges = [{"partition": p, "start": lo, "until": lo + n} for p, (lo, n) in bounds.items()]
+    total = sum(n for _, n in bounds.values())
+    splits = splits_of(ranges, split_records, min_splits)
+    covered = sorted((p.partition, o) for s in splits for p in s.pieces
+                     for o in range(p.start, p.until))
+    assert covered == sorted((r["partition"], o) for r in ranges
+                             for o in range(r["start"], r["until"]))
+    for s in splits:
+        assert len({p.partition for p in s.pieces}) == len(s.pieces)
+        assert all(p.until > p.start for p in s.pieces)
+    if total:
+        wanted = max(min_splits, -(-total // split_records))
+        assert len(splits) == min(wanted, total)
+        sizes = [s.offsets for s in splits]
+        assert max(sizes) <= -(-total // wanted) and min(sizes) >= 1
 
 
 def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:

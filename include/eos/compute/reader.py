@@ -1,8 +1,13 @@
 """Kafka range reader: a PySpark Python Data Source that reads exactly a plan's ranges.
 
-Registered as ``eos_kafka``. One input split per partition range, large ranges cut into several
-so both cores work. A split stops by offset, not by count: offsets may have gaps (compaction,
-transaction markers), and nothing at or beyond ``until`` is ever returned.
+Registered as ``eos_kafka``. The plan's ranges are packed into as few input splits as keep
+every core busy (``splits_of``): at least ``min_splits`` (the pipeline's
+``spark.shuffle_partitions``), more when the epoch is larger than ``split_records`` per split.
+One split reads its pieces of several partitions with one consumer. A Spark task costs ~90 ms
+of a core whatever it reads (docs/benchmarks.md, "Read stage and parsing"), so a split per
+partition made a 32-partition epoch pay it 32 times. A piece stops by offset, not by count:
+offsets may have gaps (compaction, transaction markers), and nothing at or beyond a piece's
+``until`` is ever returned.
 
 By default a row is the raw Kafka record (``RAW_SCHEMA``). With the ``parse_event`` option (an
 ``EventConfig``, see ``event_option``) the reader also parses what it read, in the same Python
@@ -42,6 +47,12 @@ RAW_DDL = (
     "topic string, partition int, offset long, timestamp_ms long, key binary, value binary"
 )
 BATCH_RECORDS = 10_000
+# librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by default) once its
+# prefetch queue is over queued.max.messages.kbytes (64 MiB for all the consumer's partitions).
+# A split reading many partitions reaches that at once and then idles a second at a time: 1M
+# records of 32 partitions took 6.6 s in one consumer, 2.2 s with 10 ms (the queue's bound is
+# unchanged, so memory is too). A pipeline's ``kafka.client`` may still set its own.
+QUEUE_BACKOFF = {"fetch.queue.backoff.ms": 10}
 PARSE_OPTION = "parse_event"
 
 # Per Python worker, which Spark reuses from task to task (``spark.python.worker.reuse``): the
@@ -63,19 +74,61 @@ def _event(value: str | None) -> Any:
 
 
 @dataclass(frozen=True)
-class KafkaSplit(InputPartition):
+class Piece:
+    """``[start, until)`` of one partition, read by one split."""
+
     partition: int
     start: int
     until: int
 
+    @property
+    def offsets(self) -> int:
+        return self.until - self.start
 
-def splits_of(ranges: list[dict[str, int]], split_records: int) -> list[KafkaSplit]:
-    """Cut each non-empty ``[start, until)`` into pieces of at most ``split_records`` offsets."""
-    splits = []
-    for r in sorted(ranges, key=lambda r: r["partition"]):
-        for lo in range(r["start"], r["until"], split_records):
-            splits.append(KafkaSplit(r["partition"], lo, min(lo + split_records, r["until"])))
+
+@dataclass(frozen=True)
+class KafkaSplit(InputPartition):
+    """One Spark input split: pieces of distinct partitions, read together by one consumer."""
+
+    pieces: tuple[Piece, ...]
+
+    @property
+    def offsets(self) -> int:
+        return sum(p.offsets for p in self.pieces)
+
+
+def splits_of(ranges: list[dict[str, int]], split_records: int,
+              min_splits: int = 1) -> list[KafkaSplit]:
+    """The ranges' offsets dealt into ``max(min_splits, ceil(total / split_records))`` splits of
+    near-equal size (one more than the target at most), in partition order: a range is cut where
+    a split is full, so a split never holds two pieces of one partition, and every offset of
+    every non-empty range is in exactly one piece."""
+    pieces = [Piece(r["partition"], r["start"], r["until"])
+              for r in sorted(ranges, key=lambda r: r["partition"]) if r["until"] > r["start"]]
+    total = sum(p.offsets for p in pieces)
+    if total == 0:
+        return []
+    count = max(min_splits, -(-total // max(1, split_records)))
+    target = -(-total // count)
+    splits: list[KafkaSplit] = []
+    current: list[Piece] = []
+    room = target
+    for piece in pieces:
+        lo = piece.start
+        while lo < piece.until:
+            hi = min(piece.until, lo + room)
+            current.append(Piece(piece.partition, lo, hi))
+            room -= hi - lo
+            lo = hi
+            if room == 0:
+                splits.append(KafkaSplit(tuple(current)))
+                current, room = [], target
+    if current:
+        splits.append(KafkaSplit(tuple(current)))
     return splits
+
+
+NO_SPLIT = KafkaSplit(())  # Spark needs one split even when a plan reads nothing
 
 
 def shareable_client(client: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +147,7 @@ class KafkaRangeReader(DataSourceReader):
         self.topic = options["topic"]
         self.ranges = json.loads(options["ranges"])
         self.split_records = int(options.get("split_records", 250_000))
+        self.min_splits = int(options.get("min_splits", 1))
         self.timeout_s = int(options.get("read_timeout_ms", 60_000)) / 1000
         self.config_path = options.get("config")
         self.client = json.loads(options.get("client") or "{}")
@@ -104,8 +158,7 @@ class KafkaRangeReader(DataSourceReader):
         self.event = _event(self.event_option)
 
     def partitions(self) -> list[InputPartition]:
-        splits = splits_of(self.ranges, self.split_records)
-        return splits or [KafkaSplit(-1, 0, 0)]
+        return list(splits_of(self.ranges, self.split_records, self.min_splits) or [NO_SPLIT])
 
     def _settings(self) -> dict[str, Any]:
         # Secrets are resolved here, on the executor, from the environment (``${VAR}``): they
@@ -140,7 +193,7 @@ class KafkaRangeReader(DataSourceReader):
 
     def _read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         split: KafkaSplit = partition  # type: ignore[assignment]
-        if split.until <= split.start:
+        if not split.pieces:
             return
         from eos.core import faults
 
@@ -161,73 +214,119 @@ class KafkaRangeReader(DataSourceReader):
 def read_split(
     topic: str, split: KafkaSplit, settings: dict[str, Any], timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
-    """Yield Arrow batches of exactly the records in ``[split.start, split.until)``."""
+    """Yield Arrow batches of exactly the records of the split's pieces, one consumer for all."""
     import confluent_kafka as ck
 
     from eos.core import faults
-    from eos.core.errors import DataLoss, KafkaUnavailable
-    from eos.core.kafka import consumer, watermarks
+    from eos.core.errors import KafkaUnavailable
+    from eos.core.kafka import consumer
 
     bootstrap = settings["bootstrap.servers"]
-    c = consumer(settings, group=f"eos-reader-{topic}", **{"enable.partition.eof": True})
+    c = consumer({**QUEUE_BACKOFF, **settings}, group=f"eos-reader-{topic}",
+                 **{"enable.partition.eof": True})
     try:
-        low, high = watermarks(c, topic, split.partition, bootstrap)
-        if split.start < low:
-            raise DataLoss.gone(topic, split.partition, split.start, low, split.until,
-                                "planned range",
-                                "the epoch cannot be computed without losing data")
-        if split.until > high:
-            raise DataLoss(
-                f"topic '{topic}' partition {split.partition}: planned until {split.until} is "
-                f"beyond the high watermark {high}; the partition was truncated"
-            )
-        c.assign([ck.TopicPartition(topic, split.partition, split.start)])
+        for piece in split.pieces:
+            _check_retained(c, topic, piece, bootstrap)
+        c.assign([ck.TopicPartition(topic, p.partition, p.start) for p in split.pieces])
+        reading = _Progress(split)
         records: list[Any] = []
-        next_offset = split.start
         last_progress = time.monotonic()
-        done = False
-        while not done:
-            # Ask for no more than the range still lacks: consume() otherwise waits out its whole
-            # timeout on the last call of every split that ends near the partition's end.
-            wanted = max(1, min(BATCH_RECORDS, split.until - next_offset))
-            messages = c.consume(num_messages=wanted, timeout=1.0)
+        while not reading.done:
+            # Ask for no more than the pieces still lack: consume() otherwise waits out its whole
+            # timeout on the last call of every split that ends near its partitions' ends.
+            messages = c.consume(num_messages=reading.wanted(BATCH_RECORDS), timeout=1.0)
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > timeout_s:
                 raise KafkaUnavailable(
-                    f"no progress reading '{topic}' partition {split.partition} "
-                    f"[{split.start},{split.until}) from {bootstrap} for {timeout_s:.0f}s"
-                )
+                    f"no progress reading '{topic}' {reading.pending()} from {bootstrap} for "
+                    f"{timeout_s:.0f}s")
             for m in messages:
                 error = m.error()
-                if error is not None:
-                    if error.code() == ck.KafkaError._PARTITION_EOF:
-                        # The log (or, read_committed, its stable part) ends at m.offset(). At or
-                        # past `until`, what is left of the range were gaps or markers; below
-                        # it, an open transaction is still pending: keep waiting for it.
-                        done = m.offset() >= split.until
-                        continue
+                if error is not None and error.code() != ck.KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(
-                        f"error reading '{topic}' partition {split.partition}: {error.str()}"
-                    )
-                if m.offset() >= split.until:
-                    done = True
-                    break
-                records.append(m)
-                next_offset = m.offset() + 1
-            done = done or next_offset >= split.until
-            if len(records) >= BATCH_RECORDS or (done and records):
-                yield _raw_batch(topic, split.partition, records)
+                        f"error reading '{topic}' partition {m.partition()}: {error.str()}")
+                if reading.take(m, eof=error is not None):
+                    records.append(m)
+            finished = reading.finished()
+            if finished:  # nothing more of those partitions is wanted: stop fetching them
+                c.pause([ck.TopicPartition(topic, p) for p in finished])
+            if len(records) >= BATCH_RECORDS or (reading.done and records):
+                yield _raw_batch(topic, records)
                 faults.hit("precommit.mid_read")
                 records = []
     finally:
         c.close()
 
 
-def _raw_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBatch:
+def _check_retained(c: Any, topic: str, piece: Piece, bootstrap: str) -> None:
+    """A piece whose offsets Kafka no longer has (or never had) is data loss, said now."""
+    from eos.core.errors import DataLoss
+    from eos.core.kafka import watermarks
+
+    low, high = watermarks(c, topic, piece.partition, bootstrap)
+    if piece.start < low:
+        raise DataLoss.gone(topic, piece.partition, piece.start, low, piece.until,
+                            "planned range", "the epoch cannot be computed without losing data")
+    if piece.until > high:
+        raise DataLoss(
+            f"topic '{topic}' partition {piece.partition}: planned until {piece.until} is "
+            f"beyond the high watermark {high}; the partition was truncated"
+        )
+
+
+class _Progress:
+    """Where each piece of a split stands: the next offset wanted, and whether it is done."""
+
+    def __init__(self, split: KafkaSplit) -> None:
+        self.until = {p.partition: p.until for p in split.pieces}
+        self.next = {p.partition: p.start for p in split.pieces}
+        self.open = set(self.until)
+        self._paused: set[int] = set()
+
+    @property
+    def done(self) -> bool:
+        return not self.open
+
+    def wanted(self, most: int) -> int:
+        return max(1, min(most, sum(self.until[p] - self.next[p] for p in self.open)))
+
+    def take(self, m: Any, eof: bool) -> bool:
+        """Account for one message (or end-of-partition event); True if its record is wanted."""
+        partition, offset = m.partition(), m.offset()
+        if partition not in self.open:
+            return False  # fetched before the partition was paused
+        if eof:
+            # The log (or, read_committed, its stable part) ends at `offset`. At or past
+            # `until`, what is left of the piece were gaps or markers; below it, an open
+            # transaction is still pending: keep waiting for it.
+            if offset >= self.until[partition]:
+                self.open.discard(partition)
+            return False
+        if offset >= self.until[partition]:
+            self.open.discard(partition)
+            return False
+        self.next[partition] = offset + 1
+        if self.next[partition] >= self.until[partition]:
+            self.open.discard(partition)
+        return True
+
+    def finished(self) -> list[int]:
+        """Partitions done since the last call."""
+        newly = sorted(set(self.until) - self.open - self._paused)
+        self._paused.update(newly)
+        return newly
+
+    def pending(self) -> str:
+        return ", ".join(f"partition {p} [{self.next[p]},{self.until[p]})"
+                         for p in sorted(self.open))
+
+
+def _raw_batch(topic: str, records: list[Any]) -> pa.RecordBatch:
     n = len(records)
     return pa.RecordBatch.from_arrays(
-        [pa.array([topic] * n, pa.string()), pa.array([partition] * n, pa.int32()),
+        [pa.array([topic] * n, pa.string()),
+         pa.array([m.partition() for m in records], pa.int32()),
          pa.array([m.offset() for m in records], pa.int64()),
          pa.array([m.timestamp()[1] for m in records], pa.int64()),
          pa.array([m.key() for m in records], pa.binary()),

@@ -205,6 +205,7 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
         .option("topic", plan.topic)
         .option("ranges", json.dumps(ranges))
         .option("split_records", str(config.kafka.split_records))
+        .option("min_splits", str(config.spark.shuffle_partitions))
         .option("read_timeout_ms", str(config.kafka.read_timeout))
         .option("config", config.source_path or "")
         .option("client", json.dumps(shared))

@@ -1,0 +1,286 @@
+"""``python -m bench.dag_runs``: exactly-once as deployed, as Airflow DAG runs under a real
+scheduler, next to the at-least-once baseline, in one run.
+
+A real ``airflow standalone`` (scheduler with the LocalExecutor, which forks every task from the
+scheduler after ``plugins/airflow_local_settings.py`` preloaded the task modules; DAG processor,
+API server, triggerer; tests/airflow_standalone.py starts it) and one Spark Connect server serve:
+
+- **exactly-once**: the pipeline's DAG (``dags/eos_pipelines.py``: begin -> precommit -> commit),
+  one manually triggered run per epoch;
+- **at-least-once as a DAG** (``bench/dags/bench_alo.py``, ``alo_task`` here): one task reading
+  what its consumer group's committed offsets say is new, the same Spark read and aggregation
+  on the same Connect server, appended to Delta, offsets committed to Kafka;
+- **at-least-once in-process**: ``bench.scenarios.alo_run`` over exactly the ranges the
+  exactly-once epoch planned, on a Connect session of this process (Airflow's own cost apart).
+
+Each epoch: ``--epoch-records`` records produced, then one run of each, one after the other (the
+machine has two cores). Warm-up epochs run first and are not counted (the pipeline's Connect
+session and the Python workers start). A run's seconds are Airflow's (its ``end_date`` minus
+``start_date``); the seconds from the trigger request to the run seen done are printed beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench import scenarios as sc
+from bench.env import Env, environment
+from eos.core.config import PROJECT_ROOT, PipelineConfig
+
+TOPIC = "bench-dag-runs"
+ALO_DAG = "bench_alo"
+ALO_CONFIG_ENV = "EOS_BENCH_ALO_CONFIG"
+RUN_TIMEOUT_S = 600.0
+POLL_S = 0.5
+WAYS = ("exactly-once DAG run", "at-least-once DAG run", "at-least-once in-process")
+
+
+# -- the baseline DAG's task ------------------------------------------------------------------
+
+def alo_task(config_path: str) -> dict[str, Any]:
+    """One at-least-once epoch (the body of ``bench/dags/bench_alo.py``'s task)."""
+    import confluent_kafka as ck
+
+    from eos.compute import connect
+    from eos.core.config import load_config
+    from eos.core.kafka import client_settings, consumer, topic_watermarks
+
+    config = load_config(config_path)
+    settings = client_settings(config.kafka.client)
+    topic = config.kafka.topic
+    c = consumer(settings, group=f"bench-alo-{config.name}")
+    try:
+        marks = topic_watermarks(settings, topic)
+        asked = [ck.TopicPartition(topic, p) for p in sorted(marks)]
+        committed = {tp.partition: tp.offset for tp in c.committed(asked, timeout=30)}
+        plan = alo_plan(config, marks, committed)
+        seconds = 0.0
+        if plan.records:
+            with connect.session(config, connect.resolve_endpoint()) as spark:
+                seconds = sc.alo_run(spark, config, plan, str(config.tables.root)).seconds
+        # After the append: a crash between the two reads the range again (at least once).
+        c.commit(offsets=[ck.TopicPartition(topic, r.partition, r.until) for r in plan.ranges],
+                 asynchronous=False)
+    finally:
+        c.close()
+    return {"records": plan.records, "seconds": seconds}
+
+
+def alo_plan(config: PipelineConfig, marks: dict[int, tuple[int, int]],
+             committed: dict[int, int]) -> Any:
+    """From each partition's committed offset (its log start if none) up to the high watermark,
+    capped fairly at ``epoch.max_records`` as the exactly-once plan is."""
+    from eos.core.plan import PartitionRange, Plan, cap_fairly
+
+    start = {p: committed[p] if committed.get(p, -1) >= 0 else low
+             for p, (low, _) in marks.items()}
+    taken = cap_fairly({p: marks[p][1] - start[p] for p in marks}, config.epoch.max_records)
+    return Plan(config.name, config.kafka.topic, 0,
+                tuple(PartitionRange(p, start[p], start[p] + n)
+                      for p, n in sorted(taken.items()) if n))
+
+
+# -- the benchmark ----------------------------------------------------------------------------
+
+@dataclass
+class Figures:
+    """Seconds per measured epoch, each way; records per measured epoch."""
+
+    records: list[int] = field(default_factory=list)
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS})
+    waited: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS[:2]})
+    tasks: list[dict[str, float]] = field(default_factory=list)
+
+
+def _airflow_harness() -> Any:
+    """tests/airflow_standalone.py: the suite's real ``airflow standalone`` (one way to start
+    one, shared with the tests rather than written twice)."""
+    tests = str(PROJECT_ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import airflow_standalone
+
+    return airflow_standalone
+
+
+def _dags_folder(workdir: Path) -> Path:
+    """The project's DAG file and the baseline's, alone in a folder of their own."""
+    folder = workdir / "dags"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PROJECT_ROOT / "dags" / "eos_pipelines.py", folder)
+    shutil.copy(PROJECT_ROOT / "bench" / "dags" / "bench_alo.py", folder)
+    return folder
+
+
+def _seconds(run: dict[str, Any]) -> float:
+    return (datetime.fromisoformat(run["end_date"])
+            - datetime.fromisoformat(run["start_date"])).total_seconds()
+
+
+def run_dag(airflow: Any, dag_id: str) -> tuple[dict[str, Any], float]:
+    """Trigger one run and wait for it: the run as the REST API gives it, and the seconds from
+    the trigger request to the run seen done."""
+    started = time.perf_counter()
+    run = airflow.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None})
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        run = airflow.api("GET", path)
+        if run["state"] == "success":
+            return run, time.perf_counter() - started
+        if run["state"] == "failed":
+            raise RuntimeError(f"{dag_id} run {run['dag_run_id']} failed:\n"
+                               + _airflow_harness().summarize(airflow, dag_id))
+        time.sleep(POLL_S)
+    raise TimeoutError(f"{dag_id} run {run['dag_run_id']} not done in {RUN_TIMEOUT_S:.0f}s")
+
+
+def task_seconds(airflow: Any, dag_id: str, run_id: str) -> dict[str, float]:
+    """Each task's seconds, and ``span``: from the first task's start to the last one's end
+    (the time between tasks is the scheduler's hand-off)."""
+    items = airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    tis = items["task_instances"]
+    out = {ti["task_id"]: _seconds(ti) for ti in tis}
+    starts = [datetime.fromisoformat(ti["start_date"]) for ti in tis]
+    ends = [datetime.fromisoformat(ti["end_date"]) for ti in tis]
+    return {**out, "span": (max(ends) - min(starts)).total_seconds()}
+
+
+def wait_parsed(airflow: Any, dag_ids: list[str]) -> None:
+    harness = _airflow_harness()
+
+    def parsed() -> bool:
+        errors = airflow.api("GET", "/api/v2/importErrors")["import_errors"]
+        if errors:
+            raise RuntimeError(f"DAG import errors: {errors}")
+        known = {d["dag_id"] for d in airflow.api("GET", "/api/v2/dags")["dags"]}
+        return set(dag_ids) <= known
+
+    harness.wait_for(f"the DAG processor to parse {dag_ids}", parsed, harness.PARSE_TIMEOUT_S,
+                     airflow.problem)
+    for dag_id in dag_ids:
+        airflow.api("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+
+
+def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
+            log: Any) -> Figures:
+    """``warmup + epochs`` epochs of ``chunk`` records each way; the last ``epochs`` counted."""
+    from eos.compute import connect
+    from eos.core.layout import tables_for
+    from eos.core.plan import plan_of
+
+    harness = _airflow_harness()
+    pipelines = env.workdir / "pipelines"
+    pipelines.mkdir(parents=True, exist_ok=True)
+    eo = env.config("dagruns", TOPIC, max_records=chunk, compute={"mode": "connect"})
+    eo = eo.model_copy(update={"source_path": shutil.copy(str(eo.source_path), pipelines)})
+    alo = env.config("dagruns-alo", TOPIC, max_records=chunk, compute={"mode": "connect"})
+    alo_path = str(env.workdir / "tables" / "dagruns-inprocess")
+    records = sc.generator((warmup + epochs) * chunk)
+    figures = Figures()
+    extra = {"AIRFLOW__CORE__DAGS_FOLDER": str(_dags_folder(env.workdir)),
+             "EOS_PIPELINES_DIR": str(pipelines),
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
+                                                         os.environ.get("PYTHONPATH")])),
+             ALO_CONFIG_ENV: str(alo.source_path),
+             "EOS_FAULTS": ""}  # the harness arms a commit crash for the tests: none here
+    log("starting airflow standalone (scheduler, DAG processor, API server, triggerer)")
+    home = env.workdir / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    with harness.running_airflow(home, [eo], base,
+                                 extra_env=extra) as airflow, \
+            connect.session(alo, connect.resolve_endpoint(base)) as spark:
+        wait_parsed(airflow, [eo.dag_id, ALO_DAG])
+        for i in range(warmup + epochs):
+            counted = i >= warmup
+            sc.send_chunk(env, TOPIC, records, chunk)
+            eo_run, eo_wait = run_dag(airflow, eo.dag_id)
+            alo_run, alo_wait = run_dag(airflow, ALO_DAG)
+            plan = plan_of(tables_for(eo), i)
+            inprocess = sc.alo_run(spark, alo, plan, alo_path).seconds
+            line = {WAYS[0]: _seconds(eo_run), WAYS[1]: _seconds(alo_run), WAYS[2]: inprocess}
+            log(f"epoch {i}{'' if counted else ' (warm-up)'}: {plan.records:,} records; "
+                + ", ".join(f"{w} {s:.2f}s" for w, s in line.items()))
+            if not counted:
+                continue
+            figures.records.append(plan.records)
+            for way, seconds in line.items():
+                figures.seconds[way].append(seconds)
+            figures.waited[WAYS[0]].append(eo_wait)
+            figures.waited[WAYS[1]].append(alo_wait)
+            figures.tasks.append(task_seconds(airflow, eo.dag_id, eo_run["dag_run_id"]))
+            for task in ("precommit",):
+                log("\n".join(line for line in harness.task_log(
+                    airflow, eo.dag_id, eo_run["dag_run_id"], task) if "phase=" in line))
+    return figures
+
+
+def render(f: Figures) -> str:
+    events = sum(f.records)
+    alo = sum(f.seconds[WAYS[1]])
+    inprocess = sum(f.seconds[WAYS[2]])
+    lines = [f"{len(f.records)} epochs of {statistics.median(f.records):,.0f} records "
+             "(warm-up apart), Spark Connect, Airflow LocalExecutor", "",
+             "| way | seconds per epoch (median) | trigger to done (median) | events/s "
+             "| / ALO DAG run | / ALO in-process |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for way in WAYS:
+        total = sum(f.seconds[way])
+        waited = (f"{statistics.median(f.waited[way]):.2f}" if way in f.waited else "-")
+        lines.append(f"| {way} | {statistics.median(f.seconds[way]):.2f} | {waited} | "
+                     f"{events / total:,.0f} | {alo / total:.2f}x | {inprocess / total:.2f}x |")
+    phases = ("begin", "precommit", "commit")
+    median = {k: statistics.median(t.get(k, 0.0) for t in f.tasks) for k in (*phases, "span")}
+    outside = median["span"] - sum(median[k] for k in phases)
+    lines += ["", "| exactly-once run (median s) | begin | precommit | commit "
+              "| between tasks |", "| --- | ---: | ---: | ---: | ---: |",
+              "| " + " | ".join(["seconds", *(f"{median[k]:.2f}" for k in phases),
+                                 f"{outside:.2f}"]) + " |"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.dag_runs",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--epoch-records", type=int, default=200_000)
+    p.add_argument("--partitions", type=int, default=16)
+    p.add_argument("--workdir", type=Path)
+    args = p.parse_args(argv)
+    started = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    from eos.tools import spark_server
+
+    try:
+        sc.check_retained(2 * args.epoch_records, args.partitions)
+    except ValueError as error:
+        p.error(str(error))
+    with environment(args.workdir, topics=(f"{TOPIC}:{args.partitions}",),
+                     with_spark=False) as env:
+        base = Path(os.environ["EOS_DATA_DIR"])
+        log("starting a Spark Connect server")
+        spark_server.start(base=base, port=0)
+        try:
+            figures = measure(env, base, args.epochs, args.warmup, args.epoch_records, log)
+        finally:
+            spark_server.stop(base)
+    print("\n" + render(figures), flush=True)
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
