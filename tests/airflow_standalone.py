@@ -27,9 +27,12 @@ import pytest
 
 from eos.airflow.environment import PASSWORDS_FILE, airflow_env
 from eos.core.config import PipelineConfig
+from eos.core.phaselog import PHASE_KEYS
 from eos.tools.produce import GeneratorSpec
 
 from support import dag_pipeline, free_port
+
+EPOCH_PHASES = ("begin", "precommit", "commit", "abort")  # their lines share PHASE_KEYS
 
 RUNS = 3
 # eos.core.faults: SIGKILL after the first sink, before the rest
@@ -338,6 +341,8 @@ def phase_line(lines: list[str], phase: str) -> dict[str, str]:
         key, sep, value = token.partition("=")
         if sep and key not in fields:
             fields[key] = value
+    if phase in EPOCH_PHASES:  # every epoch phase line starts with the documented keys
+        assert list(fields)[1:len(PHASE_KEYS) + 1] == list(PHASE_KEYS), found[-1]
     return fields
 
 

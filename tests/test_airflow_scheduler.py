@@ -145,6 +145,9 @@ def test_task_logs_show_each_phase_with_epoch_and_plan_hash(
         assert fields.get("epoch") == "1", (task_id, fields)
         assert fields.get("plan_hash") == planned["plan_hash"], (task_id, fields)
         assert fields.get("outcome") == outcome, (task_id, fields)
+    # Reading the Spark Connect connection warns nothing (Connection.from_json, '_' scheme).
+    precommit_log = "\n".join(task_log(airflow, dag_id, run_id, "precommit"))
+    assert "from_json" not in precommit_log and "RFC3986" not in precommit_log, precommit_log
 
 
 @pytest.mark.timeout(3000)

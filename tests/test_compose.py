@@ -7,7 +7,6 @@ wherever the compose CLI is installed; the structural checks below run everywher
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -137,13 +136,19 @@ def test_compose_file_structure_and_secrets() -> None:
     assert isinstance(token, str) and INTERPOLATION.match(token), token
     assert not any("token" in str(arg) for arg in services["spark-connect"]["command"])
     airflow_env = _environment(services["airflow-scheduler"])
-    connection = json.loads(airflow_env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
-    assert connection["conn_type"] == "spark_connect"
-    assert connection["host"] == "spark-connect" and connection["port"] == 15002
-    assert connection["password"] == token
+    # A URI, not JSON (which a task reads through the deprecated Connection.from_json), read
+    # the way Airflow's environment-variable backend reads it.
+    from airflow.models.connection import Connection
+
+    value = airflow_env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"]
+    assert not value.lstrip().startswith("{"), value
+    connection = Connection(conn_id="spark_connect_default", uri=value)
+    assert "_" not in str(connection.conn_type), connection.conn_type  # RFC 3986 scheme
+    assert connection.host == "spark-connect" and connection.port == 15002
+    assert connection.password == token
     # No TLS inside the compose network: the connection opts in explicitly, or every precommit
     # would be refused for sending the token in plaintext to a non-loopback host.
-    assert connection["extra"] == {"allow_insecure_token": True}
+    assert connection.extra_dejson == {"allow_insecure_token": True}
 
 
 def test_published_ports_listen_on_loopback_only() -> None:

@@ -398,6 +398,28 @@ def test_status_of_a_pipeline_that_never_ran_creates_nothing(tmp_path: Path, kaf
     assert "last committed epoch: none" in render(shown)
 
 
+def test_status_before_the_first_epoch_shows_the_backlog(tmp_path: Path, kafka: str) -> None:
+    """Before any checkpoint, the lag is what the first epochs will read (the plan's start rule:
+    the log start, or nothing with ``kafka.start: latest``), not unknown."""
+    config = write_pipeline(tmp_path)
+    records = list(generate(GeneratorSpec(events=300, keys=5, seed=5)))
+    send(records, len(records), config.kafka.topic, client_settings(), progress=False)
+    shown = pipeline_status(config)
+    assert shown.committed_epoch == -1 and shown.lag_error is None
+    assert shown.lag == 300, shown.partitions
+    assert all(p.committed == 0 and p.lag == p.high for p in shown.partitions), shown.partitions
+    rendered = render(shown)
+    assert all(f"{p.lag:>8}" in rendered for p in shown.partitions), rendered
+    # the epochs view's status (the broker read in the background, the tables now) agrees
+    from eos.airflow.epochs_cache import read_broker, recorded_status
+
+    assert recorded_status(config, 0, read_broker(config)).lag == 300
+    # the same topic read by a pipeline that starts at the end: nothing to catch up on
+    latest = write_pipeline(tmp_path / "latest", kafka={"topic": config.kafka.topic,
+                                                       "start": "latest"})
+    assert pipeline_status(latest).lag == 0
+
+
 def test_phase_processes_exit_cleanly_after_reading_delta(tmp_path: Path, kafka: str) -> None:
     """A phase that did its work must not exit non-zero: reading Delta through delta-rs' Python
     filesystem made 50 of 60 `eos begin` processes abort at interpreter shutdown (SIGABRT)."""

@@ -128,6 +128,13 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     uris = [outlet.uri for outlet in tasks["commit"].outlets]
     assert uris == [f"file://{(Path(config.root) / t).resolve()}"
                     for t in ("target", "late", "quarantine")]
+    # The source topic is an inlet of the task that reads it, named by the first bootstrap
+    # server (OpenLineage's kafka://host:port namespace), with no credential in the name.
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "SASL_SSL://u:pw@b1.example:9093,b2:9093")
+    for mode in ("connect", "submit"):
+        monkeypatch.setenv("EOS_COMPUTE_MODE", mode)
+        inlets = af.load_dag("eos_clicks").task_dict["precommit"].inlets
+        assert [a.uri for a in inlets] == [f"kafka://b1.example:9093/{config.kafka.topic}"]
 
     # Its maintenance DAG: manual runs only, one rewind each, parameterised.
     rewind = af.load_dag("eos_clicks__rewind")
@@ -198,12 +205,16 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
     staged = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.PRECOMMITTED]
     assert [r["plan_hash"] for r in staged] == [plans[1]["plan_hash"]]
 
-    # Every committed epoch published the target asset.
+    # Every committed epoch published the target asset, with what it read and wrote.
     events = af.asset_events(f"file://{Path(target).resolve()}")
     assert [(e["epoch"], e["outcome"]) for e in events] == [
         (0, "committed"), (1, "committed"), (2, "committed")
     ]
     assert [e["plan_hash"] for e in events] == [row["plan_hash"] for row in plans]
+    assert [e["records"] for e in events] == [1000, 1000, 400]
+    assert [e["ranges"] for e in events] == [
+        [{"topic": config.kafka.topic, **r} for r in ranges] for ranges in records]
+    assert all(e["rows"]["windows"] > 0 for e in events), events
 
     # Independent check: re-read the committed ranges from Kafka and recompute every sink.
     report = audit(config)

@@ -12,9 +12,10 @@ loss, bad config) fails the task at once, without retries, with the error's mess
 
 Compute (``compute.mode``): ``connect`` (default) runs precommit in the task's own process with a
 session on the long-lived Spark Connect server named by the Airflow connection
-``compute.connection`` (type ``spark_connect``, default ``spark_connect_default``, the token in its
-password); ``submit`` runs ``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection
-``spark_default``: one Spark application per epoch. Both run ``eos.core.protocol.precommit``.
+``compute.connection`` (type ``spark_connect`` or a URI ``sc://:<token>@host:port``, default
+``spark_connect_default``, the token in its password); ``submit`` runs
+``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection ``spark_default``: one
+Spark application per epoch. Both run ``eos.core.protocol.precommit``.
 """
 
 from __future__ import annotations
@@ -79,16 +80,55 @@ rewind (each step is idempotent).
 
 
 def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
-    """One Airflow Asset per sink, published when an epoch commits: ``file://<abs path>`` for a
-    Delta table, ``kafka://<pipeline>/<topic>`` for a Kafka topic. Keyed by sink name."""
+    """One Airflow Asset per sink, published when an epoch commits, keyed by sink name and named
+    as OpenLineage and Airflow's providers name the dataset (``eos.core.lineage``):
+    ``file:///abs/path`` (or ``s3://bucket/path``) for a Delta table,
+    ``kafka://<first bootstrap host:port>/<topic>`` for a Kafka topic. The URI is the asset's
+    name too, as the providers' ``create_asset`` makes it: another DAG that reads the topic or
+    the table declares the same asset, and lineage joins. A Kafka sink where no broker is
+    configured (the DAG parsed without ``KAFKA_BOOTSTRAP_SERVERS`` or a running embedded broker)
+    has no name and publishes nothing."""
     assets = {}
     for sink in sinks_for(config):
         if not isinstance(sink, SupportsAssets):
             continue  # a sink type without asset naming publishes none
-        safe = "".join(c if c.isalnum() else "_" for c in sink.name)
-        assets[sink.name] = Asset(name=f"eos_{config.name}_{safe}", uri=sink.asset_uri(),
-                                  group="eos")
+        uri = sink.asset_uri()
+        if uri is None:
+            log.warning("eos: no asset for sink %s of %s: no Kafka broker configured to name it",
+                        sink.name, config.name)
+            continue
+        assets[sink.name] = Asset(uri=uri)
     return assets
+
+
+def source_assets(config: PipelineConfig) -> list[Asset]:
+    """The source topic as an inlet of the task that reads its records (precommit):
+    ``kafka://<first bootstrap host:port>/<topic>``; none where no broker is configured."""
+    from eos.core.lineage import topic_uri
+
+    uri = topic_uri(config.kafka.client, config.kafka.topic)
+    if uri is None:
+        log.warning("eos: no asset for the source topic of %s: no Kafka broker configured to "
+                    "name it", config.name)
+        return []
+    return [Asset(uri=uri)]
+
+
+def asset_extra(planned: dict[str, Any], result: Any, sink: str) -> dict[str, Any]:
+    """What one sink's asset event says about the epoch: which one, what it read (the offset
+    ranges and their record count, from begin's plan) and what it wrote (rows by output; the
+    sink's Delta version or offset when this attempt wrote)."""
+    return {
+        "epoch": result.epoch,
+        "plan_hash": result.plan_hash,
+        "outcome": str(result.outcome),
+        # the offset ranges read, [start, until) per partition (a plan from before ``offsets``
+        # existed gives its printed ranges)
+        "ranges": planned.get("offsets", planned["ranges"]),
+        "records": planned["records"],
+        "rows": result.rows,
+        "sink_version": result.versions.get(sink),
+    }
 
 
 def _permanent(error: Exception) -> Exception:
@@ -191,7 +231,8 @@ def _connect_precommit(config: PipelineConfig) -> Any:
 
     @task(task_id="precommit", doc_md=PRECOMMIT_DOC + "Runs on the Spark Connect server of "
           f"connection `{config.compute.connection}` (type spark_connect, token in the "
-          "password); start a local one with `eos spark start`.", **PRECOMMIT_RETRIES)
+          "password); start a local one with `eos spark start`.", inlets=source_assets(config),
+          **PRECOMMIT_RETRIES)
     @_phase(config)
     def precommit(**context: Any) -> str:
         from eos.compute.connect import airflow_endpoint
@@ -225,6 +266,7 @@ def _submit_precommit(config: PipelineConfig) -> Any:
         doc_md=PRECOMMIT_DOC + f"Exit code {EXIT_PERMANENT} is permanent. Needs connection "
         "`spark_default` naming the master, e.g. "
         'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
+        inlets=source_assets(config),
         **PRECOMMIT_RETRIES,
     )
 
@@ -308,12 +350,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             summary = {**result.summary(), "ranges": planned["ranges"],
                        "duration_ms": result.duration_ms}
             for name, asset in assets.items():
-                context["outlet_events"][asset].extra = {
-                    "epoch": result.epoch,
-                    "plan_hash": result.plan_hash,
-                    "outcome": str(result.outcome),
-                    "sink_version": result.versions.get(name),
-                }
+                context["outlet_events"][asset].extra = asset_extra(planned, result, name)
             log.info("eos commit: %s", summary)
             return summary
 

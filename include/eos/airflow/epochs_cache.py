@@ -23,7 +23,7 @@ from eos.core import verdicts as audits
 from eos.core.config import PipelineConfig
 from eos.core.errors import EosError
 from eos.core.layout import tables_for
-from eos.core.status import PartitionLag, PipelineStatus
+from eos.core.status import PartitionLag, PipelineStatus, partition_lags
 from eos.core.storage import is_remote
 
 REFRESH_S = 15.0  # how often a watched pipeline's sinks and watermarks are read again
@@ -38,7 +38,7 @@ class BrokerReading:
     at: datetime
     sinks: dict[str, int] = field(default_factory=dict)
     sinks_error: str | None = None
-    highs: dict[int, int | None] = field(default_factory=dict)  # partition -> high watermark
+    marks: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (low, high)
     lag_error: str | None = None
 
 
@@ -81,7 +81,8 @@ def read_broker(config: PipelineConfig) -> BrokerReading:
     except EosError as error:  # the recorded tables themselves could not be read
         return BrokerReading(datetime.now(UTC), sinks_error=str(error), lag_error=str(error))
     return BrokerReading(datetime.now(UTC), sinks=status.sinks, sinks_error=status.sinks_error,
-                         highs={p.partition: p.high for p in status.partitions},
+                         marks={p.partition: (p.low, p.high) for p in status.partitions
+                                if p.low is not None and p.high is not None},
                          lag_error=status.lag_error)
 
 
@@ -171,15 +172,14 @@ def recorded_status(config: PipelineConfig, limit: int,
     if reading is None:
         return status
     return replace(status, sinks=reading.sinks, sinks_error=reading.sinks_error,
-                   partitions=_lags(tables, committed, reading.highs), lag_error=reading.lag_error)
+                   partitions=_lags(config, tables, committed, reading.marks),
+                   lag_error=reading.lag_error)
 
 
-def _lags(tables: Any, committed: int, highs: dict[int, int | None]) -> list[PartitionLag]:
+def _lags(config: PipelineConfig, tables: Any, committed: int,
+          marks: dict[int, tuple[int, int]]) -> list[PartitionLag]:
+    """``eos status``'s lags (before the first epoch: the backlog), against watermarks read
+    earlier: never below 0 when the checkpoint has moved past them since."""
     last = checkpoints.last(tables, committed)
-    offsets = last.until if last else {}
-    lags = []
-    for p in sorted(set(offsets) | set(highs)):
-        until, high = offsets.get(p), highs.get(p)
-        lag = max(0, high - until) if until is not None and high is not None else None
-        lags.append(PartitionLag(p, until, high, lag))
-    return lags
+    return [p if p.lag is None else replace(p, lag=max(0, p.lag))
+            for p in partition_lags(config, last.until if last else {}, marks)]

@@ -266,11 +266,8 @@ def _check_retained(c: Any, topic: str, piece: Piece, bootstrap: str) -> None:
 
     low, high = watermarks(c, topic, piece.partition, bootstrap)
     if piece.start < low:
-        raise DataLoss(
-            f"topic '{topic}' partition {piece.partition}: offsets [{piece.start},{low}) "
-            f"of the planned range [{piece.start},{piece.until}) are gone from Kafka "
-            "(retention); the epoch cannot be computed without losing data"
-        )
+        raise DataLoss.gone(topic, piece.partition, piece.start, low, piece.until,
+                            "planned range", "the epoch cannot be computed without losing data")
     if piece.until > high:
         raise DataLoss(
             f"topic '{topic}' partition {piece.partition}: planned until {piece.until} is "

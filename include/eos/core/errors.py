@@ -125,6 +125,22 @@ class SinkRejected(PermanentError):
 class DataLoss(PermanentError):
     """Records an epoch must read are no longer in Kafka (retention, truncation)."""
 
+    @classmethod
+    def gone(cls, topic: str, partition: int, start: int, low: int, until: int | None,
+             what: str = "range", consequence: str = "they cannot be read") -> DataLoss:
+        """Offsets ``[start, low)`` of a range to read were removed (retention, DeleteRecords):
+        one wording for every reader (the epoch's, the audit's), naming the offsets."""
+        span = f"[{start},{until})" if until is not None else f"[{start},...)"
+        return cls(f"topic '{topic}' partition {partition}: offsets [{start},{low}) of the "
+                   f"{what} {span} are gone from Kafka (retention); {consequence}")
+
+    @classmethod
+    def beyond(cls, topic: str, partition: int, offset: int, high: int,
+               what: str = "a read from") -> DataLoss:
+        """An offset past the partition's end: the log was truncated or recreated."""
+        return cls(f"topic '{topic}' partition {partition}: {what} offset {offset} is beyond the "
+                   f"high watermark {high}; the partition was truncated or recreated")
+
 
 class RewindRefused(PermanentError):
     """A rewind cannot be done as asked (the reason says why and what would work); nothing

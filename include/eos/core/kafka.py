@@ -1,13 +1,12 @@
 """Kafka client settings and the broker facts the planner relies on (watermarks, partitions).
 
-Bootstrap resolution is the same everywhere: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the
-embedded broker's published address, else an error that says how to start one.
+Bootstrap resolution is the same everywhere (``eos.core.bootstrap``): ``KAFKA_BOOTSTRAP_SERVERS``
+if set, else the embedded broker's published address, else an error that says how to start one.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import re
 import socket
@@ -15,14 +14,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
 
-from eos.core.config import data_dir
-from eos.core.errors import KafkaUnavailable, TopicMissing
-from eos.core.processes import alive
+from eos.core.bootstrap import bootstrap_servers
+from eos.core.bootstrap import broker_state_path as broker_state_path  # re-exported
+from eos.core.bootstrap import local_broker as local_broker  # re-exported
+from eos.core.errors import DataLoss, KafkaUnavailable, TopicMissing
 
 _ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
 # Client settings whose value is a secret or says who we are (``redact``): passwords, keys and
@@ -38,10 +37,6 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 METADATA_TIMEOUT_S = 10.0
 
 
-def broker_state_path(base: Path | None = None) -> Path:
-    return (base or data_dir()) / "broker.json"
-
-
 def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
     host, _, port = bootstrap.rpartition(":")
     try:
@@ -49,34 +44,6 @@ def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def local_broker(base: Path | None = None) -> dict[str, Any] | None:
-    """The broker a local supervisor (``eos broker start``) serves on this machine, as its state
-    file says (``bootstrap``, ``pid``, its topics), or None when none is running (a stale file
-    is ignored). It is how clients find the embedded broker when ``KAFKA_BOOTSTRAP_SERVERS`` is
-    not set; the broker writes the file, this layer only reads it."""
-    path = broker_state_path(base)
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not alive(int(state.get("pid", -1))):
-        return None
-    return state
-
-
-def bootstrap_servers() -> str:
-    explicit = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if explicit:
-        return explicit
-    state = local_broker()
-    if state is not None:
-        return state["bootstrap"]
-    raise KafkaUnavailable(
-        "no Kafka broker configured: set KAFKA_BOOTSTRAP_SERVERS=host:port, "
-        "or start the embedded broker with `eos broker start`"
-    )
 
 
 def _expand(value: Any) -> Any:
@@ -147,6 +114,7 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
         return
     c = consumer(settings, group=group, **{"enable.partition.eof": True})
     try:
+        _check_in_log(c, settings, topic, partition, start, until)
         c.assign([ck.TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -154,6 +122,8 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
             if message is None:
                 continue
             if message.error():
+                if message.error().code() in OUT_OF_RANGE:  # removed while we read
+                    _check_in_log(c, settings, topic, partition, start, until)
                 if message.error().code() != ck.KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(f"reading {topic}[{partition}] failed: "
                                            f"{message.error()}")
@@ -169,6 +139,24 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
                                f"after {timeout_s:.0f}s")
     finally:
         c.close()
+
+
+# What a fetch from an offset the log no longer (or never) holds fails with: the broker's
+# OFFSET_OUT_OF_RANGE, surfaced by librdkafka as _AUTO_OFFSET_RESET under "auto.offset.reset:
+# error". Not a broker that is briefly away: retrying reads the same missing offsets.
+OUT_OF_RANGE = (ck.KafkaError._AUTO_OFFSET_RESET, ck.KafkaError.OFFSET_OUT_OF_RANGE)
+
+
+def _check_in_log(c: ck.Consumer, settings: dict[str, Any], topic: str, partition: int,
+                  start: int, until: int | None) -> None:
+    """``DataLoss`` naming the offsets when a read from ``start`` cannot be served: records
+    before the log start are gone (retention), or ``start`` is past the end (truncation), as
+    ``begin`` and the epoch's reader report them, instead of a retried "Offset out of range"."""
+    low, high = watermarks(c, topic, partition, settings["bootstrap.servers"])
+    if start < low:
+        raise DataLoss.gone(topic, partition, start, low, until)
+    if start > high:
+        raise DataLoss.beyond(topic, partition, start, high)
 
 
 def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:

@@ -26,6 +26,35 @@ def log_phase(phase: str, **fields: Any) -> str:
     return line
 
 
+#: The keys every line of an epoch's phases (begin, precommit, commit, abort) starts with, in
+#: this order, so one parser reads any task's log (README, "Task logs"); a value that does not
+#: apply to a phase is ``-``. ``ranges``: the plan's offset ranges, ``p<partition>:[start,until)``
+#: joined by commas; ``records``: the Kafka records in them; ``rows``: the rows this phase
+#: staged by kind (precommit: ``output``, ``state``, ``late``, ``quarantine``, ``offsets``,
+#: ``filtered``) or committed by output (commit: ``windows``, ``late``, ``quarantine``);
+#: ``delta_versions``: the Delta version each
+#: table this attempt wrote got (``staging``, ``checkpoints``, each Delta sink by name; ``{}``
+#: when it wrote none of them; the epoch log is bookkeeping and not listed); ``duration_ms``: the
+#: phase's wall time. Phase-specific keys follow them.
+PHASE_KEYS = ("epoch", "plan_hash", "outcome", "ranges", "records", "rows", "delta_versions",
+              "duration_ms")
+NOT_APPLICABLE = "-"
+
+
+def log_epoch_phase(phase: str, *, epoch: int, plan_hash: str | None, outcome: Any,
+                    ranges: str | None, records: int | None, rows: dict[str, int] | None,
+                    delta_versions: dict[str, int | None], duration_ms: float,
+                    **details: Any) -> str:
+    """One epoch phase's line: ``PHASE_KEYS`` first (every one, ``-`` when it does not apply),
+    then ``details``."""
+    common = {"epoch": epoch, "plan_hash": plan_hash, "outcome": outcome, "ranges": ranges,
+              "records": records, "rows": rows,
+              "delta_versions": {k: v for k, v in delta_versions.items() if v is not None},
+              "duration_ms": duration_ms}
+    fields = {k: NOT_APPLICABLE if v is None else v for k, v in common.items()}
+    return log_phase(phase, **fields, **details)
+
+
 @contextmanager
 def timed() -> Iterator[dict[str, float]]:
     """Wall time of a block in ms; only ever logged, never an input to what an epoch computes."""

@@ -58,8 +58,9 @@ class Plan:
         data["ranges"] = tuple(PartitionRange(**r) for r in data["ranges"])
         return cls(**data)
 
-    def describe_ranges(self) -> str:
-        return " ".join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
+    def describe_ranges(self, sep: str = " ") -> str:
+        """``p0:[0,500) p1:[0,480)``; a phase line joins them with ``,`` (one ``k=v`` token)."""
+        return sep.join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
 
 
 def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
@@ -163,5 +164,8 @@ def plan_of(tables: Tables, epoch: int) -> Plan:
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
+    """What ``begin`` hands the rest of its DAG run: ``ranges`` for people (the log line),
+    ``offsets`` for programs (the asset events' extra: topic, partition, [start, until))."""
     return {"epoch": plan.epoch, "plan_hash": plan.hash, "records": plan.records,
-            "ranges": plan.describe_ranges()}
+            "ranges": plan.describe_ranges(),
+            "offsets": [{"topic": plan.topic, **asdict(r)} for r in plan.ranges]}

@@ -39,7 +39,7 @@ from eos.core.layout import Tables, tables_for
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs, output_schema
-from eos.core.phaselog import elapsed_ms, log_phase, timed
+from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
 from eos.core.plan import Plan, Source, new_plan, plan_of
 from eos.core.rewind import check_none_unfinished
 from eos.core.sink import SinkCommit, sinks_for
@@ -90,6 +90,7 @@ class CommitResult:
     pruned_before: int | None = None
     maintenance: dict[str, Any] | None = None
     duration_ms: float = 0.0
+    delta_versions: dict[str, int | None] = field(default_factory=dict)  # Delta sinks written
 
     @property
     def versions(self) -> dict[str, int | None]:
@@ -186,9 +187,10 @@ def begin(config: PipelineConfig, run_id: str | None = None, *,
                 _bind(tables, plan, run_id, took)
         elif how is not Outcome.REUSED_RUN:
             _bind(tables, plan, run_id, took)
-    log_phase(
-        "begin", epoch=plan.epoch, plan_hash=plan.hash, outcome=how, committed_epoch=committed,
-        records=plan.records, ranges=plan.describe_ranges(), run_id=run_id, duration_ms=took["ms"],
+    log_epoch_phase(
+        "begin", epoch=plan.epoch, plan_hash=plan.hash, outcome=how,
+        ranges=plan.describe_ranges(","), records=plan.records, rows=None, delta_versions={},
+        duration_ms=took["ms"], committed_epoch=committed, run_id=run_id,
     )
     return plan
 
@@ -254,16 +256,20 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
             checkpoints.check_schema_view(previous, config)
             _stage(config, tables, plan, previous, stager, result)
     result.timings_ms["total"] = total["ms"]
-    result.line = log_phase(
+    result.line = log_epoch_phase(
         "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
-        ranges=plan.describe_ranges(), rows=result.counts, watermark_ms=result.watermark_ms,
-        staging_version=result.staging_version, written_by=result.written_by,
+        ranges=plan.describe_ranges(","), records=plan.records, rows=result.counts,
+        delta_versions={"staging": result.staging_version}, duration_ms=total["ms"],
+        watermark_ms=result.watermark_ms, written_by=result.written_by,
         durations_ms=result.timings_ms,
     )
     return result
 
 
 STAGE_ATTEMPTS = 5  # fenced staging writes re-decided after a concurrent fenced step
+# The sink type whose commit versions are Delta versions (``eos.sinks.delta.DeltaSink.kind``),
+# listed in the commit line's ``delta_versions``; other sinks' versions stay in ``sinks``.
+DELTA_SINK = "delta"
 
 
 @dataclass(frozen=True)
@@ -394,11 +400,13 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
         else:
             _commit_sinks_and_checkpoint(config, tables, plan, result, took)
     result.duration_ms = took["ms"]
-    log_phase(
-        "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome, rows=result.rows,
-        sinks={s.sink: _sink_summary(s) for s in result.sinks},
+    log_epoch_phase(
+        "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
+        ranges=plan.describe_ranges(","), records=plan.records, rows=result.rows,
+        delta_versions={**result.delta_versions, "checkpoints": result.checkpoint_version},
+        duration_ms=result.duration_ms, sinks={s.sink: _sink_summary(s) for s in result.sinks},
         checkpoint_version=result.checkpoint_version, pruned_staging_before=result.pruned_before,
-        maintenance=result.maintenance, duration_ms=result.duration_ms,
+        maintenance=result.maintenance,
     )
     return result
 
@@ -419,7 +427,10 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     sinks = sinks_for(config)
     for i, sink in enumerate(sinks):
-        result.sinks.append(sink.commit(epoch, outputs[sink.output], plan.hash))
+        done = sink.commit(epoch, outputs[sink.output], plan.hash)
+        result.sinks.append(done)
+        if sink.kind == DELTA_SINK and done.outcome is Outcome.COMMITTED:
+            result.delta_versions[sink.name] = done.version  # (a Kafka sink's is an offset)
         if i < len(sinks) - 1:
             faults.hit("commit.between_sinks")
     faults.hit("commit.before_checkpoint")
@@ -484,26 +495,36 @@ def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
     which returns the same plan: the same records are read again.
     """
     with timed() as took, ensure_tables(config) as tables:
-        outcome = _drop_staged(config, tables, epoch)
+        row = epochlog.first_plan_row(tables, epoch)
+        plan = None if row is None else Plan.from_json(row["plan"])
+        outcome, staging_version = _drop_staged(config, tables, epoch)
         if outcome is Outcome.ABORTED:
             for sink in sinks_for(config):
                 sink.abort(epoch)
             epochlog.append(tables, epoch, epochlog.ABORTED, details={"reason": reason[:500]})
-    log_phase("abort", epoch=epoch, outcome=outcome, reason=reason[:200], duration_ms=took["ms"])
+    log_epoch_phase(
+        "abort", epoch=epoch, plan_hash=plan.hash if plan else None, outcome=outcome,
+        ranges=plan.describe_ranges(",") if plan else None,
+        records=plan.records if plan else None, rows=None,
+        delta_versions={"staging": staging_version}, duration_ms=took["ms"],
+        reason=reason[:200],
+    )
     return outcome
 
 
-def _drop_staged(config: PipelineConfig, tables: OpenTables, epoch: int) -> Outcome:
-    """Abort's one staging write, decided and written through one snapshot."""
+def _drop_staged(config: PipelineConfig, tables: OpenTables, epoch: int
+                 ) -> tuple[Outcome, int | None]:
+    """Abort's one staging write, decided and written through one snapshot; with the staging
+    version it wrote (None when it wrote nothing)."""
     snapshot = tables.refreshed(tables.staging)
     for _ in range(STAGE_ATTEMPTS):
         tables.refresh(tables.checkpoints)
         if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
-            return Outcome.NOTHING_TO_ABORT
+            return Outcome.NOTHING_TO_ABORT, None
         if Fence.of(snapshot, config.app_id).sealed >= epoch:
-            return Outcome.IN_COMMIT
+            return Outcome.IN_COMMIT, None
         if staging.drop(snapshot, config.app_id, epoch, "abort"):
-            return Outcome.ABORTED
+            return Outcome.ABORTED, snapshot.version()
     raise CommitConflict(f"aborting epoch {epoch} conflicted with concurrent writes "
                          f"{STAGE_ATTEMPTS} times; retrying is safe")
 

@@ -213,8 +213,11 @@ class SupportsAssets(Sink):
     """A sink Airflow publishes as an asset when an epoch commits to it."""
 
     @abstractmethod
-    def asset_uri(self) -> str:
-        """The Airflow Asset URI published when an epoch commits (no I/O: used at DAG parse)."""
+    def asset_uri(self) -> str | None:
+        """The Airflow Asset URI published when an epoch commits, named as OpenLineage names the
+        dataset (``eos.core.lineage``), or None when it cannot be named where it is asked (a
+        Kafka sink where no broker is configured). No I/O but the environment: used at DAG
+        parse."""
 
 
 # -- sink types ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import EosError
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
-from eos.core.plan import PartitionRange, Plan
+from eos.core.plan import PartitionRange, Plan, first_offset
 from eos.core.verdicts import AuditVerdict
 
 DEFAULT_LIMIT = 50
@@ -64,9 +64,10 @@ class EpochStatus:
 @dataclass(frozen=True)
 class PartitionLag:
     partition: int
-    committed: int | None  # where the next epoch starts reading
+    committed: int | None  # where the next epoch starts reading (the plan's start rule)
     high: int | None  # the partition's high watermark
     lag: int | None
+    low: int | None = None  # the partition's log start, as read with ``high``
 
 
 @dataclass(frozen=True)
@@ -231,12 +232,30 @@ def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, commi
         marks = topic_watermarks(settings, config.kafka.topic)
     except EosError as error:
         marks, problem = {}, str(error)
-    lags = []
-    for p in sorted(set(offsets) | set(marks)):
-        until, high = offsets.get(p), marks.get(p, (None, None))[1]
-        lags.append(PartitionLag(p, until, high,
-                                 high - until if until is not None and high is not None else None))
-    return lags, problem
+    return partition_lags(config, offsets, marks), problem
+
+
+def partition_lags(config: PipelineConfig, offsets: dict[int, int],
+                   marks: dict[int, tuple[int, int]]) -> list[PartitionLag]:
+    """Each partition's lag from the checkpoint's ``offsets`` and the topic's watermarks
+    (``marks``: partition -> (low, high)), for ``eos status`` and the epochs view."""
+    return [_partition_lag(config, offsets, p, marks.get(p))
+            for p in sorted(set(offsets) | set(marks))]
+
+
+def _partition_lag(config: PipelineConfig, offsets: dict[int, int], partition: int,
+                   marks: tuple[int, int] | None) -> PartitionLag:
+    """Where the next epoch starts reading ``partition`` and how far behind that is. A partition
+    no checkpoint knows yet (before the first epoch, or added later) starts where the plan
+    would start it (``first_offset``: the log start, or with ``kafka.start: latest`` the high
+    watermark for a brand-new pipeline), so its lag is the backlog the next epochs will read,
+    not unknown."""
+    low, high = marks if marks is not None else (None, None)
+    start = offsets.get(partition)
+    if start is None and low is not None and high is not None:
+        start = first_offset(config, offsets, low, high)
+    lag = high - start if start is not None and high is not None else None
+    return PartitionLag(partition, start, high, lag, low)
 
 
 # -- ``eos status`` ---------------------------------------------------------------------------

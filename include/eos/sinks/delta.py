@@ -229,5 +229,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return line(DeltaTable(self.path), self.config.app_id)
 
     def asset_uri(self) -> str:
-        path = self.path
-        return path if "://" in path else f"file://{Path(path).resolve()}"
+        """The table's location: ``file:///abs/path``, or its store URI (``s3://bucket/path``)."""
+        from eos.core.lineage import table_uri
+
+        return table_uri(self.path)

@@ -316,8 +316,11 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 epochs.append(marker["epoch"])
         return epochs
 
-    def asset_uri(self) -> str:
-        return f"kafka://{self.config.name}/{self.options.topic}"
+    def asset_uri(self) -> str | None:
+        """``kafka://<first bootstrap host:port>/<topic>`` of the cluster this sink writes to."""
+        from eos.core.lineage import topic_uri
+
+        return topic_uri({**self.config.kafka.client, **self.options.client}, self.options.topic)
 
     def prepare(self, schema: pa.Schema | None = None) -> None:
         """Create the output topic and the marker topic where the broker allows it."""

@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from eos.core.errors import EosError, exit_code
 from eos.core.kafka import broker_state_path
@@ -113,9 +114,12 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from eos.core.kafka import client_settings
-    from eos.tools.produce import GeneratorSpec, generator_options, produce
+    from eos.tools.produce import GeneratorSpec, continue_after, generator_options, produce
 
     config = _config(args)
+    settings = client_settings(config.kafka.client)
+    start_ms = (continue_after(settings, config.kafka.topic, args.interval_ms)
+                if args.start_at is None else args.start_at)
     spec = GeneratorSpec(
         events=args.events,
         keys=args.keys,
@@ -125,16 +129,30 @@ def cmd_produce(args: argparse.Namespace) -> int:
         late_fraction=args.late_fraction,
         bad_fraction=args.bad_fraction,
         seed=args.seed,
+        start_ms=start_ms,
         **generator_options(config, args.shape),
     )
-    summary = produce(spec, config.kafka.topic, client_settings(config.kafka.client), args.rate)
+    summary = produce(spec, config.kafka.topic, settings, args.rate)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.kinds.items()))
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     print(
         f"produced {summary.records} records to '{config.kafka.topic}' in {summary.seconds:.1f}s "
-        f"({rate:,.0f} rec/s): {kinds}"
+        f"({rate:,.0f} rec/s): {kinds}; arrival times from {_iso_ms(start_ms)}"
     )
     return 0
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _start_at(text: str) -> int | None:
+    from eos.tools.produce import parse_start
+
+    try:
+        return parse_start(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bad-fraction", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rate", type=float, default=0.0, help="records per second, 0 = unthrottled")
+    p.add_argument("--start-at", type=_start_at, default=None, metavar="WHEN",
+                   help="arrival (and event) time of the first event: continue (default: after "
+                        "the last record on the topic, so a second batch is not all late), base "
+                        "(2026-01-01T00:00:00Z, the fixed start a fresh topic gets), epoch ms, "
+                        "or an ISO-8601 instant")
     p.set_defaults(func=cmd_produce)
 
     _register_protocol_commands(sub)

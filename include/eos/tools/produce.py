@@ -12,8 +12,12 @@ Two event shapes (``GeneratorSpec.shape``):
   "country": "DE"}, "revenue": 2 decimals, often 0, a few negative refunds, "duration_ms": an
   integer, "referrer": a URL, null or absent}``; bad records are one of ``PAGEVIEW_BAD_KINDS``.
 
-Both: record ``i`` arrives (Kafka timestamp) at ``BASE_TIME_MS + i * interval_ms``; its event time
+Both: record ``i`` arrives (Kafka timestamp) at ``start_ms + i * interval_ms``; its event time
 is up to ``disorder_ms`` earlier, or, for a ``late`` record, ``late_delay_ms`` to twice that.
+``start_ms`` defaults to ``BASE_TIME_MS``, a fixed instant, so that a spec alone fixes its records
+(the tests' ground truth). ``eos produce`` continues a stream instead: a batch starts after the
+last record already on the topic (``continue_after``), or where ``--start-at`` says, so a second
+batch is not all behind the watermark the first one moved.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ class GeneratorSpec:
     value_field: str = "value"
     shape: str = "clicks"  # "clicks" or "pageviews" (SHAPES); keys = distinct keys or pages
     users: int = 500  # pageviews only: distinct user ids
+    start_ms: int = BASE_TIME_MS  # arrival time of record 0 (its event time is at most this)
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -123,7 +128,7 @@ def bad_kinds(shape: str) -> tuple[str, ...]:
 def _clicks(spec: GeneratorSpec) -> Iterator[GeneratedRecord]:
     rng = random.Random(spec.seed)
     for i in range(spec.events):
-        arrival = BASE_TIME_MS + i * spec.interval_ms
+        arrival = spec.start_ms + i * spec.interval_ms
         key = f"k{rng.randrange(spec.keys):05d}"
         ts = arrival - (rng.randrange(spec.disorder_ms + 1) if spec.disorder_ms else 0)
         kind = "good"
@@ -216,7 +221,7 @@ def _pageviews(spec: GeneratorSpec) -> Iterator[GeneratedRecord]:
     rng = random.Random(spec.seed)
     users = _user_table(spec)
     for i in range(spec.events):
-        arrival = BASE_TIME_MS + i * spec.interval_ms
+        arrival = spec.start_ms + i * spec.interval_ms
         page = page_path(int(spec.keys * rng.random() ** 2))  # a few pages get most views
         user = rng.randrange(spec.users)
         country, offset = users[user]
@@ -324,6 +329,58 @@ def generator_options(config: PipelineConfig, shape: str | None = None) -> dict[
     if event.time.format == "epoch_ms" and len(event.time.path) == 1:
         options["time_field"] = event.time.path[0]
     return options
+
+
+# -------------------------------------------------------------------- continuing a stream
+
+TAIL_RECORDS = 20  # records read back per partition to find where a topic's stream ends
+
+
+def last_timestamp_ms(settings: dict[str, Any], topic: str) -> int | None:
+    """The latest record timestamp among the last ``TAIL_RECORDS`` committed records of each
+    partition of ``topic``; None when it holds none (or does not exist yet). For records of
+    this generator the timestamp is the arrival time, never before the record's event time."""
+    from eos.core.errors import TopicMissing
+    from eos.core.kafka import read_partition, topic_watermarks
+
+    try:
+        marks = topic_watermarks(settings, topic)
+    except TopicMissing:
+        return None
+    stamps = [message.timestamp()[1]
+              for partition, (low, high) in marks.items() if high > low
+              for message in read_partition(settings, topic, partition,
+                                            max(low, high - TAIL_RECORDS), high,
+                                            group="eos-produce")]
+    return max((t for t in stamps if t >= 0), default=None)
+
+
+def continue_after(settings: dict[str, Any], topic: str, interval_ms: int) -> int:
+    """Where a new batch on ``topic`` starts: one ``interval_ms`` after its last record, so the
+    batch's event times follow the stream's instead of falling behind the watermark it already
+    moved (every record late); ``BASE_TIME_MS`` on an empty topic, as ``generate`` would."""
+    last = last_timestamp_ms(settings, topic)
+    return BASE_TIME_MS if last is None else last + interval_ms
+
+
+def parse_start(text: str) -> int | None:
+    """``--start-at``: ``continue`` (None: after the topic's last record), ``base`` (the fixed
+    ``BASE_TIME_MS``, what tests reproduce), epoch milliseconds, or an ISO-8601 instant with
+    ``Z`` or an offset. A ValueError names what is accepted."""
+    if text == "continue":
+        return None
+    if text == "base":
+        return BASE_TIME_MS
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        instant = None
+    if instant is None or instant.tzinfo is None:
+        raise ValueError(f"--start-at {text!r}: expected continue, base, epoch milliseconds or "
+                         "an ISO-8601 instant with Z or an offset (2026-03-01T12:00:00Z)")
+    return int(instant.timestamp() * 1000)
 
 
 def produce(
