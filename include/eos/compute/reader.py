@@ -57,8 +57,8 @@ PARSE_OPTION = "parse_event"
 
 # Per Python worker, which Spark reuses from task to task (``spark.python.worker.reuse``): the
 # parser of each event declaration, compiled by the first split that needed it. (Keeping the
-# consumers too was measured and is not done: unassigned and reassigned, a kept consumer read
-# 1M records in 32 splits in 8.8 s against 4.3 s with a fresh one per split;
+# consumers too was measured slower, 8.8 s against 4.3 s for 1M records in 32 splits, before the
+# queue backoff below was found, which very likely explains it; not re-measured:
 # docs/benchmarks-history.md, 2026-11-25.)
 _parsers: dict[str, Any] = {}
 
@@ -100,9 +100,9 @@ class KafkaSplit(InputPartition):
 def splits_of(ranges: list[dict[str, int]], split_records: int,
               min_splits: int = 1) -> list[KafkaSplit]:
     """The ranges' offsets dealt into ``max(min_splits, ceil(total / split_records))`` splits of
-    near-equal size (one more than the target at most), in partition order: a range is cut where
-    a split is full, so a split never holds two pieces of one partition, and every offset of
-    every non-empty range is in exactly one piece."""
+    at most ``ceil(total / count)`` offsets each (the last may hold fewer), in partition order:
+    a range is cut where a split is full, so a split never holds two pieces of one partition,
+    and every offset of every non-empty range is in exactly one piece."""
     pieces = [Piece(r["partition"], r["start"], r["until"])
               for r in sorted(ranges, key=lambda r: r["partition"]) if r["until"] > r["start"]]
     total = sum(p.offsets for p in pieces)
