@@ -43,7 +43,6 @@ from eos.core.state import (
     Chain,
     WindowRead,
     chain_of,
-    read_state_file,
     snapshot_due,
 )
 from eos.core.tables import group_column, handle, staging_schema
@@ -145,10 +144,7 @@ def state_frame(spark: Any, config: PipelineConfig, state: EpochState,
     """The open-window rows of N-1's chain that ``read`` selects (alive ones only), as a
     DataFrame read by the executors with pyarrow (``staging_files.read_state``: no Hadoop
     connector, so staging may be on an object store): one task per file, up to the session's
-    parallelism; or, when the files hold at most ``spark.collect_rows`` rows, read in this
-    process and handed to Spark as a local relation (a 200k-record epoch's precommit on a
-    change chain 0.3-0.6 s faster: docs/benchmarks.md). Also how many rows the files read hold
-    (an upper bound; None: unknown)."""
+    parallelism. Also how many rows the files read hold (an upper bound; None: unknown)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = staging_schema(config)
@@ -161,17 +157,10 @@ def state_frame(spark: Any, config: PipelineConfig, state: EpochState,
         return empty, 0
     counts = [f.rows for f in files]
     rows = None if None in counts else sum(c or 0 for c in counts)
-    filters = read.row_filters(state.watermark_ms)
-    if rows is not None and rows <= config.spark.collect_rows:
-        # Few rows (at most what this process would collect anyway): read here and hand them
-        # to Spark as a local relation; a mapInArrow job costs Python workers and a task each.
-        local = pa.concat_tables([read_state_file(f.uri, f.plan_hash, columns, filters)
-                                  .cast(arrow) for f in files])
-        return spark.createDataFrame(local, schema=from_arrow_schema(arrow)), rows
     tasks = max(1, min(len(files), config.spark.shuffle_partitions))
     frame = (spark.range(0, len(files), 1, numPartitions=tasks)
              .mapInArrow(staging_files.read_state([(f.uri, f.plan_hash) for f in files], columns,
-                                                  filters, arrow),
+                                                  read.row_filters(state.watermark_ms), arrow),
                          from_arrow_schema(arrow)))
     return frame, rows
 
