@@ -186,7 +186,10 @@ def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str,
 @contextlib.contextmanager
 def statsd_listener() -> Iterator[list[str]]:
     """A real UDP socket on loopback as the StatsD server, and Airflow's metrics pointed at it
-    (``[metrics] statsd_on``), for the block: yields the lines it received."""
+    (``[metrics] statsd_on``), for the block: yields the lines it received. Airflow picks its
+    metrics client when ``airflow.stats`` is imported (here long before the block), so the
+    block sets the StatsD one as that import would have with this configuration."""
+    from airflow.metrics import statsd_logger
     from airflow.stats import Stats
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -204,6 +207,8 @@ def statsd_listener() -> Iterator[list[str]]:
            "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1])}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    factory = type(Stats).factory
+    type(Stats).factory = statsd_logger.get_statsd_logger
     Stats.instance = None  # made again from [metrics] on its next use
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
@@ -218,6 +223,7 @@ def statsd_listener() -> Iterator[list[str]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        type(Stats).factory = factory
         Stats.instance = None
 
 
