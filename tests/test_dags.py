@@ -13,10 +13,14 @@ from __future__ import annotations
 # Must come first: it points Airflow at a throwaway AIRFLOW_HOME before airflow is imported.
 import conftest_airflow as af  # isort: skip
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -174,8 +178,65 @@ def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str,
     the result a failure (in submit mode, below) must reproduce."""
     config = make_pipeline(pipelines_dir, data_dir, "afref")
     dag = af.load_dag(config.dag_id)
-    runs = [af.run_dag(dag, i) for i in range(3)]
-    return {"config": config, "dag": dag, "runs": runs}
+    with statsd_listener() as packets:
+        runs = [af.run_dag(dag, i) for i in range(3)]
+    return {"config": config, "dag": dag, "runs": runs, "metrics": packets}
+
+
+@contextlib.contextmanager
+def statsd_listener() -> Iterator[list[str]]:
+    """A real UDP socket on loopback as the StatsD server, and Airflow's metrics pointed at it
+    (``[metrics] statsd_on``), for the block: yields the lines it received. Airflow picks its
+    metrics client when ``airflow.stats`` is imported (here long before the block), so the
+    block sets the StatsD one as that import would have with this configuration."""
+    from airflow.metrics import statsd_logger
+    from airflow.stats import Stats
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    received: list[str] = []
+    done = threading.Event()
+
+    def drain() -> None:
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                received.extend(sock.recv(65535).decode().splitlines())
+
+    env = {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+           "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1])}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    factory = type(Stats).factory
+    type(Stats).factory = statsd_logger.get_statsd_logger
+    Stats.instance = None  # made again from [metrics] on its next use
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    try:
+        yield received
+    finally:
+        done.set()
+        thread.join()
+        sock.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        type(Stats).factory = factory
+        Stats.instance = None
+
+
+def eos_metrics(lines: list[str], config: PipelineConfig) -> dict[str, list[tuple[float, str]]]:
+    """``airflow.eos.<pipeline>.<what>:<value>|<type>`` lines by ``<what>``, in arrival order."""
+    prefix = f"airflow.eos.{config.name}."
+    out: dict[str, list[tuple[float, str]]] = {}
+    for line in lines:
+        if line.startswith(prefix):
+            what, _, rest = line[len(prefix):].partition(":")
+            value, _, kind = rest.partition("|")
+            out.setdefault(what, []).append((float(value), kind))
+    return out
 
 
 @pytest.mark.timeout(900)
@@ -223,6 +284,33 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
     assert report.counts["delta:target"][1] > 0
     assert report.counts["delta:late"][1] > 0
     assert report.counts["delta:quarantine"][1] > 0
+
+
+def test_each_epoch_sends_its_metrics_to_the_configured_statsd(reference: dict) -> None:
+    """Airflow's own metrics client (StatsD here, a real UDP listener) carries every epoch's
+    figures with the values the epochs had: records planned, the lag each plan left, rows
+    staged and committed per output, the watermark's delay, commit outcomes, phase times."""
+    config: PipelineConfig = reference["config"]
+    got = eos_metrics(reference["metrics"], config)
+    assert got, reference["metrics"][:20]
+    assert [v for v, kind in got["planned_records"]] == [1000, 1000, 400]
+    assert {kind for _, kind in got["planned_records"]} == {"g"}
+    assert [v for v, _ in got["lag"]] == [1400, 400, 0]  # what each plan left in the topic
+    partitions = [k for k in got if k.startswith("lag.p")]
+    assert partitions and all(len(got[k]) == 3 for k in partitions)
+    assert sum(got[k][0][0] for k in partitions) == 1400
+    committed_rows = [v for v, _ in got["rows.windows"]]
+    assert len(committed_rows) == 3 and all(v > 0 for v in committed_rows)
+    sinks = {e["epoch"]: e["rows"]["windows"] for e in af.asset_events(
+        f"file://{Path(delta_path(config, 'target')).resolve()}")}
+    assert committed_rows == [sinks[0], sinks[1], sinks[2]]
+    assert [v for v, _ in got["rows.quarantine"]] == [
+        v for v, _ in got["staged.quarantine"]]
+    assert got["commit.committed"] == [(1.0, "c")] * 3
+    assert len(got["watermark_delay_ms"]) == 3 and all(v >= 0 for v, _ in got["watermark_delay_ms"])
+    for phase in ("begin", "precommit", "commit"):
+        assert [kind for _, kind in got[f"phase.{phase}"]] == ["ms"] * 3, got.keys()
+    assert len(got["precommit.read_parse"]) == 3
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ Spark application per epoch. Both run ``eos.core.protocol.precommit``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -235,6 +236,7 @@ def _connect_precommit(config: PipelineConfig) -> Any:
           **PRECOMMIT_RETRIES)
     @_phase(config)
     def precommit(**context: Any) -> str:
+        from eos.airflow.metrics import precommit_metrics, safely
         from eos.compute.connect import airflow_endpoint
         from eos.compute.spark import connect_precommit
         from eos.core.errors import ProtocolViolation
@@ -245,7 +247,9 @@ def _connect_precommit(config: PipelineConfig) -> Any:
         endpoint = airflow_endpoint(config.compute.connection)
         log.info("eos precommit: epoch=%s plan_hash=%s on %s", planned["epoch"],
                  planned["plan_hash"], endpoint.address)
-        return connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint).line
+        result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint)
+        safely(precommit_metrics, config, result)
+        return result.line
 
     return precommit()
 
@@ -310,10 +314,13 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         @_phase(config)
         def begin(**context: Any) -> dict[str, Any]:
             """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
+            from eos.airflow.metrics import begin_metrics, safely
             from eos.core.plan import plan_summary
             from eos.core.protocol import begin as plan_epoch
 
+            started = time.monotonic()
             plan = plan_epoch(config, run_id=context["run_id"])
+            safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
             summary = plan_summary(plan)
             log.info("eos begin: %s", summary)
             return summary
@@ -334,6 +341,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         @_phase(config)
         def commit(**context: Any) -> dict[str, Any]:
             """Promote staged epoch N into every sink, then checkpoint it (no-op when committed)."""
+            from eos.airflow.metrics import commit_metrics, safely
             from eos.core.errors import ProtocolViolation
             from eos.core.protocol import commit as commit_epoch
 
@@ -342,6 +350,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                 raise ProtocolViolation("this run has no plan from begin: clear the run from "
                                         "begin")
             result = commit_epoch(config, planned["epoch"])
+            safely(commit_metrics, config, result)
             if result.plan_hash != planned["plan_hash"]:
                 raise ProtocolViolation(
                     f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
