@@ -219,14 +219,16 @@ def read_split(
 
     from eos.core import faults
     from eos.core.errors import KafkaUnavailable
-    from eos.core.kafka import consumer
+    from eos.core.kafka import check_in_log, consumer
 
     bootstrap = settings["bootstrap.servers"]
     c = consumer({**QUEUE_BACKOFF, **settings}, group=f"eos-reader-{topic}",
                  **{"enable.partition.eof": True})
     try:
-        for piece in split.pieces:
-            _check_retained(c, topic, piece, bootstrap)
+        for piece in split.pieces:  # offsets gone or truncated are data loss, said now
+            check_in_log(c, topic, piece.partition, piece.start, piece.until, bootstrap,
+                         until_in_log=True, what="planned range",
+                         consequence="the epoch cannot be computed without losing data")
         c.assign([ck.TopicPartition(topic, p.partition, p.start) for p in split.pieces])
         reading = _Progress(split)
         records: list[Any] = []
@@ -257,22 +259,6 @@ def read_split(
                 records = []
     finally:
         c.close()
-
-
-def _check_retained(c: Any, topic: str, piece: Piece, bootstrap: str) -> None:
-    """A piece whose offsets Kafka no longer has (or never had) is data loss, said now."""
-    from eos.core.errors import DataLoss
-    from eos.core.kafka import watermarks
-
-    low, high = watermarks(c, topic, piece.partition, bootstrap)
-    if piece.start < low:
-        raise DataLoss.gone(topic, piece.partition, piece.start, low, piece.until,
-                            "planned range", "the epoch cannot be computed without losing data")
-    if piece.until > high:
-        raise DataLoss(
-            f"topic '{topic}' partition {piece.partition}: planned until {piece.until} is "
-            f"beyond the high watermark {high}; the partition was truncated"
-        )
 
 
 class _Progress:

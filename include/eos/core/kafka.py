@@ -114,7 +114,7 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
         return
     c = consumer(settings, group=group, **{"enable.partition.eof": True})
     try:
-        _check_in_log(c, settings, topic, partition, start, until)
+        check_in_log(c, topic, partition, start, until, settings["bootstrap.servers"])
         c.assign([ck.TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -123,7 +123,7 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
                 continue
             if message.error():
                 if message.error().code() in OUT_OF_RANGE:  # removed while we read
-                    _check_in_log(c, settings, topic, partition, start, until)
+                    check_in_log(c, topic, partition, start, until, settings["bootstrap.servers"])
                 if message.error().code() != ck.KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(f"reading {topic}[{partition}] failed: "
                                            f"{message.error()}")
@@ -147,16 +147,21 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
 OUT_OF_RANGE = (ck.KafkaError._AUTO_OFFSET_RESET, ck.KafkaError.OFFSET_OUT_OF_RANGE)
 
 
-def _check_in_log(c: ck.Consumer, settings: dict[str, Any], topic: str, partition: int,
-                  start: int, until: int | None) -> None:
-    """``DataLoss`` naming the offsets when a read from ``start`` cannot be served: records
-    before the log start are gone (retention), or ``start`` is past the end (truncation), as
-    ``begin`` and the epoch's reader report them, instead of a retried "Offset out of range"."""
-    low, high = watermarks(c, topic, partition, settings["bootstrap.servers"])
+def check_in_log(c: ck.Consumer, topic: str, partition: int, start: int, until: int | None,
+                 bootstrap: str, *, until_in_log: bool = False, what: str = "range",
+                 consequence: str = "they cannot be read") -> None:
+    """``DataLoss`` naming the offsets when a read of ``[start, until)`` cannot be served:
+    records before the log start are gone (retention), or ``start`` is past the end
+    (truncation), as ``begin``, the epoch's reader and the audit all report them, instead of a
+    retried "Offset out of range". ``until_in_log``: ``until`` must be in the log already (a
+    planned range was below the high watermark when planned; a shorter log was truncated)."""
+    low, high = watermarks(c, topic, partition, bootstrap)
     if start < low:
-        raise DataLoss.gone(topic, partition, start, low, until)
+        raise DataLoss.gone(topic, partition, start, low, until, what, consequence)
     if start > high:
         raise DataLoss.beyond(topic, partition, start, high)
+    if until_in_log and until is not None and until > high:
+        raise DataLoss.beyond(topic, partition, until, high, f"the {what} until")
 
 
 def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:

@@ -267,11 +267,6 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
 
 
 STAGE_ATTEMPTS = 5  # fenced staging writes re-decided after a concurrent fenced step
-# The sink type whose commit versions are Delta versions (``eos.sinks.delta.DeltaSink.kind``),
-# listed in the commit line's ``delta_versions``; other sinks' versions stay in ``sinks``.
-DELTA_SINK = "delta"
-
-
 @dataclass(frozen=True)
 class _Base:
     """What a precommit computed N from, as its snapshot of staging saw it: the rewinds begun
@@ -429,8 +424,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     for i, sink in enumerate(sinks):
         done = sink.commit(epoch, outputs[sink.output], plan.hash)
         result.sinks.append(done)
-        if sink.kind == DELTA_SINK and done.outcome is Outcome.COMMITTED:
-            result.delta_versions[sink.name] = done.version  # (a Kafka sink's is an offset)
+        if sink.versions_tables and done.outcome is Outcome.COMMITTED:
+            result.delta_versions[sink.name] = done.version
         if i < len(sinks) - 1:
             faults.hit("commit.between_sinks")
     faults.hit("commit.before_checkpoint")

@@ -76,6 +76,9 @@ class Sink(ABC):
     """One destination of one output (``windows``, ``late`` or ``quarantine``) of a pipeline."""
 
     kind: ClassVar[str]  # the key in the pipeline config, e.g. ``delta``
+    #: Whether ``SinkCommit.version`` is a table version (a Delta table's): the epoch's phase
+    #: line reports those as ``delta_versions``; a Kafka sink's version is an offset.
+    versions_tables: ClassVar[bool] = False
 
     def __init__(self, config: PipelineConfig, output: str, options: Any) -> None:
         self.config = config

@@ -103,6 +103,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
 
     kind = "delta"
+    versions_tables = True
     options: DeltaSinkOptions
 
     @classmethod
