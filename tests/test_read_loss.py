@@ -12,6 +12,7 @@ import confluent_kafka as ck
 import confluent_kafka.admin
 import pytest
 
+from eos.compute.reader import KafkaSplit, Piece, read_split
 from eos.core.errors import EXIT_PERMANENT, DataLoss, exit_code
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.tools.audit import read_range
@@ -42,6 +43,21 @@ def test_a_read_past_the_end_of_the_log_is_data_loss_naming_the_offsets(kafka: s
         list(read_partition(settings, topic, partition, high + 1))
     # the log's own range still reads
     assert len(read_range(settings, topic, partition, 0, high)) == high
+
+
+def test_the_epoch_reader_calls_a_planned_range_past_the_log_data_loss(kafka: str) -> None:
+    """The reader checks every piece of its split before reading any (one check with the
+    audit's, ``eos.core.kafka.check_in_log``): a plan whose range the log no longer reaches
+    (truncated, recreated) fails the epoch as data loss naming the offsets, not a wait."""
+    topic, partition, low, high = _topic_with_records()
+    split = KafkaSplit(pieces=(Piece(partition, low, high + 3),))
+    with pytest.raises(DataLoss) as lost:
+        list(read_split(topic, split, client_settings(), timeout_s=30.0))
+    assert str(lost.value) == (f"topic '{topic}' partition {partition}: the planned range until "
+                               f"offset {high + 3} is beyond the high watermark {high}; the "
+                               "partition was truncated or recreated")
+    whole = KafkaSplit(pieces=(Piece(partition, low, high),))
+    assert sum(b.num_rows for b in read_split(topic, whole, client_settings(), 30.0)) == high - low
 
 
 def test_a_read_of_records_retention_removed_is_data_loss_naming_the_offsets(
