@@ -119,9 +119,27 @@ def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None 
                 raise inner from error
             if isinstance(error, PySparkException) and connect.compute_error(
                     error, endpoint) is None:
+                gone = _session_lost(spark, endpoint)
+                if gone is not None:
+                    raise gone from error
                 raise SparkJobFailed(f"precommit of epoch {epoch} failed on {endpoint.address}: "
                                      f"{describe_failure(error)}") from error
             raise
+
+
+def _session_lost(spark: Any, endpoint: Any) -> EosError | None:
+    """After a job failed for no reason the client recognises, ask the session one trivial
+    question: a server that stopped or restarted mid-job sometimes answers the running job with
+    a teardown error of its own wording before the stream drops, and only the next request
+    says the session is gone. Then the failure is the server's (``ComputeUnavailable``), not
+    the epoch's."""
+    from eos.compute import connect
+
+    try:
+        spark.range(1).count()
+    except Exception as probe:  # classified below; else the job's own error stands
+        return connect.compute_error(probe, endpoint)
+    return None
 
 
 def submit_precommit(config: PipelineConfig, epoch: int,
