@@ -30,6 +30,7 @@ from airflow.exceptions import AirflowException, AirflowFailException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 
+from eos.airflow.alerts import stall_deadline
 from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 from eos.core.config import PipelineConfig, list_pipelines, load_config
 from eos.core.errors import EXIT_PERMANENT
@@ -305,6 +306,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         "default_args": default_args,
         "tags": ["eos", config.name],
         "doc_md": (__doc__ or "") + OPERATOR_NOTES,
+        # alerts.stall_after: a deadline on every run (eos.airflow.alerts), none when unset
+        **({"deadline": stall} if (stall := stall_deadline(config)) is not None else {}),
         **dag_kwargs,
     }
 
