@@ -173,7 +173,14 @@ def _phase(config: PipelineConfig) -> Any:
 class PrecommitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` with the protocol's retry policy: when the precommit app exits with
     ``EXIT_PERMANENT`` (a protocol violation, data loss, a bad config), the task fails at once
-    with the app's error line instead of being retried."""
+    with the app's error line instead of being retried. The app writes what it staged to a
+    result file (``--result-file``) this task reads to send the epoch's precommit metrics, as
+    the Spark Connect task does (``eos.airflow.metrics``); a driver on another host (cluster
+    deploy mode) leaves no file here, and then no metrics."""
+
+    def __init__(self, *, eos_config: PipelineConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.eos_config = eos_config
 
     def _get_hook(self) -> Any:
         hook = super()._get_hook()
@@ -191,7 +198,21 @@ class PrecommitOperator(SparkSubmitOperator):
         hook._process_spark_submit_log = remember_errors
         return hook
 
-    def execute(self, context: Any) -> None:
+    def execute(self, context: Any) -> str | None:
+        import tempfile
+        from pathlib import Path
+
+        args = self.application_args
+        with tempfile.TemporaryDirectory(prefix="eos-precommit-") as scratch:
+            result_file = Path(scratch) / "result.json"
+            self.application_args = [*(args or []), "--result-file", str(result_file)]
+            try:
+                self._submit(context)
+            finally:
+                self.application_args = args
+            return self._staged(result_file)
+
+    def _submit(self, context: Any) -> None:
         try:
             super().execute(context)
         except AirflowException as error:
@@ -201,6 +222,24 @@ class PrecommitOperator(SparkSubmitOperator):
                 message = self._eos_errors[-1] if self._eos_errors else str(error)
                 raise AirflowFailException(message) from error
             raise
+
+    def _staged(self, result_file: Any) -> str | None:
+        """After a successful submit: send the precommit metrics of the app's result, and
+        return its phase line (the task's XCom, as in Connect mode)."""
+        import json
+
+        from eos.airflow.metrics import precommit_metrics, safely
+        from eos.core.protocol import StageResult
+
+        try:
+            result = StageResult.from_payload(json.loads(result_file.read_text())["result"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.info("eos precommit: no result file from the app (%s): no precommit metrics",
+                     type(error).__name__)
+            return None
+        if self.eos_config is not None:
+            safely(precommit_metrics, self.eos_config, result)
+        return result.line
 
 
 def pipeline_configs() -> list[PipelineConfig]:
@@ -268,6 +307,7 @@ def _submit_precommit(config: PipelineConfig) -> Any:
         spark_binary=spark_submit_binary(),
         env_vars={k: v for k, v in submit_env().items() if k.startswith("PYSPARK_")},
         name=f"eos-precommit-{config.name}",
+        eos_config=config,
         doc_md=PRECOMMIT_DOC + f"Exit code {EXIT_PERMANENT} is permanent. Needs connection "
         "`spark_default` naming the master, e.g. "
         'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
