@@ -37,7 +37,9 @@ def clicks() -> list[PipelineConfig]:
 
 def test_airflow_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                               clicks: list[PipelineConfig]) -> None:
-    monkeypatch.delenv("AIRFLOW_HOME", raising=False)
+    # Settings of the environment win (another test module's Airflow home may have set them).
+    for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        monkeypatch.delenv(name, raising=False)
     assert airflow_home() == AIRFLOW_HOME == PROJECT_ROOT / "airflow_home"
     assert airflow_env(clicks)["AIRFLOW_HOME"] == str(AIRFLOW_HOME)
 
