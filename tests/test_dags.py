@@ -327,8 +327,19 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     target = delta_path(config, "target")
     dag = af.load_dag(config.dag_id)
     assert isinstance(dag.get_task("precommit"), PrecommitOperator)
-    first = af.run_dag(dag, 0)
+    with statsd_listener() as packets:
+        first = af.run_dag(dag, 0)
     assert af.task_states(first) == SUCCESS
+    # The spark-submitted precommit's figures reach Airflow's metrics client too (the app's
+    # result file, read by the task): the rows it staged are the rows commit committed.
+    got = eos_metrics(packets, config)
+    staged_kinds = {k for k in got if k.startswith("staged.")}
+    assert {"staged.output", "staged.late", "staged.quarantine"} <= staged_kinds, got.keys()
+    assert [v for v, _ in got["staged.quarantine"]] == [v for v, _ in got["rows.quarantine"]]
+    assert [kind for _, kind in got["phase.precommit"]] == ["ms"]
+    assert got["phase.precommit"][0][0] > 0
+    assert len(got["precommit.read_parse"]) == 1
+    assert len(got["watermark_delay_ms"]) == 1 and got["watermark_delay_ms"][0][0] >= 0
     # precommit was spark-submitted with the epoch and plan hash begin returned.
     args = af.rendered_fields(first, "precommit")["application_args"]
     assert args[args.index("--epoch") + 1] == "0"

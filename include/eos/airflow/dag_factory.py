@@ -30,6 +30,7 @@ from airflow.exceptions import AirflowException, AirflowFailException
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 
+from eos.airflow.alerts import stall_deadline
 from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 from eos.core.config import PipelineConfig, list_pipelines, load_config
 from eos.core.errors import EXIT_PERMANENT
@@ -172,7 +173,14 @@ def _phase(config: PipelineConfig) -> Any:
 class PrecommitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` with the protocol's retry policy: when the precommit app exits with
     ``EXIT_PERMANENT`` (a protocol violation, data loss, a bad config), the task fails at once
-    with the app's error line instead of being retried."""
+    with the app's error line instead of being retried. The app writes what it staged to a
+    result file (``--result-file``) this task reads to send the epoch's precommit metrics, as
+    the Spark Connect task does (``eos.airflow.metrics``); a driver on another host (cluster
+    deploy mode) leaves no file here, and then no metrics."""
+
+    def __init__(self, *, eos_config: PipelineConfig | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.eos_config = eos_config
 
     def _get_hook(self) -> Any:
         hook = super()._get_hook()
@@ -190,7 +198,21 @@ class PrecommitOperator(SparkSubmitOperator):
         hook._process_spark_submit_log = remember_errors
         return hook
 
-    def execute(self, context: Any) -> None:
+    def execute(self, context: Any) -> str | None:
+        import tempfile
+        from pathlib import Path
+
+        args = self.application_args
+        with tempfile.TemporaryDirectory(prefix="eos-precommit-") as scratch:
+            result_file = Path(scratch) / "result.json"
+            self.application_args = [*(args or []), "--result-file", str(result_file)]
+            try:
+                self._submit(context)
+            finally:
+                self.application_args = args
+            return self._staged(result_file)
+
+    def _submit(self, context: Any) -> None:
         try:
             super().execute(context)
         except AirflowException as error:
@@ -200,6 +222,24 @@ class PrecommitOperator(SparkSubmitOperator):
                 message = self._eos_errors[-1] if self._eos_errors else str(error)
                 raise AirflowFailException(message) from error
             raise
+
+    def _staged(self, result_file: Any) -> str | None:
+        """After a successful submit: send the precommit metrics of the app's result, and
+        return its phase line (the task's XCom, as in Connect mode)."""
+        import json
+
+        from eos.airflow.metrics import precommit_metrics, safely
+        from eos.core.protocol import StageResult
+
+        try:
+            result = StageResult.from_payload(json.loads(result_file.read_text())["result"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.info("eos precommit: no result file from the app (%s): no precommit metrics",
+                     type(error).__name__)
+            return None
+        if self.eos_config is not None:
+            safely(precommit_metrics, self.eos_config, result)
+        return result.line
 
 
 def pipeline_configs() -> list[PipelineConfig]:
@@ -267,6 +307,7 @@ def _submit_precommit(config: PipelineConfig) -> Any:
         spark_binary=spark_submit_binary(),
         env_vars={k: v for k, v in submit_env().items() if k.startswith("PYSPARK_")},
         name=f"eos-precommit-{config.name}",
+        eos_config=config,
         doc_md=PRECOMMIT_DOC + f"Exit code {EXIT_PERMANENT} is permanent. Needs connection "
         "`spark_default` naming the master, e.g. "
         'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
@@ -305,6 +346,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         "default_args": default_args,
         "tags": ["eos", config.name],
         "doc_md": (__doc__ or "") + OPERATOR_NOTES,
+        # alerts.stall_after: a deadline on every run (eos.airflow.alerts), none when unset
+        **({"deadline": stall} if (stall := stall_deadline(config)) is not None else {}),
         **dag_kwargs,
     }
 

@@ -10,13 +10,38 @@ from pathlib import Path
 
 from eos.core.config import PROJECT_ROOT, PipelineConfig
 
-AIRFLOW_HOME = PROJECT_ROOT / "airflow_home"  # gitignored
+AIRFLOW_HOME = PROJECT_ROOT / "airflow_home"  # gitignored; the default when AIRFLOW_HOME is unset
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+# Chatter nobody reads, silenced unless the environment sets these itself: alembic's "setup
+# plugin" lines and the DAG processor's "Not time to refresh bundle"
+# (``eos.airflow.logging_config``), and the deprecation warnings Airflow 3.1.8 and its libraries
+# raise about their own code in every process (Airflow shows its DeprecationWarnings only when
+# PYTHONWARNINGS is unset: any value gives Python's defaults back; the entries also name the
+# FutureWarning that would still print).
+# Errors, and warnings about this project's code, still print.
+KNOWN_DEPRECATIONS = (
+    "ignore:The `airflow.operators.:FutureWarning",  # the standard provider's compat imports
+    "ignore:'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated:DeprecationWarning",  # starlette
+    "ignore:The anyio.abc.BlockingPortal alias is deprecated:DeprecationWarning",  # anyio
+)
+QUIET_ENV = {
+    "AIRFLOW__LOGGING__LOGGING_CONFIG_CLASS": "eos.airflow.logging_config.LOGGING_CONFIG",
+    "PYTHONWARNINGS": ",".join(KNOWN_DEPRECATIONS),
+}
 
 
-def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
+def airflow_home() -> Path:
+    """Where a local Airflow keeps its DB, logs and generated passwords: ``$AIRFLOW_HOME`` as
+    Airflow itself reads it, else ``airflow_home/`` in the project."""
+    home = os.environ.get("AIRFLOW_HOME", "").strip()
+    return Path(home).expanduser().resolve() if home else AIRFLOW_HOME
+
+
+def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
                 port: int = 8080) -> dict[str, str]:
-    """The environment ``airflow standalone`` runs in; settings already in the env win."""
+    """The environment ``airflow standalone`` runs in (in ``home``, ``airflow_home()`` by
+    default); settings already in the env win."""
+    home = home or airflow_home()
     port = int(os.environ.get("AIRFLOW__API__PORT") or port)
     masters = {config.spark.master for config in configs}
     master = os.environ.get("EOS_SPARK_MASTER") or (
@@ -36,6 +61,7 @@ def airflow_env(configs: list[PipelineConfig], home: Path = AIRFLOW_HOME,
         "AIRFLOW__CORE__PARALLELISM": "4",
         # Task processes report to the API server; its default URL assumes port 8080.
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        **QUIET_ENV,
         **os.environ,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),

@@ -339,6 +339,35 @@ class ComputeConfig(_Strict):
         return value
 
 
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class AlertsConfig(_Strict):
+    """When a stalled pipeline raises an alert (``eos.core.status.check_stall``, the DAG's
+    deadline in ``eos.airflow.alerts``). ``stall_after``: how long the checkpoint may stay put
+    while records wait (unset: no alert). ``notifier``: the dotted path of what is told besides
+    the log: an Airflow notifier class (``BaseNotifier``, built with ``notifier_kwargs``) or a
+    function called with the alert's context and ``notifier_kwargs``."""
+
+    stall_after: DurationMs | None = Field(default=None, ge=1000)
+    notifier: str | None = None
+    notifier_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("notifier")
+    @classmethod
+    def _dotted(cls, value: str | None) -> str | None:
+        if value is not None and not _DOTTED.match(value):
+            raise ValueError(f"a notifier is a dotted path like package.module.Name, got "
+                             f"{value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _notifier_needs_a_stall(self) -> AlertsConfig:
+        if self.stall_after is None and (self.notifier or self.notifier_kwargs):
+            raise ValueError("a notifier is told about stalls: set alerts.stall_after too")
+        return self
+
+
 def _one_sink(value: Any) -> dict[str, Any]:
     """``{type: options}``: exactly one known sink type, its options checked by that sink's module
     (``eos.sinks``: the one place sink types are listed)."""
@@ -383,6 +412,7 @@ class PipelineConfig(_Strict):
     schedule: str | None = None
     spark: SparkConfig = Field(default_factory=SparkConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     source_path: str | None = None
 
     @field_validator("sinks")

@@ -10,14 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-from eos.airflow.environment import AIRFLOW_HOME, PASSWORDS_FILE, airflow_env
+from eos.airflow.environment import PASSWORDS_FILE, airflow_env, airflow_home
 from eos.core.config import PipelineConfig, list_pipelines, load_config, load_pipeline
 from eos.core.kafka import local_broker
 
 
-def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
+def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
              port: int = 8080) -> int:
-    """Run Airflow in the foreground until Ctrl-C; return its exit code.
+    """Run Airflow in the foreground until Ctrl-C; return its exit code. Its home is ``home``,
+    else ``$AIRFLOW_HOME``, else ``airflow_home/`` in the project (``airflow_home()``).
 
     The embedded broker is started with the named pipelines' topics (all pipelines when none is
     named) unless ``KAFKA_BOOTSTRAP_SERVERS`` names another broker, and the Spark Connect server
@@ -29,6 +30,7 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path = AIRFLOW_HOME,
 
     configs = ([load_pipeline(name) for name in pipeline_names] if pipeline_names
                else [load_config(path) for path in list_pipelines()])
+    home = home or airflow_home()
     home.mkdir(parents=True, exist_ok=True)
     started_spark = False
     if needs_spark_server(configs):
