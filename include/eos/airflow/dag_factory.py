@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.exceptions import AirflowException, AirflowFailException
@@ -49,15 +49,28 @@ OPERATOR_NOTES = """
   authority). `commit` still emits its asset events, with `outcome: already committed`.
 - A task that fails with a permanent error (protocol violation, data loss, bad config) is not
   retried: read its message, fix the cause, then clear the run.
-- After a failed run, later runs wait (`depends_on_past`, `wait_for_downstream`) and the first of
-  them holds the only active slot (`max_active_runs=1`), so a cleared failed run stays queued
-  behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
-  skipped), then clear the failed run. It reprocesses its own epoch with the same plan.
+- Runs take epochs one after another: `begin` waits (up for reschedule, every 30 s) while a
+  run with an earlier logical date is still running, then takes the next epoch. No task
+  `depends_on_past`, so Airflow's backfill works with its defaults.
+- After a failed run, the next run takes over its epoch (`begin` logs `outcome=reused`): the
+  same plan, the same records, nothing later commits before it (the protocol refuses to stage
+  or commit epoch N+1 before N). Clearing the failed run later is a no-op once its epoch is
+  committed. To stop the pipeline after a failure, pause this DAG.
+- **Backfill** (the dialog's defaults, or `airflow backfill create --dag-id <this dag>
+  --from-date .. --to-date ..`) adds one run per missing logical date. A run's logical date
+  does not choose its data: each run takes the *next* epoch, the records after the last
+  checkpoint (up to `epoch.max_records`), in logical-date order. A backfill so drains a
+  backlog faster than the schedule; once the topic is drained its runs commit empty epochs.
+  Scheduled runs go on meanwhile and take epochs between the backfill's, and a run that
+  starts while another holds the next epoch shares it (one commits, the other finds it
+  committed). Browse -> *Exactly-once epochs* lists every run that touched each epoch, and
+  which task tries did the work.
 - To reprocess committed epochs after a fix (rewind and replay): pause this DAG, trigger
   `<this dag>__rewind` with `to_epoch` N (the last epoch that stays committed, -1 for all), then
   unpause. The next runs replay epochs N+1.. with their logged ranges and the current config;
-  to replay them at once, backfill this DAG's past dates with reprocess behavior `completed`:
-  each run replays its own epoch, in order (runs of epochs up to N are no-ops).
+  to replay them at once, backfill this DAG's past dates with reprocess behavior `completed`
+  (*All Runs*): each cleared run replays its own epoch, in order (runs of epochs up to N are
+  no-ops).
 """
 
 REWIND_SUFFIX = "__rewind"
@@ -219,6 +232,36 @@ def _phase_logging() -> None:
     configure()
 
 
+EARLIER_RUN_POLL = timedelta(seconds=30)
+
+
+def _wait_for_earlier_runs(context: Any) -> None:
+    """Runs take epochs in logical-date order: while a run with an earlier logical date is
+    running, reschedule this ``begin`` (up for reschedule, no try used, no worker held).
+
+    This replaces ``depends_on_past`` + ``wait_for_downstream``, which made Airflow refuse a
+    backfill with its default reprocess behavior. Exactly-once and the commit order never
+    depended on them: ``begin`` only plans the epoch after the checkpoint (or takes the one
+    already logged), and ``precommit`` / ``commit`` refuse epoch N+1 while N is not committed.
+    What this wait adds is one epoch per run, in order, when several runs are active at once
+    (a backfill runs up to 10): run N+1 plans only after run N ended, so it plans N+1 instead
+    of sharing N. An earlier run that *failed* does not hold later runs back: the next run
+    takes over its epoch (same plan). Queued earlier runs are not waited for: one waiting for
+    the DAG's only active slot (``max_active_runs=1``, a cleared run) would wait for this one.
+    Waits only ever point to earlier logical dates, so they cannot form a cycle; a run without
+    a logical date (an asset-triggered one) waits for none.
+    """
+    from airflow.exceptions import AirflowRescheduleException
+
+    earlier = context["ti"].get_previous_dagrun(state="running")
+    if earlier is None:
+        return
+    log.info("eos begin: run %s (logical date %s) is still running; this run takes an epoch "
+             "after it ends (rechecked in %ss)", earlier.run_id, earlier.logical_date,
+             EARLIER_RUN_POLL.seconds)
+    raise AirflowRescheduleException(datetime.now(UTC) + EARLIER_RUN_POLL)
+
+
 PRECOMMIT_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30),
                      "execution_timeout": timedelta(minutes=30)}
 PRECOMMIT_DOC = ("Stage epoch N in one Delta commit (no-op when staged for the same plan hash or "
@@ -282,12 +325,9 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
 
     default_args = {
         "owner": "eos",
-        # A run starts only after the previous one succeeded: epochs commit in order. With
-        # wait_for_downstream, run N+1's begin waits for run N's begin and its direct downstream
-        # tasks, which is why commit is wired directly below begin too (see the end of build_dag):
-        # epoch N+1 is not planned while run N's commit has not succeeded.
-        "depends_on_past": True,
-        "wait_for_downstream": True,
+        # No depends_on_past (Airflow refuses a default backfill of such a DAG): epochs commit
+        # in order by the protocol itself, and runs take them in order by begin's wait for
+        # earlier runs (``_wait_for_earlier_runs``).
         "retries": 3,
         "retry_delay": timedelta(seconds=10),
         "retry_exponential_backoff": True,
@@ -318,6 +358,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             from eos.core.plan import plan_summary
             from eos.core.protocol import begin as plan_epoch
 
+            _wait_for_earlier_runs(context)
             started = time.monotonic()
             plan = plan_epoch(config, run_id=context["run_id"])
             safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
@@ -382,10 +423,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         planned = begin()
         committed = commit()
         planned >> precommit >> [committed, abort()]
-        # Redundant for this run's order, essential across runs: wait_for_downstream only waits
-        # for the previous run's *direct* downstream tasks of begin. Without this edge a backfill
-        # (which ignores max_active_runs) started run N+1's begin while run N's commit was
-        # pending, and N+1 adopted epoch N's plan instead of planning N+1.
+        # Redundant for this run's order (commit reads begin's plan); kept so the graph shows it.
         planned >> committed
 
     return dag
