@@ -235,6 +235,23 @@ def _phase_logging() -> None:
 EARLIER_RUN_POLL = timedelta(seconds=30)
 
 
+def _record_try(config: PipelineConfig, context: Any, task_id: str, epoch: int,
+                plan_hash: str | None, outcome: Any) -> None:
+    """Log this task try's outcome for the epoch (``eos.core.epochlog.log_try``), for the
+    epochs view's list of the runs that touched each epoch. Never fails the task: the row is
+    for people, and the phase itself is done."""
+    from eos.core import epochlog
+    from eos.core.layout import tables_for
+
+    ti = context["ti"]
+    try:
+        epochlog.log_try(tables_for(config), epoch, context["run_id"], task_id,
+                         getattr(ti, "try_number", None), outcome, plan_hash)
+    except Exception as error:
+        log.warning("eos: try of %s not logged for epoch %s (%s: %s)", task_id, epoch,
+                    type(error).__name__, error)
+
+
 def _wait_for_earlier_runs(context: Any) -> None:
     """Runs take epochs in logical-date order: while a run with an earlier logical date is
     running, reschedule this ``begin`` (up for reschedule, no try used, no worker held).
@@ -292,6 +309,8 @@ def _connect_precommit(config: PipelineConfig) -> Any:
                  planned["plan_hash"], endpoint.address)
         result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint)
         safely(precommit_metrics, config, result)
+        _record_try(config, context, "precommit", result.epoch, result.plan_hash,
+                    result.outcome)
         return result.line
 
     return precommit()
@@ -356,11 +375,13 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
             from eos.airflow.metrics import begin_metrics, safely
             from eos.core.plan import plan_summary
-            from eos.core.protocol import begin as plan_epoch
+            from eos.core.protocol import begin_epoch
 
             _wait_for_earlier_runs(context)
             started = time.monotonic()
-            plan = plan_epoch(config, run_id=context["run_id"])
+            began = begin_epoch(config, run_id=context["run_id"])
+            plan = began.plan
+            _record_try(config, context, "begin", plan.epoch, plan.hash, began.outcome)
             safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
             summary = plan_summary(plan)
             log.info("eos begin: %s", summary)
@@ -392,6 +413,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                                         "begin")
             result = commit_epoch(config, planned["epoch"])
             safely(commit_metrics, config, result)
+            _record_try(config, context, "commit", result.epoch, result.plan_hash,
+                        result.outcome)
             if result.plan_hash != planned["plan_hash"]:
                 raise ProtocolViolation(
                     f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
@@ -416,6 +439,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                 return "nothing to abort"
             reason = f"precommit failed in run {context['run_id']}"
             outcome = abort_epoch(config, planned["epoch"], reason)
+            _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],
+                        outcome)
             log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
                      planned["epoch"], planned["plan_hash"], outcome)
             return str(outcome)
