@@ -440,7 +440,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
 
             # Trigger: the DAG's Trigger dialog, a single run with its defaults.
             page.goto(f"{airflow.base}/dags/{dag_id}")
-            page.get_by_role("button", name="Trigger", exact=True).first.click()
+            page.get_by_role("button", name="Trigger Dag").click()  # its aria-label
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_text("Single Run", exact=True)).to_be_visible()
             page.screenshot(path=str(SCREENSHOTS / "trigger.png"))
@@ -453,7 +453,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
 
             # Backfill: the same dialog's Backfill form; only the dates are filled in.
             page.goto(f"{airflow.base}/dags/{dag_id}")
-            page.get_by_role("button", name="Trigger", exact=True).first.click()
+            page.get_by_role("button", name="Trigger Dag").click()  # its aria-label
             dialog = page.get_by_role("dialog")
             dialog.get_by_text("Backfill", exact=True).click()
             dates = dialog.locator('input[type="datetime-local"]')
@@ -475,7 +475,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
 
             # Clear-and-rerun a committed run: every task finds its work done.
             page.goto(f"{airflow.base}/dags/{dag_id}/runs/{quote(cleared, safe='')}")
-            page.get_by_role("button", name="Clear Run").first.click()
+            page.get_by_role("button", name="Clear Dag Run").first.click()
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
             page.screenshot(path=str(SCREENSHOTS / "clear-and-rerun.png"))
