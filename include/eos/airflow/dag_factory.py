@@ -266,7 +266,7 @@ def _wait_for_earlier_runs(context: Any) -> None:
     takes over its epoch (same plan). Queued earlier runs are not waited for: one waiting for
     the DAG's only active slot (``max_active_runs=1``, a cleared run) would wait for this one.
     Waits only ever point to earlier logical dates, so they cannot form a cycle; a run without
-    a logical date (an asset-triggered one) waits for none.
+    a logical date waits for none (``max_active_runs=1`` orders those).
     """
     from airflow.exceptions import AirflowRescheduleException
 
@@ -381,8 +381,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             started = time.monotonic()
             began = begin_epoch(config, run_id=context["run_id"])
             plan = began.plan
-            _record_try(config, context, "begin", plan.epoch, plan.hash, began.outcome)
             safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
+            _record_try(config, context, "begin", plan.epoch, plan.hash, began.outcome)
             summary = plan_summary(plan)
             log.info("eos begin: %s", summary)
             return summary
