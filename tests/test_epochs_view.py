@@ -367,6 +367,11 @@ DOCS_VIEWPORT = {"width": 1280, "height": 800}
 RUNS_TIMEOUT_S = 900.0
 
 
+def shoot(page: Any, name: str) -> None:
+    """A README screenshot: the viewport (1280x800), dialogs past their opening animation."""
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled")
+
+
 def log_in(page: Any, airflow: Airflow, username: str = "admin") -> None:
     """Airflow's login form, as a person fills it."""
     page.goto(f"{airflow.base}/dags")
@@ -443,7 +448,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
             page.get_by_role("button", name="Trigger Dag").click()  # its aria-label
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_text("Single Run", exact=True)).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "trigger.png"))
+            shoot(page, "trigger")
             dialog.get_by_role("button", name="Trigger", exact=True).click()
             manual = wait_for_runs(
                 airflow, dag_id, lambda runs: any(
@@ -461,7 +466,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
                 dates.nth(i).fill(when.strftime("%Y-%m-%dT%H:%M"))
                 dates.nth(i).blur()
             expect(dialog.get_by_text("2 runs will be triggered.")).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "backfill.png"))
+            shoot(page, "backfill")
             dialog.get_by_role("button", name="Run Backfill").click()
             runs = wait_for_runs(
                 airflow, dag_id, lambda runs: sum(
@@ -478,7 +483,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
             page.get_by_role("button", name="Clear Dag Run").first.click()
             dialog = page.get_by_role("dialog")
             expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "clear-and-rerun.png"))
+            shoot(page, "clear-and-rerun")
             dialog.get_by_role("button", name="Confirm").click()
             wait_for_runs(
                 airflow, dag_id, lambda runs: task_instance(
@@ -519,12 +524,12 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
                                  'a.try.noop[data-task="commit"]')
             expect(noop).to_have_attribute("data-try", "2")
             frame.locator('tr[data-epoch="0"]').scroll_into_view_if_needed()
-            page.screenshot(path=str(SCREENSHOTS / "epochs-runs.png"))
+            shoot(page, "epochs-runs")
             link.click()
             task_page = f"/dags/{dag_id}/runs/{quote(cleared, safe='')}/tasks/commit"
             page.wait_for_url(lambda url: task_page in url and "try_number=1" in url)
             expect(page.get_by_text("outcome=committed", exact=False).first).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "phase-log.png"))
+            shoot(page, "phase-log")
         except Exception:
             OUTPUT.mkdir(exist_ok=True)
             page.screenshot(path=str(OUTPUT / "workflows-failure.png"), full_page=True)
