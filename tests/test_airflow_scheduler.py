@@ -17,8 +17,9 @@ What it proves:
 - a person reading the logs of ``begin``, ``precommit`` and ``commit`` through the API server
   (logged in as ``admin`` with the generated password) finds each phase's structured
   ``phase=... epoch=N plan_hash=H`` line, with the run's epoch and plan hash;
-- with Airflow's default backfill (every run active at once, only ``depends_on_past`` and
-  ``wait_for_downstream`` keep the order) and the first commit crashing between two sinks, the
+- with Airflow's default backfill (``airflow backfill create`` with no flag: reprocess behaviour
+  "none", every run active at once, only ``begin``'s wait for earlier runs keeps the order) and
+  the first commit crashing between two sinks, the
   retried commit skips the sink already committed, and each run still processes the next epoch
   (a regression test for the ``begin >> commit`` edge in ``eos.airflow.dag_factory``).
 Everything Airflow started (the whole process group and any descendant) is gone afterwards.

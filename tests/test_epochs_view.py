@@ -12,6 +12,12 @@ records: 1,800 events, some late, some malformed). Then:
   (read here directly, not through ``eos.core.status``); it presses "Verify now" and waits for the
   audit's verdict on the page; a task-log link opens that log in the Airflow UI. Screenshots go
   to ``test-output/`` at the project root.
+- then, in Airflow's own UI with its dialogs' defaults, a run triggered from the Trigger
+  dialog, a backfill of two missing dates from the Backfill dialog (Missing Runs, one active
+  run) and a clear-and-rerun of a committed run all succeed; the epochs view lists each run
+  under every epoch it touched (as the epoch log names them, read here directly, and as
+  Airflow lists the DAG's runs), with its type, and a phase's log link opens the try that did
+  the work, not the cleared run's latest, no-op one. Screenshots go to docs/screenshots/.
 Per-DAG authorization (Airflow's auth manager, with real users logging in with their generated
 passwords): a second pipeline, ``afdown``, runs its own DAG and points at a Kafka broker that is
 not there (a closed port). ``alice`` (role ``user``) is granted only the first pipeline's DAG,
@@ -352,3 +358,182 @@ def test_no_page_waits_for_an_unreachable_broker(view: dict[str, Any]) -> None:
     assert all(seconds < FAST_S < KAFKA_CLIENT_TIMEOUT_S for seconds in took.values()), took
     page = httpx.get(f"{base}/pipelines/{down.name}", headers=admin, timeout=60).text
     assert 'id="sink-state-age"' in page, page[-2000:]
+
+
+# -- the operator's workflows in Airflow's own UI: trigger, backfill, clear-and-rerun ------------
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+DOCS_VIEWPORT = {"width": 1280, "height": 800}
+RUNS_TIMEOUT_S = 900.0
+
+
+def shoot(page: Any, name: str) -> None:
+    """A README screenshot: the viewport (1280x800), dialogs past their opening animation."""
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled")
+
+
+def log_in(page: Any, airflow: Airflow, username: str = "admin") -> None:
+    """Airflow's login form, as a person fills it."""
+    page.goto(f"{airflow.base}/dags")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", airflow.passwords[username])
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/auth/login" not in url)
+
+
+def wait_for_runs(airflow: Airflow, dag_id: str, done: Any, what: str) -> list[dict[str, Any]]:
+    """Poll the DAG's runs until ``done(runs)``; fail at once on a failed run."""
+    from airflow_standalone import dag_runs, summarize, wait_for
+
+    def check() -> list[dict[str, Any]] | None:
+        runs = dag_runs(airflow, dag_id)
+        if any(run["state"] == "failed" for run in runs):
+            pytest.fail("a run failed:\n" + summarize(airflow, dag_id))
+        return runs if done(runs) else None
+
+    return wait_for(what, check, RUNS_TIMEOUT_S, airflow.problem)
+
+
+def touched(config: PipelineConfig) -> dict[int, list[str]]:
+    """Per epoch, the runs the epoch log names (its plan's, the runs bound to it, the task
+    tries' rows), read here directly, in the order they first appear."""
+    runs: dict[int, list[str]] = {}
+    for row in epochlog.rows(tables_for(config)):
+        if row["run_id"] and row["run_id"] not in runs.setdefault(row["epoch"], []):
+            runs[row["epoch"]].append(row["run_id"])
+    return runs
+
+
+def tries_of(config: PipelineConfig, run_id: str) -> list[tuple[str, int, bool]]:
+    """(task, try, did the work) of every try of ``run_id`` the epoch log recorded."""
+    return [(json.loads(r["details"])["task"], json.loads(r["details"])["try"],
+             json.loads(r["details"])["wrote"])
+            for r in epochlog.rows(tables_for(config), run_id=run_id)
+            if r["phase"] == epochlog.TRIED]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+@pytest.mark.timeout(2400)
+def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_browser(
+        view: dict[str, Any]) -> None:
+    """What an operator does in Airflow's UI, with the UI's defaults: trigger a run, backfill
+    two missing dates from the Backfill dialog as it opens (Missing Runs, one active run), clear
+    a committed run and let it rerun. Every run then shows in the epochs view under each epoch
+    it touched, with its type and tries; a phase's log link opens the try that did the work
+    (after the clear the latest try is the no-op one). The screenshots go to docs/screenshots/
+    (the README shows them)."""
+    from airflow_standalone import first_of_month, task_instance
+    from playwright.sync_api import expect, sync_playwright
+
+    airflow: Airflow = view["airflow"]
+    config: PipelineConfig = view["config"]
+    dag_id = config.dag_id
+    before = {run["dag_run_id"] for run in view["runs"]}
+    cleared = view["runs"][0]["dag_run_id"]  # epoch 0's run: committed, cleared below
+    now = time.gmtime()
+    # Two first-of-months older than the fixture's backfill (its three latest): missing runs.
+    missing = [first_of_month(now.tm_year, now.tm_mon - back) for back in (5, 4)]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            context = browser.new_context(viewport=DOCS_VIEWPORT, timezone_id="UTC")
+            page = context.new_page()
+            page.set_default_timeout(BROWSER_TIMEOUT_MS)
+            log_in(page, airflow)
+
+            # Trigger: the DAG's Trigger dialog, a single run with its defaults.
+            page.goto(f"{airflow.base}/dags/{dag_id}")
+            page.get_by_role("button", name="Trigger Dag").click()  # its aria-label
+            dialog = page.get_by_role("dialog")
+            expect(dialog.get_by_text("Single Run", exact=True)).to_be_visible()
+            shoot(page, "trigger")
+            dialog.get_by_role("button", name="Trigger", exact=True).click()
+            manual = wait_for_runs(
+                airflow, dag_id, lambda runs: any(
+                    r["run_type"] == "manual" and r["state"] == "success" for r in runs),
+                "the triggered run to succeed")
+            manual_id = next(r["dag_run_id"] for r in manual if r["run_type"] == "manual")
+
+            # Backfill: the same dialog's Backfill form; only the dates are filled in.
+            page.goto(f"{airflow.base}/dags/{dag_id}")
+            page.get_by_role("button", name="Trigger Dag").click()  # its aria-label
+            dialog = page.get_by_role("dialog")
+            dialog.get_by_text("Backfill", exact=True).click()
+            dates = dialog.locator('input[type="datetime-local"]')
+            for i, when in enumerate(missing):
+                dates.nth(i).fill(when.strftime("%Y-%m-%dT%H:%M"))
+                dates.nth(i).blur()
+            expect(dialog.get_by_text("2 runs will be triggered.")).to_be_visible()
+            shoot(page, "backfill")
+            dialog.get_by_role("button", name="Run Backfill").click()
+            runs = wait_for_runs(
+                airflow, dag_id, lambda runs: sum(
+                    r["run_type"] == "backfill" and r["state"] == "success"
+                    and r["dag_run_id"] not in before for r in runs) == 2,
+                "the dialog's two backfill runs to succeed")
+            filled = [r for r in runs if r["run_type"] == "backfill"
+                      and r["dag_run_id"] not in before]
+            assert sorted(r["logical_date"][:10] for r in filled) == [
+                d.strftime("%Y-%m-%d") for d in missing], filled
+
+            # Clear-and-rerun a committed run: every task finds its work done.
+            page.goto(f"{airflow.base}/dags/{dag_id}/runs/{quote(cleared, safe='')}")
+            page.get_by_role("button", name="Clear Dag Run").first.click()
+            dialog = page.get_by_role("dialog")
+            expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
+            shoot(page, "clear-and-rerun")
+            dialog.get_by_role("button", name="Confirm").click()
+            wait_for_runs(
+                airflow, dag_id, lambda runs: task_instance(
+                    airflow, dag_id, cleared, "commit")["try_number"] >= 2 and all(
+                    r["state"] == "success" for r in runs if r["dag_run_id"] == cleared),
+                "the cleared run to rerun and succeed")
+            assert tries_of(config, cleared) == [
+                ("begin", 1, True), ("precommit", 1, True), ("commit", 1, True),
+                ("begin", 2, False), ("precommit", 2, False), ("commit", 2, False)]
+
+            # The epochs view: each epoch lists every run that touched it, with its type.
+            expected = touched(config)
+            every_run = {r["dag_run_id"] for r in airflow.api(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]}
+            assert every_run == {run for runs in expected.values() for run in runs}, expected
+            assert manual_id in every_run and len(every_run) == 6, every_run
+            page.goto(f"{airflow.base}/plugin/{EXTERNAL_VIEW['url_route']}")
+            frame = page.frame_locator("iframe")
+            frame.locator(f'tr[data-pipeline="{config.name}"] a').first.click()
+            expect(frame.locator("#committed-epoch")).to_have_text(str(max(expected)))
+            shown: dict[int, list[tuple[str, str]]] = {}
+            rows = frame.locator("#epochs tbody tr")
+            for i in range(rows.count()):
+                row = rows.nth(i)
+                touches = row.locator("td.runs .touch")
+                shown[int(row.get_attribute("data-epoch"))] = [
+                    (touches.nth(j).get_attribute("data-run"),
+                     touches.nth(j).get_attribute("data-type")) for j in range(touches.count())]
+            types = {r["dag_run_id"]: r["run_type"] for r in airflow.api(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100})["dag_runs"]}
+            assert shown == {epoch: [(run, types[run]) for run in runs]
+                             for epoch, runs in expected.items()}, (shown, expected)
+
+            # Epoch 0's commit log link opens the try that committed (1), not the latest (2).
+            link = frame.locator('tr[data-epoch="0"] td.logs a[data-task="commit"]')
+            expect(link).to_have_attribute("data-try", "1")
+            noop = frame.locator(f'tr[data-epoch="0"] td.runs .touch[data-run="{cleared}"] '
+                                 'a.try.noop[data-task="commit"]')
+            expect(noop).to_have_attribute("data-try", "2")
+            frame.locator('tr[data-epoch="0"]').scroll_into_view_if_needed()
+            shoot(page, "epochs-runs")
+            link.click()
+            task_page = f"/dags/{dag_id}/runs/{quote(cleared, safe='')}/tasks/commit"
+            page.wait_for_url(lambda url: task_page in url and "try_number=1" in url)
+            expect(page.get_by_text("outcome=committed", exact=False).first).to_be_visible()
+            shoot(page, "phase-log")
+        except Exception:
+            OUTPUT.mkdir(exist_ok=True)
+            page.screenshot(path=str(OUTPUT / "workflows-failure.png"), full_page=True)
+            (OUTPUT / "workflows-failure.html").write_text(page.content())
+            raise
+        finally:
+            browser.close()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.exceptions import AirflowException, AirflowFailException
@@ -50,15 +50,28 @@ OPERATOR_NOTES = """
   authority). `commit` still emits its asset events, with `outcome: already committed`.
 - A task that fails with a permanent error (protocol violation, data loss, bad config) is not
   retried: read its message, fix the cause, then clear the run.
-- After a failed run, later runs wait (`depends_on_past`, `wait_for_downstream`) and the first of
-  them holds the only active slot (`max_active_runs=1`), so a cleared failed run stays queued
-  behind it. To recover: mark that waiting run *failed* (its tasks never started; they become
-  skipped), then clear the failed run. It reprocesses its own epoch with the same plan.
+- Runs take epochs one after another: `begin` waits (up for reschedule, every 30 s) while a
+  run with an earlier logical date is still running, then takes the next epoch. No task
+  `depends_on_past`, so Airflow's backfill works with its defaults.
+- After a failed run, the next run takes over its epoch (`begin` logs `outcome=reused`): the
+  same plan, the same records, nothing later commits before it (the protocol refuses to stage
+  or commit epoch N+1 before N). Clearing the failed run later is a no-op once its epoch is
+  committed. To stop the pipeline after a failure, pause this DAG.
+- **Backfill** (the dialog's defaults, or `airflow backfill create --dag-id <this dag>
+  --from-date .. --to-date ..`) adds one run per missing logical date. A run's logical date
+  does not choose its data: each run takes the *next* epoch, the records after the last
+  checkpoint (up to `epoch.max_records`), in logical-date order. A backfill so drains a
+  backlog faster than the schedule; once the topic is drained its runs commit empty epochs.
+  Scheduled runs go on meanwhile and take epochs between the backfill's, and a run that
+  starts while another holds the next epoch shares it (one commits, the other finds it
+  committed). Browse -> *Exactly-once epochs* lists every run that touched each epoch, and
+  which task tries did the work.
 - To reprocess committed epochs after a fix (rewind and replay): pause this DAG, trigger
   `<this dag>__rewind` with `to_epoch` N (the last epoch that stays committed, -1 for all), then
   unpause. The next runs replay epochs N+1.. with their logged ranges and the current config;
-  to replay them at once, backfill this DAG's past dates with reprocess behavior `completed`:
-  each run replays its own epoch, in order (runs of epochs up to N are no-ops).
+  to replay them at once, backfill this DAG's past dates with reprocess behavior `completed`
+  (*All Runs*): each cleared run replays its own epoch, in order (runs of epochs up to N are
+  no-ops).
 """
 
 REWIND_SUFFIX = "__rewind"
@@ -259,6 +272,53 @@ def _phase_logging() -> None:
     configure()
 
 
+EARLIER_RUN_POLL = timedelta(seconds=30)
+
+
+def _record_try(config: PipelineConfig, context: Any, task_id: str, epoch: int,
+                plan_hash: str | None, outcome: Any) -> None:
+    """Log this task try's outcome for the epoch (``eos.core.epochlog.log_try``), for the
+    epochs view's list of the runs that touched each epoch. Never fails the task: the row is
+    for people, and the phase itself is done."""
+    from eos.core import epochlog
+    from eos.core.layout import tables_for
+
+    ti = context["ti"]
+    try:
+        epochlog.log_try(tables_for(config), epoch, context["run_id"], task_id,
+                         getattr(ti, "try_number", None), outcome, plan_hash)
+    except Exception as error:
+        log.warning("eos: try of %s not logged for epoch %s (%s: %s)", task_id, epoch,
+                    type(error).__name__, error)
+
+
+def _wait_for_earlier_runs(context: Any) -> None:
+    """Runs take epochs in logical-date order: while a run with an earlier logical date is
+    running, reschedule this ``begin`` (up for reschedule, no try used, no worker held).
+
+    This replaces ``depends_on_past`` + ``wait_for_downstream``, which made Airflow refuse a
+    backfill with its default reprocess behavior. Exactly-once and the commit order never
+    depended on them: ``begin`` only plans the epoch after the checkpoint (or takes the one
+    already logged), and ``precommit`` / ``commit`` refuse epoch N+1 while N is not committed.
+    What this wait adds is one epoch per run, in order, when several runs are active at once
+    (a backfill runs up to 10): run N+1 plans only after run N ended, so it plans N+1 instead
+    of sharing N. An earlier run that *failed* does not hold later runs back: the next run
+    takes over its epoch (same plan). Queued earlier runs are not waited for: one waiting for
+    the DAG's only active slot (``max_active_runs=1``, a cleared run) would wait for this one.
+    Waits only ever point to earlier logical dates, so they cannot form a cycle; a run without
+    a logical date waits for none (``max_active_runs=1`` orders those).
+    """
+    from airflow.exceptions import AirflowRescheduleException
+
+    earlier = context["ti"].get_previous_dagrun(state="running")
+    if earlier is None:
+        return
+    log.info("eos begin: run %s (logical date %s) is still running; this run takes an epoch "
+             "after it ends (rechecked in %ss)", earlier.run_id, earlier.logical_date,
+             EARLIER_RUN_POLL.seconds)
+    raise AirflowRescheduleException(datetime.now(UTC) + EARLIER_RUN_POLL)
+
+
 PRECOMMIT_RETRIES = {"retries": 2, "retry_delay": timedelta(seconds=30),
                      "execution_timeout": timedelta(minutes=30)}
 PRECOMMIT_DOC = ("Stage epoch N in one Delta commit (no-op when staged for the same plan hash or "
@@ -289,6 +349,8 @@ def _connect_precommit(config: PipelineConfig) -> Any:
                  planned["plan_hash"], endpoint.address)
         result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint)
         safely(precommit_metrics, config, result)
+        _record_try(config, context, "precommit", result.epoch, result.plan_hash,
+                    result.outcome)
         return result.line
 
     return precommit()
@@ -323,12 +385,9 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
 
     default_args = {
         "owner": "eos",
-        # A run starts only after the previous one succeeded: epochs commit in order. With
-        # wait_for_downstream, run N+1's begin waits for run N's begin and its direct downstream
-        # tasks, which is why commit is wired directly below begin too (see the end of build_dag):
-        # epoch N+1 is not planned while run N's commit has not succeeded.
-        "depends_on_past": True,
-        "wait_for_downstream": True,
+        # No depends_on_past (Airflow refuses a default backfill of such a DAG): epochs commit
+        # in order by the protocol itself, and runs take them in order by begin's wait for
+        # earlier runs (``_wait_for_earlier_runs``).
         "retries": 3,
         "retry_delay": timedelta(seconds=10),
         "retry_exponential_backoff": True,
@@ -359,11 +418,14 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
             from eos.airflow.metrics import begin_metrics, safely
             from eos.core.plan import plan_summary
-            from eos.core.protocol import begin as plan_epoch
+            from eos.core.protocol import begin_epoch
 
+            _wait_for_earlier_runs(context)
             started = time.monotonic()
-            plan = plan_epoch(config, run_id=context["run_id"])
+            began = begin_epoch(config, run_id=context["run_id"])
+            plan = began.plan
             safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
+            _record_try(config, context, "begin", plan.epoch, plan.hash, began.outcome)
             summary = plan_summary(plan)
             log.info("eos begin: %s", summary)
             return summary
@@ -394,6 +456,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                                         "begin")
             result = commit_epoch(config, planned["epoch"])
             safely(commit_metrics, config, result)
+            _record_try(config, context, "commit", result.epoch, result.plan_hash,
+                        result.outcome)
             if result.plan_hash != planned["plan_hash"]:
                 raise ProtocolViolation(
                     f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
@@ -418,6 +482,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                 return "nothing to abort"
             reason = f"precommit failed in run {context['run_id']}"
             outcome = abort_epoch(config, planned["epoch"], reason)
+            _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],
+                        outcome)
             log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
                      planned["epoch"], planned["plan_hash"], outcome)
             return str(outcome)
@@ -425,10 +491,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         planned = begin()
         committed = commit()
         planned >> precommit >> [committed, abort()]
-        # Redundant for this run's order, essential across runs: wait_for_downstream only waits
-        # for the previous run's *direct* downstream tasks of begin. Without this edge a backfill
-        # (which ignores max_active_runs) started run N+1's begin while run N's commit was
-        # pending, and N+1 adopted epoch N's plan instead of planning N+1.
+        # Redundant for this run's order (commit reads begin's plan); kept so the graph shows it.
         planned >> committed
 
     return dag

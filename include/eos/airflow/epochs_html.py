@@ -37,6 +37,7 @@ def _environment() -> Any:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
     env.filters["ms_time"] = ms_time
     env.filters["seconds"] = seconds
+    env.filters["run_type"] = run_type
     return env
 
 
@@ -54,9 +55,21 @@ class Links:
             return None  # planned by ``eos run`` or a test, not by a DAG run
         return f"{self.dag(dag_id)}/runs/{quote(run_id, safe='')}"
 
-    def task(self, dag_id: str, run_id: str | None, task_id: str) -> str | None:
+    def task(self, dag_id: str, run_id: str | None, task_id: str,
+             try_number: int | None = None) -> str | None:
+        """A task's page (its log); with ``try_number``, that try's log, not the latest (after
+        a clear, the latest try is the one that found the work done)."""
         run = self.run(dag_id, run_id)
-        return f"{run}/tasks/{task_id}" if run else None
+        if not run:
+            return None
+        return f"{run}/tasks/{task_id}" + (f"?try_number={try_number}" if try_number else "")
+
+
+def run_type(run_id: str | None) -> str:
+    """How Airflow started the run, from the prefix of the ids it makes ("backfill",
+    "scheduled", "manual", "asset_triggered"); "other" for a run id it did not make."""
+    match = AIRFLOW_RUN_ID.match(run_id or "")
+    return match.group(1) if match else "other"
 
 
 def ms_time(value: int | None) -> str:

@@ -22,6 +22,9 @@ PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committe
 # A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes
 # (``eos.core.rewind``).
 REWINDING, REWOUND = "rewinding", "rewound"
+# One task try of a scheduler's run that finished a phase of the epoch, whether it did the
+# work or found it done (``log_try``): who touched an epoch, for people; no step reads it.
+TRIED = "tried"
 
 
 def _row(epoch: int, phase: str, run_id: str | None, plan_hash: str | None, plan: str | None,
@@ -52,6 +55,17 @@ def append(
     """Append one row (through the phase's handle of the log when there is one)."""
     row = _row(epoch, phase, run_id, plan_hash, plan, duration_ms, details)
     write_deltalake(handle(tables, tables.epochs) or tables.epochs, row, mode="append")
+
+
+def log_try(tables: Tables, epoch: int, run_id: str, task: str, try_number: int | None,
+            outcome: Outcome, plan_hash: str | None = None) -> None:
+    """Record that try ``try_number`` of ``task`` in run ``run_id`` finished a phase of
+    ``epoch`` with ``outcome``: the epochs view lists every run that touched an epoch and
+    which of its tries did the work (``outcome.wrote``) or found it done, and links to that
+    try's log. One small append per finished task try; a try that crashed leaves none."""
+    append(tables, epoch, TRIED, run_id=run_id, plan_hash=plan_hash,
+           details={"task": task, "try": try_number, "outcome": str(outcome),
+                    "wrote": outcome.wrote})
 
 
 def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,

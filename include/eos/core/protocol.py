@@ -150,8 +150,22 @@ def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False
 
 # -- begin --------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Began:
+    """What ``begin_epoch`` did: the plan this run processes, and how it got it."""
+
+    plan: Plan
+    outcome: Outcome
+
+
 def begin(config: PipelineConfig, run_id: str | None = None, *,
           source: Source | None = None) -> Plan:
+    """The plan of the epoch this run processes (``begin_epoch``, without how it was found)."""
+    return begin_epoch(config, run_id, source=source).plan
+
+
+def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
+                source: Source | None = None) -> Began:
     """Return the plan of the epoch this run processes, logging a new one only if none exists.
     A new plan reads ``source``'s watermarks (default: the pipeline's Kafka topic).
 
@@ -192,7 +206,8 @@ def begin(config: PipelineConfig, run_id: str | None = None, *,
         ranges=plan.describe_ranges(","), records=plan.records, rows=None, delta_versions={},
         duration_ms=took["ms"], committed_epoch=committed, run_id=run_id,
     )
-    return plan
+    assert how is not None  # _existing_plan gives an outcome with every plan it finds
+    return Began(plan, how)
 
 
 def _bind(tables: Tables, plan: Plan, run_id: str | None, took: dict[str, float]) -> None:

@@ -41,6 +41,34 @@ class EpochState(StrEnum):
 
 
 @dataclass(frozen=True)
+class TaskTry:
+    """One finished try of a run's task on the epoch (``epochlog.TRIED``): ``wrote`` when it
+    did the phase's work, else it found the work done (a retry, a cleared run, a run that
+    shared the epoch)."""
+
+    task: str
+    try_number: int | None
+    outcome: str
+    wrote: bool
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EpochRun:
+    """A run that touched the epoch: it planned it (``planned``), took it over from the log
+    (``adopted``: a shared or a failed run's epoch, or a replay after a rewind), or only
+    left tries (``None``: bound before tries were logged); its finished tries, in order."""
+
+    run_id: str
+    role: str | None
+    tries: tuple[TaskTry, ...] = ()
+
+    def worked(self, task: str) -> TaskTry | None:
+        """This run's try of ``task`` that did the work, if one did."""
+        return next((t for t in self.tries if t.task == task and t.wrote), None)
+
+
+@dataclass(frozen=True)
 class EpochStatus:
     """One epoch as the log and the checkpoint table describe it (None: not recorded)."""
 
@@ -59,6 +87,14 @@ class EpochStatus:
     planned_at: datetime | None
     committed_at: datetime | None
     aborts: int = 0
+    runs: tuple[EpochRun, ...] = ()  # every run that touched it, in the order they did
+
+    def worked(self, task: str) -> tuple[str, TaskTry] | None:
+        """The run and the try of ``task`` that did the work on this epoch (the last one, for
+        a phase done again: a precommit after an abort), if a logged try did."""
+        found = [(run.run_id, t) for run in self.runs for t in run.tries
+                 if t.task == task and t.wrote]
+        return max(found, key=lambda f: f[1].at or datetime.min) if found else None
 
     def describe_ranges(self) -> str:
         return " ".join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
@@ -165,6 +201,8 @@ def _epochs(tables: Tables, committed: int, limit: int) -> tuple[list[EpochStatu
 def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
            checkpoint: checkpoints.Checkpoint | None) -> EpochStatus:
     """Fold one epoch's log rows (in logged order) into its status."""
+    runs = _runs(rows)
+    rows = [r for r in rows if r["phase"] != epochlog.TRIED] or rows
     planned = next((r for r in rows if r["phase"] == epochlog.PLANNED), None)
     plan = Plan.from_json(planned["plan"]) if planned else None
     staged = _last(rows, epochlog.PRECOMMITTED)
@@ -201,7 +239,34 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
         planned_at=planned["at"] if planned else None,
         committed_at=checkpoint.committed_at if checkpoint else None,
         aborts=sum(1 for r in rows if r["phase"] == epochlog.ABORTED),
+        runs=runs,
     )
+
+
+def _runs(rows: list[dict[str, Any]]) -> tuple[EpochRun, ...]:
+    """Every run named by the epoch's rows (its plan's, the runs bound to it, the tries),
+    in the order they first appear, with their tries."""
+    order: list[str] = []
+    roles: dict[str, str] = {}
+    tries: dict[str, list[TaskTry]] = {}
+    planner_seen = False  # the first plan row is the planner's (``eos run``'s has no run id)
+    for row in rows:
+        run_id = row["run_id"]
+        first_plan = row["phase"] == epochlog.PLANNED and not planner_seen
+        planner_seen = planner_seen or row["phase"] == epochlog.PLANNED
+        if not run_id:
+            continue
+        if run_id not in order:
+            order.append(run_id)
+        if row["phase"] == epochlog.PLANNED and run_id not in roles:
+            roles[run_id] = "planned" if first_plan else "adopted"
+        elif row["phase"] == epochlog.TRIED:
+            done = _details(row)
+            tries.setdefault(run_id, []).append(TaskTry(
+                task=done.get("task", "?"), try_number=done.get("try"),
+                outcome=done.get("outcome", "?"), wrote=bool(done.get("wrote")), at=row["at"]))
+    return tuple(EpochRun(run_id, roles.get(run_id), tuple(tries.get(run_id, ())))
+                 for run_id in order)
 
 
 def _since_rewound(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

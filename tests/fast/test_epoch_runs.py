@@ -1,0 +1,126 @@
+"""Every run that touched an epoch, and which of its task tries did the work: the epoch log's
+``tried`` rows (``eos.core.epochlog.log_try``, written by the DAG's tasks), folded by
+``eos.core.status`` and rendered by the epochs view (``eos.airflow.epochs_html``) with links
+to each try's own log.
+
+The scenario is the one a default backfill beside the ``*/1`` schedule makes: a backfill run
+plans and stages epoch 0, its commit's first try dies, a scheduled run starting meanwhile
+takes the same epoch over and commits it; the backfill run, cleared, finds everything done.
+"""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from urllib.parse import quote
+
+import pytest
+
+from eos.airflow.epochs_html import Links, pipeline_page, run_type
+from eos.core import epochlog
+from eos.core.config import PipelineConfig
+from eos.core.layout import tables_for
+from eos.core.outcomes import Outcome
+from eos.core.protocol import abort, begin_epoch, commit, precommit
+from eos.core.status import EpochState, pipeline_status
+
+from .harness import MemorySource, MemoryStager
+
+pytestmark = pytest.mark.fast
+
+BACKFILL = "backfill__2026-11-01T00:00:00+00:00"
+SCHEDULED = "scheduled__2026-11-25T20:00:00+00:00"
+MANUAL = "manual__2026-11-25T20:01:00+00:00"
+
+
+def tried(config: PipelineConfig, epoch: int, run_id: str, task: str, try_number: int,
+          outcome: Outcome) -> None:
+    epochlog.log_try(tables_for(config), epoch, run_id, task, try_number, outcome)
+
+
+def test_the_epochs_view_lists_every_run_that_touched_an_epoch_and_links_the_working_try(
+        pipeline: PipelineConfig, source: MemorySource) -> None:
+    # The backfill run plans and stages epoch 0; its commit's first try dies (no row).
+    began = begin_epoch(pipeline, BACKFILL, source=source)
+    assert (began.plan.epoch, began.outcome) == (0, Outcome.PLANNED)
+    tried(pipeline, 0, BACKFILL, "begin", 1, began.outcome)
+    staged = precommit(pipeline, 0, MemoryStager())
+    tried(pipeline, 0, BACKFILL, "precommit", 1, staged.outcome)
+    # A scheduled run starts meanwhile: epoch 0 is the next one, it takes it over and commits.
+    taken = begin_epoch(pipeline, SCHEDULED, source=source)
+    assert (taken.plan, taken.outcome) == (began.plan, Outcome.REUSED_LOG)
+    tried(pipeline, 0, SCHEDULED, "begin", 1, taken.outcome)
+    again = precommit(pipeline, 0, MemoryStager())
+    assert again.outcome is Outcome.REUSED_STAGE
+    tried(pipeline, 0, SCHEDULED, "precommit", 1, again.outcome)
+    done = commit(pipeline, 0)
+    assert done.outcome is Outcome.COMMITTED
+    tried(pipeline, 0, SCHEDULED, "commit", 1, done.outcome)
+    # The backfill run is cleared: its begin finds its own epoch, its commit finds it done.
+    cleared = begin_epoch(pipeline, BACKFILL, source=source)
+    assert (cleared.plan.epoch, cleared.outcome) == (0, Outcome.REUSED_RUN)
+    tried(pipeline, 0, BACKFILL, "begin", 2, cleared.outcome)
+    late = commit(pipeline, 0)
+    tried(pipeline, 0, BACKFILL, "commit", 2, late.outcome)
+    # Epoch 1, by a manual run, aborted after its precommit: the tries' rows follow the abort.
+    source.produce(0, 5)
+    one = begin_epoch(pipeline, MANUAL, source=source)
+    tried(pipeline, 1, MANUAL, "begin", 1, one.outcome)
+    precommit(pipeline, 1, MemoryStager())
+    tried(pipeline, 1, MANUAL, "abort", 1, abort(pipeline, 1, "precommit failed"))
+
+    status = pipeline_status(pipeline, limit=10, with_lag=False)
+    first, second = status.epochs
+    # The tries' rows change no epoch's state (the aborted one ends with a ``tried`` row).
+    assert (first.state, second.state) == (EpochState.COMMITTED, EpochState.ABORTED)
+    assert first.run_id == BACKFILL  # the planner, as before
+    assert [(r.run_id, r.role) for r in first.runs] == [(BACKFILL, "planned"),
+                                                        (SCHEDULED, "adopted")]
+    backfill, scheduled = first.runs
+    assert [(t.task, t.try_number, t.wrote) for t in backfill.tries] == [
+        ("begin", 1, True), ("precommit", 1, True), ("begin", 2, False), ("commit", 2, False)]
+    assert [(t.task, t.try_number, t.wrote) for t in scheduled.tries] == [
+        ("begin", 1, False), ("precommit", 1, False), ("commit", 1, True)]
+    worked = first.worked("commit")
+    assert worked is not None and (worked[0], worked[1].try_number) == (SCHEDULED, 1)
+    assert [(r.run_id, r.role) for r in second.runs] == [(MANUAL, "planned")]
+    assert [(t.task, t.wrote) for t in second.runs[0].tries] == [("begin", True),
+                                                                 ("abort", True)]
+
+    page = pipeline_page(status, Links(airflow=""), took_ms=1.0)
+    row = re.search(r'<tr data-epoch="0">(.*?)</tr>', page, re.S)
+    assert row is not None
+    cells = row.group(1)
+    base = f"/dags/{pipeline.dag_id}/runs/"
+
+    def task_link(run_id: str, task: str, try_number: int) -> str:
+        return f"{base}{quote(run_id, safe='')}/tasks/{task}?try_number={try_number}"
+
+    logs = re.search(r'<td class="logs">(.*?)</td>', cells, re.S)
+    assert logs is not None
+    hrefs = {task: unescape(href) for href, task in re.findall(
+        r'<a href="([^"]+)" data-airflow data-task="(\w+)"', logs.group(1))}
+    # Each phase's log link opens the try that did the work, in whichever run it was.
+    assert hrefs == {"begin": task_link(BACKFILL, "begin", 1),
+                     "precommit": task_link(BACKFILL, "precommit", 1),
+                     "commit": task_link(SCHEDULED, "commit", 1)}
+    runs = re.search(r'<td class="runs">(.*?)</td>', cells, re.S)
+    assert runs is not None
+    touches = re.findall(r'<div class="touch" data-run="([^"]+)" data-type="(\w+)" '
+                         r'data-role="(\w*)">', runs.group(1))
+    assert [(unescape(r), t, role) for r, t, role in touches] == [
+        (BACKFILL, "backfill", "planned"), (SCHEDULED, "scheduled", "adopted")]
+    tries = re.findall(r'<a class="try (work|noop)" data-task="(\w+)" data-try="(\d+)" '
+                       r'data-wrote="\w+" href="([^"]+)"', runs.group(1))
+    assert [(kind, task, n) for kind, task, n, _ in tries] == [
+        ("work", "begin", "1"), ("work", "precommit", "1"), ("noop", "begin", "2"),
+        ("noop", "commit", "2"), ("noop", "begin", "1"), ("noop", "precommit", "1"),
+        ("work", "commit", "1")]
+    assert unescape(tries[3][3]) == task_link(BACKFILL, "commit", 2)
+
+
+def test_run_types_come_from_the_ids_airflow_makes() -> None:
+    assert [run_type(r) for r in (BACKFILL, SCHEDULED, MANUAL,
+                                  "asset_triggered__2026-11-25T20:00:00+00:00",
+                                  "my-own-id", None)] == [
+        "backfill", "scheduled", "manual", "asset_triggered", "other", "other"]
