@@ -66,16 +66,14 @@ class KafkaStamps:
         if self.seen.get(key) is not None:
             return self.seen[key]
         settings = self.settings or client_settings(config.kafka.client)
-        stamp = None
         messages = read_partition(settings, config.kafka.topic, partition, offset,
                                   group="eos-readiness", timeout_s=10.0)
         try:
-            for message in messages:
-                _, stamp = message.timestamp()
-                stamp = max(stamp, 0)  # no timestamp: counts as old enough
-                break
+            first = next(messages, None)
         finally:
-            messages.close()
+            getattr(messages, "close", lambda: None)()  # a generator: closes its consumer
+        # a record without a timestamp (-1) counts as old enough
+        stamp = None if first is None else max(first.timestamp()[1], 0)
         self.seen = {k: v for k, v in self.seen.items() if k[0] != partition}
         self.seen[key] = stamp
         return stamp
