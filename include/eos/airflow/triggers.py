@@ -112,7 +112,7 @@ class EpochDueTrigger(BaseEventTrigger):
                       "poll_ms=%s", self.pipeline, self.lag_records, self.max_delay_ms,
                       self.poll_ms)
         problem: str | None = None
-        shown: tuple[int, int, str] | None = None
+        shown: tuple[int, str] | None = None
         while True:
             try:
                 decision = await asyncio.to_thread(watch.check, self.refire_ms)
@@ -124,7 +124,9 @@ class EpochDueTrigger(BaseEventTrigger):
                 problem = text
             else:
                 problem = None
-                state = (decision.committed_epoch, decision.lag, str(decision.reason))
+                # One line per checkpoint and verdict, not per poll: a live topic's lag
+                # changes at every look.
+                state = (decision.committed_epoch, str(decision.reason))
                 if decision.fire:
                     watch.fired = readiness.Fired(decision.committed_epoch, _now_ms())
                     self.log.info("eos trigger: pipeline=%s epoch due reason=%s lag=%s "
