@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka as ck
 import pytest
 from airflow_standalone import POLL_S, Airflow, running_airflow, wait_for
 
@@ -35,10 +36,11 @@ from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
+from eos.core.readiness import KafkaStamps, Reason, decide, observe
 from eos.sinks.kafka_topics import ensure_topic
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, produce
 
-from support import dag_pipeline
+from support import dag_pipeline, write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -156,6 +158,32 @@ def committed_once(config: PipelineConfig, epochs: int) -> None:
     """The checkpoint table holds exactly one row for each of epochs 0..epochs-1."""
     rows = checkpoints.read_all(tables_for(config))
     assert [c.epoch for c in rows] == list(range(epochs)), [c.epoch for c in rows]
+
+
+# -- the trigger's reads, on the broker alone -----------------------------------------------------
+
+def test_the_trigger_reads_watermarks_and_one_record_by_offset_joining_no_group(
+        tmp_path: Path, kafka: str) -> None:
+    """``max_delay``'s reads on the real broker: the oldest record's Kafka timestamp, read by
+    offset; no offset is committed under the group id the reader carries (assign only)."""
+    config = write_pipeline(tmp_path, schedule={"max_delay": "1m"})
+    settings = client_settings(config.kafka.client)
+    start_ms = int(time.time() * 1000) - 90_000
+    produce(replace(SPEC, events=50, interval_ms=100, start_ms=start_ms), config.kafka.topic,
+            settings, progress=False)
+    seen = observe(config, stamps=KafkaStamps())
+    assert (seen.committed_epoch, seen.lag, seen.oldest_ms) == (-1, 50, start_ms)
+    decision = decide(config.schedule, seen, int(time.time() * 1000))
+    assert (decision.fire, decision.reason) == (True, Reason.DELAY)
+    assert decision.oldest_age_ms is not None and decision.oldest_age_ms >= 90_000
+
+    partitions = [ck.TopicPartition(config.kafka.topic, p.partition) for p in seen.partitions]
+    group = ck.Consumer({**settings, "group.id": "eos-readiness"})
+    try:
+        stored = group.committed(partitions, timeout=10)
+    finally:
+        group.close()
+    assert [tp.offset for tp in stored] == [ck.OFFSET_INVALID] * len(partitions)
 
 
 # -- the test -------------------------------------------------------------------------------------
