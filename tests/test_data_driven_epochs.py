@@ -19,6 +19,7 @@ Every epoch is committed exactly once (the checkpoint table), each run planned i
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -184,6 +185,30 @@ def test_the_trigger_reads_watermarks_and_one_record_by_offset_joining_no_group(
     finally:
         group.close()
     assert [tp.offset for tp in stored] == [ck.OFFSET_INVALID] * len(partitions)
+
+
+def test_the_trigger_asks_once_per_checkpoint(tmp_path: Path, kafka: str) -> None:
+    """The trigger's own loop on the real broker (its reads in a worker thread): a backlog at
+    lag_records yields one event saying why, and the following looks, at the same checkpoint,
+    yield none (a run in progress is not asked for twice)."""
+    from eos.airflow.triggers import EpochDueTrigger
+
+    config = write_pipeline(tmp_path, schedule={"lag_records": 40, "poll": "1s"})
+    produce(replace(SPEC, events=50), config.kafka.topic, client_settings(config.kafka.client),
+            progress=False)
+    trigger = EpochDueTrigger(pipeline=config.name, config_path=str(config.source_path),
+                              lag_records=40, poll_ms=1000)
+
+    async def first_event_then_silence() -> Any:
+        events = trigger.run()
+        first = await asyncio.wait_for(anext(events), 60)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(anext(events), 4)  # four more looks
+        return first
+
+    event = asyncio.run(first_event_then_silence())
+    assert event.payload == {"pipeline": config.name, "reason": "lag_records",
+                             "committed_epoch": -1, "lag": 50, "oldest_age_ms": None}
 
 
 # -- the test -------------------------------------------------------------------------------------
