@@ -15,6 +15,9 @@ server:
   and ``max_active_runs=1`` holds the run back) and start one next run: epoch 4, empty.
 Every epoch is committed exactly once (the checkpoint table), each run planned its own epoch
 (the epoch log), and no run was ever started by a clock.
+
+Two quick tests on the broker alone come first: the trigger's loop asks once per checkpoint,
+and its ``max_delay`` read (one record by offset) leaves no offset under its group id.
 """
 
 from __future__ import annotations
