@@ -103,7 +103,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert tasks["commit"].trigger_rule == "all_success"
     assert dag.max_active_runs == 1
     assert dag.catchup is False
-    assert dag.timetable.summary == config.schedule
+    assert dag.timetable.summary == config.schedule.cron
 
     # compute.mode connect (the default): a TaskFlow task on the Spark Connect server.
     precommit = tasks["precommit"]

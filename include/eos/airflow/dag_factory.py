@@ -31,6 +31,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, Param, TriggerRule, task
 
 from eos.airflow.alerts import stall_deadline
+from eos.airflow.triggers import epoch_schedule
 from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
 from eos.core.config import PipelineConfig, list_pipelines, load_config
 from eos.core.errors import EXIT_PERMANENT
@@ -398,7 +399,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         "dag_id": config.dag_id,
         "description": f"exactly-once micro-batches of '{config.kafka.topic}' into "
         f"{config.root}: one run = one epoch",
-        "schedule": config.schedule,
+        "schedule": epoch_schedule(config),  # cron, data-driven or both (eos.airflow.triggers)
         "start_date": START_DATE,
         "catchup": False,
         "max_active_runs": 1,
