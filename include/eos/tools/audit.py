@@ -30,6 +30,7 @@ import pyarrow as pa
 from eos.compute.parse import NEG_INF, Parsed, Parser
 from eos.core import checkpoints
 from eos.core.config import OUTPUTS, PipelineConfig
+from eos.core.errors import ConfigError
 from eos.core.kafka import client_settings, read_partition
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
@@ -136,6 +137,9 @@ class _Reference:
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
+        if config.event.format != "json":  # its own Avro decoding (fastavro directly): issue 29
+            raise ConfigError(f"the audit reads event.format json only, not "
+                              f"{config.event.format}")
         self.parser = Parser(config.event)
         self.names = list(config.event.fields)
         self.expected = Expected()
