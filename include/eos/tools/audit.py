@@ -137,10 +137,16 @@ class _Reference:
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
-        if config.event.format != "json":  # its own Avro decoding (fastavro directly): issue 29
-            raise ConfigError(f"the audit reads event.format json only, not "
-                              f"{config.event.format}")
-        self.parser = Parser(config.event)
+        self.parser: Any = Parser(config.event)
+        if config.event.format == "avro":  # its own decoding; the field rules are shared
+            from eos.compute.formats.records import RecordParser
+            from eos.tools.audit_avro import AuditAvroDecoder
+
+            assert config.event.schema_registry is not None
+            self.parser = RecordParser(config.event,
+                                       AuditAvroDecoder(config.event.schema_registry))
+        elif config.event.format != "json":
+            raise ConfigError(f"the audit cannot read event.format {config.event.format}")
         self.names = list(config.event.fields)
         self.expected = Expected()
         self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events
