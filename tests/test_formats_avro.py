@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
@@ -385,4 +384,3 @@ def test_decoder_reads_what_a_mock_registry_serializer_wrote() -> None:
     buffer = io.BytesIO(data[5:])
     assert fastavro.schemaless_reader(buffer, fastavro.parse_schema(V1), None) == \
         decoded.record  # type: ignore[union-attr]
-    assert os.environ.get(AUTH_ENV) is None
