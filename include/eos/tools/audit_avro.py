@@ -20,6 +20,7 @@ from io import BytesIO
 from typing import Any
 
 from eos.compute.formats import Decoded
+from eos.compute.formats.avro import weightless_array
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import SchemaRegistryUnavailable
@@ -84,10 +85,17 @@ class AuditAvroDecoder:
             return Rejected(f"schema id {schema_id} refers to other schemas (references), "
                             "which this reader does not resolve")
         try:
-            return fastavro.parse_schema(json.loads(answer["schema"]))
+            parsed = fastavro.parse_schema(json.loads(answer["schema"]))
         except Exception as error:  # fastavro's parse errors have no common base
             return Rejected(f"schema id {schema_id} is not a valid Avro schema: "
                             f"{error}"[:REASON_CHARS])
+        # Which schemas are refused is the pipeline's rule (not a decoder's detail): shared.
+        bomb = weightless_array(parsed)
+        if bomb is not None:
+            return Rejected(f"schema id {schema_id} has an array of {bomb}, whose items take no "
+                            "bytes: a record of a few bytes could claim billions of them; "
+                            "not read")
+        return parsed
 
     def _get(self, schema_id: int) -> dict[str, Any] | None:
         """The registry's answer for the id; None when it says it does not know it."""

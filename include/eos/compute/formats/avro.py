@@ -84,7 +84,58 @@ class AvroDecoder:
         except (ValueError, SchemaParseException, UnknownType) as error:
             return Rejected(f"schema id {schema_id} is not a valid Avro schema: "
                             f"{error}"[:REASON_CHARS])
+        bomb = weightless_array(parsed)
+        if bomb is not None:
+            return Rejected(f"schema id {schema_id} has an array of {bomb}, whose items take no "
+                            "bytes: a record of a few bytes could claim billions of them; "
+                            "not read")
         return parsed
+
+
+def weightless_array(schema: Any) -> str | None:
+    """The item type of an array in ``schema`` whose items encode to zero bytes (``null``, a
+    record of such fields, ``fixed`` of size 0), if any. A datum states an array's length up
+    front, so such an array of 2^62 items is ten bytes long, and decoding it would fill a
+    worker's memory: records of such a schema are quarantined instead."""
+    names: dict[str, Any] = {}
+
+    def named(t: Any) -> Any:
+        if isinstance(t, dict) and "name" in t:
+            names[t["name"]] = t
+        return names.get(t, t) if isinstance(t, str) else t
+
+    def empty(t: Any, seen: frozenset[str]) -> bool:
+        t = named(t)
+        if t == "null":
+            return True
+        if not isinstance(t, dict):
+            return False
+        if t.get("type") == "record":
+            if t["name"] in seen:
+                return False
+            return all(empty(f["type"], seen | {t["name"]}) for f in t["fields"])
+        if t.get("type") == "fixed":
+            return t.get("size") == 0
+        return t.get("type") == "null"
+
+    def walk(t: Any, seen: frozenset[str]) -> str | None:
+        t = named(t)
+        if isinstance(t, list):
+            return next((found for u in t if (found := walk(u, seen))), None)
+        if not isinstance(t, dict):
+            return None
+        kind = t.get("type")
+        if kind == "array":
+            return json.dumps(t["items"])[:60] if empty(t["items"], frozenset()) else walk(
+                t["items"], seen)
+        if kind == "map":
+            return walk(t["values"], seen)
+        if kind == "record" and t["name"] not in seen:
+            return next((found for f in t["fields"]
+                         if (found := walk(f["type"], seen | {t["name"]}))), None)
+        return None
+
+    return walk(schema, frozenset())
 
 
 def _datum(raw: bytes, writer: Any, schema_id: int) -> Decoded | Rejected:
