@@ -20,7 +20,7 @@ from io import BytesIO
 from typing import Any
 
 from eos.compute.formats import Decoded
-from eos.compute.formats.avro import weightless_array
+from eos.compute.formats.avro import unsafe_schema
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import SchemaRegistryUnavailable
@@ -90,11 +90,9 @@ class AuditAvroDecoder:
             return Rejected(f"schema id {schema_id} is not a valid Avro schema: "
                             f"{error}"[:REASON_CHARS])
         # Which schemas are refused is the pipeline's rule (not a decoder's detail): shared.
-        bomb = weightless_array(parsed)
-        if bomb is not None:
-            return Rejected(f"schema id {schema_id} has an array of {bomb}, whose items take no "
-                            "bytes: a record of a few bytes could claim billions of them; "
-                            "not read")
+        unsafe = unsafe_schema(parsed)
+        if unsafe is not None:
+            return Rejected(f"schema id {schema_id} {unsafe}; not read")
         return parsed
 
     def _get(self, schema_id: int) -> dict[str, Any] | None:

@@ -84,19 +84,21 @@ class AvroDecoder:
         except (ValueError, SchemaParseException, UnknownType) as error:
             return Rejected(f"schema id {schema_id} is not a valid Avro schema: "
                             f"{error}"[:REASON_CHARS])
-        bomb = weightless_array(parsed)
-        if bomb is not None:
-            return Rejected(f"schema id {schema_id} has an array of {bomb}, whose items take no "
-                            "bytes: a record of a few bytes could claim billions of them; "
-                            "not read")
+        unsafe = unsafe_schema(parsed)
+        if unsafe is not None:
+            return Rejected(f"schema id {schema_id} {unsafe}; not read")
         return parsed
 
 
-def weightless_array(schema: Any) -> str | None:
-    """The item type of an array in ``schema`` whose items encode to zero bytes (``null``, a
-    record of such fields, ``fixed`` of size 0), if any. A datum states an array's length up
-    front, so such an array of 2^62 items is ten bytes long, and decoding it would fill a
-    worker's memory: records of such a schema are quarantined instead."""
+def unsafe_schema(schema: Any) -> str | None:
+    """Why records of ``schema`` cannot be decoded safely, if so (a phrase for the reason).
+
+    * An array whose items encode to zero bytes (``null``, a record of such fields, ``fixed``
+      of size 0): a datum states an array's length up front, so ten bytes can claim 2^62 items
+      and decoding would fill the worker's memory.
+    * A recursive record (a type that contains itself): a datum nested a few thousand levels
+      deep crashes fastavro's compiled reader (a segfault at 10,000 levels, measured), which
+      would kill the worker on every retry. Event records are not trees."""
     names: dict[str, Any] = {}
 
     def named(t: Any) -> Any:
@@ -104,35 +106,37 @@ def weightless_array(schema: Any) -> str | None:
             names[t["name"]] = t
         return names.get(t, t) if isinstance(t, str) else t
 
-    def empty(t: Any, seen: frozenset[str]) -> bool:
+    def empty(t: Any) -> bool:
         t = named(t)
         if t == "null":
             return True
         if not isinstance(t, dict):
             return False
         if t.get("type") == "record":
-            if t["name"] in seen:
-                return False
-            return all(empty(f["type"], seen | {t["name"]}) for f in t["fields"])
+            return all(empty(f["type"]) for f in t["fields"])
         if t.get("type") == "fixed":
             return t.get("size") == 0
         return t.get("type") == "null"
 
-    def walk(t: Any, seen: frozenset[str]) -> str | None:
+    def walk(t: Any, inside: frozenset[str]) -> str | None:
         t = named(t)
         if isinstance(t, list):
-            return next((found for u in t if (found := walk(u, seen))), None)
+            return next((found for u in t if (found := walk(u, inside))), None)
         if not isinstance(t, dict):
             return None
         kind = t.get("type")
         if kind == "array":
-            return json.dumps(t["items"])[:60] if empty(t["items"], frozenset()) else walk(
-                t["items"], seen)
+            if empty(t["items"]):
+                return (f"has an array of {json.dumps(t['items'])[:60]}, whose items take no "
+                        "bytes: a record of a few bytes could claim billions of them")
+            return walk(t["items"], inside)
         if kind == "map":
-            return walk(t["values"], seen)
-        if kind == "record" and t["name"] not in seen:
+            return walk(t["values"], inside)
+        if kind == "record":
+            if t["name"] in inside:
+                return f"is recursive (record {t['name']} contains itself)"
             return next((found for f in t["fields"]
-                         if (found := walk(f["type"], seen | {t["name"]}))), None)
+                         if (found := walk(f["type"], inside | {t["name"]}))), None)
         return None
 
     return walk(schema, frozenset())
