@@ -424,3 +424,28 @@ def test_a_recursive_schema_is_refused_not_decoded(registry: SchemaRegistryServe
     deep = b"\x00" + node_id.to_bytes(4, "big") + b"\x02\x02" * 10_000 + b"\x02\x00"
     assert parser.parse(deep, KTS) == Rejected(
         f"schema id {node_id} is recursive (record Node contains itself); not read")
+
+
+def test_a_union_with_null_is_an_optional_value_at_any_depth(
+        registry: SchemaRegistryServer) -> None:
+    """A null where a declared path passes (a nullable nested record) is NULL for an optional
+    field and names the null step for a required one, as JSON's rules do."""
+    schema = {"type": "record", "name": "U", "fields": [
+        {"name": "ts", "type": "long"},
+        {"name": "customer", "type": ["null", {"type": "record", "name": "C", "fields": [
+            {"name": "tier", "type": ["null", "string"]}]}]}]}
+    ser = serializer(registry, schema)
+    optional = parser_for(event(config_of(registry), {
+        "tier": {"path": "customer.tier", "type": "string", "optional": True}}))
+    required = parser_for(event(config_of(registry), {
+        "tier": {"path": "customer.tier", "type": "string"}}))
+    no_customer = write(ser, {"ts": KTS, "customer": None})
+    null_tier = write(ser, {"ts": KTS, "customer": {"tier": None}})
+    gold = write(ser, {"ts": KTS, "customer": {"tier": "GOLD"}})
+    assert [optional.parse(v, KTS) for v in (no_customer, null_tier, gold)] == [
+        Parsed(KTS, (None,)), Parsed(KTS, (None,)), Parsed(KTS, ("GOLD",))]
+    assert [required.parse(v, KTS) for v in (no_customer, null_tier, gold)] == [
+        Rejected("schema id 1: field 'tier' (path customer.tier): 'customer' is null, not an "
+                 "object"),
+        Rejected("schema id 1: field 'tier' (path customer.tier) is null"),
+        Parsed(KTS, ("GOLD",))]
