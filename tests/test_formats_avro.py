@@ -449,3 +449,48 @@ def test_a_union_with_null_is_an_optional_value_at_any_depth(
                  "object"),
         Rejected("schema id 1: field 'tier' (path customer.tier) is null"),
         Parsed(KTS, ("GOLD",))]
+
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(allow_nan=True), st.text(max_size=5), st.binary(max_size=3),
+    st.decimals(allow_nan=False, places=3, min_value=-(10**12), max_value=10**12),
+    st.datetimes(timezones=st.just(UTC)), st.datetimes(), st.dates(),
+    st.lists(st.integers(), max_size=2))
+_RECORDS = st.recursive(_VALUES, lambda inner: st.dictionaries(
+    st.sampled_from(["a", "b", "ts"]), inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=600, deadline=None)
+@given(record=st.dictionaries(st.sampled_from(["a", "b", "ts"]), _RECORDS, max_size=3),
+       kts=st.one_of(st.none(), st.integers(min_value=-5, max_value=2 * KTS)))
+def test_the_fast_path_accepts_nothing_the_rules_refuse_with_the_same_values(
+        record: dict[str, Any], kts: int | None) -> None:
+    """``RecordParser._accept`` (indexing, no reasons) against ``_event`` (the rules written
+    out): whatever it accepts, the rules accept with the same values."""
+    from eos.compute.formats.records import RecordParser
+
+    fields = {"s": {"path": "a.b", "type": "string", "optional": True},
+              "n": {"path": "b", "type": "long"},
+              "d": {"path": "a.a", "type": "decimal(10,2)", "optional": True},
+              "f": {"path": "a.ts", "type": "double", "optional": True},
+              "t": {"path": "b.a", "type": "boolean", "optional": True}}
+    for time in ({"field": "ts", "format": "epoch_ms"}, {"field": "a.ts", "format": "epoch_s"},
+                 {"format": "kafka_timestamp"}):
+        parser = RecordParser(event({"url": "http://127.0.0.1:1"}, fields, time),
+                              None)  # type: ignore[arg-type]
+        fast = parser._accept(record, kts)
+        if fast is not None:
+            assert parser._event(record, kts) == fast
+
+
+def test_the_fast_path_does_accept_what_it_should() -> None:
+    """The property above holds for a path that accepts nothing: it must accept the plain
+    records (a mutation that disabled it would show here, and in the benchmark)."""
+    from eos.compute.formats.records import RecordParser
+
+    parser = RecordParser(event({"url": "http://127.0.0.1:1"}, {
+        "n": {"path": "b", "type": "long"}, "s": {"path": "a.b", "type": "string"}}), None)  # type: ignore[arg-type]
+    record = {"ts": datetime(2026, 1, 1, tzinfo=UTC), "b": 3, "a": {"b": "x"}}
+    assert parser._accept(record, KTS) == Parsed(KTS, (3, "x")) == parser._event(record, KTS)
+    assert parser._accept({**record, "b": None}, KTS) is None
