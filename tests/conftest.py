@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,9 @@ from fixtures_store import *  # noqa: F403  # the embedded object store's fixtur
 from support import free_port, write_pipeline
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# The test Schema Registry's credentials (tests/schema_registry_server.py), made per run and set
+# before the Spark Connect server starts, so its Python workers read them as a deployment's would.
+os.environ.setdefault("EOS_TEST_SR_AUTH", f"eos:{secrets.token_urlsafe(12)}")
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
 # pytest has closed the captured streams: keep it quiet instead of printing a logging error.
 logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -202,11 +202,11 @@ class KafkaRangeReader(DataSourceReader):
         if self.event is None:
             yield from records
             return
-        from eos.compute.parse import Parser
+        from eos.compute.formats import parser_for
 
         parser = _parsers.get(self.event_option)
-        if parser is None:  # compiled once per worker and declaration
-            parser = _parsers[self.event_option] = Parser(self.event)
+        if parser is None:  # compiled once per worker and declaration (and event.format)
+            parser = _parsers[self.event_option] = parser_for(self.event)
         for batch in records:
             yield parser.parse_batch(batch)
 

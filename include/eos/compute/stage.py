@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from eos.compute import writers as staging_files
-from eos.compute.parse import NEG_INF, Parser
+from eos.compute.parse import NEG_INF
 from eos.compute.windows import END, START, window_type
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.checkpoints import Checkpoint
@@ -100,7 +100,9 @@ def parse_records(event: EventConfig):
     is compiled on the worker (from the picklable config), once per task."""
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        parser = Parser(event)
+        from eos.compute.formats import parser_for
+
+        parser = parser_for(event)
         for batch in batches:
             yield parser.parse_batch(batch)
 

@@ -169,8 +169,55 @@ def _fields(value: Any) -> dict[str, FieldSpec]:
 MAX_STRING_BYTES = 16_384  # event.max_string_bytes' default
 
 
+EVENT_FORMATS = ("json", "avro")  # protobuf and json_schema: issue 29, not yet
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SchemaRegistryConfig(_Strict):
+    """Where a Schema Registry format finds its writer schemas (``eos.compute.formats``).
+
+    Credentials are never in this file: ``auth_env`` names an environment variable holding
+    ``user:password`` (HTTP basic auth), ``connection`` names an Airflow connection (its login
+    and password). Only these names travel to the Spark workers, which read the secret
+    themselves; the URL may not carry one."""
+
+    url: str
+    auth_env: str | None = None
+    connection: str | None = None
+    timeout: DurationMs = 10_000  # one request; a registry slower than this is down (transient)
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, url: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"schema_registry.url must be http(s)://host[:port], got {url!r}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("schema_registry.url may not carry credentials: name them with "
+                             "auth_env (a variable holding user:password) or connection")
+        return url.rstrip("/")
+
+    @field_validator("auth_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        if name is not None and not _ENV_NAME.match(name):
+            raise ValueError(f"schema_registry.auth_env is the name of an environment variable "
+                             f"(letters, digits, _), got {name!r}")
+        return name
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SchemaRegistryConfig:
+        if self.auth_env and self.connection:
+            raise ValueError("schema_registry: give auth_env or connection, not both")
+        return self
+
+
 class EventConfig(_Strict):
-    format: Literal["json"] = "json"
+    # How a record value is decoded (``eos.compute.formats``): json, or a Schema Registry format.
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistryConfig | None = None
     time: TimeConfig
     fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
     filter: str | None = None
@@ -178,6 +225,24 @@ class EventConfig(_Strict):
     # A longer string field quarantines its record (``eos.compute.parse``): every output record
     # must fit every sink's record limit (checked against the Kafka sinks when the config loads).
     max_string_bytes: int = Field(default=MAX_STRING_BYTES, ge=64)
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _known_format(cls, value: Any) -> Any:
+        if value in ("protobuf", "json_schema"):
+            raise ValueError(f"event.format {value} is not supported yet (issue 29); "
+                             f"use one of {EVENT_FORMATS}")
+        return value
+
+    @model_validator(mode="after")
+    def _registry_iff_needed(self) -> EventConfig:
+        if self.format == "json" and self.schema_registry is not None:
+            raise ValueError("event.schema_registry is only for a Schema Registry format "
+                             "(format: avro)")
+        if self.format != "json" and self.schema_registry is None:
+            raise ValueError(f"event.format {self.format} needs event.schema_registry "
+                             "(url, and auth_env or connection if it asks for credentials)")
+        return self
 
     @model_validator(mode="after")
     def _filter_parses(self) -> EventConfig:
@@ -581,6 +646,9 @@ class PipelineConfig(_Strict):
         # keep the view they were committed with.
         if event["max_string_bytes"] == MAX_STRING_BYTES:
             del event["max_string_bytes"]
+        # Where writer schemas are fetched from does not change what a row means (the format
+        # does, and stays in the view); a moved registry is not a schema change.
+        del event["schema_registry"]
         return {
             "event": event,
             "group_by": list(self.group_by),

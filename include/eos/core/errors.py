@@ -84,6 +84,12 @@ class SparkJobFailed(TransientError):
     nothing was staged; the epoch's inputs are unchanged, so a retry recomputes it."""
 
 
+class SchemaRegistryUnavailable(TransientError):
+    """The Schema Registry a pipeline's ``event.schema_registry`` names did not answer (down,
+    slow, refused the credentials, answered 5xx): no record was quarantined for it; retry the
+    epoch once it is back (``eos.compute.formats``)."""
+
+
 class SinkUnavailable(TransientError):
     """A sink cannot be reached or refused a write for a reason that may pass (retry)."""
 

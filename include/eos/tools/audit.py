@@ -30,6 +30,7 @@ import pyarrow as pa
 from eos.compute.parse import NEG_INF, Parsed, Parser
 from eos.core import checkpoints
 from eos.core.config import OUTPUTS, PipelineConfig
+from eos.core.errors import ConfigError
 from eos.core.kafka import client_settings, read_partition
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
@@ -136,7 +137,16 @@ class _Reference:
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
-        self.parser = Parser(config.event)
+        self.parser: Any = Parser(config.event)
+        if config.event.format == "avro":  # its own decoding; the field rules are shared
+            from eos.compute.formats.records import RecordParser
+            from eos.tools.audit_avro import AuditAvroDecoder
+
+            assert config.event.schema_registry is not None
+            self.parser = RecordParser(config.event,
+                                       AuditAvroDecoder(config.event.schema_registry))
+        elif config.event.format != "json":
+            raise ConfigError(f"the audit cannot read event.format {config.event.format}")
         self.names = list(config.event.fields)
         self.expected = Expected()
         self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events

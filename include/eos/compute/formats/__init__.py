@@ -1,0 +1,62 @@
+"""Input formats: how a Kafka record's value becomes the pipeline's declared event.
+
+``event.format`` names one module of this package; each has ``parser(event) -> EventParser``
+and nothing else is needed to add one (the list is ``FORMATS``). The contract, whatever the
+bytes look like:
+
+* ``parse(raw, kafka_ts_ms)`` gives ``Parsed`` (event time in ms, the declared fields in
+  order, typed) or ``Rejected`` (the quarantine reason); ``parse_batch`` does the same for an
+  Arrow batch of raw records (``eos.compute.reader.RAW_SCHEMA``), one row each in
+  ``eos.core.schema.parsed_schema``. Both give a record the same outcome and reason.
+* A record's outcome depends only on its bytes and Kafka timestamp (and, for a Schema Registry
+  format, the writer schema its id names): a rerun stages identical rows.
+* A record that cannot be an event is quarantined, never dropped; a dependency that is away
+  (a Schema Registry) is a ``TransientError`` and quarantines nothing.
+
+``json`` is the specialised parser of ``eos.compute.parse``. A Schema Registry format supplies
+a ``RecordDecoder`` (bytes -> a decoded record) and ``eos.compute.formats.records`` applies the
+declared fields to it with the same rules and reasons as JSON's.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any, NamedTuple, Protocol
+
+import pyarrow as pa
+
+from eos.compute.parse import Parsed, Rejected
+from eos.core.config import EventConfig
+
+FORMATS = {"json": "eos.compute.formats.json", "avro": "eos.compute.formats.avro"}
+
+
+class EventParser(Protocol):
+    """What the reader (and the audit) need of a format, compiled once per worker."""
+
+    schema: pa.Schema
+
+    def parse(self, raw: bytes | None, kafka_ts_ms: int | None) -> Parsed | Rejected: ...
+
+    def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
+
+
+class Decoded(NamedTuple):
+    """A decoded record (nested dicts of Python values) and what to call its writer schema in
+    a reason (``schema id 7``)."""
+
+    record: dict[str, Any]
+    where: str
+
+
+class RecordDecoder(Protocol):
+    """Bytes of one record value -> the decoded record, or why it cannot be decoded."""
+
+    def decode(self, raw: bytes) -> Decoded | Rejected: ...
+
+
+def parser_for(event: EventConfig) -> EventParser:
+    """The compiled parser of ``event.format`` (the format module's ``parser``)."""
+    module: Any = import_module(FORMATS[event.format])
+    parser: EventParser = module.parser(event)
+    return parser

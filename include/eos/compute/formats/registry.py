@@ -1,0 +1,131 @@
+"""Writer schemas from a Confluent Schema Registry, by id, once per worker.
+
+The client is ``confluent_kafka.schema_registry.SchemaRegistryClient``; this module decides what
+its answers mean for a record, which is the part that must be honest:
+
+* the registry has the id: the schema (cached for the worker's life: an id never changes);
+* the registry says it does not know the id (404, error code 40403): the record is quarantined
+  (``UNKNOWN``, cached too: an id is assigned before any record can carry it);
+* anything else that is the registry being away (refused connection, timeout, 5xx, 429):
+  ``SchemaRegistryUnavailable``, a transient error; nothing is quarantined for it;
+* credentials refused (401, 403) or a URL that is not a registry: ``ConfigError``.
+
+The credentials are read here, on the worker, from the environment variable or the Airflow
+connection the config names: the config (pickled into the Spark plan) holds only their names,
+and no message says more than those names.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Any
+
+from eos.core.config import SchemaRegistryConfig
+from eos.core.errors import ConfigError, SchemaRegistryUnavailable
+
+UNKNOWN = None  # what ``WriterSchemas.get`` returns for an id the registry does not know
+_NOT_FOUND = 40403  # the registry's error code for "Schema not found"
+
+
+def user_info(config: SchemaRegistryConfig) -> str | None:
+    """``user:password`` for basic auth, from ``auth_env`` or the Airflow ``connection``."""
+    if config.auth_env:
+        value = os.environ.get(config.auth_env)
+        if not value or ":" not in value:
+            raise ConfigError(
+                f"schema_registry.auth_env names {config.auth_env}, which is not set to "
+                "user:password in this process's environment (a Spark worker's too)")
+        return value
+    if config.connection:
+        return _connection_user_info(config.connection)
+    return None
+
+
+def _connection_user_info(conn_id: str) -> str:
+    from airflow.sdk import BaseHook
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception as error:  # AirflowNotFoundException: no such connection
+        raise ConfigError(
+            f"schema_registry.connection: Airflow connection '{conn_id}' is not defined here "
+            f"(a Spark worker reads it too, e.g. from AIRFLOW_CONN_{conn_id.upper()}) "
+            f"({type(error).__name__})") from None
+    if not conn.login:
+        raise ConfigError(f"schema_registry.connection: Airflow connection '{conn_id}' has no "
+                          "login (the registry's basic-auth user)")
+    return f"{conn.login}:{conn.password or ''}"
+
+
+def _auth_source(config: SchemaRegistryConfig) -> str:
+    if config.auth_env:
+        return f"the credentials in ${config.auth_env}"
+    if config.connection:
+        return f"the credentials of Airflow connection '{config.connection}'"
+    return "no credentials (set schema_registry.auth_env or connection)"
+
+
+class WriterSchemas:
+    """Schemas by id from one registry; thread-safe, fetched at most once per id."""
+
+    def __init__(self, config: SchemaRegistryConfig) -> None:
+        self.config = config
+        self._client: Any = None
+        self._cache: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Any:
+        with warnings.catch_warnings():  # authlib (imported by the client) warns on import
+            import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours
+            warnings.simplefilter("ignore")
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        settings: dict[str, Any] = {
+            "url": self.config.url,
+            "timeout": self.config.timeout / 1000,
+            # The epoch retries a transient failure; the client's own retries only add delay.
+            "max.retries": 1, "retries.wait.ms": 200, "retries.max.wait.ms": 1000,
+        }
+        secret = user_info(self.config)
+        if secret is not None:
+            settings["basic.auth.user.info"] = secret
+        return SchemaRegistryClient(settings)
+
+    def get(self, schema_id: int) -> Any:
+        """The registry's ``Schema`` for ``schema_id``, or ``UNKNOWN``."""
+        if schema_id in self._cache:
+            return self._cache[schema_id]
+        with self._lock:
+            if schema_id not in self._cache:
+                self._cache[schema_id] = self._fetch(schema_id)
+            return self._cache[schema_id]
+
+    def _fetch(self, schema_id: int) -> Any:
+        import httpx  # the client's HTTP library
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        if self._client is None:
+            self._client = self._connect()
+        where = f"Schema Registry {self.config.url}"
+        try:
+            return self._client.get_schema(schema_id)
+        except SchemaRegistryError as error:
+            status, code = error.http_status_code, error.error_code
+            if status == 404 and code == _NOT_FOUND:
+                return UNKNOWN
+            if status in (401, 403):
+                raise ConfigError(f"{where} refused {_auth_source(self.config)} (HTTP {status}) "
+                                  f"fetching schema id {schema_id}") from None
+            if status == 404:
+                raise ConfigError(f"{where} answered 404 without a registry error code for "
+                                  f"schema id {schema_id}: is the URL a Schema Registry?") from None
+            raise SchemaRegistryUnavailable(
+                f"{where} answered HTTP {status} (code {code}) fetching schema id {schema_id}; "
+                "nothing was quarantined for it: retry once it answers") from None
+        except httpx.TransportError as error:  # refused, timed out, reset mid-answer
+            raise SchemaRegistryUnavailable(
+                f"{where} did not answer fetching schema id {schema_id} "
+                f"({type(error).__name__}); nothing was quarantined for it: retry once it "
+                "answers") from None
