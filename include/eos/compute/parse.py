@@ -515,6 +515,19 @@ def _lookup(doc: dict, use: _Use) -> tuple[Any, str | None]:
 
 # --- the parser ----------------------------------------------------------------------------------
 
+
+def without_gc(parse: Callable[[pa.RecordBatch], pa.RecordBatch],
+               batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``parse(batch)`` with Python's cycle collector off: a parsed batch makes no cycles, so
+    collections triggered by its millions of new objects would only rescan them."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return parse(batch)
+    finally:
+        if collecting:
+            gc.enable()
+
 class Parser:
     """``Parser(event).parse(raw, kafka_ts_ms)`` for one record, ``parse_batch`` for an Arrow batch
     of raw Kafka records (``eos.compute.reader.RAW_SCHEMA``); compiled once from ``event``."""
@@ -685,13 +698,7 @@ class Parser:
     def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Raw Kafka records (columns partition, offset, timestamp_ms, key, value) -> one row each
         in ``eos.core.schema.parsed_schema(event)``: the event, or the raw bytes and the reason."""
-        collecting = gc.isenabled()
-        gc.disable()  # the batch makes no cycles: collections would only rescan its new objects
-        try:
-            return self._parse_batch(batch)
-        finally:
-            if collecting:
-                gc.enable()
+        return without_gc(self._parse_batch, batch)
 
     def _parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows

@@ -17,7 +17,6 @@ Every reason after decoding is prefixed with the writer schema (``schema id 7: m
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
@@ -37,6 +36,7 @@ from eos.compute.parse import (
     _lookup,
     _shown,
     _Use,
+    without_gc,
 )
 from eos.core.config import EventConfig
 from eos.core.schema import arrow_type, parsed_schema
@@ -221,13 +221,7 @@ class RecordParser:
 
     def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Raw Kafka records -> one row each in ``parsed_schema(event)``: ``parse`` per record."""
-        collecting = gc.isenabled()
-        gc.disable()  # the batch makes no cycles: collections would only rescan its new objects
-        try:
-            return self._parse_batch(batch)
-        finally:
-            if collecting:
-                gc.enable()
+        return without_gc(self._parse_batch, batch)
 
     def _parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
