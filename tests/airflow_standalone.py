@@ -308,7 +308,9 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
 def dag_runs(airflow: Airflow, dag_id: str) -> list[dict[str, Any]]:
     runs = airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns",
                        params={"order_by": "logical_date", "limit": 100})["dag_runs"]
-    return sorted(runs, key=lambda run: run["logical_date"])
+    # An asset-triggered run has no logical date: such runs sort by when they were due.
+    return sorted(runs, key=lambda run: (run["logical_date"] or run["run_after"],
+                                         run["run_after"]))
 
 
 def task_instance(airflow: Airflow, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
