@@ -528,6 +528,23 @@ def without_gc(parse: Callable[[pa.RecordBatch], pa.RecordBatch],
         if collecting:
             gc.enable()
 
+
+def declared_uses(event: EventConfig) -> tuple[list[_Use], list[pa.DataType], _Use | None]:
+    """The declared fields as every parser applies them (JSON's here, the decoded-record formats'
+    in ``eos.compute.formats.records``), their Arrow types, and the event time's field (None
+    for ``kafka_timestamp``): one compilation, so the formats cannot drift apart."""
+    fields = [
+        _Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
+             event.max_string_bytes)
+        for name, spec in event.fields.items()
+    ]
+    types = [arrow_type(spec.type) for spec in event.fields.values()]
+    time: _Use | None = None
+    if event.time.format != "kafka_timestamp":
+        assert event.time.field is not None
+        time = _Use(f"'{event.time.field}'", event.time.path, event.time.format, optional=False)
+    return fields, types, time
+
 class Parser:
     """``Parser(event).parse(raw, kafka_ts_ms)`` for one record, ``parse_batch`` for an Arrow batch
     of raw Kafka records (``eos.compute.reader.RAW_SCHEMA``); compiled once from ``event``."""
@@ -536,17 +553,7 @@ class Parser:
         self.event = event
         self.schema = parsed_schema(event)
         self._max_future = event.max_future
-        self._fields = [
-            _Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
-                 event.max_string_bytes)
-            for name, spec in event.fields.items()
-        ]
-        self._arrow_types = [arrow_type(spec.type) for spec in event.fields.values()]
-        self._time: _Use | None = None
-        if event.time.format != "kafka_timestamp":
-            assert event.time.field is not None
-            self._time = _Use(f"'{event.time.field}'", event.time.path, event.time.format,
-                              optional=False)
+        self._fields, self._arrow_types, self._time = declared_uses(event)
         uses = [*self._fields, *([self._time] if self._time else [])]
         self._uses = uses
         root = _Node()

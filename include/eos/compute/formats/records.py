@@ -32,14 +32,13 @@ from eos.compute.parse import (
     Parsed,
     Rejected,
     _explain_time,
-    _label,
     _lookup,
     _shown,
-    _Use,
+    declared_uses,
     without_gc,
 )
 from eos.core.config import EventConfig
-from eos.core.schema import arrow_type, parsed_schema
+from eos.core.schema import parsed_schema
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FINER = "is finer than a millisecond; event time is kept in ms and not rounded"
@@ -96,19 +95,8 @@ class RecordParser:
         self.schema = parsed_schema(event)
         self._decoder = decoder
         self._max_future = event.max_future
-        self._fields = [
-            _Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
-                 event.max_string_bytes)
-            for name, spec in event.fields.items()
-        ]
-        self._arrow_types = [arrow_type(spec.type) for spec in event.fields.values()]
-        self._time: _Use | None = None
-        self._time_get = _getter(())
-        if event.time.format != "kafka_timestamp":
-            assert event.time.field is not None
-            self._time = _Use(f"'{event.time.field}'", event.time.path, event.time.format,
-                              optional=False)
-            self._time_get = _getter(self._time.path)
+        self._fields, self._arrow_types, self._time = declared_uses(event)
+        self._time_get = _getter(self._time.path if self._time is not None else ())
         self._gets = [_getter(use.path) for use in self._fields]
 
     # -- one record --
