@@ -26,7 +26,7 @@ from fixtures_store import *  # noqa: F403  # the embedded object store's fixtur
 from support import free_port, write_pipeline
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# The test Schema Registry's credentials (tests/schema_registry_server.py), made per run and set
+# The test Schema Registry's credentials (eos.tools.schema_registry), made per run and set
 # before the Spark Connect server starts, so its Python workers read them as a deployment's would.
 os.environ.setdefault("EOS_TEST_SR_AUTH", f"eos:{secrets.token_urlsafe(12)}")
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after

@@ -2,7 +2,7 @@
 real Delta, and the audit, which decodes the records with its own reader (``eos.tools.audit_avro``:
 urllib and fastavro, not the pipeline's decoder).
 
-The registry is ``tests/schema_registry_server.py``, a Schema-Registry-compatible test stand-in
+The registry is ``eos.tools.schema_registry``, a Schema-Registry-compatible test stand-in
 (not Confluent's server, which does not install here), on 127.0.0.1 with basic auth; the Spark
 workers read its credentials from ``EOS_TEST_SR_AUTH`` (set by conftest before the Spark server
 starts), as the pipeline's ``schema_registry.auth_env`` names."""
@@ -22,13 +22,13 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
-from schema_registry_server import SchemaRegistryServer
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.core.delta import read_table
 from eos.core.errors import SchemaRegistryUnavailable
 from eos.core.kafka import client_settings
 from eos.tools.audit import audit
+from eos.tools.schema_registry import SchemaRegistryServer
 
 from support import delta_path, unique_topic, write_pipeline
 

@@ -2,7 +2,7 @@
 Confluent's own ``AvroSerializer`` (the wire format's reference) through a registry, decoded by
 the reader's parser.
 
-The registry is ``tests/schema_registry_server.py``: a Schema-Registry-compatible HTTP server
+The registry is ``eos.tools.schema_registry``: a Schema-Registry-compatible HTTP server
 written for the tests, a stand-in for Confluent's (none installs here), speaking the REST
 endpoints the confluent client uses, with basic auth. ``mock://`` is used only where a test
 needs no HTTP at all."""
@@ -23,7 +23,6 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schema_registry_server import SchemaRegistryServer
 
 from eos.compute.formats import parser_for
 from eos.compute.formats.avro import AvroDecoder
@@ -32,6 +31,7 @@ from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import parse_config
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 from eos.core.schema import RAW_VALUE, REASON
+from eos.tools.schema_registry import SchemaRegistryServer
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours

@@ -1,4 +1,5 @@
-"""A Schema-Registry-compatible HTTP server for the tests: a STAND-IN, not Confluent's server.
+"""A Schema-Registry-compatible HTTP server: a STAND-IN, not Confluent's server, for the tests
+and the demo.
 
 No Schema Registry server installs from the package registries reachable here, and the Spark
 workers that decode records are other processes, so ``mock://`` (an in-process dictionary) cannot
