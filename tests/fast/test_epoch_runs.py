@@ -20,6 +20,7 @@ import pytest
 from eos.airflow.epochs_html import Links, pipeline_page, run_type
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
+from eos.core.errors import InjectedFault
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.protocol import abort, begin_epoch, commit, precommit
@@ -157,3 +158,38 @@ def test_run_types_come_from_the_ids_airflow_makes() -> None:
                                   "asset_triggered__2026-11-25T20:00:00+00:00",
                                   "my-own-id", None)] == [
         "backfill", "scheduled", "manual", "asset_triggered", "other", "other"]
+
+
+def test_a_try_that_dies_after_its_phase_row_is_the_one_that_did_the_work(
+        pipeline: PipelineConfig, source: MemorySource, arm) -> None:
+    """begin's first try logs the plan (naming itself, ``epochlog.with_try``) and dies before
+    it returns; its retry finds the run's plan and logs a ``tried`` row. The view shows both:
+    try 1 planned (its log link is the begin link), try 2 found it done. A try that dies
+    before its phase's row (here: precommit's first try, before the staging write) leaves
+    nothing; its retry stages and is the one named."""
+    arm("begin.after_log:fail,precommit.before_write:fail")
+    with pytest.raises(InjectedFault):
+        begin_epoch(pipeline, MANUAL, source=source,
+                    attempt=epochlog.Attempt(MANUAL, "begin", 1))
+    again = begin_epoch(pipeline, MANUAL, source=source,
+                        attempt=epochlog.Attempt(MANUAL, "begin", 2))
+    assert again.outcome is Outcome.REUSED_RUN
+    assert epochlog.log_finished(tables_for(pipeline), 0, epochlog.Attempt(MANUAL, "begin", 2),
+                                 again.outcome)
+    with pytest.raises(InjectedFault):
+        precommit(pipeline, 0, MemoryStager(), attempt=epochlog.Attempt(MANUAL, "precommit", 1))
+    staged = precommit(pipeline, 0, MemoryStager(),
+                       attempt=epochlog.Attempt(MANUAL, "precommit", 2))
+    assert staged.outcome is Outcome.STAGED
+    assert not epochlog.log_finished(tables_for(pipeline), 0,
+                                     epochlog.Attempt(MANUAL, "precommit", 2), staged.outcome)
+
+    (epoch,) = pipeline_status(pipeline, limit=10, with_lag=False).epochs
+    assert epoch.state is EpochState.PRECOMMITTED
+    (run,) = epoch.runs
+    assert (run.run_id, run.role) == (MANUAL, "planned")
+    assert [(t.task, t.try_number, t.outcome, t.wrote) for t in run.tries] == [
+        ("begin", 1, str(Outcome.PLANNED), True), ("begin", 2, str(Outcome.REUSED_RUN), False),
+        ("precommit", 2, str(Outcome.STAGED), True)]
+    assert [(task, epoch.worked(task)[1].try_number) for task in ("begin", "precommit")] == [
+        ("begin", 1), ("precommit", 2)]
