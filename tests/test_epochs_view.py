@@ -405,11 +405,10 @@ def touched(config: PipelineConfig) -> dict[int, list[str]]:
 
 
 def tries_of(config: PipelineConfig, run_id: str) -> list[tuple[str, int, bool]]:
-    """(task, try, did the work) of every try of ``run_id`` the epoch log recorded."""
-    return [(json.loads(r["details"])["task"], json.loads(r["details"])["try"],
-             json.loads(r["details"])["wrote"])
-            for r in epochlog.rows(tables_for(config), run_id=run_id)
-            if r["phase"] == epochlog.TRIED]
+    """(task, try, did the work) of every try of ``run_id`` the epoch log recorded (in a
+    ``tried`` row, or in the row of the phase the try did)."""
+    found = [epochlog.try_facts(r) for r in epochlog.rows(tables_for(config), run_id=run_id)]
+    return [(t["task"], t["try"], t["wrote"]) for t in found if t is not None]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")

@@ -1,5 +1,6 @@
-"""Every run that touched an epoch, and which of its task tries did the work: the epoch log's
-``tried`` rows (``eos.core.epochlog.log_try``, written by the DAG's tasks), folded by
+"""Every run that touched an epoch, and which of its task tries did the work: the tries the
+epoch log names (in the phase's own row for a try that did the work, ``epochlog.with_try``;
+in a ``tried`` row for one that found it done, ``epochlog.log_try``), folded by
 ``eos.core.status`` and rendered by the epochs view (``eos.airflow.epochs_html``) with links
 to each try's own log.
 
@@ -19,6 +20,7 @@ import pytest
 from eos.airflow.epochs_html import Links, pipeline_page, run_type
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
+from eos.core.errors import InjectedFault
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.protocol import abort, begin_epoch, commit, precommit
@@ -33,41 +35,73 @@ SCHEDULED = "scheduled__2026-11-25T20:00:00+00:00"
 MANUAL = "manual__2026-11-25T20:01:00+00:00"
 
 
-def tried(config: PipelineConfig, epoch: int, run_id: str, task: str, try_number: int,
-          outcome: Outcome) -> None:
-    epochlog.log_try(tables_for(config), epoch, run_id, task, try_number, outcome)
+class Tries:
+    """The DAG's tasks' way of logging their tries (``eos.airflow.dag_factory``): the phase
+    gets the try (``epochlog.Attempt``) and names it in its own row when it does the work;
+    the try logs a ``tried`` row only when it found the work done (``epochlog.log_finished``).
+    ``carried=False`` logs a ``tried`` row for every finished try, as the tasks did before
+    (logs written then must show the same)."""
+
+    def __init__(self, config: PipelineConfig, carried: bool) -> None:
+        self.config, self.carried = config, carried
+        self.own_rows = 0
+
+    def attempt(self, run_id: str, task: str, number: int) -> epochlog.Attempt | None:
+        return epochlog.Attempt(run_id, task, number) if self.carried else None
+
+    def finished(self, epoch: int, run_id: str, task: str, number: int,
+                 outcome: Outcome) -> None:
+        tables = tables_for(self.config)
+        if self.carried:
+            attempt = epochlog.Attempt(run_id, task, number)
+            self.own_rows += epochlog.log_finished(tables, epoch, attempt, outcome)
+        else:
+            epochlog.log_try(tables, epoch, run_id, task, number, outcome)
+            self.own_rows += 1
 
 
+@pytest.mark.parametrize("carried", [True, False], ids=["tries-in-phase-rows", "tried-rows"])
 def test_the_epochs_view_lists_every_run_that_touched_an_epoch_and_links_the_working_try(
-        pipeline: PipelineConfig, source: MemorySource) -> None:
+        pipeline: PipelineConfig, source: MemorySource, carried: bool) -> None:
+    log = Tries(pipeline, carried)
     # The backfill run plans and stages epoch 0; its commit's first try dies (no row).
-    began = begin_epoch(pipeline, BACKFILL, source=source)
+    began = begin_epoch(pipeline, BACKFILL, source=source,
+                        attempt=log.attempt(BACKFILL, "begin", 1))
     assert (began.plan.epoch, began.outcome) == (0, Outcome.PLANNED)
-    tried(pipeline, 0, BACKFILL, "begin", 1, began.outcome)
-    staged = precommit(pipeline, 0, MemoryStager())
-    tried(pipeline, 0, BACKFILL, "precommit", 1, staged.outcome)
+    log.finished(0, BACKFILL, "begin", 1, began.outcome)
+    staged = precommit(pipeline, 0, MemoryStager(),
+                       attempt=log.attempt(BACKFILL, "precommit", 1))
+    log.finished(0, BACKFILL, "precommit", 1, staged.outcome)
     # A scheduled run starts meanwhile: epoch 0 is the next one, it takes it over and commits.
-    taken = begin_epoch(pipeline, SCHEDULED, source=source)
+    taken = begin_epoch(pipeline, SCHEDULED, source=source,
+                        attempt=log.attempt(SCHEDULED, "begin", 1))
     assert (taken.plan, taken.outcome) == (began.plan, Outcome.REUSED_LOG)
-    tried(pipeline, 0, SCHEDULED, "begin", 1, taken.outcome)
-    again = precommit(pipeline, 0, MemoryStager())
+    log.finished(0, SCHEDULED, "begin", 1, taken.outcome)
+    again = precommit(pipeline, 0, MemoryStager(),
+                      attempt=log.attempt(SCHEDULED, "precommit", 1))
     assert again.outcome is Outcome.REUSED_STAGE
-    tried(pipeline, 0, SCHEDULED, "precommit", 1, again.outcome)
-    done = commit(pipeline, 0)
+    log.finished(0, SCHEDULED, "precommit", 1, again.outcome)
+    done = commit(pipeline, 0, attempt=log.attempt(SCHEDULED, "commit", 1))
     assert done.outcome is Outcome.COMMITTED
-    tried(pipeline, 0, SCHEDULED, "commit", 1, done.outcome)
+    log.finished(0, SCHEDULED, "commit", 1, done.outcome)
     # The backfill run is cleared: its begin finds its own epoch, its commit finds it done.
-    cleared = begin_epoch(pipeline, BACKFILL, source=source)
+    cleared = begin_epoch(pipeline, BACKFILL, source=source,
+                          attempt=log.attempt(BACKFILL, "begin", 2))
     assert (cleared.plan.epoch, cleared.outcome) == (0, Outcome.REUSED_RUN)
-    tried(pipeline, 0, BACKFILL, "begin", 2, cleared.outcome)
-    late = commit(pipeline, 0)
-    tried(pipeline, 0, BACKFILL, "commit", 2, late.outcome)
+    log.finished(0, BACKFILL, "begin", 2, cleared.outcome)
+    late = commit(pipeline, 0, attempt=log.attempt(BACKFILL, "commit", 2))
+    log.finished(0, BACKFILL, "commit", 2, late.outcome)
     # Epoch 1, by a manual run, aborted after its precommit: the tries' rows follow the abort.
     source.produce(0, 5)
-    one = begin_epoch(pipeline, MANUAL, source=source)
-    tried(pipeline, 1, MANUAL, "begin", 1, one.outcome)
+    one = begin_epoch(pipeline, MANUAL, source=source, attempt=log.attempt(MANUAL, "begin", 1))
+    log.finished(1, MANUAL, "begin", 1, one.outcome)
     precommit(pipeline, 1, MemoryStager())
-    tried(pipeline, 1, MANUAL, "abort", 1, abort(pipeline, 1, "precommit failed"))
+    aborted = abort(pipeline, 1, "precommit failed", attempt=log.attempt(MANUAL, "abort", 1))
+    log.finished(1, MANUAL, "abort", 1, aborted)
+    # A try that did the work costs no append of its own: only the 4 no-op tries wrote rows.
+    assert log.own_rows == (4 if carried else 9)
+    assert sum(r["phase"] == epochlog.TRIED for r in epochlog.rows(tables_for(pipeline))) == (
+        log.own_rows)
 
     status = pipeline_status(pipeline, limit=10, with_lag=False)
     first, second = status.epochs
@@ -124,3 +158,38 @@ def test_run_types_come_from_the_ids_airflow_makes() -> None:
                                   "asset_triggered__2026-11-25T20:00:00+00:00",
                                   "my-own-id", None)] == [
         "backfill", "scheduled", "manual", "asset_triggered", "other", "other"]
+
+
+def test_a_try_that_dies_after_its_phase_row_is_the_one_that_did_the_work(
+        pipeline: PipelineConfig, source: MemorySource, arm) -> None:
+    """begin's first try logs the plan (naming itself, ``epochlog.with_try``) and dies before
+    it returns; its retry finds the run's plan and logs a ``tried`` row. The view shows both:
+    try 1 planned (its log link is the begin link), try 2 found it done. A try that dies
+    before its phase's row (here: precommit's first try, before the staging write) leaves
+    nothing; its retry stages and is the one named."""
+    arm("begin.after_log:fail,precommit.before_write:fail")
+    with pytest.raises(InjectedFault):
+        begin_epoch(pipeline, MANUAL, source=source,
+                    attempt=epochlog.Attempt(MANUAL, "begin", 1))
+    again = begin_epoch(pipeline, MANUAL, source=source,
+                        attempt=epochlog.Attempt(MANUAL, "begin", 2))
+    assert again.outcome is Outcome.REUSED_RUN
+    assert epochlog.log_finished(tables_for(pipeline), 0, epochlog.Attempt(MANUAL, "begin", 2),
+                                 again.outcome)
+    with pytest.raises(InjectedFault):
+        precommit(pipeline, 0, MemoryStager(), attempt=epochlog.Attempt(MANUAL, "precommit", 1))
+    staged = precommit(pipeline, 0, MemoryStager(),
+                       attempt=epochlog.Attempt(MANUAL, "precommit", 2))
+    assert staged.outcome is Outcome.STAGED
+    assert not epochlog.log_finished(tables_for(pipeline), 0,
+                                     epochlog.Attempt(MANUAL, "precommit", 2), staged.outcome)
+
+    (epoch,) = pipeline_status(pipeline, limit=10, with_lag=False).epochs
+    assert epoch.state is EpochState.PRECOMMITTED
+    (run,) = epoch.runs
+    assert (run.run_id, run.role) == (MANUAL, "planned")
+    assert [(t.task, t.try_number, t.outcome, t.wrote) for t in run.tries] == [
+        ("begin", 1, str(Outcome.PLANNED), True), ("begin", 2, str(Outcome.REUSED_RUN), False),
+        ("precommit", 2, str(Outcome.STAGED), True)]
+    assert [(task, epoch.worked(task)[1].try_number) for task in ("begin", "precommit")] == [
+        ("begin", 1), ("precommit", 2)]

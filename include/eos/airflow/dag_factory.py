@@ -276,18 +276,26 @@ def _phase_logging() -> None:
 EARLIER_RUN_POLL = timedelta(seconds=30)
 
 
+def _attempt(context: Any, task_id: str) -> Any:
+    """This task try as the epoch log names it (``eos.core.epochlog.Attempt``): the phase's own
+    row carries it when the try does the work, so that try costs no append of its own."""
+    from eos.core.epochlog import Attempt
+
+    return Attempt(context["run_id"], task_id, getattr(context["ti"], "try_number", None))
+
+
 def _record_try(config: PipelineConfig, context: Any, task_id: str, epoch: int,
                 plan_hash: str | None, outcome: Any) -> None:
-    """Log this task try's outcome for the epoch (``eos.core.epochlog.log_try``), for the
-    epochs view's list of the runs that touched each epoch. Never fails the task: the row is
-    for people, and the phase itself is done."""
+    """Log this task try's outcome for the epoch, for the epochs view's list of the runs that
+    touched each epoch, unless the phase's own row carried it (``epochlog.carried``: the try
+    did the work). Never fails the task: the row is for people, and the phase itself is
+    done."""
     from eos.core import epochlog
     from eos.core.layout import tables_for
 
-    ti = context["ti"]
     try:
-        epochlog.log_try(tables_for(config), epoch, context["run_id"], task_id,
-                         getattr(ti, "try_number", None), outcome, plan_hash)
+        epochlog.log_finished(tables_for(config), epoch, _attempt(context, task_id), outcome,
+                              plan_hash)
     except Exception as error:
         log.warning("eos: try of %s not logged for epoch %s (%s: %s)", task_id, epoch,
                     type(error).__name__, error)
@@ -348,7 +356,8 @@ def _connect_precommit(config: PipelineConfig) -> Any:
         endpoint = airflow_endpoint(config.compute.connection)
         log.info("eos precommit: epoch=%s plan_hash=%s on %s", planned["epoch"],
                  planned["plan_hash"], endpoint.address)
-        result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint)
+        result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint,
+                                   _attempt(context, "precommit"))
         safely(precommit_metrics, config, result)
         _record_try(config, context, "precommit", result.epoch, result.plan_hash,
                     result.outcome)
@@ -423,7 +432,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
 
             _wait_for_earlier_runs(context)
             started = time.monotonic()
-            began = begin_epoch(config, run_id=context["run_id"])
+            began = begin_epoch(config, run_id=context["run_id"],
+                                attempt=_attempt(context, "begin"))
             plan = began.plan
             safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
             _record_try(config, context, "begin", plan.epoch, plan.hash, began.outcome)
@@ -455,7 +465,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
             if not planned:
                 raise ProtocolViolation("this run has no plan from begin: clear the run from "
                                         "begin")
-            result = commit_epoch(config, planned["epoch"])
+            result = commit_epoch(config, planned["epoch"], attempt=_attempt(context, "commit"))
             safely(commit_metrics, config, result)
             _record_try(config, context, "commit", result.epoch, result.plan_hash,
                         result.outcome)
@@ -482,7 +492,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                 log.info("eos abort: begin produced no plan in this run, nothing was staged")
                 return "nothing to abort"
             reason = f"precommit failed in run {context['run_id']}"
-            outcome = abort_epoch(config, planned["epoch"], reason)
+            outcome = abort_epoch(config, planned["epoch"], reason,
+                                  attempt=_attempt(context, "abort"))
             _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],
                         outcome)
             log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",

@@ -27,6 +27,7 @@ from eos.core.errors import (
 )
 
 if TYPE_CHECKING:
+    from eos.core.epochlog import Attempt
     from eos.core.protocol import StageResult
 
 # The DAG file imports this module: what precommit needs is imported where it runs.
@@ -97,10 +98,11 @@ def run_precommit(config: PipelineConfig, epoch: int,
 
 
 def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None = None,
-                      endpoint: Any = None) -> StageResult:
+                      endpoint: Any = None, attempt: Attempt | None = None) -> StageResult:
     """precommit in this process, its Spark work on the Connect server. A library error raised
     on an executor (data loss, a broker that does not answer) comes back as its own class, with
-    its retry policy (``eos.core.errors.carried``)."""
+    its retry policy (``eos.core.errors.carried``). ``attempt``: the task try, named by the
+    precommitted row when it stages (``eos.core.epochlog.with_try``)."""
     from pyspark.errors import PySparkException
 
     from eos.compute import connect
@@ -110,7 +112,8 @@ def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None 
     endpoint = endpoint or connect.resolve_endpoint()
     with connect.session(config, endpoint) as spark:
         try:
-            return precommit(config, epoch, SparkStager(spark), expected_hash=plan_hash)
+            return precommit(config, epoch, SparkStager(spark), expected_hash=plan_hash,
+                             attempt=attempt)
         except EosError:
             raise
         except Exception as error:

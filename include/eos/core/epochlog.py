@@ -7,6 +7,7 @@ each sink's Delta ``txn`` version).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +25,53 @@ PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committe
 REWINDING, REWOUND = "rewinding", "rewound"
 # One task try of a scheduler's run that finished a phase of the epoch, whether it did the
 # work or found it done (``log_try``): who touched an epoch, for people; no step reads it.
+# A try that did the phase's work is recorded in the row the phase appends anyway, under this
+# key of its details (``with_try``): no append of its own.
 TRIED = "tried"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A scheduler's task try working on a phase of an epoch: its run, its task, its number.
+    Handed to a phase (``eos.core.protocol``) so the row the phase logs when it does the work
+    names the try that did it, in the same append."""
+
+    run_id: str
+    task: str
+    number: int | None
+
+    def facts(self, outcome: Outcome) -> dict[str, Any]:
+        """What the epochs view shows of this try once it ended with ``outcome``."""
+        return {"task": self.task, "try": self.number, "outcome": str(outcome),
+                "wrote": outcome.wrote}
+
+
+def carried(outcome: Outcome) -> bool:
+    """Whether a phase that ended with ``outcome`` logged its try in its own row: it did when
+    it did the work (``outcome.wrote``: the plan, precommitted, committed or aborted row).
+    A try that found the work done logs a row of its own (``log_try``)."""
+    return outcome.wrote
+
+
+def with_try(details: dict[str, Any] | None, attempt: Attempt | None,
+             outcome: Outcome) -> dict[str, Any] | None:
+    """A phase row's ``details`` carrying ``attempt``'s try (unchanged without one, or when
+    the try did not do the work: that one logs its own row)."""
+    if attempt is None or not carried(outcome):
+        return details
+    return {**(details or {}), TRIED: attempt.facts(outcome)}
+
+
+def try_facts(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The task try a log row records, if any: a ``tried`` row's details, or the try a phase's
+    row carries (``with_try``)."""
+    if not row["details"]:
+        return None
+    details = json.loads(row["details"])
+    if row["phase"] == TRIED:
+        return details
+    found = details.get(TRIED) if isinstance(details, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def _row(epoch: int, phase: str, run_id: str | None, plan_hash: str | None, plan: str | None,
@@ -62,14 +109,25 @@ def log_try(tables: Tables, epoch: int, run_id: str, task: str, try_number: int 
     """Record that try ``try_number`` of ``task`` in run ``run_id`` finished a phase of
     ``epoch`` with ``outcome``: the epochs view lists every run that touched an epoch and
     which of its tries did the work (``outcome.wrote``) or found it done, and links to that
-    try's log. One small append per finished task try; a try that crashed leaves none."""
+    try's log. One small append per finished try that found the work done; a try that did the
+    work is in the phase's own row (``carried``), and one that crashed before leaves none."""
     append(tables, epoch, TRIED, run_id=run_id, plan_hash=plan_hash,
-           details={"task": task, "try": try_number, "outcome": str(outcome),
-                    "wrote": outcome.wrote})
+           details=Attempt(run_id, task, try_number).facts(outcome))
+
+
+def log_finished(tables: Tables, epoch: int, attempt: Attempt, outcome: Outcome,
+                 plan_hash: str | None = None) -> bool:
+    """After ``attempt`` finished a phase of ``epoch`` with ``outcome``: log its own ``tried``
+    row unless the phase's row carried it (``carried``). True when it appended one."""
+    if carried(outcome):
+        return False
+    log_try(tables, epoch, attempt.run_id, attempt.task, attempt.number, outcome, plan_hash)
+    return True
 
 
 def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
-             run_id: str | None, duration_ms: float | None) -> bool:
+             run_id: str | None, duration_ms: float | None,
+             attempt: Attempt | None = None) -> bool:
     """Log the *first* plan of ``epoch``: True if this call's plan is the one, False if another
     planner's was logged first (read it with ``first_plan_row``).
 
@@ -77,11 +135,13 @@ def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
     of the log (the one ``plan_rows`` answered from), like a sink commit: of two planners that
     both found no plan, exactly one appends; the other's commit is refused. So "the first plan
     logged wins" is decided by Delta's commit order, not by comparing clocks, and the winner
-    knows it without reading the log again.
+    knows it without reading the log again. The row carries ``attempt``'s try as the one that
+    planned (it is only committed if this call's plan wins).
     """
     from eos.core.delta import fenced_append
 
-    row = _row(epoch, PLANNED, run_id, plan_hash, plan, duration_ms, None)
+    row = _row(epoch, PLANNED, run_id, plan_hash, plan, duration_ms,
+               with_try(None, attempt, Outcome.PLANNED))
     done = fenced_append(tables.epochs, row, f"{app_id}:plan", epoch,
                          fault_point="begin.before_log", snapshot=handle(tables, tables.epochs),
                          in_order=False, op="plan")

@@ -165,9 +165,11 @@ def begin(config: PipelineConfig, run_id: str | None = None, *,
 
 
 def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
-                source: Source | None = None) -> Began:
+                source: Source | None = None, attempt: epochlog.Attempt | None = None) -> Began:
     """Return the plan of the epoch this run processes, logging a new one only if none exists.
-    A new plan reads ``source``'s watermarks (default: the pipeline's Kafka topic).
+    A new plan reads ``source``'s watermarks (default: the pipeline's Kafka topic). The plan
+    row this call logs names ``attempt`` (a scheduler's task try) when it planned the epoch
+    (``epochlog.with_try``); a try that found a plan logs its own row, if its caller wants.
 
     Scenarios:
     - a rewind is unfinished: ``RewindUnfinished`` (finish the rewind first);
@@ -192,15 +194,15 @@ def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
         if plan is None:
             fresh = new_plan(config, committed + 1, last.until if last else {}, source)
             won = epochlog.log_plan(tables, config.app_id, fresh.epoch, fresh.to_json(),
-                                    fresh.hash, run_id, elapsed_ms(took))
+                                    fresh.hash, run_id, elapsed_ms(took), attempt)
             faults.hit("begin.after_log")
             plan, how = fresh, Outcome.PLANNED
             if not won:  # another planner logged first: everyone uses its plan
                 plan = plan_of(tables, fresh.epoch)
                 how = Outcome.PLANNED if plan == fresh else Outcome.REUSED_RACE
-                _bind(tables, plan, run_id, took)
+                _bind(tables, plan, run_id, took, epochlog.with_try(None, attempt, how))
         elif how is not Outcome.REUSED_RUN:
-            _bind(tables, plan, run_id, took)
+            _bind(tables, plan, run_id, took, None)
     log_epoch_phase(
         "begin", epoch=plan.epoch, plan_hash=plan.hash, outcome=how,
         ranges=plan.describe_ranges(","), records=plan.records, rows=None, delta_versions={},
@@ -210,11 +212,13 @@ def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
     return Began(plan, how)
 
 
-def _bind(tables: Tables, plan: Plan, run_id: str | None, took: dict[str, float]) -> None:
+def _bind(tables: Tables, plan: Plan, run_id: str | None, took: dict[str, float],
+          details: dict[str, Any] | None) -> None:
     """Bind this run to the epoch it adopted, so clearing it later finds the same epoch."""
     if run_id:
         epochlog.append(tables, plan.epoch, epochlog.PLANNED, run_id=run_id,
-                        plan_hash=plan.hash, plan=plan.to_json(), duration_ms=elapsed_ms(took))
+                        plan_hash=plan.hash, plan=plan.to_json(), duration_ms=elapsed_ms(took),
+                        details=details)
 
 
 def _existing_plan(logged: list[dict[str, Any]], committed: int,
@@ -232,8 +236,10 @@ def _existing_plan(logged: list[dict[str, Any]], committed: int,
 # -- precommit ----------------------------------------------------------------------------------
 
 def precommit(config: PipelineConfig, epoch: int, stager: Stager,
-              expected_hash: str | None = None) -> StageResult:
-    """Stage epoch N in one Delta commit, or do nothing when that is already done.
+              expected_hash: str | None = None, *,
+              attempt: epochlog.Attempt | None = None) -> StageResult:
+    """Stage epoch N in one Delta commit, or do nothing when that is already done. The
+    precommitted row names ``attempt`` (a scheduler's task try) as the one that staged N.
 
     ``stager`` computes N's staging files (Spark: ``eos.compute.stage.SparkStager``); every
     decision about whether they may be committed is taken here.
@@ -269,7 +275,7 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
             _check_no_rewind(tables)
             previous = checkpoints.last(tables, committed)  # N-1: its config and plan hash
             checkpoints.check_schema_view(previous, config)
-            _stage(config, tables, plan, previous, stager, result)
+            _stage(config, tables, plan, previous, stager, result, attempt)
     result.timings_ms["total"] = total["ms"]
     result.line = log_epoch_phase(
         "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
@@ -293,7 +299,7 @@ class _Base:
 
 
 def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
-           stager: Stager, result: StageResult) -> None:
+           stager: Stager, result: StageResult, attempt: epochlog.Attempt | None) -> None:
     timings = result.timings_ms
     snapshot = tables.refreshed(tables.staging)  # the stager reads N-1's state through it
     base = _Base(Fence.of(snapshot, config.app_id).rewinds, epoch_files(snapshot, plan.epoch - 1))
@@ -324,10 +330,12 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     result.written_by = staged.written_by
     epochlog.append(
         tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
-        duration_ms=sum(timings.values()),
-        details={"rows": result.counts, "watermark_ms": staged.watermark_ms,
-                 "staging_version": result.staging_version, "files": len(staged.files),
-                 "written_by": staged.written_by, "timings_ms": timings},
+        run_id=attempt.run_id if attempt else None, duration_ms=sum(timings.values()),
+        details=epochlog.with_try(
+            {"rows": result.counts, "watermark_ms": staged.watermark_ms,
+             "staging_version": result.staging_version, "files": len(staged.files),
+             "written_by": staged.written_by, "timings_ms": timings},
+            attempt, result.outcome),
     )
 
 
@@ -380,8 +388,10 @@ def _check_no_rewind(tables: OpenTables) -> None:
 
 # -- commit -------------------------------------------------------------------------------------
 
-def commit(config: PipelineConfig, epoch: int) -> CommitResult:
-    """Promote pre-committed epoch N into every sink exactly once, then checkpoint it.
+def commit(config: PipelineConfig, epoch: int, *,
+           attempt: epochlog.Attempt | None = None) -> CommitResult:
+    """Promote pre-committed epoch N into every sink exactly once, then checkpoint it. The
+    committed row names ``attempt`` (a scheduler's task try) as the one that committed N.
 
     Like Flink's ``notifyCheckpointComplete``, this must eventually succeed once N is staged:
     it is retried until it does, and every retry is safe. Scenarios:
@@ -408,7 +418,7 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
                 "epochs commit in order"
             )
         else:
-            _commit_sinks_and_checkpoint(config, tables, plan, result, took)
+            _commit_sinks_and_checkpoint(config, tables, plan, result, took, attempt)
     result.duration_ms = took["ms"]
     log_epoch_phase(
         "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
@@ -422,7 +432,8 @@ def commit(config: PipelineConfig, epoch: int) -> CommitResult:
 
 
 def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, plan: Plan,
-                                 result: CommitResult, took: dict[str, float]) -> None:
+                                 result: CommitResult, took: dict[str, float],
+                                 attempt: epochlog.Attempt | None) -> None:
     epoch = plan.epoch
     # Open windows stay in staging: the commit promotes outputs, never reads the state.
     staged = staged_epoch(tables, epoch, plan.hash, state=False)
@@ -456,7 +467,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         return
     result.checkpoint_version = written.version
     epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
-                    duration_ms=elapsed_ms(took), details=result.summary())
+                    run_id=attempt.run_id if attempt else None, duration_ms=elapsed_ms(took),
+                    details=epochlog.with_try(result.summary(), attempt, result.outcome))
     result.pruned_before = prune_staging(tables, config.app_id, epoch,
                                          config.epoch.staging_retention, rewinds,
                                          base_of(watermark_row(staged)))
@@ -495,8 +507,10 @@ def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan) -> int:
 
 # -- abort and recover --------------------------------------------------------------------------
 
-def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
+def abort(config: PipelineConfig, epoch: int, reason: str = "", *,
+          attempt: epochlog.Attempt | None = None) -> Outcome:
     """Discard epoch N's staged rows and anything a sink prepared, so a rerun starts clean.
+    The aborted row names ``attempt`` (a scheduler's task try) as the one that aborted.
 
     Never touches a committed epoch (``NOTHING_TO_ABORT``), nor one whose commit has begun
     (``IN_COMMIT``: the commit sealed it and may have written sinks; it must finish). The drop
@@ -511,7 +525,10 @@ def abort(config: PipelineConfig, epoch: int, reason: str = "") -> Outcome:
         if outcome is Outcome.ABORTED:
             for sink in sinks_for(config):
                 sink.abort(epoch)
-            epochlog.append(tables, epoch, epochlog.ABORTED, details={"reason": reason[:500]})
+            epochlog.append(tables, epoch, epochlog.ABORTED,
+                            run_id=attempt.run_id if attempt else None,
+                            details=epochlog.with_try({"reason": reason[:500]}, attempt,
+                                                      outcome))
     log_epoch_phase(
         "abort", epoch=epoch, plan_hash=plan.hash if plan else None, outcome=outcome,
         ranges=plan.describe_ranges(",") if plan else None,

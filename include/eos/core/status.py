@@ -42,9 +42,9 @@ class EpochState(StrEnum):
 
 @dataclass(frozen=True)
 class TaskTry:
-    """One finished try of a run's task on the epoch (``epochlog.TRIED``): ``wrote`` when it
-    did the phase's work, else it found the work done (a retry, a cleared run, a run that
-    shared the epoch)."""
+    """One try of a run's task on the epoch: ``wrote`` when it did the phase's work (named by
+    the row the phase logged, ``epochlog.with_try``), else it found the work done (a retry, a
+    cleared run, a run that shared the epoch: a finished try's ``epochlog.TRIED`` row)."""
 
     task: str
     try_number: int | None
@@ -260,8 +260,8 @@ def _runs(rows: list[dict[str, Any]]) -> tuple[EpochRun, ...]:
             order.append(run_id)
         if row["phase"] == epochlog.PLANNED and run_id not in roles:
             roles[run_id] = "planned" if first_plan else "adopted"
-        elif row["phase"] == epochlog.TRIED:
-            done = _details(row)
+        done = epochlog.try_facts(row)  # a tried row, or the try a phase's row carries
+        if done is not None:
             tries.setdefault(run_id, []).append(TaskTry(
                 task=done.get("task", "?"), try_number=done.get("try"),
                 outcome=done.get("outcome", "?"), wrote=bool(done.get("wrote")), at=row["at"]))
