@@ -18,6 +18,13 @@ Two paths, one answer:
 
 ``parse`` and ``parse_batch`` both accept with the same rules and explain with the same function,
 so a record gets the same outcome and reason either way (``tests/test_parse.py`` holds them to it).
+
+The field rules are public because every format applies them (``eos.compute.formats.records``
+for the decoded-record formats): ``declared_uses`` compiles the declared fields into ``Use``
+rules (each an ``accept`` returning the value or ``BAD`` and an ``explain`` returning the
+reason), ``lookup`` reads a ``Use``'s path from a decoded record, ``TIME_ACCEPT`` and
+``explain_time`` read event time, ``shown`` quotes a value in a reason. A format that applies
+them cannot give a field a meaning JSON does not.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 MAX_DEPTH = 500
 REASON_CHARS = 200  # a malformed-JSON message is cut to this
 
-_BAD = object()  # a value that failed its rule (the record is then explained)
+BAD = object()  # what an accept rule returns for a value that failed it (then explained)
 _CTX = Context(prec=100, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[])  # exact for every value we keep
 _MS = Decimal("0.001")
 _MAX_S = Decimal(MAX_TS_MS).scaleb(-3)
@@ -93,7 +100,7 @@ def _a_kind(value: object) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """A number or string as the reason quotes it, cut short: never the whole of a huge value."""
     if type(value) is int and not -(10**40) < value < 10**40:
         return f"a {'negative ' if value < 0 else ''}{value.bit_length()}-bit integer"
@@ -106,31 +113,31 @@ def _label(name: str, path: tuple[str, ...]) -> str:
     return f"'{name}'" if dotted == name else f"'{name}' (path {dotted})"
 
 
-# --- the rules per type: accept (value or _BAD) and explain (reason or None) ----------------------
+# --- the rules per type: accept (value or BAD) and explain (reason or None) ----------------------
 
 def _accept_string(v: Any) -> Any:
-    return v if type(v) is str else _BAD
+    return v if type(v) is str else BAD
 
 
 def _accept_long(v: Any) -> Any:
-    return v if type(v) is int and LONG_MIN <= v <= LONG_MAX else _BAD
+    return v if type(v) is int and LONG_MIN <= v <= LONG_MAX else BAD
 
 
 def _accept_double(v: Any) -> Any:
     kind = type(v)
     if kind is float:
-        return v if v - v == 0 else _BAD  # inf - inf is nan
+        return v if v - v == 0 else BAD  # inf - inf is nan
     if kind is int or kind is Decimal:
         try:
             f = float(v)  # correctly rounded from the exact value
         except OverflowError:
-            return _BAD
-        return f if f - f == 0 else _BAD
-    return _BAD
+            return BAD
+        return f if f - f == 0 else BAD
+    return BAD
 
 
 def _accept_boolean(v: Any) -> Any:
-    return v if type(v) is bool else _BAD
+    return v if type(v) is bool else BAD
 
 
 def _decimal_rules(precision: int, scale: int) -> tuple[Callable, Callable, Callable]:
@@ -143,22 +150,22 @@ def _decimal_rules(precision: int, scale: int) -> tuple[Callable, Callable, Call
         kind = type(v)
         if kind is Decimal:
             if not -exact_limit < v < exact_limit:
-                return _BAD
+                return BAD
             exact = v.quantize(quantum, context=_CTX)
-            return exact if exact == v else _BAD
+            return exact if exact == v else BAD
         if kind is int:
-            return Decimal(v).quantize(quantum, context=_CTX) if -limit < v < limit else _BAD
-        return _BAD
+            return Decimal(v).quantize(quantum, context=_CTX) if -limit < v < limit else BAD
+        return BAD
 
     def explain(v: Any, label: str) -> str | None:
         kind = type(v)
         if kind is not Decimal and kind is not int:
             return f"field {label} must be a number, got {_kind(v)}"
         if kind is Decimal and _places(v) > scale:
-            return (f"field {label} = {_shown(v)} has more than {scale} decimal places; "
+            return (f"field {label} = {shown(v)} has more than {scale} decimal places; "
                     f"{name} is not rounded")
         if not -limit < v < limit:
-            return (f"field {label} = {_shown(v)} does not fit {name} "
+            return (f"field {label} = {shown(v)} does not fit {name} "
                     f"(at most {precision - scale} digits before the point)")
         return None
 
@@ -205,7 +212,7 @@ def _string_rules(limit: int) -> tuple[Callable, Callable, Callable]:
                                                                                    "surrogatepass"))
 
     def accept(v: Any) -> Any:
-        return v if type(v) is str and size(v) <= limit else _BAD
+        return v if type(v) is str and size(v) <= limit else BAD
 
     def explain(v: Any, label: str) -> str | None:
         if type(v) is not str:
@@ -229,18 +236,18 @@ def _string_rules(limit: int) -> tuple[Callable, Callable, Callable]:
 
 def _explain_long(v: Any, label: str) -> str | None:
     if type(v) is not int:
-        got = f"number {_shown(v)}" if type(v) is Decimal else _kind(v)
+        got = f"number {shown(v)}" if type(v) is Decimal else _kind(v)
         return f"field {label} must be an integer, got {got}"
     if not LONG_MIN <= v <= LONG_MAX:
-        return f"field {label} = {_shown(v)} is out of the long range (signed 64-bit)"
+        return f"field {label} = {shown(v)} is out of the long range (signed 64-bit)"
     return None
 
 
 def _explain_double(v: Any, label: str) -> str | None:
     if type(v) not in (int, Decimal, float):
         return f"field {label} must be a number, got {_kind(v)}"
-    if _accept_double(v) is _BAD:
-        return f"field {label} = {_shown(v)} is out of the double range"
+    if _accept_double(v) is BAD:
+        return f"field {label} = {shown(v)} is out of the double range"
     return None
 
 
@@ -294,16 +301,16 @@ def _ms_iso8601(v: Any) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + micros // 1000
 
 
-_TIME_ACCEPT = {"epoch_ms": _ms_epoch_ms, "epoch_s": _ms_epoch_s, "iso8601": _ms_iso8601}
+TIME_ACCEPT = {"epoch_ms": _ms_epoch_ms, "epoch_s": _ms_epoch_s, "iso8601": _ms_iso8601}
 _FINER = "is finer than a millisecond; event time is kept in ms and not rounded"
 
 
-def _explain_time(fmt: str, v: Any, label: str) -> tuple[int | None, str | None]:
+def explain_time(fmt: str, v: Any, label: str) -> tuple[int | None, str | None]:
     """(ms, None) or (None, reason) for a present, non-null time value; the range is not checked."""
     kind = type(v)
     if fmt == "epoch_ms":
         if kind is not int:
-            got = f"number {_shown(v)}" if kind is Decimal else _kind(v)
+            got = f"number {shown(v)}" if kind is Decimal else _kind(v)
             return None, f"field {label} must be integer epoch milliseconds, got {got}"
         return v, None
     if fmt == "epoch_s":
@@ -312,7 +319,7 @@ def _explain_time(fmt: str, v: Any, label: str) -> tuple[int | None, str | None]
         if kind is not Decimal:
             return None, f"field {label} must be a number of epoch seconds, got {_kind(v)}"
         if _places(v) > 3:
-            return None, f"field {label} = {_shown(v)} {_FINER}"
+            return None, f"field {label} = {shown(v)} {_FINER}"
         if not 0 <= v <= _MAX_S:
             return -1, None  # out of range; said by the caller
         return int(v.scaleb(3, _CTX)), None
@@ -321,12 +328,12 @@ def _explain_time(fmt: str, v: Any, label: str) -> tuple[int | None, str | None]
     try:
         moment = _fromisoformat(v)
     except ValueError:
-        return None, f"field {label} = {_shown(v)} is not an ISO 8601 time"
+        return None, f"field {label} = {shown(v)} is not an ISO 8601 time"
     if moment.tzinfo is None:
-        return None, f"field {label} = {_shown(v)} has no UTC offset (end it with Z or +HH:MM)"
+        return None, f"field {label} = {shown(v)} has no UTC offset (end it with Z or +HH:MM)"
     delta = moment - _EPOCH
     if _SUB_MS.search(v) or delta.microseconds % 1000:
-        return None, f"field {label} = {_shown(v)} {_FINER}"
+        return None, f"field {label} = {shown(v)} {_FINER}"
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000, None
 
 
@@ -379,7 +386,7 @@ def _malformed(raw: bytes, error: Exception) -> str:
 
 # --- compiling the declared paths into a msgspec Struct ------------------------------------------
 
-class _Use:
+class Use:
     """One declared field, or the event time, read from a path of the document."""
 
     def __init__(self, label: str, path: tuple[str, ...], kind: str, optional: bool,
@@ -414,7 +421,7 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] = {}
-        self.uses: list[_Use] = []
+        self.uses: list[Use] = []
         self.attr = ""
         self.type: Any = Any
         self.generic = False  # decoded as plain JSON (dict, list, ...) and walked in Python
@@ -458,8 +465,8 @@ def _compile_node(node: _Node, name: str) -> None:
     node.dummy = node.type(**dummies)
 
 
-def _getter(root: _Node, use: _Use) -> tuple[Callable[[Any], Any], bool]:
-    """A function from the decoded Struct to the use's value (None: absent or null; _BAD: an
+def _getter(root: _Node, use: Use) -> tuple[Callable[[Any], Any], bool]:
+    """A function from the decoded Struct to the use's value (None: absent or null; BAD: an
     intermediate that is not an object), and whether the value is exactly typed by msgspec."""
     attrs: list[str] = []
     nullable = False
@@ -485,14 +492,14 @@ def _getter(root: _Node, use: _Use) -> tuple[Callable[[Any], Any], bool]:
                 return None
         for key in rest:
             if type(value) is not dict:
-                return None if value is None else _BAD
+                return None if value is None else BAD
             value = value.get(key)
         return value
 
     return get, exact and not rest
 
 
-def _lookup(doc: dict, use: _Use) -> tuple[Any, str | None]:
+def lookup(doc: dict, use: Use) -> tuple[Any, str | None]:
     """The value at ``use.path`` (None: absent or null, and allowed) or why it cannot be read."""
     value: Any = doc
     last = len(use.path) - 1
@@ -529,20 +536,20 @@ def without_gc(parse: Callable[[pa.RecordBatch], pa.RecordBatch],
             gc.enable()
 
 
-def declared_uses(event: EventConfig) -> tuple[list[_Use], list[pa.DataType], _Use | None]:
+def declared_uses(event: EventConfig) -> tuple[list[Use], list[pa.DataType], Use | None]:
     """The declared fields as every parser applies them (JSON's here, the decoded-record formats'
     in ``eos.compute.formats.records``), their Arrow types, and the event time's field (None
     for ``kafka_timestamp``): one compilation, so the formats cannot drift apart."""
     fields = [
-        _Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
+        Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
              event.max_string_bytes)
         for name, spec in event.fields.items()
     ]
     types = [arrow_type(spec.type) for spec in event.fields.values()]
-    time: _Use | None = None
+    time: Use | None = None
     if event.time.format != "kafka_timestamp":
         assert event.time.field is not None
-        time = _Use(f"'{event.time.field}'", event.time.path, event.time.format, optional=False)
+        time = Use(f"'{event.time.field}'", event.time.path, event.time.format, optional=False)
     return fields, types, time
 
 class Parser:
@@ -578,7 +585,7 @@ class Parser:
         self._time_ms: Callable[[Any], int] | None = None
         if self._time is not None:
             exact_ms = self._time.kind == "epoch_ms" and _getter(root, self._time)[1]
-            self._time_ms = None if exact_ms else _TIME_ACCEPT[self._time.kind]
+            self._time_ms = None if exact_ms else TIME_ACCEPT[self._time.kind]
 
     def __reduce__(self) -> tuple[type, tuple[EventConfig]]:
         # The compiled Structs are made at run time and do not pickle; the config does.
@@ -622,7 +629,7 @@ class Parser:
                     return None
             elif not use.direct:
                 value = use.accept(value)
-                if value is _BAD:
+                if value is BAD:
                     return None
             values.append(value)
         return Parsed(ms, tuple(values))
@@ -658,7 +665,7 @@ class Parser:
         if reason:
             return reason
         for use in self._fields:
-            value, reason = _lookup(doc, use)
+            value, reason = lookup(doc, use)
             if reason:
                 return reason
             if value is not None:
@@ -686,15 +693,15 @@ class Parser:
                 return f"the record's Kafka timestamp {kafka_ts_ms} is outside 1970..9999"
             return None
         use = self._time
-        value, reason = _lookup(doc, use)
+        value, reason = lookup(doc, use)
         if reason:
             return reason
-        ms, reason = _explain_time(use.kind, value, use.label)
+        ms, reason = explain_time(use.kind, value, use.label)
         if reason:
             return reason
         assert ms is not None
         if not 0 <= ms <= MAX_TS_MS:
-            return f"field {use.label} = {_shown(value)} is outside 1970..9999"
+            return f"field {use.label} = {shown(value)} is outside 1970..9999"
         if kafka_ts_ms is not None and kafka_ts_ms > 0 and ms - kafka_ts_ms > self._max_future:
             return (f"field {use.label} is {ms - kafka_ts_ms} ms ahead of the record's Kafka "
                     f"timestamp (max_future is {self._max_future} ms)")
@@ -824,7 +831,7 @@ def _pylist(array: pa.Array) -> list:
     return array.to_pylist() if array.null_count else array.to_numpy().tolist()
 
 
-def _check_each(use: _Use, column: list, bad: set[int]) -> list:
+def _check_each(use: Use, column: list, bad: set[int]) -> list:
     """A column through its rule value by value; a failing row is added to ``bad``."""
     checked = []
     for i, value in enumerate(column):
@@ -833,7 +840,7 @@ def _check_each(use: _Use, column: list, bad: set[int]) -> list:
                 bad.add(i)
         else:
             value = use.accept(value)
-            if value is _BAD:
+            if value is BAD:
                 bad.add(i)
                 value = None
         checked.append(value)

@@ -26,15 +26,15 @@ import pyarrow as pa
 
 from eos.compute.formats import Decoded, RecordDecoder
 from eos.compute.parse import (
-    _BAD,
-    _TIME_ACCEPT,
+    BAD,
     MAX_TS_MS,
+    TIME_ACCEPT,
     Parsed,
     Rejected,
-    _explain_time,
-    _lookup,
-    _shown,
     declared_uses,
+    explain_time,
+    lookup,
+    shown,
     without_gc,
 )
 from eos.core.config import EventConfig
@@ -74,7 +74,7 @@ _TYPED = (datetime, date, UUID)
 
 
 def _getter(path: tuple[str, ...]) -> Callable[[Any], Any]:
-    """``record[a][b]...`` for a path (raises KeyError or TypeError where ``_lookup`` explains)."""
+    """``record[a][b]...`` for a path (raises KeyError or TypeError where ``lookup`` explains)."""
     if len(path) == 1:
         (key,) = path
         return lambda record: record[key]
@@ -116,7 +116,7 @@ class RecordParser:
 
     def _accept(self, record: dict[str, Any], kafka_ts_ms: int | None) -> Parsed | None:
         """The event when every rule holds without a second look, else None (then ``_event``
-        decides, and says why): indexing instead of ``_lookup``, no reasons built. Accepts
+        decides, and says why): indexing instead of ``lookup``, no reasons built. Accepts
         nothing ``_event`` refuses, with the same values (``tests/test_formats_avro.py``)."""
         if self._time is None:
             if kafka_ts_ms is None or not 0 <= kafka_ts_ms <= MAX_TS_MS:
@@ -135,7 +135,7 @@ class RecordParser:
                     return None
                 ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
             else:
-                ms = _TIME_ACCEPT[self._time.kind](value)
+                ms = TIME_ACCEPT[self._time.kind](value)
             if not 0 <= ms <= MAX_TS_MS or (kafka_ts_ms is not None and kafka_ts_ms > 0
                                              and ms - kafka_ts_ms > self._max_future):
                 return None
@@ -152,7 +152,7 @@ class RecordParser:
                 return None  # timestamps, dates, uuids: adapted by ``_event``
             else:
                 value = use.accept(value)
-                if value is _BAD:
+                if value is BAD:
                     return None
             values.append(value)
         return Parsed(ms, tuple(values))
@@ -164,7 +164,7 @@ class RecordParser:
         assert ms is not None
         values = []
         for use in self._fields:
-            value, reason = _lookup(record, use)
+            value, reason = lookup(record, use)
             if reason:
                 return reason
             if value is not None:
@@ -172,7 +172,7 @@ class RecordParser:
                 if reason:
                     return reason
                 accepted = use.accept(value)
-                if accepted is _BAD:
+                if accepted is BAD:
                     return use.explain(value, use.label) or f"field {use.label} is refused"
                 value = accepted
             values.append(value)
@@ -188,18 +188,18 @@ class RecordParser:
                 return None, f"the record's Kafka timestamp {kafka_ts_ms} is outside 1970..9999"
             return kafka_ts_ms, None
         use = self._time
-        value, reason = _lookup(record, use)
+        value, reason = lookup(record, use)
         if reason:
             return None, reason
         if type(value) is datetime:
             ms, reason = _datetime_ms(value, use.label)
         else:
-            ms, reason = _explain_time(use.kind, value, use.label)
+            ms, reason = explain_time(use.kind, value, use.label)
         if reason:
             return None, reason
         assert ms is not None
         if not 0 <= ms <= MAX_TS_MS:
-            return None, f"field {use.label} = {_shown(value)} is outside 1970..9999"
+            return None, f"field {use.label} = {shown(value)} is outside 1970..9999"
         if kafka_ts_ms is not None and kafka_ts_ms > 0 and ms - kafka_ts_ms > self._max_future:
             return None, (f"field {use.label} is {ms - kafka_ts_ms} ms ahead of the record's "
                           f"Kafka timestamp (max_future is {self._max_future} ms)")
