@@ -52,6 +52,8 @@ def test_the_orders_avro_demo_runs_end_to_end_and_the_audit_agrees(tmp_path: Pat
         assert "4000 records re-read from Kafka" in out
         assert "quarantined" in out
         assert "schema id" in out  # quarantine reasons name the writer schema
+        assert "kafka:orders-per-minute (windows)" in out
+        assert "value=Avro, schema id" in out  # the Avro sink's records, decoded back
         # The generated credentials never reach the output (they were in the child's env only).
         assert "eos-demo:" not in out
         config = load_config(path)

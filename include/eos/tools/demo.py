@@ -165,8 +165,10 @@ def _kafka_view(sink: Any) -> list[str]:
     import confluent_kafka as ck
 
     from eos.core.kafka import consumer
+    from eos.core.outputs import output_schema
 
     topic = sink.options.topic
+    schema = output_schema(sink.config, sink.output)
     c = consumer(sink._settings(), group="eos-demo-view", **{"auto.offset.reset": "earliest"})
     lines = [f"  a read_committed consumer of '{topic}' sees, for example:"]
     try:
@@ -178,7 +180,12 @@ def _kafka_view(sink: Any) -> list[str]:
             headers = {k: v.decode() for k, v in message.headers() or []}
             key = message.key()
             lines.append(f"    key={key.decode() if key is not None else None} headers={headers}")
-            lines.append(f"      value={message.value().decode()}")
+            value = message.value()
+            if sink.options.format == "avro":
+                lines.append(f"      value=Avro, schema id {int.from_bytes(value[1:5], 'big')}"
+                             f", {len(value)} bytes: {sink.avro_values().decode(value, schema)}")
+            else:
+                lines.append(f"      value={value.decode()}")
     finally:
         c.close()
     return lines
