@@ -44,9 +44,10 @@ refuses; the next commit writes into the new location. ``commits()`` lists the l
 first. A legacy marker in an explicit ``marker_topic`` is not a foreign record.
 
 Records (``eos.sinks.kafka_records``): key = the group fields as compact JSON with sorted keys;
-value = a JSON object of the output columns; headers ``eos-pipeline``, ``eos-epoch``,
-``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics are made to exist by
-``eos.sinks.kafka_topics``. Consumers must read with
+value = a JSON object of the output columns (``format: avro``: the Schema Registry wire format,
+``eos.sinks.kafka_avro``, its schema registered before the transaction opens); headers
+``eos-pipeline``, ``eos-epoch``, ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics
+are made to exist by ``eos.sinks.kafka_topics``. Consumers must read with
 ``isolation.level=read_committed``.
 
 Rewinds (``eos.core.rewind``): published records cannot be withdrawn, so a rewind to N writes only a
