@@ -113,3 +113,29 @@ def test_eos_produce_writes_two_writer_versions_the_pipeline_reads(
     assert reasons[f"schema id {v1}"] + reasons[f"schema id {v2}"] > 0  # truncated
     assert reasons[f"schema id {lost}"] > 0  # lost customer.region: "missing field"
     assert sum(reasons.values()) + sum(ids.values()) == events
+
+
+@pytest.mark.parametrize("time", [{"field": "ts", "format": "epoch_s"},
+                                  {"field": "meta.at", "format": "iso8601"},
+                                  {"format": "kafka_timestamp"}])
+def test_every_time_format_and_type_is_written_so_the_pipeline_reads_it(
+        tmp_path: Path, registry: SchemaRegistryServer, time: dict[str, str]) -> None:
+    from eos.tools.produce_avro import serializer
+
+    config = orders_pipeline(tmp_path, registry)
+    data = yaml.safe_load(Path(str(config.source_path)).read_text())
+    data["event"]["time"] = time
+    data["event"]["fields"].update({"flag": "boolean", "ratio": "double",
+                                    "big": {"path": "payment.big", "type": "decimal(38,9)"}})
+    path = tmp_path / "all_types.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = load_config(path)
+    spec = GeneratorSpec(events=200, keys=4, disorder_ms=900, seed=5)
+    wire = serializer(config)
+    parser = parser_for(config.event)
+    for record in generate_avro(spec, config, evolve_at=100):
+        sent = wire(record)
+        outcome = parser.parse(sent.value, sent.timestamp_ms)
+        assert isinstance(outcome, Parsed), outcome
+        # disorder up to 900 ms, and epoch_s cuts to the second
+        assert sent.timestamp_ms - 2000 < outcome.event_ms <= sent.timestamp_ms
