@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m bench.avro_read",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--events", type=int, default=500_000)
-    p.add_argument("--partitions", type=int, default=16)
+    p.add_argument("--events", type=int, default=400_000)
+    p.add_argument("--partitions", type=int, default=32)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", type=Path)
     args = p.parse_args(argv)
