@@ -44,9 +44,10 @@ refuses; the next commit writes into the new location. ``commits()`` lists the l
 first. A legacy marker in an explicit ``marker_topic`` is not a foreign record.
 
 Records (``eos.sinks.kafka_records``): key = the group fields as compact JSON with sorted keys;
-value = a JSON object of the output columns; headers ``eos-pipeline``, ``eos-epoch``,
-``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics are made to exist by
-``eos.sinks.kafka_topics``. Consumers must read with
+value = a JSON object of the output columns (``format: avro``: the Schema Registry wire format,
+``eos.sinks.kafka_avro``, its schema registered before the transaction opens); headers
+``eos-pipeline``, ``eos-epoch``, ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics
+are made to exist by ``eos.sinks.kafka_topics``. Consumers must read with
 ``isolation.level=read_committed``.
 
 Rewinds (``eos.core.rewind``): published records cannot be withdrawn, so a rewind to N writes only a
@@ -69,11 +70,12 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eos.core import faults
+from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import MarkerTopicShared, SinkRejected, SinkUnavailable
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
@@ -83,6 +85,7 @@ from eos.core.sink import (
     SupportsRewind,
     validated_options,
 )
+from eos.sinks.kafka_avro import AvroValues, value_schema
 from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
 from eos.sinks.kafka_topics import (
     MAX_TOPIC_NAME,
@@ -106,15 +109,25 @@ STABLE_ATTEMPTS = 3  # LSO checks before an open foreign transaction is reported
 
 
 class KafkaSinkOptions(BaseModel):
-    """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {}}}``.
-    ``marker_topic``: where this sink's markers live, exclusive to this sink (default
-    ``<topic>.eos-markers.<pipeline>``, see the module docstring)."""
+    """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {},
+    format: json|avro, schema_registry: {...}}}``. ``marker_topic``: where this sink's markers
+    live, exclusive to this sink (default ``<topic>.eos-markers.<pipeline>``, see the module
+    docstring). ``format: avro``: values in the Schema Registry wire format
+    (``eos.sinks.kafka_avro``), registered with ``schema_registry``, else the event's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     marker_topic: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int | None = Field(default=None, gt=0)  # when the sink creates the topic
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistryConfig | None = None
+
+    @model_validator(mode="after")
+    def _registry_for_avro(self) -> KafkaSinkOptions:
+        if self.format == "json" and self.schema_registry is not None:
+            raise ValueError("a kafka sink's schema_registry is for format: avro")
+        return self
 
     @model_validator(mode="after")
     def _topic_names(self) -> KafkaSinkOptions:
@@ -173,6 +186,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         on every retry (``MSG_SIZE_TOO_LARGE``) and the pipeline could never commit again."""
         from eos.core.limits import largest_record_bytes
 
+        if options.format == "avro":
+            _check_avro(options, config, output)
         client = {**config.kafka.client, **options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
         largest = largest_record_bytes(config, output)
@@ -184,6 +199,17 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 f"producer's message.max.bytes ({limit}): lower event.max_string_bytes, or raise "
                 "message.max.bytes in the sink's client settings (and the topic's "
                 "max.message.bytes on the broker)")
+
+    def avro_values(self) -> AvroValues | None:
+        """The Avro codec of a ``format: avro`` sink (None: JSON values), one per sink object
+        (its registry client caches the id and the writer schemas)."""
+        if self.options.format != "avro":
+            return None
+        if getattr(self, "_avro", None) is None:
+            registry = _registry(self.options, self.config)
+            assert registry is not None  # checked when the config loads
+            self._avro = AvroValues(registry, self.options.topic, self.config.name)
+        return self._avro
 
     @property
     def marker_topic(self) -> str:
@@ -234,9 +260,14 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             )
         faults.hit("sink.before_write")
         headers = self._headers(epoch, plan_hash, _line_of(last).get("lineage"))
+        avro = self.avro_values()
+        # Avro: the value schema is registered (and every value encoded) before the
+        # transaction opens: a registry that is away fails here, transiently, with nothing
+        # written.
+        values = avro.encode(rows) if avro is not None else None
         try:
             producer.begin_transaction()
-            self._produce_rows(producer, rows, headers)
+            self._produce_rows(producer, rows, headers, values)
             faults.hit("sink.kafka.in_transaction")
             marker = {**self._identity(), "epoch": epoch, "plan_hash": plan_hash,
                       "rows": rows.num_rows, **_line_of(last)}
@@ -302,7 +333,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 continue
             epoch = int(_header(record, "eos-epoch") or NO_EPOCH)
             if on_line(epoch, _header(record, "eos-lineage")):
-                rows.append(decode_value(record.value(), schema))
+                avro = self.avro_values()
+                rows.append(decode_value(record.value(), schema) if avro is None
+                            else avro.decode(record.value(), schema))
         return rows
 
     def commits(self) -> list[int]:
@@ -357,7 +390,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return headers + ([("eos-lineage", lineage.encode())] if lineage else [])
 
     def _produce_rows(self, producer: ck.Producer, rows: pa.Table,
-                      headers: list[tuple[str, bytes]]) -> None:
+                      headers: list[tuple[str, bytes]], values: list[bytes] | None = None
+                      ) -> None:
         import confluent_kafka as ck
 
         failures: list[Any] = []
@@ -370,7 +404,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         # quarantined records have no group.
         group = list(self.config.group_by) if self.output != "quarantine" else []
         keys = encode_keys(rows, group)
-        for key, value in zip(keys, encode_values(rows), strict=True):
+        if values is None:
+            values = encode_values(rows)
+        for key, value in zip(keys, values, strict=True):
             while True:
                 try:
                     producer.produce(self.options.topic, key=key, value=value, headers=headers,
@@ -568,6 +604,29 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         yield from read_partition(self._settings(), topic, partition, start,
                                   group=f"eos-readback-{self.config.name}", timeout_s=TIMEOUT_S)
+
+
+def _registry(options: KafkaSinkOptions, config: PipelineConfig) -> SchemaRegistryConfig | None:
+    """The registry an Avro sink registers with: its own, else the event's."""
+    return options.schema_registry or config.event.schema_registry
+
+
+def _check_avro(options: KafkaSinkOptions, config: PipelineConfig, output: str) -> None:
+    """Load-time refusals of a ``format: avro`` sink: no registry, credentials it cannot read,
+    an output column without an Avro mapping."""
+    from eos.core.outputs import output_schema
+
+    registry = _registry(options, config)
+    if registry is None:
+        raise ValueError(f"kafka sink {options.topic}: format avro needs a Schema Registry: "
+                         "give the sink a schema_registry {url, auth_env}, or read an Avro "
+                         "event (its event.schema_registry is used)")
+    if registry.connection is not None:
+        raise ValueError(f"kafka sink {options.topic}: a sink reads the registry's "
+                         "credentials from auth_env only (sinks run without Airflow, so not "
+                         f"from connection '{registry.connection}'); give the sink a "
+                         "schema_registry with auth_env")
+    value_schema(output_schema(config, output), options.topic, config.name)
 
 
 def _is_rejection(error: Any) -> bool:

@@ -582,8 +582,13 @@ def _reread_kafka(config: PipelineConfig, sink: Any) -> list[dict[str, Any]]:
 
     settings = client_settings({**config.kafka.client, **sink.options.client})
     records = independent.read_topic(settings, sink.options.topic)
+    decode = None
+    if sink.options.format == "avro":  # urllib and fastavro, not the sink's codec
+        from eos.tools.audit_avro import sink_decoder
+
+        decode = sink_decoder(sink.options.schema_registry or config.event.schema_registry)
     return independent.sink_rows(records, config.name, output_schema(config, sink.output),
-                                 independent.current_line(sink))
+                                 independent.current_line(sink), decode)
 
 
 def _disagreements(where: str, ours: tuple[str, Any], theirs: tuple[str, Any]) -> list[Problem]:

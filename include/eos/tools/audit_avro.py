@@ -121,3 +121,21 @@ class AuditAvroDecoder:
 def _not_wire(problem: str) -> Rejected:
     return Rejected("not in the Schema Registry wire format (magic byte 0, a 4-byte schema id, "
                     f"the payload): {problem}")
+
+
+def sink_decoder(registry: SchemaRegistryConfig | None) -> Any:
+    """How the audit reads an Avro Kafka sink's values a second time: this module's decoder
+    (``struct``, ``urllib``, fastavro), not the sink's (``eos.sinks.kafka_avro``); a value it
+    cannot decode becomes a row of its own, which no other reading holds (a disagreement)."""
+    from eos.tools.independent import canonical_row
+
+    assert registry is not None  # a format: avro sink has one (checked when the config loads)
+    decoder = AuditAvroDecoder(registry)
+
+    def decode(raw: bytes, schema: Any) -> dict[str, Any]:
+        decoded = decoder.decode(raw)
+        if isinstance(decoded, Rejected):
+            return {"undecodable": decoded.reason}
+        return canonical_row({name: decoded.record.get(name) for name in schema.names})
+
+    return decode

@@ -8,8 +8,9 @@ import shlex
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
-from eos.core.errors import EosError, exit_code
+from eos.core.errors import ConfigError, EosError, exit_code
 from eos.core.kafka import broker_state_path
 
 
@@ -130,9 +131,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
         bad_fraction=args.bad_fraction,
         seed=args.seed,
         start_ms=start_ms,
-        **generator_options(config, args.shape),
+        **(generator_options(config, args.shape) if config.event.format == "json" else {}),
     )
-    summary = produce(spec, config.kafka.topic, settings, args.rate)
+    if config.event.format == "avro":
+        summary = _produce_avro(args, spec, config, settings)
+    else:
+        summary = produce(spec, config.kafka.topic, settings, args.rate)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.kinds.items()))
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     print(
@@ -140,6 +144,19 @@ def cmd_produce(args: argparse.Namespace) -> int:
         f"({rate:,.0f} rec/s): {kinds}; arrival times from {_iso_ms(start_ms)}"
     )
     return 0
+
+
+def _produce_avro(args: argparse.Namespace, spec: Any, config: Any,
+                  settings: dict[str, Any]) -> Any:
+    """Avro through the pipeline's registry (``eos.tools.produce_avro``): the writer schema is
+    derived from its declared event; version 2 from record ``--evolve-at`` (default: halfway)."""
+    from eos.tools.produce_avro import produce_avro
+
+    if args.shape is not None:
+        raise ConfigError(f"--shape is for JSON pipelines; '{config.name}' reads Avro, whose "
+                          "records are shaped by its declared fields")
+    evolve_at = spec.events // 2 if args.evolve_at is None else args.evolve_at
+    return produce_avro(spec, config, settings, None if evolve_at < 0 else evolve_at, args.rate)
 
 
 def _iso_ms(ms: int) -> str:
@@ -207,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the last record on the topic, so a second batch is not all late), base "
                         "(2026-01-01T00:00:00Z, the fixed start a fresh topic gets), epoch ms, "
                         "or an ISO-8601 instant")
+    p.add_argument("--evolve-at", type=int, default=None, metavar="N",
+                   help="Avro pipelines: records from the N-th on are written with writer "
+                        "schema version 2 (finer decimals, a new optional field); default "
+                        "halfway, -1 never")
     p.set_defaults(func=cmd_produce)
 
     _register_protocol_commands(sub)

@@ -8,11 +8,12 @@ committed tables and the verdict of the independent audit.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eos.core.config import PipelineConfig
 from eos.core.errors import DataLoss
@@ -20,6 +21,9 @@ from eos.core.kafka import client_settings, local_broker
 from eos.core.storage import filesystem, is_remote
 from eos.tools import broker
 from eos.tools.produce import GeneratorSpec, generator_options, produce
+
+if TYPE_CHECKING:
+    from eos.tools.schema_registry import SchemaRegistryServer
 
 
 def reset(config: PipelineConfig) -> None:
@@ -59,11 +63,14 @@ def on_embedded_store(config: PipelineConfig) -> PipelineConfig:
     return load_config(path)
 
 
-def _restart_spark_without(variables: dict[str, str]) -> None:
-    """Stop a running Spark Connect server that was not started with this store's endpoint
-    and key (every store start makes new ones): its Python workers, which write the staging
-    files, would reach the store without them. The demo then starts one that has them (and
-    stops it at the end). Only the endpoint and the key id are compared, never printed."""
+def _restart_spark_without(variables: dict[str, str],
+                           names: tuple[str, ...] = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID"),
+                           ) -> None:
+    """Stop a running Spark Connect server that was not started with these ``names`` of
+    ``variables`` (the store's endpoint and key: every store start makes new ones; a Schema
+    Registry's credentials): its Python workers, which write the staging files and decode the
+    records, would go without them. The demo then starts one that has them (and stops it at the
+    end). The values are compared, never printed."""
     from eos.compute import connect
     from eos.tools import spark_server
 
@@ -77,11 +84,10 @@ def _restart_spark_without(variables: dict[str, str]) -> None:
     if not raw:
         return  # mid-exec (or gone): cannot tell
     have = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    if all(have.get(name.encode()) == variables[name].encode()
-           for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID")):
+    if all(have.get(name.encode()) == variables[name].encode() for name in names):
         return
     print(f"      stopping the Spark Connect server (pid {state['pid']}): it was started "
-          "without this object store's credentials", flush=True)
+          f"without {', '.join(f'${n}' for n in names)} as this demo sets it", flush=True)
     spark_server.stop()
 
 
@@ -159,8 +165,10 @@ def _kafka_view(sink: Any) -> list[str]:
     import confluent_kafka as ck
 
     from eos.core.kafka import consumer
+    from eos.core.outputs import output_schema
 
     topic = sink.options.topic
+    schema = output_schema(sink.config, sink.output)
     c = consumer(sink._settings(), group="eos-demo-view", **{"auto.offset.reset": "earliest"})
     lines = [f"  a read_committed consumer of '{topic}' sees, for example:"]
     try:
@@ -172,7 +180,12 @@ def _kafka_view(sink: Any) -> list[str]:
             headers = {k: v.decode() for k, v in message.headers() or []}
             key = message.key()
             lines.append(f"    key={key.decode() if key is not None else None} headers={headers}")
-            lines.append(f"      value={message.value().decode()}")
+            value = message.value()
+            if sink.options.format == "avro":
+                lines.append(f"      value=Avro, schema id {int.from_bytes(value[1:5], 'big')}"
+                             f", {len(value)} bytes: {sink.avro_values().decode(value, schema)}")
+            else:
+                lines.append(f"      value={value.decode()}")
     finally:
         c.close()
     return lines
@@ -180,13 +193,17 @@ def _kafka_view(sink: Any) -> list[str]:
 
 # Events the demo produces by default, per shape: what the embedded broker retains in full
 # (librdkafka's mock cluster keeps ~5 MiB per partition; a pageview is about twice a click).
-DEMO_EVENTS = {"clicks": 200_000, "pageviews": 100_000}
+DEMO_EVENTS = {"clicks": 200_000, "pageviews": 100_000, "avro": 100_000}
 
 
 def demo_spec(config: PipelineConfig, events: int | None = None) -> GeneratorSpec:
     """The demo's sample events, in the shape ``config`` reads (``eos.tools.produce.shape_for``):
     pageviews for 50 pages by 500 users, or clicks over 200 keys; both with some disorder, 1%
     late by 3 to 6 minutes and 0.5% bad records."""
+    if config.event.format == "avro":  # shaped by the declared fields: 8 groups, 500 ids
+        return GeneratorSpec(events=events or DEMO_EVENTS["avro"], keys=8, users=500,
+                             interval_ms=10, disorder_ms=3000, late_fraction=0.01,
+                             late_delay_ms=180_000, bad_fraction=0.005, seed=1)
     options = generator_options(config)
     shape = options["shape"]
     keys = 50 if shape == "pageviews" else 200
@@ -216,10 +233,14 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
     from eos.tools import spark_server
     from eos.tools.ui import needs_spark_server
 
+    registry = start_registry(config)
     started_spark = needs_spark_server([config]) and connect.read_state() is None
     try:
         return _demo(config, events, via, max_epochs)
     finally:
+        if registry is not None:
+            registry.stop()
+            print(f"stopped the Schema Registry stand-in at {registry.url}", flush=True)
         if started_spark and spark_server.stop():
             print("stopped the Spark Connect server the demo started", flush=True)
         state = local_broker()
@@ -229,6 +250,38 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
                   "`eos broker stop`", flush=True)
         if is_remote(config.root):
             _store_epilogue(config)
+
+
+def start_registry(config: PipelineConfig) -> SchemaRegistryServer | None:
+    """For an Avro pipeline, the Schema-Registry-compatible stand-in
+    (``eos.tools.schema_registry``: not Confluent's server, which does not install here) at
+    ``schema_registry.url``, which must be on 127.0.0.1 or localhost. Its credentials are made
+    here and put in this process's environment under ``schema_registry.auth_env``, so the
+    producer, the Spark Connect server the demo starts, the epochs and the audit all read them
+    there; they are never printed. It stops with the demo (its schemas live in memory)."""
+    from urllib.parse import urlsplit
+
+    from eos.core.errors import ConfigError
+    from eos.tools.schema_registry import SchemaRegistryServer
+
+    registry = config.event.schema_registry
+    if registry is None:
+        return None
+    where = urlsplit(registry.url)
+    if where.hostname not in ("127.0.0.1", "localhost") or where.scheme != "http":
+        raise ConfigError(f"the demo starts a Schema Registry stand-in on this machine; "
+                          f"schema_registry.url {registry.url} is not http://127.0.0.1:PORT")
+    if registry.auth_env is None:
+        raise ConfigError("the demo hands its Schema Registry stand-in's credentials over in "
+                          "the environment: set schema_registry.auth_env")
+    server = SchemaRegistryServer("eos-demo", secrets.token_urlsafe(18))
+    server.port = where.port or 80
+    os.environ[registry.auth_env] = server.user_info
+    _restart_spark_without({registry.auth_env: server.user_info}, (registry.auth_env,))
+    server.start()
+    print(f"      Schema Registry stand-in (eos.tools.schema_registry) at {server.url}; its "
+          f"credentials are in ${registry.auth_env} for what the demo starts", flush=True)
+    return server
 
 
 def _store_epilogue(config: PipelineConfig) -> None:
@@ -253,14 +306,21 @@ def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int)
     if needs_spark_server([config]):
         from eos.tools import spark_server
 
-        state = spark_server.start()
+        state = spark_server.start(port=0)  # its own, stopped at the end: any free port
         print(f"      Spark Connect server at sc://{state['host']}:{state['port']} "
               f"(pid {state['pid']}; log {state['log']})", flush=True)
     spec = demo_spec(config, events)
     settings = client_settings(config.kafka.client)
-    print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.topic}'",
-          flush=True)
-    done = produce(spec, config.kafka.topic, settings)
+    if config.event.format == "avro":
+        from eos.tools.produce_avro import produce_avro
+
+        print(f"[2/4] producing {spec.events} Avro events to '{config.kafka.topic}' through the "
+              f"registry (writer schema version 2 from event {spec.events // 2})", flush=True)
+        done = produce_avro(spec, config, settings, evolve_at=spec.events // 2)
+    else:
+        print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.topic}'",
+              flush=True)
+        done = produce(spec, config.kafka.topic, settings)
     print(f"      {done.records} records in {done.seconds:.1f}s: {dict(done.kinds)}", flush=True)
     _check_retained(settings, config.kafka.topic, done.records)
     print(f"[3/4] running epochs ({'Airflow DAG runs' if via == 'airflow' else 'eos run'}, "

@@ -241,10 +241,14 @@ def current_line(sink: KafkaSink) -> Callable[[int, str | None], bool]:
 
 
 def sink_rows(records: Iterable[KafkaRecord], pipeline: str, schema: pa.Schema,
-              on_line: Callable[[int, str | None], bool]) -> list[dict[str, Any]]:
+              on_line: Callable[[int, str | None], bool],
+              decode: Callable[[bytes, pa.Schema], dict[str, Any]] | None = None
+              ) -> list[dict[str, Any]]:
     """The committed rows of one pipeline in a Kafka sink's topic: records headed
     ``eos-pipeline: <pipeline>`` with an ``eos-epoch`` whose (epoch, ``eos-lineage``) is on
-    the sink's current line, each value decoded from JSON by ``decode_json``."""
+    the sink's current line, each value decoded from JSON by ``decode_json`` (or by ``decode``:
+    an Avro sink's values, ``eos.tools.audit_avro.sink_decoder``)."""
+    decode = decode or decode_json
     rows = []
     for record in records:
         headers = _headers(record)
@@ -252,7 +256,7 @@ def sink_rows(records: Iterable[KafkaRecord], pipeline: str, schema: pa.Schema,
             continue
         epoch = int(headers["eos-epoch"])  # type: ignore[arg-type]
         if on_line(epoch, headers.get("eos-lineage")) and record.value is not None:
-            rows.append(decode_json(record.value, schema))
+            rows.append(decode(record.value, schema))
     return rows
 
 
