@@ -7,7 +7,8 @@ own ``ProtobufSerializer`` writing them through a registry.
 * 1: ``id``, ``ts`` (google.protobuf.Timestamp), ``customer`` {``id`` int64, ``tier`` enum},
   ``amount`` (confluent.type.Decimal), ``optional string note``;
 * 2: ``amount`` is a google.type.Decimal (decimal text), a new ``optional string coupon``;
-* 3: ``customer`` lost ``tier``.
+* 3: ``customer`` lost ``tier``;
+* 4: version 2 with a new ``string channel``.
 """
 
 from __future__ import annotations
@@ -81,16 +82,19 @@ def order_class(version: int) -> Any:
     tier = order.enum_type.add(name="Tier")
     tier.value.add(name="BASIC", number=0)
     tier.value.add(name="GOLD", number=1)
-    field(order, "amount", 4, F.TYPE_MESSAGE, TEXT_DECIMAL if version == 2 else DECIMAL)
+    text = version in (2, 4)
+    field(order, "amount", 4, F.TYPE_MESSAGE, TEXT_DECIMAL if text else DECIMAL)
     field(order, "note", 5, F.TYPE_STRING, optional=True)
-    if version == 2:
+    if text:
         field(order, "coupon", 6, F.TYPE_STRING, optional=True)
+    if version == 4:
+        field(order, "channel", 7, F.TYPE_STRING)
     return GetMessageClass(build(file).FindMessageTypeByName("shop.Order"))
 
 
 def order(version: int, oid: str, ts: datetime, customer: int, tier: str | None,
           amount: Decimal, note: str | None = None, coupon: str | None = None) -> Any:
-    """A ``shop.Order`` of the version (amount at scale 2 in version 1, as text in 2)."""
+    """A ``shop.Order`` of the version (amount at scale 2 in versions 1 and 3, text in 2, 4)."""
     message = order_class(version)()
     message.id = oid
     message.ts.FromDatetime(ts)
@@ -98,7 +102,7 @@ def order(version: int, oid: str, ts: datetime, customer: int, tier: str | None,
     if tier is not None:
         message.customer.tier = message.DESCRIPTOR.enum_types_by_name["Tier"].values_by_name[
             tier].number
-    if version == 2:
+    if version in (2, 4):
         message.amount.value = str(amount)
     else:
         unscaled = int(amount.scaleb(2))
