@@ -441,3 +441,52 @@ def test_json_schema_registry_down_is_transient(registry: SchemaRegistryServer) 
     registry.start()
     assert isinstance(parser_for(event("json_schema", config_of(registry))).parse(good, KTS),
                       Parsed)
+
+
+def test_a_deeply_nested_recursive_message_is_quarantined_not_a_crash(
+        registry: SchemaRegistryServer) -> None:
+    """A recursive type (a linked list) 10,000 levels deep in 20 KB: the protobuf runtime stops
+    at its recursion limit (100), so the record is quarantined; the worker lives on."""
+    file = new_file("shop/node.proto")
+    node = file.message_type.add(name="Node")
+    field(node, "v", 1, F.TYPE_INT64)
+    field(node, "next", 2, F.TYPE_MESSAGE, ".shop.Node")
+    from google.protobuf.message_factory import GetMessageClass
+
+    cls = GetMessageClass(build(file).FindMessageTypeByName("shop.Node"))
+    shallow = cls(v=3)
+    shallow.next.v = 4
+    data = serializer(registry, cls)(TOPIC, shallow)
+    pair = parsers(registry, fields={"v": "long", "w": {"path": "next.v", "type": "long"}},
+                   time={"format": "kafka_timestamp"})
+    assert both(pair, data) == Parsed(KTS, (3, 4))
+    deep = b""
+    for _ in range(10_000):  # next { next { ... } }, built from the inside out
+        deep = b"\x12" + _varint(len(deep)) + deep
+    outcome = both(pair, data[:6] + deep)
+    assert outcome.reason.startswith(  # type: ignore[union-attr]
+        "schema id 1: the payload does not decode (DecodeError")
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def test_json_schema_refers_to_nothing_it_fetches(registry: SchemaRegistryServer) -> None:
+    """A ``$ref`` to a URL is not fetched (a worker makes no requests a schema asks for): the
+    record is quarantined naming what could not be resolved."""
+    remote = registry.register("r-value", {"schema": json.dumps(
+        {"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}}),
+        "schemaType": "JSON"})
+    pair = parsers(registry, "json_schema", fields={"x": "long"},
+                   time={"format": "kafka_timestamp"})
+    raw = b"\x00" + remote.to_bytes(4, "big") + b'{"x": 1}'
+    assert both(pair, raw) == Rejected(
+        f"schema id {remote}: the schema refers to what it does not hold (Unresolvable: "
+        "https://example.com/x.json)")
+    assert both(pair, b"\x00" + remote.to_bytes(4, "big") + b'{"y": 1}') == Rejected(
+        f"schema id {remote}: missing field 'x'")
