@@ -300,3 +300,28 @@ def test_a_server_stopping_under_a_job_is_compute_unavailable(message: str) -> N
     assert isinstance(error, ComputeUnavailable)
     assert connect.compute_error(UnknownException(message="(java.lang.ArithmeticException) / by "
                                                           "zero"), endpoint) is None
+
+
+def test_a_stopped_session_leaves_its_finalizer_nothing_that_can_deadlock() -> None:
+    """pyspark's ``SparkSession.__del__`` closes the client again, which shuts down the release
+    pool every session shares, waiting on the pool's lock. Run by the garbage collector inside
+    that pool's ``submit`` (which holds the lock), it hung the process; after ``stop_session``
+    it has nothing to close. No server is needed: a session connects on its first call."""
+    import threading
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
+
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{free_port()}").create()
+    spark.release_session_on_close = False  # nothing to release on a server never called
+    connect.stop_session(spark)
+    pool = ExecutePlanResponseReattachableIterator._get_or_create_release_thread_pool()
+    finished = threading.Event()
+
+    def finalize_inside_submit() -> None:  # where the collector ran it when the tests hung
+        with pool._shutdown_lock:
+            spark.__del__()
+        finished.set()
+
+    threading.Thread(target=finalize_inside_submit, daemon=True).start()
+    assert finished.wait(10), "the finalizer deadlocked on the release pool's lock"

@@ -139,9 +139,9 @@ def test_config_requires_a_registry_for_avro_and_refuses_credentials_in_the_url(
         event({"url": "http://127.0.0.1:8081", "auth_env": "A", "connection": "c"})
     with pytest.raises(ConfigError, match="environment variable"):
         event({"url": "http://127.0.0.1:8081", "auth_env": "not a name"})
-    with pytest.raises(ConfigError, match="not supported yet"):
+    with pytest.raises(ConfigError, match=r"event\.format"):
         parse_config({"name": "p", "kafka": {"topic": "t"},
-                      "event": {"format": "protobuf", "time": {"format": "kafka_timestamp"},
+                      "event": {"format": "thrift", "time": {"format": "kafka_timestamp"},
                                 "fields": {"v": "long"}},
                       "window": {"size": "10s"}, "aggregations": {"n": "count(*)"}})
 

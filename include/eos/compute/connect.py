@@ -312,7 +312,21 @@ def _session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
         raise typed from error
     finally:
         if spark is not None:
-            spark.stop()  # (task sessions) releases it server-side; pyspark logs, never raises
+            stop_session(spark)
+
+
+def stop_session(spark: Any) -> None:
+    """Stop a Connect session (a task session is released server-side; pyspark logs, never
+    raises), then take its client away from pyspark's finalizer.
+
+    ``SparkSession.__del__`` closes the client again, and closing any client shuts down the
+    release thread pool that pyspark shares between all sessions (a class attribute), waiting on
+    that pool's lock. The garbage collector runs the finalizer wherever a collection happens to
+    start: inside that pool's ``submit``, which holds the lock, the process deadlocks (seen: end
+    to end tests hung in ``reattach._release_until``). Stopped here, the finalizer finds no
+    client and does nothing (``tests/test_connect.py``)."""
+    spark.stop()
+    vars(spark).pop("_client", None)
 
 
 # -- the local server's state file --------------------------------------------------------------

@@ -169,7 +169,6 @@ def _fields(value: Any) -> dict[str, FieldSpec]:
 MAX_STRING_BYTES = 16_384  # event.max_string_bytes' default
 
 
-EVENT_FORMATS = ("json", "avro")  # protobuf and json_schema: issue 29, not yet
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -216,7 +215,7 @@ class SchemaRegistryConfig(_Strict):
 
 class EventConfig(_Strict):
     # How a record value is decoded (``eos.compute.formats``): json, or a Schema Registry format.
-    format: Literal["json", "avro"] = "json"
+    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
     schema_registry: SchemaRegistryConfig | None = None
     time: TimeConfig
     fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
@@ -226,19 +225,11 @@ class EventConfig(_Strict):
     # must fit every sink's record limit (checked against the Kafka sinks when the config loads).
     max_string_bytes: int = Field(default=MAX_STRING_BYTES, ge=64)
 
-    @field_validator("format", mode="before")
-    @classmethod
-    def _known_format(cls, value: Any) -> Any:
-        if value in ("protobuf", "json_schema"):
-            raise ValueError(f"event.format {value} is not supported yet (issue 29); "
-                             f"use one of {EVENT_FORMATS}")
-        return value
-
     @model_validator(mode="after")
     def _registry_iff_needed(self) -> EventConfig:
         if self.format == "json" and self.schema_registry is not None:
             raise ValueError("event.schema_registry is only for a Schema Registry format "
-                             "(format: avro)")
+                             "(format: avro, protobuf or json_schema)")
         if self.format != "json" and self.schema_registry is None:
             raise ValueError(f"event.format {self.format} needs event.schema_registry "
                              "(url, and auth_env or connection if it asks for credentials)")

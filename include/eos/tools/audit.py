@@ -132,21 +132,32 @@ def aggregate(config: PipelineConfig, events: list[dict[str, Any]]) -> dict[str,
     return out
 
 
+def _audit_decoder(event_format: str) -> Any:
+    """The audit's own decoder class for a Schema Registry format (not the pipeline's)."""
+    from eos.tools.audit_avro import AuditAvroDecoder
+    from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
+    from eos.tools.audit_protobuf import AuditProtobufDecoder
+
+    decoders = {"avro": AuditAvroDecoder, "protobuf": AuditProtobufDecoder,
+                "json_schema": AuditJsonSchemaDecoder}
+    if event_format not in decoders:
+        raise ConfigError(f"the audit cannot read event.format {event_format}")
+    return decoders[event_format]
+
+
 class _Reference:
     """The pipeline's semantics (DESIGN §3), replayed record by record, epoch by epoch."""
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
         self.parser: Any = Parser(config.event)
-        if config.event.format == "avro":  # its own decoding; the field rules are shared
+        if config.event.format != "json":  # its own decoding; the field rules are shared
             from eos.compute.formats.records import RecordParser
-            from eos.tools.audit_avro import AuditAvroDecoder
 
             assert config.event.schema_registry is not None
             self.parser = RecordParser(config.event,
-                                       AuditAvroDecoder(config.event.schema_registry))
-        elif config.event.format != "json":
-            raise ConfigError(f"the audit cannot read event.format {config.event.format}")
+                                       _audit_decoder(config.event.format)(
+                                           config.event.schema_registry))
         self.names = list(config.event.fields)
         self.expected = Expected()
         self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events

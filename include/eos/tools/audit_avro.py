@@ -30,7 +30,11 @@ _TRUNCATED = (EOFError, IndexError, ValueError, OverflowError, MemoryError, Stop
 
 
 class AuditAvroDecoder:
-    """A ``RecordDecoder`` for the audit: independent of the pipeline's (see the module)."""
+    """A ``RecordDecoder`` for the audit: independent of the pipeline's (see the module).
+
+    The other Schema Registry formats' audit decoders extend it (the registry requests)."""
+
+    query = ""  # added to ``GET /schemas/ids/{id}`` (Protobuf asks ``?format=serialized``)
 
     def __init__(self, registry: SchemaRegistryConfig) -> None:
         from eos.compute.formats.registry import user_info
@@ -97,7 +101,7 @@ class AuditAvroDecoder:
 
     def _get(self, schema_id: int) -> dict[str, Any] | None:
         """The registry's answer for the id; None when it says it does not know it."""
-        request = urllib.request.Request(f"{self.url}/schemas/ids/{schema_id}")
+        request = urllib.request.Request(f"{self.url}/schemas/ids/{schema_id}{self.query}")
         if self._auth:
             request.add_header("Authorization", self._auth)
         try:

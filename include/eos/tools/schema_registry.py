@@ -12,6 +12,13 @@ for registering and fetching schemas, with the registry's own answers and error 
 * ``GET /subjects``, ``GET /subjects/{subject}/versions``,
   ``GET /subjects/{subject}/versions/{version|latest}``
 
+Schemas are kept as registered. Confluent's Python ``ProtobufSerializer`` registers a Protobuf
+schema as a base64 ``FileDescriptorProto``; Confluent's server would keep it as .proto text and
+answer it serialized only when asked ``?format=serialized`` (as its deserializer asks). The
+stand-in converts neither way, so it answers a Protobuf schema only in the form it holds
+(serialized to ``format=serialized``, .proto text to a plain request) and refuses the other
+request (422, error code 42202) instead of answering the wrong form.
+
 Every request must carry HTTP basic auth (401, error code 40101, without it). It binds
 127.0.0.1 on a free port, counts the requests per path (to see caching), and can be stopped and
 started again on the same port with its schemas kept (a registry that went away mid-epoch), or
@@ -131,6 +138,15 @@ def _shown(entry: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+def _serialized(schema: str) -> bool:
+    """Whether a Protobuf schema was registered as base64 (a FileDescriptorProto), not text."""
+    try:
+        base64.b64decode(schema, validate=True)
+    except ValueError:
+        return False
+    return True
+
+
 _IDS = re.compile(r"^/schemas/ids/(\d+)$")
 _SUBJECT_VERSIONS = re.compile(r"^/subjects/([^/]+)/versions$")
 _SUBJECT_VERSION = re.compile(r"^/subjects/([^/]+)/versions/(latest|\d+)$")
@@ -181,6 +197,11 @@ def _handler(registry: SchemaRegistryServer) -> type[BaseHTTPRequestHandler]:
                 found = registry.schema_by_id(int(match.group(1)))
                 if found is None:
                     self._error(404, 40403, "Schema not found")
+                elif (found.get("schemaType") == "PROTOBUF"
+                      and _serialized(found["schema"]) != ("format=serialized" in
+                                                           self.path.partition("?")[2].split("&"))):
+                    self._error(422, 42202, "the stand-in answers a Protobuf schema only in "
+                                "the form it was registered (serialized or .proto text)")
                 else:
                     self._answer(200, found)
             elif path == "/subjects":

@@ -33,6 +33,7 @@ from eos.compute.connect import (
     read_state,
     read_token,
     state_path,
+    stop_session,
     token_path,
 )
 from eos.compute.spark import spark_submit_binary, submit_env, worker_python
@@ -104,7 +105,7 @@ def healthy(endpoint: Endpoint) -> bool:
                 _fail_fast(spark)
                 return spark.range(1).count() == 1
             finally:
-                spark.stop()
+                stop_session(spark)
         except Exception:
             return False
 

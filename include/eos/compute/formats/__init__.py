@@ -28,7 +28,9 @@ import pyarrow as pa
 from eos.compute.parse import Parsed, Rejected
 from eos.core.config import EventConfig
 
-FORMATS = {"json": "eos.compute.formats.json", "avro": "eos.compute.formats.avro"}
+FORMATS = {"json": "eos.compute.formats.json", "avro": "eos.compute.formats.avro",
+           "protobuf": "eos.compute.formats.protobuf",
+           "json_schema": "eos.compute.formats.json_schema"}
 
 
 class EventParser(Protocol):

@@ -22,11 +22,24 @@ import threading
 import warnings
 from typing import Any
 
+from eos.compute.parse import Rejected
 from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 
 UNKNOWN = None  # what ``WriterSchemas.get`` returns for an id the registry does not know
 _NOT_FOUND = 40403  # the registry's error code for "Schema not found"
+
+
+def not_wire(raw: bytes) -> Rejected:
+    """Why a value too short for the header, or without the magic byte, is quarantined."""
+    if not raw:
+        problem = "the value is empty"
+    elif raw[0] != 0:
+        problem = f"byte 0 is {raw[0]}, not the magic byte 0"
+    else:
+        problem = f"{len(raw)} bytes, shorter than the 5-byte header"
+    return Rejected("not in the Schema Registry wire format (magic byte 0, a 4-byte schema id, "
+                    f"the payload): {problem}")
 
 
 def user_info(config: SchemaRegistryConfig) -> str | None:
@@ -70,8 +83,11 @@ def _auth_source(config: SchemaRegistryConfig) -> str:
 class WriterSchemas:
     """Schemas by id from one registry; thread-safe, fetched at most once per id."""
 
-    def __init__(self, config: SchemaRegistryConfig) -> None:
+    def __init__(self, config: SchemaRegistryConfig, fmt: str | None = None) -> None:
         self.config = config
+        # The registry's ``format`` for the answer: Protobuf asks for ``serialized`` (a base64
+        # FileDescriptorProto, as Confluent's own deserializer does) instead of .proto text.
+        self.fmt = fmt
         self._client: Any = None
         self._cache: dict[int, Any] = {}
         self._lock = threading.Lock()
@@ -110,7 +126,7 @@ class WriterSchemas:
             self._client = self._connect()
         where = f"Schema Registry {self.config.url}"
         try:
-            return self._client.get_schema(schema_id)
+            return self._client.get_schema(schema_id, fmt=self.fmt)
         except SchemaRegistryError as error:
             status, code = error.http_status_code, error.error_code
             if status == 404 and code == _NOT_FOUND:

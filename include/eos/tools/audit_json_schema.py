@@ -1,0 +1,99 @@
+"""The audit's own reading of JSON Schema records in the Schema Registry wire format.
+
+The header is unpacked here and the writer schema fetched with urllib (``AuditAvroDecoder``'s
+requests), not by the pipeline's registry client and caches; the text is parsed with the
+standard library and validated with ``jsonschema`` directly. What a failed validation is called
+(the validator's best match, where it failed) is the pipeline's rule, written here a second
+time so the quarantine rows are compared with text this module made.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from eos.compute.formats import Decoded
+from eos.compute.parse import REASON_CHARS, Rejected
+from eos.tools.audit_avro import AuditAvroDecoder, _not_wire
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+class AuditJsonSchemaDecoder(AuditAvroDecoder):
+    """A ``RecordDecoder`` for the audit (see the module)."""
+
+    def decode(self, raw: bytes) -> Decoded | Rejected:
+        if not raw:
+            return _not_wire("the value is empty")
+        if raw[0] != 0:
+            return _not_wire(f"byte 0 is {raw[0]}, not the magic byte 0")
+        if len(raw) < 5:
+            return _not_wire(f"{len(raw)} bytes, shorter than the 5-byte header")
+        schema_id = int.from_bytes(raw[1:5], "big")
+        if schema_id not in self._writers:
+            self._writers[schema_id] = self._writer(schema_id)
+        validator = self._writers[schema_id]
+        if isinstance(validator, Rejected):
+            return validator
+        text = raw[5:]
+        try:
+            exact = json.loads(text, parse_float=Decimal, parse_constant=_refuse)
+            plain = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            return Rejected(f"schema id {schema_id}: the payload is not JSON "
+                            f"({type(error).__name__}: {error})"[:REASON_CHARS])
+        problem = _problem(validator, plain)
+        if problem:
+            return Rejected(f"schema id {schema_id}: {problem}"[:REASON_CHARS])
+        if not isinstance(exact, dict):
+            return Rejected(f"schema id {schema_id}: the payload is a JSON "
+                            f"{type(exact).__name__}, not an object")
+        return Decoded(exact, f"schema id {schema_id}")
+
+    def _writer(self, schema_id: int) -> Any:
+        from jsonschema import Draft7Validator, SchemaError
+        from jsonschema.validators import validator_for
+
+        answer = self._get(schema_id)
+        if answer is None:
+            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
+        kind = answer.get("schemaType") or "AVRO"
+        if kind != "JSON":
+            return Rejected(f"schema id {schema_id} is a {kind} schema, not a JSON Schema "
+                            "(event.format is json_schema)")
+        if answer.get("references"):
+            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
+                            "which this reader does not resolve")
+        try:
+            schema = json.loads(answer["schema"])
+        except (ValueError, RecursionError) as error:
+            return Rejected(f"schema id {schema_id} is not JSON: {error}"[:REASON_CHARS])
+        if not isinstance(schema, dict | bool):
+            return Rejected(f"schema id {schema_id} is not a JSON Schema (neither an object "
+                            "nor a boolean)")
+        cls = validator_for(schema, default=Draft7Validator)
+        try:
+            cls.check_schema(schema)
+        except SchemaError as error:
+            return Rejected(f"schema id {schema_id} is not a valid JSON Schema: "
+                            f"{error.message}"[:REASON_CHARS])
+        return cls(schema)
+
+
+def _problem(validator: Any, record: Any) -> str | None:
+    from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable
+
+    try:
+        error = best_match(validator.iter_errors(record))
+    except Unresolvable as unresolvable:
+        return f"the schema refers to what it does not hold ({unresolvable})"
+    except (TypeError, ArithmeticError, RecursionError) as failure:
+        return f"the schema cannot check the record ({type(failure).__name__}: {failure})"
+    if error is None:
+        return None
+    where = "/".join(map(str, error.absolute_path)) or "the record"
+    return f"does not validate against its schema at {where}: {error.message}"

@@ -1,0 +1,120 @@
+"""``event.format: protobuf`` end to end: real broker, real Spark (the reader's Python workers
+decode), real Delta, and the audit, which decodes the records with its own reader
+(``eos.tools.audit_protobuf``: urllib, its own header and index reading, its own walk).
+
+The shape and the helpers are ``tests/test_avro_end_to_end.py``'s: the same orders, windows and
+registry outage, written by Confluent's ``ProtobufSerializer`` (message classes built at run
+time, ``tests/protobuf_messages.py``) through ``eos.tools.schema_registry``, the test stand-in
+for a Schema Registry (not Confluent's server, which does not install here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from protobuf_messages import order as message
+from protobuf_messages import order_class, serializer
+from test_avro_end_to_end import (  # the Avro test's helpers and its registry fixture
+    AUTH_ENV,
+    BASE_MS,
+    check_windows,
+    committed,
+    order,
+    produce,
+    registry,  # noqa: F401  a fixture
+    table_rows,
+)
+
+from eos.compute.epochs import run_epoch, run_until_caught_up
+from eos.core.errors import SchemaRegistryUnavailable
+from eos.tools.audit import audit
+from eos.tools.schema_registry import SchemaRegistryServer
+
+from support import unique_topic, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def as_message(version: int, o: dict[str, Any], coupon: str | None = None) -> Any:
+    """The Avro test's order (a dict) as a ``shop.Order`` of the writer version."""
+    tier = o["customer"].get("tier")
+    return message(version, o["id"], o["ts"], o["customer"]["id"], tier, o["amount"],
+                   coupon=coupon)
+
+
+def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outage(
+        tmp_path: Path, kafka: str, spark: Any,
+        registry: SchemaRegistryServer) -> None:  # noqa: F811  the imported fixture
+    topic = unique_topic("protobuf")
+    v1, v2, v3 = (serializer(registry, order_class(v)) for v in (1, 2, 3))
+    first = [order(i) for i in range(240)]
+    values = [(v1(topic, as_message(1, o)) if i < 120 else v2(topic, as_message(2, o)),
+               BASE_MS + i * 150) for i, o in enumerate(first)]
+    good = values[0][0]
+    v1_id = int.from_bytes(good[1:5], "big")
+    v3_value = v3(topic, as_message(3, {**order(999), "customer": {"id": 1}}))
+    v3_id = int.from_bytes(v3_value[1:5], "big")
+    hostile = {
+        b'{"id": "o-x"}': "not in the Schema Registry wire format (magic byte 0, a 4-byte "
+                          "schema id, the payload): byte 0 is 123, not the magic byte 0",
+        b"\x00" + (4242).to_bytes(4, "big") + good[5:]:
+            "schema id 4242 is not known to the Schema Registry",
+        good[:-3]: f"schema id {v1_id}: the payload does not decode (DecodeError",
+        good[:5] + b"\x02\x08" + good[6:]:
+            f"schema id {v1_id}: message indexes [4] name no message of the schema",
+        v3_value: f"schema id {v3_id}: missing field 'tier' (path customer.tier)",
+    }
+    for n, raw in enumerate(hostile):
+        values.insert(40 + 40 * n, (raw, BASE_MS + (40 + 40 * n) * 150))
+    produce(topic, values)
+    event = {"format": "protobuf",
+             "schema_registry": {"url": registry.url, "auth_env": AUTH_ENV, "timeout": "2s"},
+             "time": {"field": "ts", "format": "epoch_ms"},
+             "fields": {"tier": {"path": "customer.tier", "type": "string"},
+                        "amount": "decimal(12,2)",
+                        "coupon": {"type": "string", "optional": True}}}
+    config = write_pipeline(
+        tmp_path, kafka={"topic": topic, "read_timeout": "30s", "split_records": 60},
+        event=event, group_by=["tier"],
+        window={"type": "tumbling", "size": "10s", "allowed_lateness": "1s"},
+        aggregations={"n": "count(*)", "total": "sum(amount)", "coupons": "count(coupon)"},
+        epoch={"max_records": 100, "staging_retention": 2},
+        compute={"mode": "connect", "session": "task"})
+
+    runs = run_until_caught_up(config, "protobuf", spark=spark)
+    assert len(runs) >= 3  # several epochs, each read by the reader's Python workers
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.records == len(values)
+    quarantined = {r["raw_value"]: r["reason"] for r in committed(config, "quarantine")}
+    assert set(quarantined) == set(hostile)
+    for raw, reason in hostile.items():
+        assert quarantined[raw].startswith(reason), (quarantined[raw], reason)
+    check_windows(config, first)
+
+    # The registry goes away; records of a schema no worker has seen yet (a new message
+    # class: version 2 with a field more) arrive.
+    later = [order(i) for i in range(240, 400)]
+    v2_values = [(v2(topic, as_message(2, o, "C" if i % 3 == 0 else None)), BASE_MS + i * 150)
+                 for i, o in zip(range(240, 400), later, strict=True)]
+    v4 = serializer(registry, order_class(4))
+    fresh = [(v4(topic, as_message(4, o)), ts)
+             for o, (_, ts) in zip(later[-40:], v2_values[-40:], strict=True)]
+    produce(topic, v2_values[:-40] + fresh)
+    before = table_rows(config)
+    registry.stop()
+    try:
+        # As a DAG's precommit runs it (its own Connect session): the worker's error comes
+        # back as its class, transient, so the task retries.
+        with pytest.raises(SchemaRegistryUnavailable, match="did not answer fetching schema"):
+            run_epoch(config, "protobuf-outage")
+        assert table_rows(config) == before  # nothing quarantined, nothing committed for it
+    finally:
+        registry.start()
+    run_until_caught_up(config, "protobuf-back", spark=spark)
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.records == len(values) + len(later)
+    assert set(r["raw_value"] for r in committed(config, "quarantine")) == set(hostile)
+    check_windows(config, first + later)
