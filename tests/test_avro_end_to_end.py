@@ -123,30 +123,8 @@ def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outa
     for n, raw in enumerate(hostile):
         values.insert(40 + 50 * n, (raw, BASE_MS + (40 + 50 * n) * 150))
     produce(topic, values)
-    event = {"format": "avro",
-             "schema_registry": {"url": registry.url, "auth_env": AUTH_ENV, "timeout": "2s"},
-             "time": {"field": "ts", "format": "epoch_ms"},
-             "fields": {"tier": {"path": "customer.tier", "type": "string"},
-                        "amount": "decimal(12,2)",
-                        "coupon": {"type": "string", "optional": True}}}
-    config = write_pipeline(
-        tmp_path, kafka={"topic": topic, "read_timeout": "30s", "split_records": 60},
-        event=event, group_by=["tier"],
-        window={"type": "tumbling", "size": "10s", "allowed_lateness": "1s"},
-        aggregations={"n": "count(*)", "total": "sum(amount)", "coupons": "count(coupon)"},
-        epoch={"max_records": 100, "staging_retention": 2},
-        compute={"mode": "connect", "session": "task"})
-
-    runs = run_until_caught_up(config, "avro", spark=spark)
-    assert len(runs) >= 3  # several epochs, each read by the reader's Python workers
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == len(values)
-    quarantined = {r["raw_value"]: r["reason"] for r in committed(config, "quarantine")}
-    assert set(quarantined) == set(hostile)
-    for raw, reason in hostile.items():
-        assert quarantined[raw].startswith(reason), (quarantined[raw], reason)
-    check_windows(config, first)
+    config = orders_pipeline(tmp_path, topic, registry, "avro")
+    run_and_check(config, "avro", spark, len(values), hostile, first)
 
     # The registry goes away; records of a schema no worker has seen yet arrive.
     later = [order(i) for i in range(240, 400)]
@@ -157,22 +135,70 @@ def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outa
     fresh = [(v4(topic, {**o, "coupon": None, "channel": "app"}), ts)
              for o, (_, ts) in zip(later[-40:], v2_values[-40:], strict=True)]
     produce(topic, v2_values[:-40] + fresh)
+    outage_then_the_same_rows(config, "avro", spark, registry, len(values) + len(later),
+                              hostile, first + later)
+
+
+# -- the scenario every Schema Registry format's end-to-end test runs ---------------------------
+
+def orders_pipeline(tmp_path: Path, topic: str, registry: SchemaRegistryServer,
+                    fmt: str) -> Any:
+    """The orders pipeline over ``topic`` in ``fmt``, reading writer schemas from ``registry``:
+    10 s windows per customer tier, 100-record epochs, each precommit in its own Connect
+    session as a DAG's task runs it."""
+    event = {"format": fmt,
+             "schema_registry": {"url": registry.url, "auth_env": AUTH_ENV, "timeout": "2s"},
+             "time": {"field": "ts", "format": "epoch_ms"},
+             "fields": {"tier": {"path": "customer.tier", "type": "string"},
+                        "amount": "decimal(12,2)",
+                        "coupon": {"type": "string", "optional": True}}}
+    return write_pipeline(
+        tmp_path, kafka={"topic": topic, "read_timeout": "30s", "split_records": 60},
+        event=event, group_by=["tier"],
+        window={"type": "tumbling", "size": "10s", "allowed_lateness": "1s"},
+        aggregations={"n": "count(*)", "total": "sum(amount)", "coupons": "count(coupon)"},
+        epoch={"max_records": 100, "staging_retention": 2},
+        compute={"mode": "connect", "session": "task"})
+
+
+def run_and_check(config: Any, name: str, spark: Any, records: int, hostile: dict[bytes, str],
+                  orders: list[dict[str, Any]]) -> None:
+    """Run epochs until caught up (several, each read by the reader's Python workers); the
+    audit agrees over ``records``, exactly the ``hostile`` values are quarantined with reasons
+    starting as given, and the windows are those of ``orders``."""
+    assert len(run_until_caught_up(config, name, spark=spark)) >= 3
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.records == records
+    quarantined = {r["raw_value"]: r["reason"] for r in committed(config, "quarantine")}
+    assert set(quarantined) == set(hostile)
+    for raw, reason in hostile.items():
+        assert quarantined[raw].startswith(reason), (quarantined[raw], reason)
+    check_windows(config, orders)
+
+
+def outage_then_the_same_rows(config: Any, name: str, spark: Any,
+                              registry: SchemaRegistryServer, records: int,
+                              hostile: dict[bytes, str], orders: list[dict[str, Any]]) -> None:
+    """With records of a writer schema no worker has seen in the topic, the registry stops:
+    the epoch fails transiently and commits (and quarantines) nothing; after a restart the
+    same rows are committed and the audit agrees over ``records``."""
     before = table_rows(config)
     registry.stop()
     try:
         # As a DAG's precommit runs it (its own Connect session): the worker's error comes
         # back as its class, transient, so the task retries.
         with pytest.raises(SchemaRegistryUnavailable, match="did not answer fetching schema"):
-            run_epoch(config, "avro-outage")
+            run_epoch(config, f"{name}-outage")
         assert table_rows(config) == before  # nothing quarantined, nothing committed for it
     finally:
         registry.start()
-    run_until_caught_up(config, "avro-back", spark=spark)
+    run_until_caught_up(config, f"{name}-back", spark=spark)
     report = audit(config)
     assert report.ok, report.render()
-    assert report.records == len(values) + len(later)
+    assert report.records == records
     assert set(r["raw_value"] for r in committed(config, "quarantine")) == set(hostile)
-    check_windows(config, first + later)
+    check_windows(config, orders)
 
 
 def committed(config: Any, table: str) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from eos.compute.formats import parser_for
 from eos.compute.formats.avro import AvroDecoder
+from eos.compute.formats.registry import WriterSchemas
 from eos.compute.parse import Parsed, Rejected
 from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import parse_config
@@ -374,11 +375,14 @@ def test_decoder_reads_what_a_mock_registry_serializer_wrote() -> None:
     data = AvroSerializer(client, json.dumps(V1))(order(), SerializationContext(
         TOPIC, MessageField.VALUE))
 
-    class Schemas:  # the mock client in place of HTTP: WriterSchemas' get
+    class Schemas(WriterSchemas):  # the mock client in place of HTTP: WriterSchemas' get
+        def __init__(self) -> None:
+            pass
+
         def get(self, schema_id: int) -> Any:
             return client.get_schema(schema_id)
 
-    decoder = AvroDecoder(Schemas())  # type: ignore[arg-type]
+    decoder = AvroDecoder(Schemas())
     decoded = decoder.decode(data)
     assert decoded.record["amount"] == Decimal("12.34")  # type: ignore[union-attr]
     buffer = io.BytesIO(data[5:])

@@ -15,23 +15,19 @@ from typing import Any
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 from test_avro_end_to_end import (  # the Avro test's helpers and its registry fixture
-    AUTH_ENV,
     BASE_MS,
     START,
-    check_windows,
-    committed,
     order,
+    orders_pipeline,
+    outage_then_the_same_rows,
     produce,
     registry,  # noqa: F401  a fixture
-    table_rows,
+    run_and_check,
 )
 
-from eos.compute.epochs import run_epoch, run_until_caught_up
-from eos.core.errors import SchemaRegistryUnavailable
-from eos.tools.audit import audit
 from eos.tools.schema_registry import SchemaRegistryServer
 
-from support import unique_topic, write_pipeline
+from support import unique_topic
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours
@@ -88,29 +84,8 @@ def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outa
     for n, raw in enumerate(hostile):
         values.insert(40 + 40 * n, (raw, BASE_MS + (40 + 40 * n) * 150))
     produce(topic, values)
-    event = {"format": "json_schema",
-             "schema_registry": {"url": registry.url, "auth_env": AUTH_ENV, "timeout": "2s"},
-             "time": {"field": "ts", "format": "epoch_ms"},
-             "fields": {"tier": {"path": "customer.tier", "type": "string"},
-                        "amount": "decimal(12,2)",
-                        "coupon": {"type": "string", "optional": True}}}
-    config = write_pipeline(
-        tmp_path, kafka={"topic": topic, "read_timeout": "30s", "split_records": 60},
-        event=event, group_by=["tier"],
-        window={"type": "tumbling", "size": "10s", "allowed_lateness": "1s"},
-        aggregations={"n": "count(*)", "total": "sum(amount)", "coupons": "count(coupon)"},
-        epoch={"max_records": 100, "staging_retention": 2},
-        compute={"mode": "connect", "session": "task"})
-
-    assert len(run_until_caught_up(config, "jsonschema", spark=spark)) >= 3
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == len(values)
-    quarantined = {r["raw_value"]: r["reason"] for r in committed(config, "quarantine")}
-    assert set(quarantined) == set(hostile)
-    for raw, reason in hostile.items():
-        assert quarantined[raw].startswith(reason), (quarantined[raw], reason)
-    check_windows(config, first)
+    config = orders_pipeline(tmp_path, topic, registry, "json_schema")
+    run_and_check(config, "jsonschema", spark, len(values), hostile, first)
 
     # The registry goes away; records of a schema no worker has seen yet arrive.
     later = [order(i) for i in range(240, 400)]
@@ -119,17 +94,5 @@ def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outa
         o, coupon="C" if i % 3 == 0 else None, **({"channel": "app"} if i >= 360 else {}))),
         BASE_MS + i * 150) for i, o in zip(range(240, 400), later, strict=True)]
     produce(topic, later_values)
-    before = table_rows(config)
-    registry.stop()
-    try:
-        with pytest.raises(SchemaRegistryUnavailable, match="did not answer fetching schema"):
-            run_epoch(config, "jsonschema-outage")
-        assert table_rows(config) == before  # nothing quarantined, nothing committed for it
-    finally:
-        registry.start()
-    run_until_caught_up(config, "jsonschema-back", spark=spark)
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == len(values) + len(later)
-    assert set(r["raw_value"] for r in committed(config, "quarantine")) == set(hostile)
-    check_windows(config, first + later)
+    outage_then_the_same_rows(config, "jsonschema", spark, registry,
+                              len(values) + len(later), hostile, first + later)

@@ -16,22 +16,18 @@ import pytest
 from protobuf_messages import order as message
 from protobuf_messages import order_class, serializer
 from test_avro_end_to_end import (  # the Avro test's helpers and its registry fixture
-    AUTH_ENV,
     BASE_MS,
-    check_windows,
-    committed,
     order,
+    orders_pipeline,
+    outage_then_the_same_rows,
     produce,
     registry,  # noqa: F401  a fixture
-    table_rows,
+    run_and_check,
 )
 
-from eos.compute.epochs import run_epoch, run_until_caught_up
-from eos.core.errors import SchemaRegistryUnavailable
-from eos.tools.audit import audit
 from eos.tools.schema_registry import SchemaRegistryServer
 
-from support import unique_topic, write_pipeline
+from support import unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -68,30 +64,8 @@ def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outa
     for n, raw in enumerate(hostile):
         values.insert(40 + 40 * n, (raw, BASE_MS + (40 + 40 * n) * 150))
     produce(topic, values)
-    event = {"format": "protobuf",
-             "schema_registry": {"url": registry.url, "auth_env": AUTH_ENV, "timeout": "2s"},
-             "time": {"field": "ts", "format": "epoch_ms"},
-             "fields": {"tier": {"path": "customer.tier", "type": "string"},
-                        "amount": "decimal(12,2)",
-                        "coupon": {"type": "string", "optional": True}}}
-    config = write_pipeline(
-        tmp_path, kafka={"topic": topic, "read_timeout": "30s", "split_records": 60},
-        event=event, group_by=["tier"],
-        window={"type": "tumbling", "size": "10s", "allowed_lateness": "1s"},
-        aggregations={"n": "count(*)", "total": "sum(amount)", "coupons": "count(coupon)"},
-        epoch={"max_records": 100, "staging_retention": 2},
-        compute={"mode": "connect", "session": "task"})
-
-    runs = run_until_caught_up(config, "protobuf", spark=spark)
-    assert len(runs) >= 3  # several epochs, each read by the reader's Python workers
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == len(values)
-    quarantined = {r["raw_value"]: r["reason"] for r in committed(config, "quarantine")}
-    assert set(quarantined) == set(hostile)
-    for raw, reason in hostile.items():
-        assert quarantined[raw].startswith(reason), (quarantined[raw], reason)
-    check_windows(config, first)
+    config = orders_pipeline(tmp_path, topic, registry, "protobuf")
+    run_and_check(config, "protobuf", spark, len(values), hostile, first)
 
     # The registry goes away; records of a schema no worker has seen yet (a new message
     # class: version 2 with a field more) arrive.
@@ -102,19 +76,5 @@ def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outa
     fresh = [(v4(topic, as_message(4, o)), ts)
              for o, (_, ts) in zip(later[-40:], v2_values[-40:], strict=True)]
     produce(topic, v2_values[:-40] + fresh)
-    before = table_rows(config)
-    registry.stop()
-    try:
-        # As a DAG's precommit runs it (its own Connect session): the worker's error comes
-        # back as its class, transient, so the task retries.
-        with pytest.raises(SchemaRegistryUnavailable, match="did not answer fetching schema"):
-            run_epoch(config, "protobuf-outage")
-        assert table_rows(config) == before  # nothing quarantined, nothing committed for it
-    finally:
-        registry.start()
-    run_until_caught_up(config, "protobuf-back", spark=spark)
-    report = audit(config)
-    assert report.ok, report.render()
-    assert report.records == len(values) + len(later)
-    assert set(r["raw_value"] for r in committed(config, "quarantine")) == set(hostile)
-    check_windows(config, first + later)
+    outage_then_the_same_rows(config, "protobuf", spark, registry, len(values) + len(later),
+                              hostile, first + later)

@@ -78,16 +78,9 @@ class AuditAvroDecoder:
     def _writer(self, schema_id: int) -> Any:
         import fastavro
 
-        answer = self._get(schema_id)
-        if answer is None:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
-        kind = answer.get("schemaType") or "AVRO"
-        if kind != "AVRO":
-            return Rejected(f"schema id {schema_id} is a {kind} schema, not Avro "
-                            "(event.format is avro)")
-        if answer.get("references"):
-            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
-                            "which this reader does not resolve")
+        answer = self._answer(schema_id, "AVRO", "Avro (event.format is avro)")
+        if isinstance(answer, Rejected):
+            return answer
         try:
             parsed = fastavro.parse_schema(json.loads(answer["schema"]))
         except Exception as error:  # fastavro's parse errors have no common base
@@ -98,6 +91,20 @@ class AuditAvroDecoder:
         if unsafe is not None:
             return Rejected(f"schema id {schema_id} {unsafe}; not read")
         return parsed
+
+    def _answer(self, schema_id: int, kind: str, what: str) -> dict[str, Any] | Rejected:
+        """The registry's answer for the id if it is a ``kind`` schema without references
+        (``what`` names the kind in a reason), or why its records are not read."""
+        answer = self._get(schema_id)
+        if answer is None:
+            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
+        found = answer.get("schemaType") or "AVRO"
+        if found != kind:
+            return Rejected(f"schema id {schema_id} is a {found} schema, not {what}")
+        if answer.get("references"):
+            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
+                            "which this reader does not resolve")
+        return answer
 
     def _get(self, schema_id: int) -> dict[str, Any] | None:
         """The registry's answer for the id; None when it says it does not know it."""

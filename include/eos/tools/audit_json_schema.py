@@ -57,16 +57,9 @@ class AuditJsonSchemaDecoder(AuditAvroDecoder):
         from jsonschema import Draft7Validator, SchemaError
         from jsonschema.validators import validator_for
 
-        answer = self._get(schema_id)
-        if answer is None:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
-        kind = answer.get("schemaType") or "AVRO"
-        if kind != "JSON":
-            return Rejected(f"schema id {schema_id} is a {kind} schema, not a JSON Schema "
-                            "(event.format is json_schema)")
-        if answer.get("references"):
-            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
-                            "which this reader does not resolve")
+        answer = self._answer(schema_id, "JSON", "a JSON Schema (event.format is json_schema)")
+        if isinstance(answer, Rejected):
+            return answer
         try:
             schema = json.loads(answer["schema"])
         except (ValueError, RecursionError) as error:

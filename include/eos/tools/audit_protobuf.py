@@ -73,16 +73,9 @@ class AuditProtobufDecoder(AuditAvroDecoder):
         from google.protobuf import descriptor_pb2
         from google.protobuf.descriptor_pool import DescriptorPool
 
-        answer = self._get(schema_id)
-        if answer is None:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
-        kind = answer.get("schemaType") or "AVRO"
-        if kind != "PROTOBUF":
-            return Rejected(f"schema id {schema_id} is a {kind} schema, not Protobuf "
-                            "(event.format is protobuf)")
-        if answer.get("references"):
-            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
-                            "which this reader does not resolve")
+        answer = self._answer(schema_id, "PROTOBUF", "Protobuf (event.format is protobuf)")
+        if isinstance(answer, Rejected):
+            return answer
         try:
             proto = descriptor_pb2.FileDescriptorProto()
             proto.ParseFromString(base64.b64decode(answer["schema"], validate=True))

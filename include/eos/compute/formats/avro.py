@@ -25,7 +25,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import UNKNOWN, WriterSchemas
+from eos.compute.formats.registry import WriterSchemas
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -69,16 +69,9 @@ class AvroDecoder:
         from fastavro import parse_schema
         from fastavro.schema import SchemaParseException, UnknownType
 
-        schema = self.schemas.get(schema_id)
-        if schema is UNKNOWN:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
-        kind = schema.schema_type or "AVRO"
-        if kind != "AVRO":
-            return Rejected(f"schema id {schema_id} is a {kind} schema, not Avro "
-                            "(event.format is avro)")
-        if schema.references:
-            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
-                            "which this reader does not resolve")
+        schema = self.schemas.readable(schema_id, "AVRO", "Avro (event.format is avro)")
+        if isinstance(schema, Rejected):
+            return schema
         try:
             parsed = parse_schema(json.loads(schema.schema_str))
         except (ValueError, SchemaParseException, UnknownType) as error:

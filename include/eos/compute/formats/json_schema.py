@@ -25,7 +25,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import UNKNOWN, WriterSchemas, not_wire
+from eos.compute.formats.registry import WriterSchemas, not_wire
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -76,16 +76,10 @@ class JsonSchemaDecoder:
         return Decoded(record, f"schema id {schema_id}")
 
     def _validator(self, schema_id: int) -> Any:
-        schema = self.schemas.get(schema_id)
-        if schema is UNKNOWN:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
-        kind = schema.schema_type or "AVRO"
-        if kind != "JSON":
-            return Rejected(f"schema id {schema_id} is a {kind} schema, not a JSON Schema "
-                            "(event.format is json_schema)")
-        if schema.references:
-            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
-                            "which this reader does not resolve")
+        schema = self.schemas.readable(schema_id, "JSON",
+                                       "a JSON Schema (event.format is json_schema)")
+        if isinstance(schema, Rejected):
+            return schema
         built = compile_schema(schema.schema_str)
         if isinstance(built, str):
             return Rejected(f"schema id {schema_id} {built}"[:REASON_CHARS])

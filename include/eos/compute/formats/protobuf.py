@@ -44,7 +44,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import UNKNOWN, WriterSchemas, not_wire
+from eos.compute.formats.registry import WriterSchemas, not_wire
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -117,16 +117,9 @@ class ProtobufDecoder:
 
     def _file(self, schema_id: int) -> Any:
         """The writer schema's FileDescriptorProto and the pool that built it, or why not."""
-        schema = self.schemas.get(schema_id)
-        if schema is UNKNOWN:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
-        kind = schema.schema_type or "AVRO"
-        if kind != "PROTOBUF":
-            return Rejected(f"schema id {schema_id} is a {kind} schema, not Protobuf "
-                            "(event.format is protobuf)")
-        if schema.references:
-            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
-                            "which this reader does not resolve")
+        schema = self.schemas.readable(schema_id, "PROTOBUF", "Protobuf (event.format is protobuf)")
+        if isinstance(schema, Rejected):
+            return schema
         built = file_from_serialized(schema.schema_str, f"schema_{schema_id}.proto")
         if isinstance(built, str):
             return Rejected(f"schema id {schema_id} {built}"[:REASON_CHARS])

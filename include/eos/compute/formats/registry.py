@@ -118,6 +118,22 @@ class WriterSchemas:
                 self._cache[schema_id] = self._fetch(schema_id)
             return self._cache[schema_id]
 
+    def readable(self, schema_id: int, kind: str, what: str) -> Any:
+        """The registry's ``Schema`` for the id if it is a ``kind`` schema (``AVRO``, ``JSON``,
+        ``PROTOBUF``) without references, or the ``Rejected`` every record of it gets (``what``
+        names the format in the reason). One rule for every format: the audit's decoders
+        refuse the same schemas with the same words (``eos.tools.audit_avro``)."""
+        schema = self.get(schema_id)
+        if schema is UNKNOWN:
+            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
+        found = schema.schema_type or "AVRO"
+        if found != kind:
+            return Rejected(f"schema id {schema_id} is a {found} schema, not {what}")
+        if schema.references:
+            return Rejected(f"schema id {schema_id} refers to other schemas (references), "
+                            "which this reader does not resolve")
+        return schema
+
     def _fetch(self, schema_id: int) -> Any:
         import httpx  # the client's HTTP library
         from confluent_kafka.schema_registry.error import SchemaRegistryError
