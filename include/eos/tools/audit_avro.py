@@ -46,16 +46,10 @@ class AuditAvroDecoder:
         self._writers: dict[int, Any] = {}
 
     def decode(self, raw: bytes) -> Decoded | Rejected:
-        if not raw:
-            return _not_wire("the value is empty")
-        if raw[0] != 0:
-            return _not_wire(f"byte 0 is {raw[0]}, not the magic byte 0")
-        if len(raw) < 5:
-            return _not_wire(f"{len(raw)} bytes, shorter than the 5-byte header")
-        (schema_id,) = struct.unpack(">I", raw[1:5])
-        if schema_id not in self._writers:
-            self._writers[schema_id] = self._writer(schema_id)
-        writer = self._writers[schema_id]
+        schema_id = self._schema_id(raw)
+        if isinstance(schema_id, Rejected):
+            return schema_id
+        writer = self._writer_of(schema_id)
         if isinstance(writer, Rejected):
             return writer
         import fastavro
@@ -91,6 +85,24 @@ class AuditAvroDecoder:
         if unsafe is not None:
             return Rejected(f"schema id {schema_id} {unsafe}; not read")
         return parsed
+
+    @staticmethod
+    def _schema_id(raw: bytes) -> int | Rejected:
+        """The writer schema's id in a value of the wire format, or why it is not in it."""
+        if not raw:
+            return _not_wire("the value is empty")
+        if raw[0] != 0:
+            return _not_wire(f"byte 0 is {raw[0]}, not the magic byte 0")
+        if len(raw) < 5:
+            return _not_wire(f"{len(raw)} bytes, shorter than the 5-byte header")
+        schema_id: int = struct.unpack(">I", raw[1:5])[0]
+        return schema_id
+
+    def _writer_of(self, schema_id: int) -> Any:
+        """The id's writer (``_writer``, built once per id), or the Rejected its records get."""
+        if schema_id not in self._writers:
+            self._writers[schema_id] = self._writer(schema_id)
+        return self._writers[schema_id]
 
     def _answer(self, schema_id: int, kind: str, what: str) -> dict[str, Any] | Rejected:
         """The registry's answer for the id if it is a ``kind`` schema without references

@@ -15,7 +15,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.parse import REASON_CHARS, Rejected
-from eos.tools.audit_avro import AuditAvroDecoder, _not_wire
+from eos.tools.audit_avro import AuditAvroDecoder
 
 
 def _refuse(name: str) -> Any:
@@ -26,16 +26,10 @@ class AuditJsonSchemaDecoder(AuditAvroDecoder):
     """A ``RecordDecoder`` for the audit (see the module)."""
 
     def decode(self, raw: bytes) -> Decoded | Rejected:
-        if not raw:
-            return _not_wire("the value is empty")
-        if raw[0] != 0:
-            return _not_wire(f"byte 0 is {raw[0]}, not the magic byte 0")
-        if len(raw) < 5:
-            return _not_wire(f"{len(raw)} bytes, shorter than the 5-byte header")
-        schema_id = int.from_bytes(raw[1:5], "big")
-        if schema_id not in self._writers:
-            self._writers[schema_id] = self._writer(schema_id)
-        validator = self._writers[schema_id]
+        schema_id = self._schema_id(raw)
+        if isinstance(schema_id, Rejected):
+            return schema_id
+        validator = self._writer_of(schema_id)
         if isinstance(validator, Rejected):
             return validator
         text = raw[5:]

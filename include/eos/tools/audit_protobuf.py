@@ -21,7 +21,7 @@ from typing import Any
 from eos.compute.formats import Decoded
 from eos.compute.formats.protobuf import _DECIMAL_TEXT, MAX_INDEXES, _builtin_files
 from eos.compute.parse import REASON_CHARS, Rejected
-from eos.tools.audit_avro import AuditAvroDecoder, _not_wire
+from eos.tools.audit_avro import AuditAvroDecoder
 
 
 class _Bad(Exception):
@@ -34,21 +34,15 @@ class AuditProtobufDecoder(AuditAvroDecoder):
     query = "?format=serialized"
 
     def decode(self, raw: bytes) -> Decoded | Rejected:
-        if not raw:
-            return _not_wire("the value is empty")
-        if raw[0] != 0:
-            return _not_wire(f"byte 0 is {raw[0]}, not the magic byte 0")
-        if len(raw) < 5:
-            return _not_wire(f"{len(raw)} bytes, shorter than the 5-byte header")
-        schema_id = int.from_bytes(raw[1:5], "big")
+        schema_id = self._schema_id(raw)
+        if isinstance(schema_id, Rejected):
+            return schema_id
         stream = BytesIO(raw[5:])
         try:
             path = _indexes(stream)
         except _Bad as bad:
             return Rejected(f"schema id {schema_id}: {bad}")
-        if schema_id not in self._writers:
-            self._writers[schema_id] = self._writer(schema_id)
-        writer = self._writers[schema_id]
+        writer = self._writer_of(schema_id)
         if isinstance(writer, Rejected):
             return writer
         cls = _message_class(writer, path)
