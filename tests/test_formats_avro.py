@@ -80,10 +80,12 @@ FIELDS = {
 
 
 def event(registry: dict[str, Any] | None, fields: dict | None = None,
-          time: dict | None = None) -> Any:
+          time: dict | None = None, fmt: str = "avro") -> Any:
+    """The parsed ``event`` section of a pipeline reading ``fmt`` (every Schema Registry
+    format's tests build theirs here)."""
     return parse_config({
         "name": "p", "kafka": {"topic": TOPIC},
-        "event": {"format": "avro", "schema_registry": registry,
+        "event": {"format": fmt, "schema_registry": registry,
                   "time": time or {"field": "ts", "format": "epoch_ms"},
                   "fields": fields or FIELDS},
         "window": {"type": "tumbling", "size": "10s"},

@@ -23,6 +23,13 @@ from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from protobuf_messages import F, build, field, new_file, order, order_class, serializer
+from test_formats_avro import (  # the Avro tests' constants and event builder
+    AUTH_ENV,
+    KTS,
+    TOPIC,
+    config_of,
+)
+from test_formats_avro import event as avro_event
 
 from eos.compute.formats import parser_for
 from eos.compute.formats.records import RecordParser
@@ -41,10 +48,7 @@ with warnings.catch_warnings():  # authlib (imported by the client) warns on imp
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
-KTS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TS = datetime(2026, 1, 1, 0, 0, 1, 250000, tzinfo=UTC)
-AUTH_ENV = "EOS_TEST_SR_AUTH"
-TOPIC = "orders"
 FIELDS = {
     "order_id": {"path": "id", "type": "string"},
     "customer": {"path": "customer.id", "type": "long"},
@@ -56,14 +60,7 @@ FIELDS = {
 
 def event(fmt: str, registry: dict[str, Any] | None, fields: dict | None = None,
           time: dict | None = None) -> Any:
-    return parse_config({
-        "name": "p", "kafka": {"topic": TOPIC},
-        "event": {"format": fmt, "schema_registry": registry,
-                  "time": time or {"field": "ts", "format": "epoch_ms"},
-                  "fields": fields or FIELDS},
-        "window": {"type": "tumbling", "size": "10s"},
-        "aggregations": {"n": "count(*)"},
-    }).event
+    return avro_event(registry, fields or FIELDS, time, fmt=fmt)
 
 
 @pytest.fixture
@@ -71,10 +68,6 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[SchemaRegistryServer]:
     with SchemaRegistryServer() as server:
         monkeypatch.setenv(AUTH_ENV, server.user_info)
         yield server
-
-
-def config_of(server: SchemaRegistryServer, **more: Any) -> dict[str, Any]:
-    return {"url": server.url, "auth_env": AUTH_ENV, **more}
 
 
 def parsers(server: SchemaRegistryServer, fmt: str = "protobuf",

@@ -25,7 +25,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import WriterSchemas
+from eos.compute.formats.registry import WriterSchemas, not_wire
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -48,14 +48,7 @@ class AvroDecoder:
 
     def decode(self, raw: bytes) -> Decoded | Rejected:
         if len(raw) < HEADER or raw[0] != MAGIC:
-            if not raw:
-                problem = "the value is empty"
-            elif raw[0] != MAGIC:
-                problem = f"byte 0 is {raw[0]}, not the magic byte 0"
-            else:
-                problem = f"{len(raw)} bytes, shorter than the 5-byte header"
-            return Rejected("not in the Schema Registry wire format (magic byte 0, a 4-byte "
-                            f"schema id, the payload): {problem}")
+            return not_wire(raw)
         schema_id = int.from_bytes(raw[1:HEADER], "big")
         writer = self._parsed.get(schema_id)
         if writer is None:
