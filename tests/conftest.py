@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from eos.tools import broker as embedded
+from eos.tools.schema_registry import SchemaRegistryServer
 
 from fixtures_cluster import *  # noqa: F403  # the test Spark cluster's fixtures
 from fixtures_store import *  # noqa: F403  # the embedded object store's fixtures
@@ -32,6 +33,16 @@ os.environ.setdefault("EOS_TEST_SR_AUTH", f"eos:{secrets.token_urlsafe(12)}")
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
 # pytest has closed the captured streams: keep it quiet instead of printing a logging error.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[SchemaRegistryServer]:
+    """A Schema-Registry-compatible stand-in (``eos.tools.schema_registry``, not Confluent's
+    server) with this run's credentials, per test module (the format unit tests have their own,
+    per test)."""
+    user, password = os.environ["EOS_TEST_SR_AUTH"].split(":", 1)
+    with SchemaRegistryServer(user, password) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,8 @@ starts), as the pipeline's ``schema_registry.auth_env`` names."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -65,13 +63,6 @@ V3 = {**V1, "fields": [  # lost customer.tier, which the pipeline groups by
                                   "fields": [{"name": "id", "type": "long"}]}},
     V1["fields"][3],
 ]}
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistryServer]:
-    user, password = os.environ[AUTH_ENV].split(":", 1)
-    with SchemaRegistryServer(user, password) as server:
-        yield server
 
 
 def serializer(registry: SchemaRegistryServer, schema: dict) -> Any:

@@ -14,14 +14,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
-from test_avro_end_to_end import (  # the Avro test's helpers and its registry fixture
+from test_avro_end_to_end import (  # the Avro test's helpers
     BASE_MS,
     START,
     order,
     orders_pipeline,
     outage_then_the_same_rows,
     produce,
-    registry,  # noqa: F401  a fixture
     run_and_check,
 )
 
@@ -61,7 +60,7 @@ def as_json(o: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outage(
         tmp_path: Path, kafka: str, spark: Any,
-        registry: SchemaRegistryServer) -> None:  # noqa: F811  the imported fixture
+        registry: SchemaRegistryServer) -> None:
     topic = unique_topic("jsonschema")
     v1, v2 = serializer(registry, V1), serializer(registry, V2)
     first = [order(i) for i in range(240)]

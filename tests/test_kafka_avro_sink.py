@@ -9,9 +9,7 @@ which does not install here) on 127.0.0.1 with basic auth."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -46,13 +44,6 @@ with warnings.catch_warnings():  # authlib (imported by the client) warns on imp
 pytestmark = [pytest.mark.integration]
 
 AUTH_ENV = "EOS_TEST_SR_AUTH"
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistryServer]:
-    user, password = os.environ[AUTH_ENV].split(":", 1)
-    with SchemaRegistryServer(user, password) as server:
-        yield server
 
 
 def avro_sink(topic: str, registry: SchemaRegistryServer | None) -> dict[str, Any]:

@@ -8,9 +8,7 @@ Real broker (the embedded one, over TCP) and the Schema-Registry-compatible stan
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +30,6 @@ pytestmark = [pytest.mark.integration]
 
 AUTH_ENV = "EOS_TEST_SR_AUTH"
 SHIPPED = Path(__file__).resolve().parents[1] / "include" / "pipelines" / "orders_avro.yaml"
-
-
-@pytest.fixture(scope="module")
-def registry() -> Iterator[SchemaRegistryServer]:
-    user, password = os.environ[AUTH_ENV].split(":", 1)
-    with SchemaRegistryServer(user, password) as server:
-        yield server
 
 
 def orders_pipeline(directory: Path, registry: SchemaRegistryServer) -> Any:

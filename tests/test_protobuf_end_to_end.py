@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 from protobuf_messages import order as message
 from protobuf_messages import order_class, serializer
-from test_avro_end_to_end import (  # the Avro test's helpers and its registry fixture
+from test_avro_end_to_end import (  # the Avro test's helpers
     BASE_MS,
     order,
     orders_pipeline,
     outage_then_the_same_rows,
     produce,
-    registry,  # noqa: F401  a fixture
     run_and_check,
 )
 
@@ -41,7 +40,7 @@ def as_message(version: int, o: dict[str, Any], coupon: str | None = None) -> An
 
 def test_two_writer_versions_and_hostile_records_end_to_end_then_a_registry_outage(
         tmp_path: Path, kafka: str, spark: Any,
-        registry: SchemaRegistryServer) -> None:  # noqa: F811  the imported fixture
+        registry: SchemaRegistryServer) -> None:
     topic = unique_topic("protobuf")
     v1, v2, v3 = (serializer(registry, order_class(v)) for v in (1, 2, 3))
     first = [order(i) for i in range(240)]
