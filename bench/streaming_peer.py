@@ -511,8 +511,9 @@ def run(env: Any, events: int, chunk: int, log: Log, topic: str = "bench-peer",
             result.stream.append(seconds)
             result.batches += batches
             result.events += count
-            log(f"epoch {timing.epoch}: {count:,} records; EO {timing.total:.1f}s, stream "
-                f"{seconds:.1f}s in batches {[b.batch_id for b in batches]}")
+            log(f"epoch {timing.epoch}: {count:,} records; EO {timing.total:.1f}s "
+                f"({_split(timing)}), stream {seconds:.1f}s in batches "
+                f"{[b.batch_id for b in batches]}")
         result.start_s = both.start_s
         both.query, result.peer_replay = _replay_last_batch(env.spark, peer, both.query,
                                                             result, log)
@@ -521,6 +522,13 @@ def run(env: Any, events: int, chunk: int, log: Log, topic: str = "bench-peer",
         both.stop()
     _totals(result, config, peer)
     return result
+
+
+def _split(timing: sc.EpochTiming) -> str:
+    """Where an EO epoch's seconds went, phase by phase (precommit's Spark parts apart)."""
+    return (f"begin {timing.begin:.2f}, read+parse {timing.read_parse:.2f}, aggregate "
+            f"{timing.aggregate:.2f}, precommit other {timing.precommit_other:.2f}, commit "
+            f"{timing.commit:.2f}")
 
 
 def _check_ranges(plan: Any, batches: list[Batch]) -> None:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from test_windows import MESSY, pageview_pipeline, produce
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.compute.stage import SparkStager
@@ -295,21 +296,30 @@ def _canonical(rows: Any) -> list[str]:
     return sorted(repr(sorted(row.items())) for row in rows.to_pylist())
 
 
+@pytest.mark.parametrize("shape", ["clicks", "pageviews: every aggregation, sessions"])
 def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka: str,
-                                                          spark: Any) -> None:
-    """``spark.collect_rows`` decides who writes an epoch's files (the driver, from collected
-    Arrow, or the executors). Each epoch is staged both ways, the first attempt aborted, and
-    the committed writer alternates, so each resumes from state the other wrote. Epoch 1 also
-    runs with a ``collect_rows`` below what epoch 0 staged: predicted big, the executors write
-    it."""
+                                                          spark: Any, shape: str) -> None:
+    """``spark.collect_rows`` decides who writes an epoch's files (the driver, from the
+    windows and side rows collected apart, with the emit rule and the cast applied there; or
+    the executors, from one DataFrame cast by Spark). Each epoch is staged both ways, the first
+    attempt aborted, and the committed writer alternates, so each resumes from state the other
+    wrote. Epoch 1 also runs with a ``collect_rows`` below what epoch 0 staged: predicted big,
+    the executors write it. Every aggregation on every type it takes is staged both ways too
+    (its state and output columns are what the driver casts)."""
     def with_limit(config: PipelineConfig, rows: int) -> PipelineConfig:
         return config.model_copy(
             update={"spark": config.spark.model_copy(update={"collect_rows": rows})})
 
-    config = write_pipeline(tmp_path, epoch={"max_records": 1000})
-    spec = GeneratorSpec(events=3000, keys=30, interval_ms=20, disorder_ms=1500,
-                         late_fraction=0.05, late_delay_ms=20_000, bad_fraction=0.05, seed=11)
-    send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
+    if shape == "clicks":
+        config = write_pipeline(tmp_path, epoch={"max_records": 1000})
+        spec = GeneratorSpec(events=3000, keys=30, interval_ms=20, disorder_ms=1500,
+                             late_fraction=0.05, late_delay_ms=20_000, bad_fraction=0.05,
+                             seed=11)
+        send(generate(spec), spec.events, config.kafka.topic, client_settings(),
+             progress=False)
+    else:
+        config = pageview_pipeline(tmp_path, "session", produce(MESSY),
+                                   epoch={"max_records": 1000})
     writers = [("executors", with_limit(config, 0)), ("driver", config)]
     kinds: Counter = Counter()
     for n in range(3):  # 1,000 records each
