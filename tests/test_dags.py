@@ -426,6 +426,86 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
 
 
 # ---------------------------------------------------------------------------------------------
+# (c2) the one-task DAG (compute.tasks: one): the same epochs, one task each
+
+
+@pytest.mark.timeout(900)
+def test_the_one_task_dag_commits_the_same_epochs_and_aborts_a_failed_try(
+    reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``compute.tasks: one`` runs begin, precommit and commit in one task. Its runs commit
+    the reference's epochs row for row; a try that fails after staging (no retry left) is
+    aborted by ``abort``, which finds the run's plan in the XCom the task pushed as soon as it
+    began, and the cleared run commits the same epoch with the same plan."""
+    from eos.core import faults
+
+    config = dag_pipeline(pipelines_dir, data_dir, "afone", SPEC,
+                          compute={"mode": "connect", "tasks": "one"})
+    tables = tables_for(config)
+    target = delta_path(config, "target")
+    dag = af.load_dag(config.dag_id)
+    tasks = dag.task_dict
+    assert set(tasks) == {"epoch", "abort"}
+    assert tasks["epoch"].downstream_task_ids == {"abort"}
+    assert tasks["abort"].trigger_rule == "one_failed"
+    assert tasks["epoch"].retries >= 50 and tasks["epoch"].retry_exponential_backoff
+    assert tasks["epoch"].outlets and tasks["epoch"].execution_timeout is not None
+    one = {"epoch": "success", "abort": "skipped"}
+
+    assert af.task_states(af.run_dag(dag, 0)) == one
+    # Run 1: staged, then the task fails (a transient fault, no retry left): abort drops it.
+    epoch_task = dag.get_task("epoch")
+    retries, epoch_task.retries = epoch_task.retries, 0
+    monkeypatch.setenv("EOS_FAULTS", "precommit.after_write:fail")
+    monkeypatch.setenv("EOS_FAULTS_DIR", str(tmp_path))
+    faults._armed.cache_clear()
+    try:
+        failed = af.run_dag(dag, 1)
+    finally:
+        monkeypatch.delenv("EOS_FAULTS")
+        faults._armed.cache_clear()
+        epoch_task.retries = retries
+    assert af.task_states(failed) == {"epoch": "failed", "abort": "success"}
+    assert (tmp_path / "precommit.after_write.hits").read_text() == "x"
+    planned = epochlog.plan_row_for_run(tables, run_id_of(1))
+    assert planned["epoch"] == 1
+    assert read_table(tables.staging, filters=[("epoch", "=", 1)]).num_rows == 0
+    aborted = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.ABORTED]
+    assert len(aborted) == 1 and run_id_of(1) in aborted[0]["details"]
+
+    rerun = af.run_dag(dag, 1)
+    assert af.task_states(rerun) == one
+    assert af.task_states(af.run_dag(dag, 2)) == one
+    assert txn_by_version(target, config.app_id) == [None, 0, 1, 2]
+    committed = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.COMMITTED]
+    assert [r["plan_hash"] for r in committed] == [planned["plan_hash"]]
+    # Every phase row that did the work names the one task's try.
+    tried = [epochlog.try_facts(r) for r in epochlog.rows(tables)
+             if r["phase"] in (epochlog.PRECOMMITTED, epochlog.COMMITTED)]
+    assert tried and {t["task"] for t in tried if t} == {"epoch"}, tried
+
+    ref_config = reference["config"]
+    for name in ("delta:target", "delta:late", "delta:quarantine"):
+        path, ref_path = sink(config, name).path, sink(ref_config, name).path
+        assert sorted_rows(path) == sorted_rows(ref_path), name
+    events = af.asset_events(f"file://{Path(target).resolve()}")
+    assert [(e["epoch"], e["outcome"]) for e in events] == [
+        (0, "committed"), (1, "committed"), (2, "committed")]
+    report = audit(config)
+    assert report.ok, report.render()
+
+
+def test_one_task_is_refused_with_spark_submit() -> None:
+    from pydantic import ValidationError
+
+    from eos.core.config import ComputeConfig
+
+    with pytest.raises(ValidationError, match="tasks: one runs precommit on Spark Connect"):
+        ComputeConfig(mode="submit", tasks="one")
+
+
+# ---------------------------------------------------------------------------------------------
 # (d) the retry policy: permanent errors fail at once, transient ones are retried
 
 

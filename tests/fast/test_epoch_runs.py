@@ -193,3 +193,32 @@ def test_a_try_that_dies_after_its_phase_row_is_the_one_that_did_the_work(
         ("precommit", 2, str(Outcome.STAGED), True)]
     assert [(task, epoch.worked(task)[1].try_number) for task in ("begin", "precommit")] == [
         ("begin", 1), ("precommit", 2)]
+
+
+def test_a_one_task_dag_links_every_phase_to_the_epoch_tasks_try(
+        pipeline: PipelineConfig, source: MemorySource) -> None:
+    """``compute.tasks: one``: the three phases run in the ``epoch`` task, so each phase's log
+    link opens the try of that task that did the phase (the first died before commit)."""
+    from eos.airflow.dag_factory import EPOCH_TASK, phase_tasks
+
+    one = pipeline.model_copy(update={"compute": pipeline.compute.model_copy(
+        update={"tasks": "one"})})
+    assert phase_tasks(one) == dict.fromkeys(("begin", "precommit", "commit"), EPOCH_TASK)
+    source.produce(0, 5)
+    first = epochlog.Attempt(MANUAL, EPOCH_TASK, 1)
+    began = begin_epoch(one, MANUAL, source=source, attempt=first)
+    precommit(one, began.plan.epoch, MemoryStager(), attempt=first)
+    second = epochlog.Attempt(MANUAL, EPOCH_TASK, 2)  # the first try died before commit
+    again = begin_epoch(one, MANUAL, source=source, attempt=second)
+    epochlog.log_finished(tables_for(one), 0, second, again.outcome)
+    assert commit(one, 0, attempt=second).outcome is Outcome.COMMITTED
+
+    status = pipeline_status(one, limit=10, with_lag=False)
+    page = pipeline_page(status, Links(airflow=""), took_ms=1.0, tasks=phase_tasks(one))
+    logs = re.search(r'<tr data-epoch="0">.*?<td class="logs">(.*?)</td>', page, re.S)
+    assert logs is not None
+    hrefs = {phase: unescape(href) for href, phase in re.findall(
+        r'<a href="([^"]+)" data-airflow data-task="(\w+)"', logs.group(1))}
+    link = f"/dags/{one.dag_id}/runs/{quote(MANUAL, safe='')}/tasks/{EPOCH_TASK}?try_number="
+    # Each phase's link opens the try of the one task that did that phase.
+    assert hrefs == {"begin": link + "1", "precommit": link + "1", "commit": link + "2"}

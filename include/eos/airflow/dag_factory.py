@@ -261,8 +261,11 @@ def pipeline_configs() -> list[PipelineConfig]:
     return [load_config(path) for path in list_pipelines()]
 
 
-def _plan_of_run(context: Any) -> dict[str, Any] | None:
-    """What ``begin`` returned for this run (epoch, plan_hash, records, ranges), if it ran."""
+def _plan_of_run(config: PipelineConfig, context: Any) -> dict[str, Any] | None:
+    """What ``begin`` returned for this run (epoch, plan_hash, records, ranges), if it ran: the
+    ``begin`` task's value, or what the one-task DAG's ``epoch`` task pushed once it began."""
+    if config.compute.tasks == "one":
+        return context["ti"].xcom_pull(task_ids=EPOCH_TASK, key=PLAN_XCOM)
     return context["ti"].xcom_pull(task_ids="begin")
 
 
@@ -345,25 +348,116 @@ def _connect_precommit(config: PipelineConfig) -> Any:
           **PRECOMMIT_RETRIES)
     @_phase(config)
     def precommit(**context: Any) -> str:
-        from eos.airflow.metrics import precommit_metrics, safely
-        from eos.compute.connect import airflow_endpoint
-        from eos.compute.spark import connect_precommit
-        from eos.core.errors import ProtocolViolation
-
-        planned = _plan_of_run(context)
-        if not planned:
-            raise ProtocolViolation("this run has no plan from begin: clear the run from begin")
-        endpoint = airflow_endpoint(config.compute.connection)
-        log.info("eos precommit: epoch=%s plan_hash=%s on %s", planned["epoch"],
-                 planned["plan_hash"], endpoint.address)
-        result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint,
-                                   _attempt(context, "precommit"))
-        safely(precommit_metrics, config, result)
-        _record_try(config, context, "precommit", result.epoch, result.plan_hash,
-                    result.outcome)
-        return result.line
+        return _connect_stage(config, context, "precommit", _planned(config, context))
 
     return precommit()
+
+
+def _planned(config: PipelineConfig, context: Any) -> dict[str, Any]:
+    """This run's plan from ``begin`` (precommit and commit of the three-task DAG)."""
+    from eos.core.errors import ProtocolViolation
+
+    planned = _plan_of_run(config, context)
+    if not planned:
+        raise ProtocolViolation("this run has no plan from begin: clear the run from begin")
+    return planned
+
+
+def _begin(config: PipelineConfig, context: Any, task_id: str) -> dict[str, Any]:
+    """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
+    from eos.airflow.metrics import begin_metrics, safely
+    from eos.core.plan import plan_summary
+    from eos.core.protocol import begin_epoch
+
+    _wait_for_earlier_runs(context)
+    started = time.monotonic()
+    began = begin_epoch(config, run_id=context["run_id"], attempt=_attempt(context, task_id))
+    plan = began.plan
+    safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
+    _record_try(config, context, task_id, plan.epoch, plan.hash, began.outcome)
+    summary = plan_summary(plan)
+    log.info("eos begin: %s", summary)
+    return summary
+
+
+def _connect_stage(config: PipelineConfig, context: Any, task_id: str,
+                   planned: dict[str, Any]) -> str:
+    """Stage the planned epoch on the Spark Connect server of ``compute.connection``."""
+    from eos.airflow.metrics import precommit_metrics, safely
+    from eos.compute.connect import airflow_endpoint
+    from eos.compute.spark import connect_precommit
+
+    endpoint = airflow_endpoint(config.compute.connection)
+    log.info("eos precommit: epoch=%s plan_hash=%s on %s", planned["epoch"],
+             planned["plan_hash"], endpoint.address)
+    result = connect_precommit(config, planned["epoch"], planned["plan_hash"], endpoint,
+                               _attempt(context, task_id))
+    safely(precommit_metrics, config, result)
+    _record_try(config, context, task_id, result.epoch, result.plan_hash, result.outcome)
+    return result.line
+
+
+def _commit(config: PipelineConfig, context: Any, task_id: str, planned: dict[str, Any],
+            assets: dict[str, Asset]) -> dict[str, Any]:
+    """Promote staged epoch N into every sink, then checkpoint it (no-op when committed), and
+    say so in the sinks' asset events."""
+    from eos.airflow.metrics import commit_metrics, safely
+    from eos.core.errors import ProtocolViolation
+    from eos.core.protocol import commit as commit_epoch
+
+    result = commit_epoch(config, planned["epoch"], attempt=_attempt(context, task_id))
+    safely(commit_metrics, config, result)
+    _record_try(config, context, task_id, result.epoch, result.plan_hash, result.outcome)
+    if result.plan_hash != planned["plan_hash"]:
+        raise ProtocolViolation(
+            f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
+            f"planned {planned['plan_hash']}"
+        )
+    summary = {**result.summary(), "ranges": planned["ranges"],
+               "duration_ms": result.duration_ms}
+    for name, asset in assets.items():
+        context["outlet_events"][asset].extra = asset_extra(planned, result, name)
+    log.info("eos commit: %s", summary)
+    return summary
+
+
+COMMIT_RETRIES = {
+    # Commit must eventually succeed: idempotent, so retried for a long time.
+    "retries": 100, "retry_delay": timedelta(seconds=15), "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+}
+EPOCH_TASK = "epoch"
+PLAN_XCOM = "plan"  # the one-task DAG's plan, pushed as soon as begin returns (for abort)
+EPOCH_DOC = (
+    "The whole epoch in one task (`compute.tasks: one`): begin, precommit on the Spark Connect "
+    "server of connection `{connection}`, then commit, each phase logged and fenced exactly as "
+    "in the three-task DAG. A retry re-runs all three: begin takes the logged plan, precommit "
+    "finds it staged (or re-stages it after an abort), commit is idempotent. Retried like "
+    "commit (it must eventually succeed); a permanent error fails it at once.")
+
+
+def _epoch_task(config: PipelineConfig, assets: dict[str, Asset]) -> Any:
+    """begin, precommit and commit in one task (``compute.tasks: one``): what an epoch saves is
+    two task start-ups and two scheduler handovers (docs/benchmarks.md, "as deployed")."""
+
+    @task(task_id=EPOCH_TASK, doc_md=EPOCH_DOC.format(connection=config.compute.connection),
+          inlets=source_assets(config), outlets=list(assets.values()),
+          execution_timeout=PRECOMMIT_RETRIES["execution_timeout"], **COMMIT_RETRIES)
+    @_phase(config)
+    def epoch(**context: Any) -> dict[str, Any]:
+        planned = _begin(config, context, EPOCH_TASK)
+        context["ti"].xcom_push(key=PLAN_XCOM, value=planned)
+        _connect_stage(config, context, EPOCH_TASK, planned)
+        return _commit(config, context, EPOCH_TASK, planned, assets)
+
+    return epoch()
+
+
+def phase_tasks(config: PipelineConfig) -> dict[str, str]:
+    """The task of the pipeline's DAG that runs each phase (the epochs view links its logs)."""
+    if config.compute.tasks == "one":
+        return {"begin": EPOCH_TASK, "precommit": EPOCH_TASK, "commit": EPOCH_TASK}
+    return {"begin": "begin", "precommit": "precommit", "commit": "commit"}
 
 
 def _submit_precommit(config: PipelineConfig) -> Any:
@@ -421,92 +515,59 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     }
 
     with DAG(**kwargs) as dag:
+        if config.compute.tasks == "one":
+            epoch = _epoch_task(config, assets)
+            epoch >> _abort_task(config, short)
+            return dag
 
         @task(task_id="begin")
         @_phase(config)
         def begin(**context: Any) -> dict[str, Any]:
             """Plan epoch N (or reuse this run's / the logged plan) before anything reads data."""
-            from eos.airflow.metrics import begin_metrics, safely
-            from eos.core.plan import plan_summary
-            from eos.core.protocol import begin_epoch
-
-            _wait_for_earlier_runs(context)
-            started = time.monotonic()
-            began = begin_epoch(config, run_id=context["run_id"],
-                                attempt=_attempt(context, "begin"))
-            plan = began.plan
-            safely(begin_metrics, config, plan, (time.monotonic() - started) * 1000)
-            _record_try(config, context, "begin", plan.epoch, plan.hash, began.outcome)
-            summary = plan_summary(plan)
-            log.info("eos begin: %s", summary)
-            return summary
+            return _begin(config, context, "begin")
 
         precommit = (_submit_precommit(config) if config.compute.mode == "submit"
                      else _connect_precommit(config))
 
-        @task(
-            task_id="commit",
-            outlets=list(assets.values()),
-            # Commit must eventually succeed: idempotent, so retried for a long time.
-            retries=100,
-            retry_delay=timedelta(seconds=15),
-            retry_exponential_backoff=True,
-            max_retry_delay=timedelta(minutes=10),
-            execution_timeout=short,
-        )
+        @task(task_id="commit", outlets=list(assets.values()), execution_timeout=short,
+              **COMMIT_RETRIES)
         @_phase(config)
         def commit(**context: Any) -> dict[str, Any]:
             """Promote staged epoch N into every sink, then checkpoint it (no-op when committed)."""
-            from eos.airflow.metrics import commit_metrics, safely
-            from eos.core.errors import ProtocolViolation
-            from eos.core.protocol import commit as commit_epoch
-
-            planned = _plan_of_run(context)
-            if not planned:
-                raise ProtocolViolation("this run has no plan from begin: clear the run from "
-                                        "begin")
-            result = commit_epoch(config, planned["epoch"], attempt=_attempt(context, "commit"))
-            safely(commit_metrics, config, result)
-            _record_try(config, context, "commit", result.epoch, result.plan_hash,
-                        result.outcome)
-            if result.plan_hash != planned["plan_hash"]:
-                raise ProtocolViolation(
-                    f"epoch {result.epoch} committed plan {result.plan_hash} but this run "
-                    f"planned {planned['plan_hash']}"
-                )
-            summary = {**result.summary(), "ranges": planned["ranges"],
-                       "duration_ms": result.duration_ms}
-            for name, asset in assets.items():
-                context["outlet_events"][asset].extra = asset_extra(planned, result, name)
-            log.info("eos commit: %s", summary)
-            return summary
-
-        @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=short)
-        @_phase(config)
-        def abort(**context: Any) -> str:
-            """Discard epoch N's staged rows after precommit failed; the run still fails."""
-            from eos.core.protocol import abort as abort_epoch
-
-            planned = _plan_of_run(context)
-            if not planned:
-                log.info("eos abort: begin produced no plan in this run, nothing was staged")
-                return "nothing to abort"
-            reason = f"precommit failed in run {context['run_id']}"
-            outcome = abort_epoch(config, planned["epoch"], reason,
-                                  attempt=_attempt(context, "abort"))
-            _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],
-                        outcome)
-            log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
-                     planned["epoch"], planned["plan_hash"], outcome)
-            return str(outcome)
+            return _commit(config, context, "commit", _planned(config, context), assets)
 
         planned = begin()
         committed = commit()
-        planned >> precommit >> [committed, abort()]
+        planned >> precommit >> [committed, _abort_task(config, short)]
         # Redundant for this run's order (commit reads begin's plan); kept so the graph shows it.
         planned >> committed
 
     return dag
+
+
+def _abort_task(config: PipelineConfig, timeout: timedelta) -> Any:
+    """``abort``: discard epoch N's staged rows once the task staging it failed."""
+
+    @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=timeout)
+    @_phase(config)
+    def abort(**context: Any) -> str:
+        """Discard epoch N's staged rows after precommit failed; the run still fails."""
+        from eos.core.protocol import abort as abort_epoch
+
+        planned = _plan_of_run(config, context)
+        if not planned:
+            log.info("eos abort: begin produced no plan in this run, nothing was staged")
+            return "nothing to abort"
+        reason = f"precommit failed in run {context['run_id']}"
+        outcome = abort_epoch(config, planned["epoch"], reason,
+                              attempt=_attempt(context, "abort"))
+        _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],
+                    outcome)
+        log.info("eos abort: epoch=%s plan_hash=%s outcome=%s",
+                 planned["epoch"], planned["plan_hash"], outcome)
+        return str(outcome)
+
+    return abort()
 
 
 def rewind_dag_id(config: PipelineConfig) -> str:

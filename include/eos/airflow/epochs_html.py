@@ -84,12 +84,16 @@ def seconds(value: float | None) -> str:
 
 
 def pipeline_page(status: PipelineStatus, links: Links, took_ms: float,
-                  sink_state: SinkState | None = None, can_audit: bool = True) -> str:
+                  sink_state: SinkState | None = None, can_audit: bool = True,
+                  tasks: dict[str, str] | None = None) -> str:
     """``sink_state``: how old the sinks' epochs and the lag are (they are read in the
     background, ``eos.airflow.epochs_cache``); None: they were read for this page.
-    ``can_audit``: the user may start an audit (the server checks again on the POST)."""
+    ``can_audit``: the user may start an audit (the server checks again on the POST).
+    ``tasks``: the DAG's task running each phase (``dag_factory.phase_tasks``; by default the
+    task named as the phase), whose logs the page links."""
     return _environment().get_template("pipeline.html").render(
         status=status, links=links, phases=PHASES, colours=PHASE_COLOURS,
+        tasks=tasks or {p: p for p in PHASES},
         records_chart=records_chart(status.epochs), durations_chart=durations_chart(status.epochs),
         took_ms=took_ms, sink_state=sink_state, can_audit=can_audit)
 

@@ -139,9 +139,11 @@ def create_app() -> Any:
         config = config_of(name, user)
         status, sink_state = status_of(config, limit)
         took_ms = (time.monotonic() - started) * 1000
+        from eos.airflow.dag_factory import phase_tasks
+
         return _no_store(HTMLResponse(epochs_page.pipeline_page(
             status, links(request), took_ms, sink_state,
-            can_audit=may(user, TRIGGER, config.dag_id))))
+            can_audit=may(user, TRIGGER, config.dag_id), tasks=phase_tasks(config))))
 
     @app.get("/api/pipelines")
     def api_pipelines(user: GetUserDep) -> list[dict[str, Any]]:

@@ -462,6 +462,20 @@ class ComputeConfig(_Strict):
     # idle, it expires with the server's session timeout. ``task``: a fresh session per
     # precommit, released when it ends.
     session: Literal["pipeline", "task"] = "pipeline"
+    # The shape of an epoch's DAG run: ``phases``, one task per phase (begin -> precommit ->
+    # commit, each cleared and retried on its own, each with its own log); ``one``, the three
+    # phases in one task, which saves two task start-ups and two scheduler handovers per epoch
+    # (docs/benchmarks.md, "as deployed"). The protocol, its fences and its epoch log are the
+    # same; a retry of the one task re-runs begin and precommit as no-ops. Connect mode only.
+    tasks: Literal["phases", "one"] = "phases"
+
+    @model_validator(mode="after")
+    def _one_task_on_connect(self) -> ComputeConfig:
+        if self.tasks == "one" and self.mode != "connect":
+            raise ValueError("compute.tasks: one runs precommit on Spark Connect inside the "
+                             "epoch's task; compute.mode: submit runs it as a spark-submit "
+                             "task of its own (use tasks: phases)")
+        return self
 
     @field_validator("mode", mode="before")
     @classmethod

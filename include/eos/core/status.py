@@ -40,6 +40,11 @@ class EpochState(StrEnum):
     REWOUND = "rewound"  # committed once, then rewound: the next runs replay it
 
 
+# The epoch-log row each phase appends when it does the work (and names its try in).
+PHASE_ROWS = {"begin": epochlog.PLANNED, "precommit": epochlog.PRECOMMITTED,
+              "commit": epochlog.COMMITTED}
+
+
 @dataclass(frozen=True)
 class TaskTry:
     """One try of a run's task on the epoch: ``wrote`` when it did the phase's work (named by
@@ -51,6 +56,9 @@ class TaskTry:
     outcome: str
     wrote: bool
     at: datetime | None = None
+    # The phase row that named it (``epochlog.PLANNED``, ``PRECOMMITTED``...); None for a
+    # ``tried`` row. One task may run several phases (``compute.tasks: one``).
+    row: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,11 +97,14 @@ class EpochStatus:
     aborts: int = 0
     runs: tuple[EpochRun, ...] = ()  # every run that touched it, in the order they did
 
-    def worked(self, task: str) -> tuple[str, TaskTry] | None:
+    def worked(self, task: str, phase: str | None = None) -> tuple[str, TaskTry] | None:
         """The run and the try of ``task`` that did the work on this epoch (the last one, for
-        a phase done again: a precommit after an abort), if a logged try did."""
+        a phase done again: a precommit after an abort), if a logged try did; with ``phase``
+        (``begin``, ``precommit``, ``commit``), the try that did that phase's work, for a task
+        that runs several."""
+        row = PHASE_ROWS.get(phase) if phase else None
         found = [(run.run_id, t) for run in self.runs for t in run.tries
-                 if t.task == task and t.wrote]
+                 if t.task == task and t.wrote and (row is None or t.row in (None, row))]
         return max(found, key=lambda f: f[1].at or datetime.min) if found else None
 
     def describe_ranges(self) -> str:
@@ -264,7 +275,8 @@ def _runs(rows: list[dict[str, Any]]) -> tuple[EpochRun, ...]:
         if done is not None:
             tries.setdefault(run_id, []).append(TaskTry(
                 task=done.get("task", "?"), try_number=done.get("try"),
-                outcome=done.get("outcome", "?"), wrote=bool(done.get("wrote")), at=row["at"]))
+                outcome=done.get("outcome", "?"), wrote=bool(done.get("wrote")), at=row["at"],
+                row=None if row["phase"] == epochlog.TRIED else row["phase"]))
     return tuple(EpochRun(run_id, roles.get(run_id), tuple(tries.get(run_id, ())))
                  for run_id in order)
 
