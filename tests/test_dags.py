@@ -425,6 +425,22 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     ]
 
 
+def run_with_fault(dag: Any, index: int, fault: str, monkeypatch: pytest.MonkeyPatch,
+                   directory: Path) -> Any:
+    """Run (or clear and rerun) the DAG run at ``index`` with ``EOS_FAULTS=fault`` armed in
+    this process (``DAG.test`` runs the tasks here), its hit counters under ``directory``."""
+    from eos.core import faults
+
+    monkeypatch.setenv("EOS_FAULTS", fault)
+    monkeypatch.setenv("EOS_FAULTS_DIR", str(directory))
+    faults._armed.cache_clear()
+    try:
+        return af.run_dag(dag, index)
+    finally:
+        monkeypatch.delenv("EOS_FAULTS")
+        faults._armed.cache_clear()
+
+
 # ---------------------------------------------------------------------------------------------
 # (c2) the one-task DAG (compute.tasks: one): the same epochs, one task each
 
@@ -438,8 +454,6 @@ def test_the_one_task_dag_commits_the_same_epochs_and_aborts_a_failed_try(
     the reference's epochs row for row; a try that fails after staging (no retry left) is
     aborted by ``abort``, which finds the run's plan in the XCom the task pushed as soon as it
     began, and the cleared run commits the same epoch with the same plan."""
-    from eos.core import faults
-
     config = dag_pipeline(pipelines_dir, data_dir, "afone", SPEC,
                           compute={"mode": "connect", "tasks": "one"})
     tables = tables_for(config)
@@ -457,14 +471,9 @@ def test_the_one_task_dag_commits_the_same_epochs_and_aborts_a_failed_try(
     # Run 1: staged, then the task fails (a transient fault, no retry left): abort drops it.
     epoch_task = dag.get_task("epoch")
     retries, epoch_task.retries = epoch_task.retries, 0
-    monkeypatch.setenv("EOS_FAULTS", "precommit.after_write:fail")
-    monkeypatch.setenv("EOS_FAULTS_DIR", str(tmp_path))
-    faults._armed.cache_clear()
     try:
-        failed = af.run_dag(dag, 1)
+        failed = run_with_fault(dag, 1, "precommit.after_write:fail", monkeypatch, tmp_path)
     finally:
-        monkeypatch.delenv("EOS_FAULTS")
-        faults._armed.cache_clear()
         epoch_task.retries = retries
     assert af.task_states(failed) == {"epoch": "failed", "abort": "success"}
     assert (tmp_path / "precommit.after_write.hits").read_text() == "x"
@@ -518,8 +527,6 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
     reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture,
 ) -> None:
-    from eos.core import faults
-
     config = make_pipeline(pipelines_dir, data_dir, "afretry")
     dag = af.load_dag(config.dag_id)
     commit = dag.get_task("commit")
@@ -537,14 +544,7 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
 
     # Transient: the first commit attempt fails right before the checkpoint (after every sink
     # committed); the retry finds the sinks holding epoch 0 and appends the checkpoint.
-    monkeypatch.setenv("EOS_FAULTS", "commit.before_checkpoint:fail")
-    monkeypatch.setenv("EOS_FAULTS_DIR", str(tmp_path))
-    faults._armed.cache_clear()
-    try:
-        run = af.run_dag(dag, 0)
-    finally:
-        monkeypatch.delenv("EOS_FAULTS")
-        faults._armed.cache_clear()
+    run = run_with_fault(dag, 0, "commit.before_checkpoint:fail", monkeypatch, tmp_path)
     ti = task_instance(run, "commit")
     assert (ti.state, ti.try_number) == ("success", 2), af.task_states(run)
     assert (tmp_path / "commit.before_checkpoint.hits").read_text() == "x"

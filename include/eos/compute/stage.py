@@ -43,6 +43,7 @@ from eos.core.state import (
     Chain,
     WindowRead,
     chain_of,
+    read_state_file,
     snapshot_due,
 )
 from eos.core.tables import group_column, handle, staging_schema
@@ -143,28 +144,48 @@ def resume_state(config: PipelineConfig, tables: Tables,
 
 def state_frame(spark: Any, config: PipelineConfig, state: EpochState,
                 read: WindowRead) -> tuple[Any, int | None]:
-    """The open-window rows of N-1's chain that ``read`` selects (alive ones only), as a
-    DataFrame read by the executors with pyarrow (``staging_files.read_state``: no Hadoop
-    connector, so staging may be on an object store): one task per file, up to the session's
-    parallelism. Also how many rows the files read hold (an upper bound; None: unknown)."""
+    """The open-window rows of N-1's chain that ``read`` selects (alive ones only), and how many
+    rows the files read hold (an upper bound; None: unknown).
+
+    Files holding at most ``spark.collect_rows`` rows (what this process would collect anyway)
+    are read here with pyarrow and handed to Spark as a local relation: on Spark Connect the
+    epoch's windows job took 0.60 s so against 1.04 s with a ``mapInArrow`` job reading them
+    (its Python workers and a task per file; docs/benchmarks-history.md, 2026-11-26). Larger
+    ones are read by the executors (``staging_files.read_state``), one task per file up to the
+    session's parallelism. Both read with pyarrow, never Spark's Hadoop connector, so staging
+    may be on an object store."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = staging_schema(config)
     columns = state_columns(config)
     arrow = pa.schema([schema.field(c) for c in columns])
     files = state.chain.select(read)
-    if not files:
-        # An explicit schema: Spark Connect cannot infer one from an empty Arrow table.
-        empty = spark.createDataFrame(arrow.empty_table(), schema=from_arrow_schema(arrow))
-        return empty, 0
     counts = [f.rows for f in files]
     rows = None if None in counts else sum(c or 0 for c in counts)
+    filters = read.row_filters(state.watermark_ms)
+    if rows is not None and rows <= config.spark.collect_rows:
+        local = [read_state_file(f.uri, f.plan_hash, columns, filters).cast(arrow) for f in files]
+        return local_frame(spark, pa.concat_tables([arrow.empty_table(), *local])), rows
     tasks = max(1, min(len(files), config.spark.shuffle_partitions))
     frame = (spark.range(0, len(files), 1, numPartitions=tasks)
              .mapInArrow(staging_files.read_state([(f.uri, f.plan_hash) for f in files], columns,
-                                                  read.row_filters(state.watermark_ms), arrow),
+                                                  filters, arrow),
                          from_arrow_schema(arrow)))
     return frame, rows
+
+
+def local_frame(spark: Any, table: pa.Table) -> Any:
+    """``table`` as a DataFrame of ``spark`` (a local relation), every row of it.
+
+    The chunks are combined first: classic PySpark 4.0.1's ``createDataFrame`` of an Arrow table
+    whose chunks include an empty one *between* others silently drops every row after it (5 of
+    12 rows from chunks of 5, 0 and 7; Spark Connect keeps all 12). A chain file that holds no
+    row the epoch reads is such a chunk: that lost a closing window's rows in a chaos run in
+    submit mode (docs/benchmarks-history.md, 2026-11-25 and 2026-11-26). The schema is given:
+    Spark Connect cannot infer one from an empty table."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(table.combine_chunks(), schema=from_arrow_schema(table.schema))
 
 
 def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
@@ -234,7 +255,6 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     group = list(config.group_by)
     aggs = aggregations_for(config)
@@ -242,8 +262,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
     if plan.records:
         parsed = read_ranges(spark, config, plan, parse=True)
     else:  # nothing to read: the same (empty) input without starting Python workers
-        empty = parsed_schema(config.event).empty_table()
-        parsed = spark.createDataFrame(empty, schema=from_arrow_schema(empty.schema))
+        parsed = local_frame(spark, parsed_schema(config.event).empty_table())
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         good = parsed.where(F.col(REASON).isNull())

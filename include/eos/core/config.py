@@ -361,7 +361,8 @@ class SparkConfig(_Strict):
     # and
     # written there, one Parquet file per kind: a Spark file write costs ~0.5 s per epoch however
     # small. Other epochs are written by the executors and never held by the driver. 0: always
-    # the executors. Either way the files enter staging in one Delta commit.
+    # the executors. Either way the files enter staging in one Delta commit. The open windows an
+    # epoch reads are read by the driver too when their files hold at most this many rows.
     collect_rows: int = Field(default=50_000, ge=0)
 
 
