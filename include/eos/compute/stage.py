@@ -55,8 +55,8 @@ class EpochState:
     and the changes since, ``eos.core.state``), its watermark, and whether N stages a
     snapshot or changes.
 
-    The windows themselves are never read here: Spark reads the chain's files on its
-    executors, only those the epoch needs."""
+    The windows themselves are not read here: ``state_frame`` reads only the files the epoch
+    needs (this process when they are few rows, else Spark's executors)."""
 
     chain: Chain  # EMPTY before epoch 0
     watermark_ms: int
