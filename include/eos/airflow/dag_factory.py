@@ -551,14 +551,16 @@ def _abort_task(config: PipelineConfig, timeout: timedelta) -> Any:
     @task(task_id="abort", trigger_rule=TriggerRule.ONE_FAILED, execution_timeout=timeout)
     @_phase(config)
     def abort(**context: Any) -> str:
-        """Discard epoch N's staged rows after precommit failed; the run still fails."""
+        """Discard epoch N's staged rows after precommit (or the one ``epoch`` task) failed;
+        the run still fails. Refused once the epoch's commit has begun (``IN_COMMIT``)."""
         from eos.core.protocol import abort as abort_epoch
 
         planned = _plan_of_run(config, context)
         if not planned:
             log.info("eos abort: begin produced no plan in this run, nothing was staged")
             return "nothing to abort"
-        reason = f"precommit failed in run {context['run_id']}"
+        failed = EPOCH_TASK if config.compute.tasks == "one" else "precommit"
+        reason = f"{failed} failed in run {context['run_id']}"
         outcome = abort_epoch(config, planned["epoch"], reason,
                               attempt=_attempt(context, "abort"))
         _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],

@@ -59,10 +59,9 @@ def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
         # LocalExecutor forks this many workers up front; the tasks here are few and Spark-heavy.
         "AIRFLOW__CORE__PARALLELISM": "4",
-        # An epoch is three tasks in a row, and the scheduler starts the next one in its next
-        # loop: with Airflow's default 1 s sleep when a loop found nothing to do, each handover
-        # cost ~0.6 s; at 0.2 s, ~0.2 s (bench.dag_runs; docs/benchmarks.md, "as deployed").
-        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+        # Airflow's default idle loop (1 s), not compose's 0.2 s: on SQLite the faster loop's
+        # extra transactions made the API server's backfill insert fail with "database is
+        # locked" (a CI run, 2026-11-26). bench.dag_runs sets 0.2 s, as deployed.
         # Task processes report to the API server; its default URL assumes port 8080.
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         **QUIET_ENV,

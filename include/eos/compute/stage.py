@@ -149,7 +149,7 @@ def state_frame(spark: Any, config: PipelineConfig, state: EpochState,
 
     Files holding at most ``spark.collect_rows`` rows (what this process would collect anyway)
     are read here with pyarrow and handed to Spark as a local relation: on Spark Connect the
-    epoch's windows job took 0.60 s so against 1.04 s with a ``mapInArrow`` job reading them
+    epoch's windows job took 0.60 s against 1.04 s with a ``mapInArrow`` job reading them
     (its Python workers and a task per file; docs/benchmarks-history.md, 2026-11-26). Larger
     ones are read by the executors (``staging_files.read_state``), one task per file up to the
     session's parallelism. Both read with pyarrow, never Spark's Hadoop connector, so staging
