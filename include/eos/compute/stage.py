@@ -330,15 +330,22 @@ def epoch_watermark(config: PipelineConfig, plan: Plan, state: EpochState,
     return watermark, max_event
 
 
+def _final_and_state_columns(config: PipelineConfig) -> tuple[list[str], list[str]]:
+    """The columns an emitted window keeps (the aggregations' final values) and those an open
+    one keeps (their states): both staging paths apply the emit rule with these."""
+    keys = [group_column(g) for g in config.group_by]
+    outputs = [output_column(a.output) for a in aggregations_for(config)]
+    states = [c for c in state_columns(config) if c not in (*keys, START, END)]
+    return outputs, states
+
+
 def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
                   watermark: int, open_kind: str = STATE) -> Any:
     """Every window and side row of epoch N in the staging schema (``epoch`` aside: it is the
     partition). A window whose end is at or before wm(N) is an ``output`` row (final values),
     any other an ``open_kind`` row (an open window of a snapshot, or a change)."""
     schema = _without_epoch(staging_schema(config))
-    keys = [group_column(g) for g in config.group_by]
-    outputs = [output_column(a.output) for a in aggregations_for(config)]
-    states = [c for c in state_columns(config) if c not in (*keys, START, END)]
+    outputs, states = _final_and_state_columns(config)
     emit = F.col(END) <= F.lit(watermark)
     columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit(open_kind))}
     columns.update({c: F.when(emit, F.col(c)) for c in outputs})
@@ -360,9 +367,7 @@ def collected_rows(config: PipelineConfig, plan: Plan, windows: pa.Table, side: 
     import pyarrow.compute as pc
 
     schema = _without_epoch(staging_schema(config))
-    keys = [group_column(g) for g in config.group_by]
-    outputs = [output_column(a.output) for a in aggregations_for(config)]
-    states = [c for c in state_columns(config) if c not in (*keys, START, END)]
+    outputs, states = _final_and_state_columns(config)
     emit = pc.less_equal(windows[END], pa.scalar(watermark, pa.int64()))
     columns: dict[str, Any] = {name: windows[name] for name in windows.column_names}
     columns["plan_hash"] = plan.hash
