@@ -89,11 +89,13 @@ class FixedWindows(WindowType):
 
     def advance(self, F: Any, previous: Any, partials: Any, group: list[str],
                 merges: list[Any], watermark_ms: int) -> Any:
-        wm = F.lit(watermark_ms)
-        closed = self.combine(F, partials.where(F.col(END) <= wm).unionByName(previous),
-                              group, merges)
-        # A window still open gets this epoch's partial as one more row (merged when it closes).
-        return closed.unionByName(partials.where(F.col(END) > wm))
+        # ``previous`` holds only rows that close now (``reads``), so one merge of everything
+        # gives both: a closing window merged with its earlier rows, and a window still open
+        # as this epoch's partial alone (merging one row is the identity), staged as one more
+        # row of it (merged when it closes). One aggregation reads the partial windows once:
+        # splitting them by END first computed them twice (two scans of the parsed input and
+        # two shuffles; docs/benchmarks-history.md, 2026-11-26).
+        return self.combine(F, partials.unionByName(previous), group, merges)
 
 
 class SessionWindows(WindowType):
