@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from eos.compute import writers as staging_files
 from eos.compute.parse import NEG_INF
-from eos.compute.windows import END, START, window_type
+from eos.compute.windows import END, START, columns, window_type
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import EventConfig, PipelineConfig
@@ -284,7 +284,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
         # One row per (event, window); a pair is late iff its window was already emitted.
         pairs = windows.assign(F, good.where(keep), EVENT_MS)
         late = windows.is_late(F, state.watermark_ms)
-        partials = (pairs.where(~late).groupBy(*group, START, END)
+        partials = (pairs.where(~late).groupBy(*columns(F, *group, START, END))
                     .agg(*[e for a in aggs for e in a.partial(F)]))
         # A snapshot merges every open window; changes need only the rows closing now.
         previous, read_rows = state_frame(spark, config, state,

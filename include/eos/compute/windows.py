@@ -25,6 +25,13 @@ from eos.core.config import WindowConfig
 from eos.core.state import END, START, WindowRead
 
 
+def columns(F: Any, *names: str) -> list[Any]:
+    """``names`` as unresolved columns, for ``groupBy``: Spark Connect's ``groupBy`` checks a
+    name given as a string against the frame's schema, one round trip to the server each time
+    (23 ms a ``groupBy`` in a profile of precommit; docs/benchmarks-history.md, 2026-11-26)."""
+    return [F.col(name) for name in names]
+
+
 class WindowType(ABC):
     def __init__(self, window: WindowConfig) -> None:
         self.window = window
@@ -81,7 +88,7 @@ class FixedWindows(WindowType):
         return -(-self.size // self.slide)
 
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
-        return partials.groupBy(*group, START, END).agg(*merges)
+        return partials.groupBy(*columns(F, *group, START, END)).agg(*merges)
 
     def reads(self, watermark_ms: int) -> WindowRead:
         # Every row of a window has its end: the rows that close now are exactly these.
@@ -115,7 +122,7 @@ class SessionWindows(WindowType):
         return 1
 
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
-        return (self._numbered(F, partials, group).groupBy(*group, "__session")
+        return (self._numbered(F, partials, group).groupBy(*columns(F, *group, "__session"))
                 .agg(F.min(START).alias(START), F.max(END).alias(END), *merges)
                 .drop("__session"))
 
@@ -152,10 +159,10 @@ class SessionWindows(WindowType):
                 .unionByName(partials.withColumn("__carry", F.lit(True))))
         numbered = self._numbered(F, rows, group).withColumn(
             "__end", F.max(END).over(Window.partitionBy(*group, "__session")))
-        closed = (numbered.where(F.col("__end") <= wm).groupBy(*group, "__session")
+        closed = (numbered.where(F.col("__end") <= wm).groupBy(*columns(F, *group, "__session"))
                   .agg(F.min(START).alias(START), F.max(END).alias(END), *merges))
         carried = (numbered.where((F.col("__end") > wm) & F.col("__carry"))
-                   .groupBy(*group, "__session")
+                   .groupBy(*columns(F, *group, "__session"))
                    .agg(F.min(START).alias(START), F.max("__end").alias(END), *merges))
         return closed.unionByName(carried).drop("__session")
 
