@@ -559,8 +559,7 @@ def _abort_task(config: PipelineConfig, timeout: timedelta) -> Any:
         if not planned:
             log.info("eos abort: begin produced no plan in this run, nothing was staged")
             return "nothing to abort"
-        failed = EPOCH_TASK if config.compute.tasks == "one" else "precommit"
-        reason = f"{failed} failed in run {context['run_id']}"
+        reason = f"{phase_tasks(config)['precommit']} failed in run {context['run_id']}"
         outcome = abort_epoch(config, planned["epoch"], reason,
                               attempt=_attempt(context, "abort"))
         _record_try(config, context, "abort", planned["epoch"], planned["plan_hash"],

@@ -59,9 +59,10 @@ def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
         # LocalExecutor forks this many workers up front; the tasks here are few and Spark-heavy.
         "AIRFLOW__CORE__PARALLELISM": "4",
-        # Airflow's default idle loop (1 s), not compose's 0.2 s: on SQLite the faster loop's
-        # extra transactions made the API server's backfill insert fail with "database is
-        # locked" (a CI run, 2026-11-26). bench.dag_runs sets 0.2 s, as deployed.
+        # No AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME: Airflow's default 1 s, not
+        # compose's 0.2 s. On SQLite the faster loop's extra transactions made the API server's
+        # backfill insert fail with "database is locked" (a CI run, 2026-11-26).
+        # bench.dag_runs sets 0.2 s, as deployed.
         # Task processes report to the API server; its default URL assumes port 8080.
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         **QUIET_ENV,
