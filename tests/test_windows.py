@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from eos.compute.epochs import run_until_caught_up
+from eos.core.aggregations import aggregations_for, lifts_all
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.errors import ConfigError
@@ -59,6 +60,11 @@ EVERY_AGGREGATION = {
     "users": "count_distinct(user)",
     "approx_users": "approx_count_distinct(user)",
 }
+# Only functions that lift (``eos.core.aggregations.Lifts``): the events merge with the open
+# windows in one aggregation, without aggregating them first (``eos.compute.stage``).
+LIFTING = {name: spec for name, spec in EVERY_AGGREGATION.items()
+           if not spec.startswith(("count_distinct", "approx_count_distinct"))}
+AGGREGATIONS = {"every": EVERY_AGGREGATION, "lifting": LIFTING}
 WINDOWS = {
     "tumbling": {"type": "tumbling", "size": "10s", "allowed_lateness": "2s"},
     "hopping": {"type": "hopping", "size": "30s", "slide": "10s", "allowed_lateness": "2s"},
@@ -90,11 +96,17 @@ def committed(config: PipelineConfig, table: str) -> list[dict[str, Any]]:
     return read_table(delta_path(config, table)).to_pylist()
 
 
+@pytest.mark.parametrize("aggregations", sorted(AGGREGATIONS))
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_every_aggregation_per_window_type_equals_the_audit(tmp_path: Path, kafka: str,
-                                                            spark: Any, window: str) -> None:
+                                                            spark: Any, window: str,
+                                                            aggregations: str) -> None:
+    """Both ways Spark merges an epoch: aggregating its events first (``every``: two functions
+    do not lift) and lifting each event to its state (``lifting``)."""
     config = pageview_pipeline(tmp_path, window, produce(MESSY),
-                               epoch={"max_records": 700, "staging_retention": 2})
+                               epoch={"max_records": 700, "staging_retention": 2},
+                               aggregations=AGGREGATIONS[aggregations])
+    assert lifts_all(aggregations_for(config)) == (aggregations == "lifting")
     plans = run_until_caught_up(config, window, spark=spark)
     report = audit(config)
     assert report.ok, report.render()

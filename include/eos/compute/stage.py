@@ -10,14 +10,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
 from eos.compute import writers as staging_files
 from eos.compute.parse import NEG_INF
-from eos.compute.windows import END, START, columns, window_type
-from eos.core.aggregations import aggregations_for, output_column
+from eos.compute.windows import END, START, WindowType, columns, window_type
+from eos.core.aggregations import (
+    Aggregation,
+    Lifts,
+    aggregations_for,
+    lifts_all,
+    output_column,
+)
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import EventConfig, PipelineConfig
 from eos.core.delta import scan
@@ -283,9 +289,8 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
         watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
         # One row per (event, window); a pair is late iff its window was already emitted.
         pairs = windows.assign(F, good.where(keep), EVENT_MS)
-        late = windows.is_late(F, state.watermark_ms)
-        partials = (pairs.where(~late).groupBy(*columns(F, *group, START, END))
-                    .agg(*[e for a in aggs for e in a.partial(F)]))
+        pairs, late = _late(spark, F, windows, pairs, state.watermark_ms)
+        partials = partial_windows(F, pairs.where(~late), group, aggs)
         # A snapshot merges every open window; changes need only the rows closing now.
         previous, read_rows = state_frame(spark, config, state,
                                           EVERY_ROW if state.snapshot else
@@ -317,6 +322,43 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
                      stats["bad_bytes"] or 0, watermark, max_event, read_rows)
     finally:
         parsed.unpersist()
+
+
+PREVIOUS_WATERMARK = "__previous_watermark_ms"
+
+
+def _late(spark: Any, F: Any, windows: WindowType, pairs: Any, watermark_ms: int
+          ) -> tuple[Any, Any]:
+    """``pairs`` with wm(N-1) beside every row, and the column that says a pair is late
+    (before any watermark, ``pairs`` as they are: nothing is late).
+
+    wm(N-1) joins the pairs from a one-row broadcast table rather than as a literal: Spark
+    compiles a long literal into the generated code of the stage that filters on it, so a new
+    watermark each epoch compiled the windows' and the side rows' stages again, ~0.1 s an epoch
+    on a warm server (docs/benchmarks-history.md, 2026-11-26, afternoon)."""
+    if watermark_ms == NEG_INF:
+        return pairs, F.lit(False)
+    mark = pa.table({PREVIOUS_WATERMARK: pa.array([watermark_ms], pa.int64())})
+    joined = pairs.crossJoin(F.broadcast(local_frame(spark, mark)))
+    return joined, windows.is_late(F, F.col(PREVIOUS_WATERMARK))
+
+
+def partial_windows(F: Any, pairs: Any, group: list[str], aggs: list[Aggregation]) -> Any:
+    """This epoch's partial windows (``group``, START, END, state columns) from its (event,
+    window) pairs that are not late, for the window type to merge with the open rows.
+
+    When every aggregation lifts (``Lifts``), each pair is lifted to its own state: a partial
+    window of one event, merged with the others and the open rows in the window type's one
+    aggregation. Aggregating the pairs first costs a shuffle more whenever open rows are merged
+    (a union with them is not partitioned like the aggregate's output): 0.45-0.50 s against
+    0.34-0.41 s warm for the windows of a 200k-record epoch (docs/benchmarks-history.md,
+    2026-11-26, afternoon). Merging is associative, so a window type never needs one row a
+    window."""
+    if lifts_all(aggs):
+        return pairs.select(*group, START, END,
+                            *[e for a in aggs for e in cast(Lifts, a).lift(F)])
+    return (pairs.groupBy(*columns(F, *group, START, END))
+            .agg(*[e for a in aggs for e in a.partial(F)]))
 
 
 def epoch_watermark(config: PipelineConfig, plan: Plan, state: EpochState,

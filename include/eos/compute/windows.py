@@ -40,8 +40,9 @@ class WindowType(ABC):
     def assign(self, F: Any, events: Any, time: str) -> Any:
         """``events`` with START and END added, one row per window an event belongs to."""
 
-    def is_late(self, F: Any, watermark_ms: int) -> Any:
-        return F.col(END) <= F.lit(watermark_ms)
+    def is_late(self, F: Any, watermark: Any) -> Any:
+        """Whether a pair is late, given wm(N-1) as a column (``watermark``)."""
+        return F.col(END) <= watermark
 
     @abstractmethod
     def windows_per_event(self) -> int:
@@ -51,7 +52,8 @@ class WindowType(ABC):
     @abstractmethod
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
         """Partial windows (``group``, START, END, state columns) of this epoch unioned with the
-        open windows of the last: one merged row per window, same columns."""
+        open windows of the last: one merged row per window, same columns. A window may have
+        any number of partial rows (an event lifted to its state is one: ``Lifts``)."""
 
     @abstractmethod
     def reads(self, watermark_ms: int) -> WindowRead:

@@ -8,7 +8,9 @@ epochs give the same result. ``final`` turns a state into the output value when 
 emitted. Each function states its state and output types, derived from the field's type.
 
 Spark evaluates ``partial`` over events and ``merge`` over states; the audit (``eos.tools.audit``)
-recomputes every function on its own in plain Python and shares none of this.
+recomputes every function on its own in plain Python and shares none of this. A function whose
+state of one event is a row-level expression also implements ``Lifts`` (a capability apart, as
+Flink's sink capabilities are): its events need no aggregation of their own before they merge.
 """
 
 from __future__ import annotations
@@ -124,7 +126,29 @@ class Aggregation(ABC):
         return expr.cast(spark_ddl(dtype)).alias(self._col(part))
 
 
-class Count(Aggregation):
+class Lifts(ABC):
+    """The capability to state one event's partial state as a row-level expression: the state
+    of a window holding that event alone. ``merge`` over lifted events equals ``partial`` over
+    the events, so an epoch whose every aggregation lifts merges its events and the open
+    windows in one aggregation, one shuffle (``eos.compute.stage``), instead of aggregating its
+    events first and merging the result (two shuffles)."""
+
+    @abstractmethod
+    def lift(self, F: Any) -> list[Any]:
+        """Spark expressions over one event, one per state column, aliased to it."""
+
+
+def lifts_all(aggregations: list[Aggregation]) -> bool:
+    """Whether every aggregation of a pipeline lifts (``Lifts``)."""
+    return all(isinstance(a, Lifts) for a in aggregations)
+
+
+def _present(F: Any, field: Any) -> Any:
+    """1 when an event has ``field`` (a column; not null), else 0: one event's count of it."""
+    return F.when(field.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("bigint")
+
+
+class Count(Aggregation, Lifts):
     """``count(*)``: events in the window; ``count(field)``: events where the field is not null."""
 
     function = "count"
@@ -142,11 +166,15 @@ class Count(Aggregation):
     def merge(self, F: Any) -> list[Any]:
         return [F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
 
+    def lift(self, F: Any) -> list[Any]:
+        one = F.lit(1).cast("bigint") if self.field is None else _present(F, F.col(self.field))
+        return [one.alias(self._col("n"))]
+
     def final(self, F: Any) -> Any:
         return F.col(self._col("n"))
 
 
-class Sum(Aggregation):
+class Sum(Aggregation, Lifts):
     """Exact for long and decimal; a double sum is a double (its last bits depend on the order
     Spark adds in). Null when no event had a value."""
 
@@ -165,11 +193,14 @@ class Sum(Aggregation):
     def merge(self, F: Any) -> list[Any]:
         return [self._cast(F, F.sum(self._col("sum")), "sum", _sum_type(self.ftype))]
 
+    def lift(self, F: Any) -> list[Any]:
+        return [self._cast(F, F.col(self.field), "sum", _sum_type(self.ftype))]
+
     def final(self, F: Any) -> Any:
         return F.col(self._col("sum"))
 
 
-class _Extreme(Aggregation):
+class _Extreme(Aggregation, Lifts):
     spark_name: ClassVar[str]
     keeps_value = True
 
@@ -184,6 +215,9 @@ class _Extreme(Aggregation):
 
     def merge(self, F: Any) -> list[Any]:
         return [getattr(F, self.spark_name)(self._col("v")).alias(self._col("v"))]
+
+    def lift(self, F: Any) -> list[Any]:
+        return [F.col(self.field).alias(self._col("v"))]
 
     def final(self, F: Any) -> Any:
         return F.col(self._col("v"))
@@ -201,7 +235,7 @@ class Max(_Extreme):
     function = spark_name = "max"
 
 
-class Avg(Aggregation):
+class Avg(Aggregation, Lifts):
     """State: the exact sum (long sums as decimal(38,0)) and the count; output: their quotient
     as a double, null when no event had a value."""
 
@@ -224,6 +258,12 @@ class Avg(Aggregation):
         dtype = _sum_type(self.ftype, exact_long=True)
         return [self._cast(F, F.sum(self._col("sum")), "sum", dtype),
                 F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
+
+    def lift(self, F: Any) -> list[Any]:
+        dtype = _sum_type(self.ftype, exact_long=True)
+        field = F.col(self.field)
+        return [self._cast(F, field, "sum", dtype),
+                _present(F, field).alias(self._col("n"))]
 
     def final(self, F: Any) -> Any:
         n = F.col(self._col("n"))
