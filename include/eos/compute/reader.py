@@ -54,6 +54,12 @@ BATCH_RECORDS = 10_000
 # unchanged, so memory is too). A pipeline's ``kafka.client`` may still set its own.
 QUEUE_BACKOFF = {"fetch.queue.backoff.ms": 10}
 PARSE_OPTION = "parse_event"
+# Values that change every epoch (precommit's wm(N-1)), given as ``{"column": long}``: the reader
+# appends each to every row as a column. Spark compiles a literal into the generated code of the
+# stage that uses it, so a value that is new each epoch, written in the plan, cost a compile of
+# that stage every epoch; as data it costs nothing (docs/benchmarks-history.md, 2026-11-26,
+# afternoon).
+CONSTANTS_OPTION = "constants"
 
 # Per Python worker, which Spark reuses from task to task (``spark.python.worker.reuse``): the
 # parser of each event declaration, compiled by the first split that needed it. (Keeping the
@@ -156,6 +162,7 @@ class KafkaRangeReader(DataSourceReader):
         self.faults = json.loads(options.get("faults") or "{}")
         self.event_option = options.get(PARSE_OPTION) or ""
         self.event = _event(self.event_option)
+        self.constants = _constants(options.get(CONSTANTS_OPTION))
 
     def partitions(self) -> list[InputPartition]:
         return list(splits_of(self.ranges, self.split_records, self.min_splits) or [NO_SPLIT])
@@ -199,9 +206,12 @@ class KafkaRangeReader(DataSourceReader):
 
         faults.adopt(self.faults)
         records = read_split(self.topic, split, self._settings(), self.timeout_s)
-        if self.event is None:
-            yield from records
-            return
+        if self.event is not None:
+            records = self._parsed(records)
+        for batch in records:
+            yield with_constants(batch, self.constants)
+
+    def _parsed(self, records: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from eos.compute.formats import parser_for
 
         parser = _parsers.get(self.event_option)
@@ -209,6 +219,22 @@ class KafkaRangeReader(DataSourceReader):
             parser = _parsers[self.event_option] = parser_for(self.event)
         for batch in records:
             yield parser.parse_batch(batch)
+
+
+def _constants(value: str | None) -> dict[str, int]:
+    return {name: int(v) for name, v in json.loads(value or "{}").items()}
+
+
+def constants_ddl(constants: dict[str, int]) -> str:
+    """The columns ``CONSTANTS_OPTION`` appends, as DDL after the reader's own."""
+    return "".join(f", {name} long" for name in constants)
+
+
+def with_constants(batch: pa.RecordBatch, constants: dict[str, int]) -> pa.RecordBatch:
+    """``batch`` with one int64 column per constant, the same value in every row."""
+    for name, value in constants.items():
+        batch = batch.append_column(name, pa.repeat(pa.scalar(value, pa.int64()), len(batch)))
+    return batch
 
 
 def read_split(
@@ -330,11 +356,12 @@ class KafkaRangeDataSource(DataSource):
 
     def schema(self) -> StructType | str:
         event = _event(self.options.get(PARSE_OPTION))
+        constants = constants_ddl(_constants(self.options.get(CONSTANTS_OPTION)))
         if event is None:
-            return RAW_DDL
+            return RAW_DDL + constants
         from eos.core.schema import ddl, parsed_schema
 
-        return ddl(parsed_schema(event))
+        return ddl(parsed_schema(event)) + constants
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaRangeReader(dict(self.options))

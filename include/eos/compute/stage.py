@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from eos.compute import writers as staging_files
 from eos.compute.parse import NEG_INF
-from eos.compute.windows import END, START, WindowType, columns, window_type
+from eos.compute.windows import END, START, columns, window_type
 from eos.core.aggregations import (
     Aggregation,
     Lifts,
@@ -210,16 +210,21 @@ def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
 
 
 def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka",
-                parse: bool = False) -> Any:
+                parse: bool = False, constants: dict[str, int] | None = None) -> Any:
     """The plan's Kafka records as a DataFrame: raw (topic, partition, offset, key, value...),
     or with ``parse`` parsed by the reader itself (``eos.compute.reader``: one Python stage, not
-    two).
+    two); with ``constants``, a long column each, the same value in every row.
 
     ``source`` names another registered data source taking the same options (the benchmark's
     variants)."""
     import json
 
-    from eos.compute.reader import PARSE_OPTION, event_option, shareable_client
+    from eos.compute.reader import (
+        CONSTANTS_OPTION,
+        PARSE_OPTION,
+        event_option,
+        shareable_client,
+    )
     from eos.core import faults
 
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
@@ -229,6 +234,8 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
     reader = spark.read.format(source)
     if parse:
         reader = reader.option(PARSE_OPTION, event_option(config.event))
+    if constants:
+        reader = reader.option(CONSTANTS_OPTION, json.dumps(constants))
     return (
         reader
         .option("topic", plan.topic)
@@ -252,6 +259,14 @@ def _filter(F: Any, config: PipelineConfig) -> Any:
     return F.coalesce(F.expr(config.event.filter), F.lit(False))
 
 
+# wm(N-1), a column of every input row from the second epoch on (``epoch_frames``). Spark
+# compiles a long literal into the generated code of the stage that filters on it, so a new
+# watermark each epoch, written in the plan, compiled the windows' and the side rows' stages
+# again: ~0.1 s an epoch on a warm server; a one-row broadcast join instead cost ~0.09 s
+# (docs/benchmarks-history.md, 2026-11-26, afternoon).
+PREVIOUS_WATERMARK = "__previous_watermark_ms"
+
+
 @contextmanager
 def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochState,
                  timings: dict[str, float]) -> Iterator[Frames]:
@@ -265,10 +280,17 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
     group = list(config.group_by)
     aggs = aggregations_for(config)
     windows = window_type(config.window)
+    # wm(N-1) travels with the records, as Flink's watermarks travel in its streams: a column
+    # of the input, not a literal of the plan (``PREVIOUS_WATERMARK``). Before any watermark
+    # nothing is late, and the input is as an at-least-once job reads it.
+    marks = {} if state.watermark_ms == NEG_INF else {PREVIOUS_WATERMARK: state.watermark_ms}
     if plan.records:
-        parsed = read_ranges(spark, config, plan, parse=True)
+        parsed = read_ranges(spark, config, plan, parse=True, constants=marks)
     else:  # nothing to read: the same (empty) input without starting Python workers
-        parsed = local_frame(spark, parsed_schema(config.event).empty_table())
+        empty = parsed_schema(config.event).empty_table()
+        for name in marks:
+            empty = empty.append_column(name, pa.array([], pa.int64()))
+        parsed = local_frame(spark, empty)
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         good = parsed.where(F.col(REASON).isNull())
@@ -289,7 +311,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
         watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
         # One row per (event, window); a pair is late iff its window was already emitted.
         pairs = windows.assign(F, good.where(keep), EVENT_MS)
-        pairs, late = _late(spark, F, windows, pairs, state.watermark_ms)
+        late = (windows.is_late(F, F.col(PREVIOUS_WATERMARK)) if marks else F.lit(False))
         partials = partial_windows(F, pairs.where(~late), group, aggs)
         # A snapshot merges every open window; changes need only the rows closing now.
         previous, read_rows = state_frame(spark, config, state,
@@ -322,25 +344,6 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
                      stats["bad_bytes"] or 0, watermark, max_event, read_rows)
     finally:
         parsed.unpersist()
-
-
-PREVIOUS_WATERMARK = "__previous_watermark_ms"
-
-
-def _late(spark: Any, F: Any, windows: WindowType, pairs: Any, watermark_ms: int
-          ) -> tuple[Any, Any]:
-    """``pairs`` with wm(N-1) beside every row, and the column that says a pair is late
-    (before any watermark, ``pairs`` as they are: nothing is late).
-
-    wm(N-1) joins the pairs from a one-row broadcast table rather than as a literal: Spark
-    compiles a long literal into the generated code of the stage that filters on it, so a new
-    watermark each epoch compiled the windows' and the side rows' stages again, ~0.1 s an epoch
-    on a warm server (docs/benchmarks-history.md, 2026-11-26, afternoon)."""
-    if watermark_ms == NEG_INF:
-        return pairs, F.lit(False)
-    mark = pa.table({PREVIOUS_WATERMARK: pa.array([watermark_ms], pa.int64())})
-    joined = pairs.crossJoin(F.broadcast(local_frame(spark, mark)))
-    return joined, windows.is_late(F, F.col(PREVIOUS_WATERMARK))
 
 
 def partial_windows(F: Any, pairs: Any, group: list[str], aggs: list[Aggregation]) -> Any:
