@@ -58,7 +58,7 @@ PARSE_OPTION = "parse_event"
 # appends each to every row as a column. Spark compiles a literal into the generated code of the
 # stage that uses it, so a value that is new each epoch, written in the plan, cost a compile of
 # that stage every epoch; as data it costs nothing (docs/benchmarks-history.md, 2026-11-26,
-# afternoon).
+# second session).
 CONSTANTS_OPTION = "constants"
 
 # Per Python worker, which Spark reuses from task to task (``spark.python.worker.reuse``): the

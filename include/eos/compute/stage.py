@@ -263,7 +263,7 @@ def _filter(F: Any, config: PipelineConfig) -> Any:
 # compiles a long literal into the generated code of the stage that filters on it, so a new
 # watermark each epoch, written in the plan, compiled the windows' and the side rows' stages
 # again: ~0.1 s an epoch on a warm server; a one-row broadcast join instead cost ~0.09 s
-# (docs/benchmarks-history.md, 2026-11-26, afternoon).
+# (docs/benchmarks-history.md, 2026-11-26, second session).
 PREVIOUS_WATERMARK = "__previous_watermark_ms"
 
 
@@ -353,10 +353,10 @@ def partial_windows(F: Any, pairs: Any, group: list[str], aggs: list[Aggregation
     When every aggregation lifts (``Lifts``), each pair is lifted to its own state: a partial
     window of one event, merged with the others and the open rows in the window type's one
     aggregation. Aggregating the pairs first costs a shuffle more whenever open rows are merged
-    (a union with them is not partitioned like the aggregate's output): 0.45-0.50 s against
-    0.34-0.41 s warm for the windows of a 200k-record epoch (docs/benchmarks-history.md,
-    2026-11-26, afternoon). Merging is associative, so a window type never needs one row a
-    window."""
+    (a union with them is not partitioned like the aggregate's output): the windows of a
+    200k-record epoch took 0.45-0.50 s warm that way, 0.37-0.46 s lifted
+    (docs/benchmarks-history.md, 2026-11-26, second session). Merging is associative, so a
+    window type never needs one row a window."""
     if lifts_all(aggs):
         return pairs.select(*group, START, END,
                             *[e for a in aggs for e in cast(Lifts, a).lift(F)])
