@@ -26,6 +26,9 @@ def test_each_constant_is_a_long_column_with_one_value_in_every_row() -> None:
     assert stamped.column("__a").to_pylist() == [-5, -5, -5]
     assert stamped.column("__b").to_pylist() == [1767233589803] * 3
     assert with_constants(batch, {}) is batch
+    # An epoch with nothing to read stamps its empty input the same way (a table, no rows).
+    empty = with_constants(RAW_SCHEMA.empty_table(), {"__a": -5})
+    assert empty.schema.names == [*RAW_SCHEMA.names, "__a"] and empty.num_rows == 0
 
 
 def test_the_source_schema_names_the_constants_after_its_own_columns() -> None:

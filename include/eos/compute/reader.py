@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -230,11 +230,15 @@ def constants_ddl(constants: dict[str, int]) -> str:
     return "".join(f", {name} long" for name in constants)
 
 
-def with_constants(batch: pa.RecordBatch, constants: dict[str, int]) -> pa.RecordBatch:
-    """``batch`` with one int64 column per constant, the same value in every row."""
+Rows = TypeVar("Rows", pa.RecordBatch, pa.Table)
+
+
+def with_constants(rows: Rows, constants: dict[str, int]) -> Rows:
+    """``rows`` (a batch, or a table) with one int64 column per constant, the same value in
+    every row."""
     for name, value in constants.items():
-        batch = batch.append_column(name, pa.repeat(pa.scalar(value, pa.int64()), len(batch)))
-    return batch
+        rows = rows.append_column(name, pa.repeat(pa.scalar(value, pa.int64()), len(rows)))
+    return rows
 
 
 def read_split(

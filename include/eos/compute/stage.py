@@ -277,6 +277,8 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
     from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F
 
+    from eos.compute.reader import with_constants
+
     group = list(config.group_by)
     aggs = aggregations_for(config)
     windows = window_type(config.window)
@@ -287,10 +289,8 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: EpochSta
     if plan.records:
         parsed = read_ranges(spark, config, plan, parse=True, constants=marks)
     else:  # nothing to read: the same (empty) input without starting Python workers
-        empty = parsed_schema(config.event).empty_table()
-        for name in marks:
-            empty = empty.append_column(name, pa.array([], pa.int64()))
-        parsed = local_frame(spark, empty)
+        parsed = local_frame(spark, with_constants(parsed_schema(config.event).empty_table(),
+                                                   marks))
     parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         good = parsed.where(F.col(REASON).isNull())
