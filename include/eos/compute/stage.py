@@ -8,6 +8,7 @@ decisions (is N committed, already staged, may it be written) live in ``eos.core
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -42,7 +43,16 @@ from eos.core.schema import (
     REASON,
     parsed_schema,
 )
-from eos.core.staging import BASE, CHANGE, STATE, WATERMARK, StagedFiles, base_of, rows_staged
+from eos.core.staging import (
+    BASE,
+    CHANGE,
+    STATE,
+    WATERMARK,
+    StagedFile,
+    StagedFiles,
+    base_of,
+    rows_staged,
+)
 from eos.core.state import (
     EMPTY,
     EVERY_ROW,
@@ -401,17 +411,17 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
     return windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
 
 
-def collected_rows(config: PipelineConfig, plan: Plan, windows: pa.Table, side: pa.Table,
-                   watermark: int, open_kind: str = STATE) -> pa.Table:
-    """``staging_frame``'s rows from the windows and the side rows collected apart: the emit
-    rule and the cast applied here, on the driver, with the same outcome row for row.
+def collected_windows(config: PipelineConfig, plan: Plan, windows: pa.Table, watermark: int,
+                      open_kind: str = STATE) -> pa.Table:
+    """``staging_frame``'s window rows from the collected windows: the emit rule and the cast
+    applied here, on the driver, with the same outcome row for row.
 
-    Two collects cost less than one of the union with its casts (medians over four epochs of
-    200k records with warm JVMs: 2.00 s against 2.08 s, and 2.21 against 2.61 s on a colder
-    one; docs/benchmarks-history.md, 2026-11-26)."""
+    The windows and the side rows are collected apart: two collects cost less than one of the
+    union with its casts (medians over four epochs of 200k records with warm JVMs: 2.00 s
+    against 2.08 s, and 2.21 against 2.61 s on a colder one; docs/benchmarks-history.md,
+    2026-11-26)."""
     import pyarrow.compute as pc
 
-    schema = _without_epoch(staging_schema(config))
     outputs, states = _final_and_state_columns(config)
     emit = pc.less_equal(windows[END], pa.scalar(watermark, pa.int64()))
     columns: dict[str, Any] = {name: windows[name] for name in windows.column_names}
@@ -421,9 +431,13 @@ def collected_rows(config: PipelineConfig, plan: Plan, windows: pa.Table, side: 
         columns[name] = pc.if_else(emit, windows[name], pa.scalar(None, windows[name].type))
     for name in states:
         columns[name] = pc.if_else(emit, pa.scalar(None, windows[name].type), windows[name])
+    return _conform(_without_epoch(staging_schema(config)), columns, windows.num_rows)
+
+
+def collected_side(config: PipelineConfig, plan: Plan, side: pa.Table) -> pa.Table:
+    """``staging_frame``'s side rows (late, quarantined) from the collected ones."""
     others = {name: side[name] for name in side.column_names} | {"plan_hash": plan.hash}
-    return pa.concat_tables([_conform(schema, columns, windows.num_rows),
-                             _conform(schema, others, side.num_rows)])
+    return _conform(_without_epoch(staging_schema(config)), others, side.num_rows)
 
 
 def _column(F: Any, field: pa.Field, given: dict[str, Any], present: list[str]) -> Any:
@@ -487,7 +501,13 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
                 frames: Frames, timings: dict[str, float]) -> StagedFiles:
     """Write epoch N's rows as files under staging: windows, state and side rows by the
     executors, or by the driver when the epoch is small (``collects``); offsets and the
-    watermark row by the driver. Nothing is visible until ``staging_files.commit``."""
+    watermark row by the driver. Nothing is visible until ``staging_files.commit``.
+
+    The driver writes its files in a thread while Spark computes: the protocol rows while
+    the windows are computed, the collected windows while the side rows are. The process
+    only waits on Spark then, and ~60-100 ms of Parquet writing a 200k-record epoch is
+    hidden (docs/benchmarks-history.md, 2026-11-26, third session). The files are invisible
+    until the staging commit, so the order they are written in does not matter."""
     from pyspark.sql import functions as F
 
     watermark, max_event = frames.watermark_ms, frames.max_event_all_ms
@@ -495,20 +515,28 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     schema = _without_epoch(staging_schema(config))
     open_kind = STATE if state.snapshot else CHANGE
     on_driver = collects(config, plan, state, frames)
-    with timed() as took:
-        if on_driver:
-            rows = collected_rows(config, plan, frames.windows.toArrow(),
-                                  frames.side.toArrow(), watermark, open_kind)
-            files = staging_files.write_collected(rows, tables.staging, directory, schema)
-        else:
-            files = staging_files.write_frame(
-                staging_frame(F, config, plan, frames, watermark, open_kind), tables.staging,
-                directory, schema, config.spark.shuffle_partitions)
-    timings["aggregate"] = took["ms"]
-    files.append(staging_files.write_table(
-        protocol_rows(config, plan, watermark, max_event, frames.filtered,
-                      plan.epoch if state.snapshot else state.chain.base),
-        tables.staging, directory, "protocol", schema))
+
+    def write_rows(rows: pa.Table, name: str | None = None) -> list[StagedFile]:
+        if name is not None:
+            return [staging_files.write_table(rows, tables.staging, directory, name, schema)]
+        return staging_files.write_collected(rows, tables.staging, directory, schema)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-stage") as driver:
+        protocol = driver.submit(write_rows, protocol_rows(
+            config, plan, watermark, max_event, frames.filtered,
+            plan.epoch if state.snapshot else state.chain.base), "protocol")
+        with timed() as took:
+            if on_driver:
+                windows = driver.submit(write_rows, collected_windows(
+                    config, plan, frames.windows.toArrow(), watermark, open_kind))
+                side = collected_side(config, plan, frames.side.toArrow())  # meanwhile
+                files = windows.result() + driver.submit(write_rows, side).result()
+            else:
+                files = staging_files.write_frame(
+                    staging_frame(F, config, plan, frames, watermark, open_kind),
+                    tables.staging, directory, schema, config.spark.shuffle_partitions)
+        timings["aggregate"] = took["ms"]
+        files += protocol.result()
     counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
     counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
