@@ -16,9 +16,14 @@ API server, triggerer; tests/airflow_standalone.py starts it) and one Spark Conn
   exactly-once epoch planned, on a Connect session of this process (Airflow's own cost apart).
 
 Each epoch: ``--epoch-records`` records produced, then one run of each, one after the other (the
-machine has two cores). Warm-up epochs run first and are not counted (the pipeline's Connect
-session and the Python workers start). A run's seconds are Airflow's (its ``end_date`` minus
-``start_date``); the seconds from the trigger request to the run seen done are printed beside.
+machine has two cores), the in-process baseline last. The three DAG runs take turns in first,
+second and third place (epoch i starts at way i mod 3): a run leaves work behind on the shared
+Connect server and JVM (JIT, GC, cleanup) that lands on the next one, so a fixed order charged
+it to the same way every epoch. Counted epochs in a multiple of three give each way each place
+equally often; the seconds by place are printed too. Warm-up epochs run first and are not
+counted (the pipeline's Connect session and the Python workers start). A run's seconds are
+Airflow's (its ``end_date`` minus ``start_date``); the seconds from the trigger request to the
+run seen done are printed beside.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ POLL_S = 0.5
 EO, EO_ONE, ALO, ALO_IN_PROCESS = ("exactly-once DAG run", "exactly-once DAG run, one task",
                                    "at-least-once DAG run", "at-least-once in-process")
 WAYS = (EO, EO_ONE, ALO, ALO_IN_PROCESS)
+DAG_WAYS = WAYS[:3]  # the ways run as DAG runs, in turns (``turns``)
 
 
 # -- the baseline DAG's task ------------------------------------------------------------------
@@ -105,6 +111,14 @@ class Figures:
     waited: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS[:3]})
     tasks: list[dict[str, float]] = field(default_factory=list)  # the three-task runs
     one_task: list[dict[str, float]] = field(default_factory=list)  # the one-task runs
+    # (way, place) -> seconds: place 0 is the first DAG run of its epoch
+    by_place: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+
+
+def turns(epoch: int) -> tuple[str, ...]:
+    """The order of the DAG runs in ``epoch``: each way first every third epoch."""
+    first = epoch % len(DAG_WAYS)
+    return DAG_WAYS[first:] + DAG_WAYS[:first]
 
 
 def _airflow_harness() -> Any:
@@ -212,12 +226,14 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
                                  extra_env=extra) as airflow, \
             connect.session(alo, connect.resolve_endpoint(base)) as spark:
         wait_parsed(airflow, [eo.dag_id, one.dag_id, ALO_DAG])
+        dags = {EO: eo.dag_id, EO_ONE: one.dag_id, ALO: ALO_DAG}
         for i in range(warmup + epochs):
             counted = i >= warmup
             sc.send_chunk(env, TOPIC, records, chunk)
-            eo_run, eo_wait = run_dag(airflow, eo.dag_id)
-            one_run, one_wait = run_dag(airflow, one.dag_id)
-            alo_run, alo_wait = run_dag(airflow, ALO_DAG)
+            order = turns(i)
+            runs = {way: run_dag(airflow, dags[way]) for way in order}
+            (eo_run, eo_wait), (one_run, one_wait), (alo_run, alo_wait) = (
+                runs[EO], runs[EO_ONE], runs[ALO])
             plan = plan_of(tables_for(eo), i)
             if plan_of(tables_for(one), i).ranges != plan.ranges:
                 raise AssertionError(f"epoch {i}: the two exactly-once pipelines planned "
@@ -226,10 +242,12 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
             line = {EO: _seconds(eo_run), EO_ONE: _seconds(one_run), ALO: _seconds(alo_run),
                     ALO_IN_PROCESS: inprocess}
             log(f"epoch {i}{'' if counted else ' (warm-up)'}: {plan.records:,} records; "
-                + ", ".join(f"{w} {s:.2f}s" for w, s in line.items()))
+                + ", ".join(f"{w} {line[w]:.2f}s" for w in (*order, ALO_IN_PROCESS)))
             if not counted:
                 continue
             figures.records.append(plan.records)
+            for place, way in enumerate(order):
+                figures.by_place.setdefault((way, place), []).append(line[way])
             for way, seconds in line.items():
                 figures.seconds[way].append(seconds)
             figures.waited[EO].append(eo_wait)
@@ -266,13 +284,22 @@ def render(f: Figures) -> str:
               "| " + " | ".join(["three tasks", *(f"{median[k]:.2f}" for k in phases),
                                  f"{outside:.2f}"]) + " |",
               f"| one task | {one:.2f} (the three phases) | | | 0 |"]
+    places = range(len(DAG_WAYS))
+    lines += ["", "| DAG run (median s) by place in its epoch | "
+              + " | ".join(("first", "second", "third")[p] for p in places) + " |",
+              "| --- |" + " ---: |" * len(places)]
+    for way in DAG_WAYS:
+        cells = [f"{statistics.median(f.by_place[way, p]):.2f}" if (way, p) in f.by_place
+                 else "-" for p in places]
+        lines.append(f"| {way} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.dag_runs",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=6,
+                   help="counted epochs (a multiple of 3: each DAG run in each place as often)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--epoch-records", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=16)

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
 
 from bench import (
+    dag_runs,
     deltalog,
     epochs_view,
     overhead,
@@ -160,3 +161,25 @@ def test_read_path_benchmark_reads_every_record_each_way(kafka: str, spark: Any,
     assert set(seconds) == {"Spark read stage", "Spark read+parse",
                             "Spark read+parse, a split per partition", read_path.BARE}
     assert "| Spark read+parse |" in read_path.render(plan, seconds)
+
+
+def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
+    # Over three epochs each DAG run is first, second and third once (a fixed order charged
+    # what a run leaves on the shared server to the same next way every epoch).
+    places = {way: sorted(dag_runs.turns(i).index(way) for i in range(3))
+              for way in dag_runs.DAG_WAYS}
+    assert places == {way: [0, 1, 2] for way in dag_runs.DAG_WAYS}
+    figures = dag_runs.Figures(records=[10, 10, 10])
+    for i in range(3):
+        for place, way in enumerate(dag_runs.turns(i)):
+            seconds = 1.0 + place + (way == dag_runs.ALO)
+            figures.seconds[way].append(seconds)
+            figures.by_place.setdefault((way, place), []).append(seconds)
+        figures.seconds[dag_runs.ALO_IN_PROCESS].append(1.0)
+        for way in dag_runs.DAG_WAYS:
+            figures.waited[way].append(2.0)
+        figures.tasks.append({"begin": 0.1, "precommit": 1.0, "commit": 0.1, "span": 1.5})
+        figures.one_task.append({"epoch": 1.2})
+    out = dag_runs.render(figures)
+    assert "| at-least-once DAG run | 2.00 | 3.00 | 4.00 |" in out, out
+    assert "| exactly-once DAG run, one task | 1.00 | 2.00 | 3.00 |" in out, out
