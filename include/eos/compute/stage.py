@@ -504,10 +504,10 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     watermark row by the driver. Nothing is visible until ``staging_files.commit``.
 
     The driver writes its files in a thread while Spark computes: the protocol rows while
-    the windows are computed, the collected windows while the side rows are. The process
-    only waits on Spark then, and ~60-100 ms of Parquet writing a 200k-record epoch is
-    hidden (docs/benchmarks-history.md, 2026-11-26, third session). The files are invisible
-    until the staging commit, so the order they are written in does not matter."""
+    the windows are computed, the collected windows while the side rows are: of a
+    200k-record epoch's ~55-80 ms of driver writes, only the side rows' file (~10 ms) is
+    still waited for (docs/benchmarks-history.md, 2026-11-26, third session). The files are
+    invisible until the staging commit, so the order they are written in does not matter."""
     from pyspark.sql import functions as F
 
     watermark, max_event = frames.watermark_ms, frames.max_event_all_ms
