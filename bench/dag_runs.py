@@ -17,10 +17,11 @@ API server, triggerer; tests/airflow_standalone.py starts it) and one Spark Conn
 
 Each epoch: ``--epoch-records`` records produced, then one run of each, one after the other (the
 machine has two cores), the in-process baseline last. The three DAG runs take turns in first,
-second and third place (epoch i starts at way i mod 3): a run leaves work behind on the shared
-Connect server and JVM (JIT, GC, cleanup) that lands on the next one, so a fixed order charged
-it to the same way every epoch. Counted epochs in a multiple of three give each way each place
-equally often; the seconds by place are printed too. Warm-up epochs run first and are not
+second and third place (epoch i starts at way i mod 3): whatever a run leaves behind on the
+shared Connect server and JVM (JIT, GC, cleanup) lands on the next one, and a fixed order would
+charge it to the same way every epoch (none was seen when measured: the seconds by place,
+printed too, did not differ beyond the noise, docs/benchmarks.md). Counted epochs in a multiple
+of three give each way each place equally often. Warm-up epochs run first and are not
 counted (the pipeline's Connect session and the Python workers start). A run's seconds are
 Airflow's (its ``end_date`` minus ``start_date``); the seconds from the trigger request to the
 run seen done are printed beside.
