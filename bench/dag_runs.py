@@ -109,7 +109,7 @@ class Figures:
 
     records: list[int] = field(default_factory=list)
     seconds: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS})
-    waited: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in WAYS[:3]})
+    waited: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w in DAG_WAYS})
     tasks: list[dict[str, float]] = field(default_factory=list)  # the three-task runs
     one_task: list[dict[str, float]] = field(default_factory=list)  # the one-task runs
     # (way, place) -> seconds: place 0 is the first DAG run of its epoch
@@ -233,15 +233,14 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
             sc.send_chunk(env, TOPIC, records, chunk)
             order = turns(i)
             runs = {way: run_dag(airflow, dags[way]) for way in order}
-            (eo_run, eo_wait), (one_run, one_wait), (alo_run, alo_wait) = (
-                runs[EO], runs[EO_ONE], runs[ALO])
+            eo_run, one_run = runs[EO][0], runs[EO_ONE][0]
             plan = plan_of(tables_for(eo), i)
             if plan_of(tables_for(one), i).ranges != plan.ranges:
                 raise AssertionError(f"epoch {i}: the two exactly-once pipelines planned "
                                      "different ranges")
             inprocess = sc.alo_run(spark, alo, plan, alo_path).seconds
-            line = {EO: _seconds(eo_run), EO_ONE: _seconds(one_run), ALO: _seconds(alo_run),
-                    ALO_IN_PROCESS: inprocess}
+            line = {way: _seconds(run) for way, (run, _) in runs.items()}
+            line[ALO_IN_PROCESS] = inprocess
             log(f"epoch {i}{'' if counted else ' (warm-up)'}: {plan.records:,} records; "
                 + ", ".join(f"{w} {line[w]:.2f}s" for w in (*order, ALO_IN_PROCESS)))
             if not counted:
@@ -251,9 +250,8 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
                 figures.by_place.setdefault((way, place), []).append(line[way])
             for way, seconds in line.items():
                 figures.seconds[way].append(seconds)
-            figures.waited[EO].append(eo_wait)
-            figures.waited[EO_ONE].append(one_wait)
-            figures.waited[ALO].append(alo_wait)
+            for way, (_, waited) in runs.items():
+                figures.waited[way].append(waited)
             figures.tasks.append(task_seconds(airflow, eo.dag_id, eo_run["dag_run_id"]))
             figures.one_task.append(task_seconds(airflow, one.dag_id, one_run["dag_run_id"]))
             for task in ("precommit",):

@@ -516,27 +516,26 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Epoch
     open_kind = STATE if state.snapshot else CHANGE
     on_driver = collects(config, plan, state, frames)
 
-    def write_rows(rows: pa.Table, name: str | None = None) -> list[StagedFile]:
-        if name is not None:
-            return [staging_files.write_table(rows, tables.staging, directory, name, schema)]
+    def write_collected(rows: pa.Table) -> list[StagedFile]:
         return staging_files.write_collected(rows, tables.staging, directory, schema)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-stage") as driver:
-        protocol = driver.submit(write_rows, protocol_rows(
+        protocol = driver.submit(staging_files.write_table, protocol_rows(
             config, plan, watermark, max_event, frames.filtered,
-            plan.epoch if state.snapshot else state.chain.base), "protocol")
+            plan.epoch if state.snapshot else state.chain.base),
+            tables.staging, directory, "protocol", schema)
         with timed() as took:
             if on_driver:
-                windows = driver.submit(write_rows, collected_windows(
+                windows = driver.submit(write_collected, collected_windows(
                     config, plan, frames.windows.toArrow(), watermark, open_kind))
                 side = collected_side(config, plan, frames.side.toArrow())  # meanwhile
-                files = windows.result() + driver.submit(write_rows, side).result()
+                files = windows.result() + driver.submit(write_collected, side).result()
             else:
                 files = staging_files.write_frame(
                     staging_frame(F, config, plan, frames, watermark, open_kind),
                     tables.staging, directory, schema, config.spark.shuffle_partitions)
         timings["aggregate"] = took["ms"]
-        files += protocol.result()
+        files.append(protocol.result())
     counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
     counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
