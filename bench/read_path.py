@@ -2,11 +2,14 @@
 against a bare consumer, interleaved in one run on the same ranges.
 
 One epoch's plan over ``--events`` records in ``--partitions`` partitions, as the main
-benchmark's 1M-record epochs: Spark reads it through ``eos_kafka`` and counts (raw, and
-read+parse as precommit reads), with the reader's splits (ranges packed into
-``max(spark.shuffle_partitions, records / split_records)`` splits) and, for comparison, with a
-split per partition range (the reader before 2026-11-25); one plain confluent-kafka consumer
-(one process, one core) reads the same ranges counting records.
+benchmark's 1M-record epochs: Spark reads it as precommit does (splits planned on the driver,
+read by ``mapInArrow``: ``eos.compute.reader.planned_read``) and counts (raw, and read+parse),
+with the reader's splits (ranges packed into ``max(spark.shuffle_partitions, records /
+split_records)`` splits). For comparison: read+parse through the ``eos_kafka`` data source
+(Spark plans the splits in Python processes of its own, as precommit read before 2026-11-26),
+and with a split per partition range (the reader before 2026-11-25). One plain confluent-kafka
+consumer (one process, one core) reads the same ranges counting records. The planning costs the
+same whatever the epoch holds: ``--events 20000`` shows it best.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from bench import scenarios as sc
 from bench.env import Env, environment
+from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 
 BARE = "bare consumer"
@@ -34,7 +38,7 @@ def timed_count(frame: object, records: int) -> float:
 
 def measure(env: Env, topic: str, events: int, repeat: int) -> tuple[Plan, dict[str, list[float]]]:
     """Seconds of each way over one plan of ``events`` records of ``topic``, interleaved."""
-    from eos.compute.stage import read_ranges
+    from eos.compute.stage import Planner, read_ranges
     from eos.core.protocol import begin
 
     sc.send_chunk(env, topic, sc.generator(events), events)
@@ -44,14 +48,17 @@ def measure(env: Env, topic: str, events: int, repeat: int) -> tuple[Plan, dict[
     split_each = config.model_copy(update={
         "kafka": config.kafka.model_copy(update={"split_records": per_partition}),
         "spark": config.spark.model_copy(update={"shuffle_partitions": len(plan.ranges)})})
-    ways = {"Spark read stage": (config, False), "Spark read+parse": (config, True),
-            "Spark read+parse, a split per partition": (split_each, True)}
+    ways: dict[str, tuple[PipelineConfig, bool, Planner]] = {
+        "Spark read stage": (config, False, "driver"),
+        "Spark read+parse": (config, True, "driver"),
+        "Spark read+parse, through the eos_kafka data source": (config, True, "source"),
+        "Spark read+parse, a split per partition": (split_each, True, "driver")}
     seconds: dict[str, list[float]] = {way: [] for way in [*ways, BARE]}
     for r in range(repeat):
         print(f"bench.read_path: repetition {r + 1}", file=sys.stderr)
-        for way, (way_config, parse) in ways.items():
-            seconds[way].append(timed_count(
-                read_ranges(env.spark, way_config, plan, parse=parse), plan.records))
+        for way, (way_config, parse, planner) in ways.items():
+            seconds[way].append(timed_count(read_ranges(
+                env.spark, way_config, plan, parse=parse, planner=planner), plan.records))
         seconds[BARE].append(sc.bare_read(env, [plan]))
     return plan, seconds
 

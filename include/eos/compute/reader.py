@@ -167,6 +167,9 @@ class KafkaRangeReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(splits_of(self.ranges, self.split_records, self.min_splits) or [NO_SPLIT])
 
+    def splits(self) -> list[KafkaSplit]:
+        return self.partitions()  # type: ignore[return-value]
+
     def _settings(self) -> dict[str, Any]:
         # Secrets are resolved here, on the executor, from the environment (``${VAR}``): they
         # never travel in data source options, which Spark may print in plans. A secret written
@@ -351,6 +354,48 @@ def _raw_batch(topic: str, records: list[Any]) -> pa.RecordBatch:
     )
 
 
+class SplitsRead:
+    """``mapInArrow``'s function for ``planned_read``: each input row is the number of a split
+    of ``splits``, which ``reader`` reads. Pickled into the plan with the reader, so it holds
+    only what data source options may hold (no secrets: ``KafkaRangeReader._settings``)."""
+
+    def __init__(self, reader: KafkaRangeReader, splits: list[KafkaSplit]) -> None:
+        self.reader = reader
+        self.splits = splits
+
+    def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in numbers:
+            for number in batch.column(0).to_pylist():
+                yield from self.reader.read(self.splits[number])
+
+
+def planned_read(spark: Any, options: dict[str, str]) -> Any:
+    """The ranges of ``options`` (``eos_kafka``'s), as ``eos_kafka`` reads them, with the splits
+    planned here on the driver: ``spark.range`` gives one row to each of as many partitions as
+    there are splits, and ``mapInArrow`` reads split ``id`` in each.
+
+    Why not ``spark.read.format("eos_kafka")``: Spark instantiates a Python data source in a
+    Python process of its own to learn its schema, and again to plan its partitions, every read.
+    That cost ~0.4 s of a core per read whatever the read holds (docs/benchmarks.md, "Read
+    stage and parsing"); the splits are already known here (``splits_of``), and the schema too.
+    The records read, the splits and the errors are the same either way."""
+    reader = KafkaRangeReader(options)
+    splits = reader.splits()
+    return (spark.range(0, len(splits), 1, len(splits))
+            .mapInArrow(SplitsRead(reader, splits), schema_ddl(options)))
+
+
+def schema_ddl(options: dict[str, str]) -> str:
+    """The rows' schema for ``options``: raw records, or parsed events, then the constants."""
+    event = _event(options.get(PARSE_OPTION))
+    constants = constants_ddl(_constants(options.get(CONSTANTS_OPTION)))
+    if event is None:
+        return RAW_DDL + constants
+    from eos.core.schema import ddl, parsed_schema
+
+    return ddl(parsed_schema(event)) + constants
+
+
 class KafkaRangeDataSource(DataSource):
     """``spark.read.format("eos_kafka").option("ranges", json).option("topic", t).load()``."""
 
@@ -359,13 +404,7 @@ class KafkaRangeDataSource(DataSource):
         return "eos_kafka"
 
     def schema(self) -> StructType | str:
-        event = _event(self.options.get(PARSE_OPTION))
-        constants = constants_ddl(_constants(self.options.get(CONSTANTS_OPTION)))
-        if event is None:
-            return RAW_DDL + constants
-        from eos.core.schema import ddl, parsed_schema
-
-        return ddl(parsed_schema(event)) + constants
+        return schema_ddl(dict(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaRangeReader(dict(self.options))

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pyarrow as pa
 
@@ -219,14 +219,31 @@ def _conform(schema: pa.Schema, columns: dict[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "eos_kafka",
-                parse: bool = False, constants: dict[str, int] | None = None) -> Any:
+# Who plans a read's splits: this process (``planned_read``), or the ``eos_kafka`` data source.
+Planner = Literal["driver", "source"]
+
+
+def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, parse: bool = False,
+                constants: dict[str, int] | None = None,
+                planner: Planner = "driver") -> Any:
     """The plan's Kafka records as a DataFrame: raw (topic, partition, offset, key, value...),
     or with ``parse`` parsed by the reader itself (``eos.compute.reader``: one Python stage, not
     two); with ``constants``, a long column each, the same value in every row.
 
-    ``source`` names another registered data source taking the same options (the benchmark's
-    variants)."""
+    ``planner="driver"`` plans the splits here (``eos.compute.reader.planned_read``);
+    ``"source"`` reads through the ``eos_kafka`` data source, which plans them in Python
+    processes of Spark's (the benchmark's comparison, bench.read_path)."""
+    from eos.compute.reader import planned_read
+
+    options = range_options(config, plan, parse, constants)
+    if planner == "source":
+        return spark.read.format("eos_kafka").options(**options).load()
+    return planned_read(spark, options)
+
+
+def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
+                  constants: dict[str, int] | None = None) -> dict[str, str]:
+    """``eos_kafka``'s options for the plan's ranges."""
     import json
 
     from eos.compute.reader import (
@@ -241,25 +258,23 @@ def read_ranges(spark: Any, config: PipelineConfig, plan: Plan, source: str = "e
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
     shared = shareable_client(config.kafka.client)
-    reader = spark.read.format(source)
+    options = {
+        "topic": plan.topic,
+        "ranges": json.dumps(ranges),
+        "split_records": str(config.kafka.split_records),
+        "min_splits": str(config.spark.shuffle_partitions),
+        "read_timeout_ms": str(config.kafka.read_timeout),
+        "config": config.source_path or "",
+        "client": json.dumps(shared),
+        "client_in_file": json.dumps(sorted(set(config.kafka.client) - set(shared))),
+        "bootstrap": bootstrap,
+        "faults": json.dumps(faults.settings()),  # tests only; empty in production
+    }
     if parse:
-        reader = reader.option(PARSE_OPTION, event_option(config.event))
+        options[PARSE_OPTION] = event_option(config.event)
     if constants:
-        reader = reader.option(CONSTANTS_OPTION, json.dumps(constants))
-    return (
-        reader
-        .option("topic", plan.topic)
-        .option("ranges", json.dumps(ranges))
-        .option("split_records", str(config.kafka.split_records))
-        .option("min_splits", str(config.spark.shuffle_partitions))
-        .option("read_timeout_ms", str(config.kafka.read_timeout))
-        .option("config", config.source_path or "")
-        .option("client", json.dumps(shared))
-        .option("client_in_file", json.dumps(sorted(set(config.kafka.client) - set(shared))))
-        .option("bootstrap", bootstrap)
-        .option("faults", json.dumps(faults.settings()))  # tests only; empty in production
-        .load()
-    )
+        options[CONSTANTS_OPTION] = json.dumps(constants)
+    return options
 
 
 def _filter(F: Any, config: PipelineConfig) -> Any:
