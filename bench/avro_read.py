@@ -21,6 +21,7 @@ import secrets
 import statistics
 import sys
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,9 @@ def measure(env: Env, events: int, repeat: int, url: str, user_info: str
         print(f"bench.avro_read: {f'repetition {r}' if r else 'warm-up'}", file=sys.stderr)
         for fmt, plan in plans.items():
             for way, parse in (("read", False), ("read+parse", True)):
-                frame = read_ranges(env.spark, configs[fmt], plan, parse=parse)
-                took = timed_count(frame, plan.records)
+                took = timed_count(
+                    partial(read_ranges, env.spark, configs[fmt], plan, parse=parse),
+                    plan.records)
                 if r:
                     seconds[f"{fmt} {way}"].append(took)
     return plans, sizes, seconds

@@ -17,7 +17,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from bench import scenarios as sc
 from bench.env import Env, environment
@@ -27,9 +30,11 @@ from eos.core.plan import Plan
 BARE = "bare consumer"
 
 
-def timed_count(frame: object, records: int) -> float:
+def timed_count(read: Callable[[], Any], records: int) -> float:
+    """Seconds to build the read's DataFrame and count it: building it is where the
+    ``eos_kafka`` data source asks a Python process of Spark's for its schema."""
     started = sc.now()
-    n = frame.count()  # type: ignore[attr-defined]
+    n = read().count()
     took = sc.now() - started
     if n != records:
         raise AssertionError(f"read {n} records of a plan of {records}")
@@ -57,8 +62,9 @@ def measure(env: Env, topic: str, events: int, repeat: int) -> tuple[Plan, dict[
     for r in range(repeat):
         print(f"bench.read_path: repetition {r + 1}", file=sys.stderr)
         for way, (way_config, parse, planner) in ways.items():
-            seconds[way].append(timed_count(read_ranges(
-                env.spark, way_config, plan, parse=parse, planner=planner), plan.records))
+            seconds[way].append(timed_count(partial(
+                read_ranges, env.spark, way_config, plan, parse=parse, planner=planner),
+                plan.records))
         seconds[BARE].append(sc.bare_read(env, [plan]))
     return plan, seconds
 
