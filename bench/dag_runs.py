@@ -12,11 +12,15 @@ API server, triggerer; tests/airflow_standalone.py starts it) and one Spark Conn
 - **at-least-once as a DAG** (``bench/dags/bench_alo.py``, ``alo_task`` here): one task reading
   what its consumer group's committed offsets say is new, the same Spark read and aggregation
   on the same Connect server, appended to Delta, offsets committed to Kafka;
-- **at-least-once in-process**: ``bench.scenarios.alo_run`` over exactly the ranges the
-  exactly-once epoch planned, on a Connect session of this process (Airflow's own cost apart).
+- **exactly-once in-process** and **at-least-once in-process**: the epoch loop
+  (``bench.scenarios.eo_epoch``, a pipeline with tables of its own) and
+  ``bench.scenarios.alo_run``, over exactly the ranges the exactly-once DAG run planned, on a
+  Connect session of this process: the same work without Airflow, so the gap between the DAG
+  runs splits into what Airflow costs each way and what the protocol costs.
 
 Each epoch: ``--epoch-records`` records produced, then one run of each, one after the other (the
-machine has two cores), the in-process baseline last. The three DAG runs take turns in first,
+machine has two cores), the two in-process runs last, taking turns too (epoch i starts with the
+first of them when i is even). The three DAG runs take turns in first,
 second and third place (epoch i starts at way i mod 3): whatever a run leaves behind on the
 shared Connect server and JVM (JIT, GC, cleanup) lands on the next one, and a fixed order would
 charge it to the same way every epoch (none was seen when measured: the seconds by place,
@@ -50,10 +54,12 @@ ALO_CONFIG_ENV = "EOS_BENCH_ALO_CONFIG"
 RUN_TIMEOUT_S = 600.0
 IDLE_SLEEP_S = "0.2"  # docker-compose.yaml's [scheduler] scheduler_idle_sleep_time
 POLL_S = 0.5
-EO, EO_ONE, ALO, ALO_IN_PROCESS = ("exactly-once DAG run", "exactly-once DAG run, one task",
-                                   "at-least-once DAG run", "at-least-once in-process")
-WAYS = (EO, EO_ONE, ALO, ALO_IN_PROCESS)
-DAG_WAYS = WAYS[:3]  # the ways run as DAG runs, in turns (``turns``)
+EO, EO_ONE, ALO = ("exactly-once DAG run", "exactly-once DAG run, one task",
+                   "at-least-once DAG run")
+EO_IN_PROCESS, ALO_IN_PROCESS = "exactly-once in-process", "at-least-once in-process"
+DAG_WAYS = (EO, EO_ONE, ALO)  # the ways run as DAG runs, in turns (``turns``)
+IN_PROCESS_WAYS = (EO_IN_PROCESS, ALO_IN_PROCESS)
+WAYS = (*DAG_WAYS, *IN_PROCESS_WAYS)
 
 
 # -- the baseline DAG's task ------------------------------------------------------------------
@@ -209,6 +215,8 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
     one = one.model_copy(update={"source_path": shutil.copy(str(one.source_path), pipelines)})
     alo = env.config("dagruns-alo", TOPIC, max_records=chunk, compute={"mode": "connect"})
     alo_path = str(env.workdir / "tables" / "dagruns-inprocess")
+    eo_here = env.config("dagruns-eo-inprocess", TOPIC, max_records=chunk,
+                         compute={"mode": "connect"})
     records = sc.generator((warmup + epochs) * chunk)
     figures = Figures()
     extra = {"AIRFLOW__CORE__DAGS_FOLDER": str(_dags_folder(env.workdir)),
@@ -238,11 +246,12 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
             if plan_of(tables_for(one), i).ranges != plan.ranges:
                 raise AssertionError(f"epoch {i}: the two exactly-once pipelines planned "
                                      "different ranges")
-            inprocess = sc.alo_run(spark, alo, plan, alo_path).seconds
             line = {way: _seconds(run) for way, (run, _) in runs.items()}
-            line[ALO_IN_PROCESS] = inprocess
+            here = IN_PROCESS_WAYS if i % 2 == 0 else IN_PROCESS_WAYS[::-1]
+            for way in here:
+                line[way] = in_process(way, spark, eo_here, alo, plan, alo_path, f"dag-runs-{i}")
             log(f"epoch {i}{'' if counted else ' (warm-up)'}: {plan.records:,} records; "
-                + ", ".join(f"{w} {line[w]:.2f}s" for w in (*order, ALO_IN_PROCESS)))
+                + ", ".join(f"{w} {line[w]:.2f}s" for w in (*order, *here)))
             if not counted:
                 continue
             figures.records.append(plan.records)
@@ -260,6 +269,19 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
     return figures
 
 
+def in_process(way: str, spark: Any, eo: PipelineConfig, alo: PipelineConfig, plan: Any,
+               alo_path: str, run_id: str) -> float:
+    """Seconds of one in-process epoch of ``way`` over ``plan``'s ranges: exactly-once's whole
+    epoch (begin, precommit, commit), or the at-least-once baseline's."""
+    if way == ALO_IN_PROCESS:
+        return float(sc.alo_run(spark, alo, plan, alo_path).seconds)
+    planned, timing = sc.eo_epoch(eo, spark, run_id)
+    if planned.ranges != plan.ranges:
+        raise AssertionError(f"epoch {plan.epoch}: the in-process exactly-once pipeline planned "
+                             "other ranges than the DAG run's")
+    return timing.total
+
+
 def render(f: Figures) -> str:
     events = sum(f.records)
     alo = sum(f.seconds[ALO])
@@ -274,6 +296,16 @@ def render(f: Figures) -> str:
         waited = (f"{statistics.median(f.waited[way]):.2f}" if way in f.waited else "-")
         lines.append(f"| {way} | {statistics.median(f.seconds[way]):.2f} | {waited} | "
                      f"{events / total:,.0f} | {alo / total:.2f}x | {inprocess / total:.2f}x |")
+    med = {way: statistics.median(f.seconds[way]) for way in WAYS}
+    lines += ["", "| median s | exactly-once (one task) | at-least-once | difference |",
+              "| --- | ---: | ---: | ---: |"]
+    for name, eo_way, alo_way in (("in-process", EO_IN_PROCESS, ALO_IN_PROCESS),
+                                  ("DAG run", EO_ONE, ALO)):
+        lines.append(f"| {name} | {med[eo_way]:.2f} | {med[alo_way]:.2f} | "
+                     f"{med[eo_way] - med[alo_way]:+.2f} |")
+    airflow_eo, airflow_alo = med[EO_ONE] - med[EO_IN_PROCESS], med[ALO] - med[ALO_IN_PROCESS]
+    lines.append(f"| DAG run - in-process (Airflow's share) | {airflow_eo:.2f} | "
+                 f"{airflow_alo:.2f} | {airflow_eo - airflow_alo:+.2f} |")
     phases = ("begin", "precommit", "commit")
     median = {k: statistics.median(t.get(k, 0.0) for t in f.tasks) for k in (*phases, "span")}
     outside = median["span"] - sum(median[k] for k in phases)

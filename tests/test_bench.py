@@ -159,6 +159,7 @@ def test_read_path_benchmark_reads_every_record_each_way(kafka: str, spark: Any,
         plan, seconds = read_path.measure(env, "bench-read-path-smoke", 3_000, repeat=1)
     assert plan.records == 3_000  # measure() checks every way counted them all
     assert set(seconds) == {"Spark read stage", "Spark read+parse",
+                            "Spark read+parse, through the eos_kafka data source",
                             "Spark read+parse, a split per partition", read_path.BARE}
     assert "| Spark read+parse |" in read_path.render(plan, seconds)
 
@@ -176,6 +177,7 @@ def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
             figures.seconds[way].append(seconds)
             figures.by_place.setdefault((way, place), []).append(seconds)
         figures.seconds[dag_runs.ALO_IN_PROCESS].append(1.0)
+        figures.seconds[dag_runs.EO_IN_PROCESS].append(1.25)
         for way in dag_runs.DAG_WAYS:
             figures.waited[way].append(2.0)
         figures.tasks.append({"begin": 0.1, "precommit": 1.0, "commit": 0.1, "span": 1.5})
@@ -183,3 +185,6 @@ def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
     out = dag_runs.render(figures)
     assert "| at-least-once DAG run | 2.00 | 3.00 | 4.00 |" in out, out
     assert "| exactly-once DAG run, one task | 1.00 | 2.00 | 3.00 |" in out, out
+    # one task 2.0 and ALO 3.0 (medians), in-process 1.25 and 1.0
+    assert "| in-process | 1.25 | 1.00 | +0.25 |" in out, out
+    assert "| DAG run - in-process (Airflow's share) | 0.75 | 2.00 | -1.25 |" in out, out
