@@ -1,18 +1,19 @@
-"""Kafka range reader: a PySpark Python Data Source that reads exactly a plan's ranges.
+"""Kafka range reader: reads exactly a plan's ranges, in Spark's Python workers.
 
-Registered as ``eos_kafka``. The plan's ranges are packed into as few input splits as keep
-every core busy (``splits_of``): at least ``min_splits`` (the pipeline's
-``spark.shuffle_partitions``), more when the epoch is larger than ``split_records`` per split.
-One split reads its pieces of several partitions with one consumer. A Spark task costs ~90 ms
-of a core whatever it reads (docs/benchmarks.md, "Read stage and parsing"), so a split per
-partition made a 32-partition epoch pay it 32 times. A piece stops by offset, not by count:
-offsets may have gaps (compaction, transaction markers), and nothing at or beyond a piece's
-``until`` is ever returned.
+Precommit reads with ``planned_read`` (splits planned on the driver, read by ``mapInArrow``);
+the same reader is registered as the ``eos_kafka`` Python data source. The plan's ranges are
+packed into as few input splits as keep every core busy (``splits_of``): at least
+``min_splits`` (the pipeline's ``spark.shuffle_partitions``), more when the epoch is larger than
+``split_records`` per split. One split reads its pieces of several partitions with one
+consumer. A Spark task costs ~90 ms of a core whatever it reads (docs/benchmarks.md, "Read stage
+and parsing"), so a split per partition made a 32-partition epoch pay it 32 times. A piece
+stops by offset, not by count: offsets may have gaps (compaction, transaction markers), and
+nothing at or beyond a piece's ``until`` is ever returned.
 
 By default a row is the raw Kafka record (``RAW_SCHEMA``). With the ``parse_event`` option (an
 ``EventConfig``, see ``event_option``) the reader also parses what it read, in the same Python
 worker, and a row is a parsed event or a quarantined record (``eos.core.schema.parsed_schema``):
-precommit reads this way. Parsing in a second Python stage (``mapInArrow``) sent every raw
+precommit reads this way. Parsing in a second Python stage (a second ``mapInArrow``) sent every raw
 record from the reader's worker to the JVM and on to another worker, which cost more than the
 parse itself (docs/benchmarks.md, "Spark read+parse").
 """
@@ -165,10 +166,11 @@ class KafkaRangeReader(DataSourceReader):
         self.constants = _constants(options.get(CONSTANTS_OPTION))
 
     def partitions(self) -> list[InputPartition]:
-        return list(splits_of(self.ranges, self.split_records, self.min_splits) or [NO_SPLIT])
+        return list(self.splits())
 
     def splits(self) -> list[KafkaSplit]:
-        return self.partitions()  # type: ignore[return-value]
+        """This read's splits (``splits_of``), or one empty split: Spark needs one."""
+        return splits_of(self.ranges, self.split_records, self.min_splits) or [NO_SPLIT]
 
     def _settings(self) -> dict[str, Any]:
         # Secrets are resolved here, on the executor, from the environment (``${VAR}``): they
@@ -376,9 +378,9 @@ def planned_read(spark: Any, options: dict[str, str]) -> Any:
 
     Why not ``spark.read.format("eos_kafka")``: Spark instantiates a Python data source in a
     Python process of its own to learn its schema, and again to plan its partitions, every read.
-    That cost ~0.4 s of a core per read whatever the read holds (docs/benchmarks.md, "Read
-    stage and parsing"); the splits are already known here (``splits_of``), and the schema too.
-    The records read, the splits and the errors are the same either way."""
+    That cost 0.15-0.35 s per read whatever the read holds (docs/benchmarks.md, "Read stage and
+    parsing"); the splits are already known here (``splits_of``), and the schema too. The
+    records read, the splits and the errors are the same either way."""
     reader = KafkaRangeReader(options)
     splits = reader.splits()
     return (spark.range(0, len(splits), 1, len(splits))
