@@ -263,9 +263,11 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
                 figures.waited[way].append(waited)
             figures.tasks.append(task_seconds(airflow, eo.dag_id, eo_run["dag_run_id"]))
             figures.one_task.append(task_seconds(airflow, one.dag_id, one_run["dag_run_id"]))
-            for task in ("precommit",):
-                log("\n".join(line for line in harness.task_log(
-                    airflow, eo.dag_id, eo_run["dag_run_id"], task) if "phase=" in line))
+            # precommit's phase line as logged (Airflow's "Done. Returned value was: ..."
+            # repeats it: not printed twice)
+            log("\n".join(line for line in harness.task_log(
+                airflow, eo.dag_id, eo_run["dag_run_id"], "precommit")
+                if line.startswith("phase=")))
     return figures
 
 
