@@ -249,7 +249,9 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
             line = {way: _seconds(run) for way, (run, _) in runs.items()}
             here = IN_PROCESS_WAYS if i % 2 == 0 else IN_PROCESS_WAYS[::-1]
             for way in here:
-                line[way] = in_process(way, spark, eo_here, alo, plan, alo_path, f"dag-runs-{i}")
+                line[way] = (eo_in_process(spark, eo_here, plan, f"dag-runs-{i}")
+                             if way == EO_IN_PROCESS
+                             else sc.alo_run(spark, alo, plan, alo_path).seconds)
             log(f"epoch {i}{'' if counted else ' (warm-up)'}: {plan.records:,} records; "
                 + ", ".join(f"{w} {line[w]:.2f}s" for w in (*order, *here)))
             if not counted:
@@ -271,12 +273,9 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
     return figures
 
 
-def in_process(way: str, spark: Any, eo: PipelineConfig, alo: PipelineConfig, plan: Any,
-               alo_path: str, run_id: str) -> float:
-    """Seconds of one in-process epoch of ``way`` over ``plan``'s ranges: exactly-once's whole
-    epoch (begin, precommit, commit), or the at-least-once baseline's."""
-    if way == ALO_IN_PROCESS:
-        return float(sc.alo_run(spark, alo, plan, alo_path).seconds)
+def eo_in_process(spark: Any, eo: PipelineConfig, plan: Any, run_id: str) -> float:
+    """Seconds of one exactly-once epoch in this process (begin, precommit, commit), checked to
+    read ``plan``'s ranges."""
     planned, timing = sc.eo_epoch(eo, spark, run_id)
     if planned.ranges != plan.ranges:
         raise AssertionError(f"epoch {plan.epoch}: the in-process exactly-once pipeline planned "

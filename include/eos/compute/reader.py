@@ -357,13 +357,13 @@ def _raw_batch(topic: str, records: list[Any]) -> pa.RecordBatch:
 
 
 class SplitsRead:
-    """``mapInArrow``'s function for ``planned_read``: each input row is the number of a split
-    of ``splits``, which ``reader`` reads. Pickled into the plan with the reader, so it holds
+    """``mapInArrow``'s function for ``planned_read``: each input row is the number of one of
+    ``reader``'s splits, which it reads. Pickled into the plan with the reader, so it holds
     only what data source options may hold (no secrets: ``KafkaRangeReader._settings``)."""
 
-    def __init__(self, reader: KafkaRangeReader, splits: list[KafkaSplit]) -> None:
+    def __init__(self, reader: KafkaRangeReader) -> None:
         self.reader = reader
-        self.splits = splits
+        self.splits = reader.splits()  # planned once, here; the workers index into them
 
     def __call__(self, numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
@@ -381,10 +381,9 @@ def planned_read(spark: Any, options: dict[str, str]) -> Any:
     That cost 0.15-0.35 s per read whatever the read holds (docs/benchmarks.md, "Read stage and
     parsing"); the splits are already known here (``splits_of``), and the schema too. The
     records read, the splits and the errors are the same either way."""
-    reader = KafkaRangeReader(options)
-    splits = reader.splits()
-    return (spark.range(0, len(splits), 1, len(splits))
-            .mapInArrow(SplitsRead(reader, splits), schema_ddl(options)))
+    read = SplitsRead(KafkaRangeReader(options))
+    count = len(read.splits)
+    return spark.range(0, count, 1, count).mapInArrow(read, schema_ddl(options))
 
 
 def schema_ddl(options: dict[str, str]) -> str:
