@@ -2,8 +2,9 @@
 each written from scratch against the contract it stands in for (no Spark, no broker):
 
 - ``MemorySink`` (``{memory: NAME}``): a sink implementing only the two-phase-commit methods of
-  ``eos.core.sink.Sink`` (``committed_epoch``, ``commit``, ``abort``), fenced like a real one:
-  a commit is one atomic check-and-write, idempotent, and of two racing attempts one writes.
+  ``eos.core.sink.Sink`` (``committed_epoch``, ``commit``, ``abort``, and ``check``, which a
+  test can make refuse), fenced like a real one: a commit is one atomic check-and-write,
+  idempotent, and of two racing attempts one writes.
 - ``RewindableMemorySink`` (``{memory_rewind: NAME}``): the same plus ``SupportsRewind``;
   ``KeptMemorySink`` (``{memory_keep: NAME}``) cannot withdraw what it published (a topic).
 - ``MemoryStager``: the compute half of precommit (``eos.core.staging.Stager``) in pyarrow:
@@ -30,7 +31,7 @@ from eos.compute.writers import attempt_dir, counts_by_kind, write_collected, wr
 from eos.core.aggregations import output_column, state_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
-from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused
+from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused, SinkCannotTake
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SinkCommit, SupportsRewind, register
@@ -57,6 +58,10 @@ class Store:
     # A test's hook, called by ``commit`` after its marker check and before its write: where a
     # barrier makes two attempts race.
     before_write: Callable[[int], None] | None = None
+    # A test's poison: ``check`` refuses every epoch with this reason (what a sink that cannot
+    # take the staged rows says before the seal).
+    refuse: str | None = None
+    checked: list[int] = field(default_factory=list)  # epochs ``check`` was called for
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def version(self) -> int:
@@ -110,6 +115,14 @@ class MemorySink(Sink):
             held.written.append(epoch)
             held.versions.append((epoch, dict(held.rows)))
             return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows, held.version())
+
+    def check(self, epoch: int, rows: pa.Table) -> None:
+        held = store(self.config, self.name)
+        with held.lock:
+            held.checked.append(epoch)
+            if held.refuse is not None:
+                raise SinkCannotTake(f"sink {self.name} cannot take epoch {epoch}: "
+                                     f"{held.refuse}")
 
     def abort(self, epoch: int) -> None:
         held = store(self.config, self.name)

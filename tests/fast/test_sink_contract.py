@@ -35,10 +35,12 @@ def windows_sink(config: PipelineConfig) -> MemorySink:
 
 
 def test_a_sink_written_from_scratch_implements_only_the_commit_methods() -> None:
-    """Options, name and ``prepare`` are ``Sink``'s defaults; no capability is claimed."""
+    """Options, name and ``prepare`` are ``Sink``'s defaults; no capability is claimed. Its
+    ``check`` (optional: the default takes every row) lets a test make it refuse an epoch."""
     own = {name for name, value in vars(MemorySink).items()
            if callable(value) and not name.startswith("__")}
-    assert own == {"committed_epoch", "commit", "abort"}
+    assert own == {"committed_epoch", "commit", "abort", "check"}
+    assert Sink.__abstractmethods__ == {"committed_epoch", "commit", "abort"}
     assert MemorySink.kind == "memory" and sink_class("memory") is MemorySink
     assert not issubclass(MemorySink, SupportsRewind | SupportsReadBack | SupportsAssets)
     assert issubclass(RewindableMemorySink, SupportsRewind) and issubclass(MemorySink, Sink)

@@ -404,8 +404,12 @@ def _final_and_state_columns(config: PipelineConfig) -> tuple[list[str], list[st
     """The columns an emitted window keeps (the aggregations' final values) and those an open
     one keeps (their states): both staging paths apply the emit rule with these."""
     keys = [group_column(g) for g in config.group_by]
-    outputs = [output_column(a.output) for a in aggregations_for(config)]
-    states = [c for c in state_columns(config) if c not in (*keys, START, END)]
+    aggs = aggregations_for(config)
+    outputs = [output_column(a.output) for a in aggs]
+    # A witness (an exact sum's count) stays on an emitted window too: with a null output it
+    # says the result did not fit its type, and the commit flags the window.
+    witnesses = [w for a in aggs if (w := a.witness()) is not None]
+    states = [c for c in state_columns(config) if c not in (*keys, START, END, *witnesses)]
     return outputs, states
 
 

@@ -64,13 +64,30 @@ def output_column(output: str) -> str:
 
 def _sum_type(ftype: FieldType | None, exact_long: bool = False) -> pa.DataType:
     """A sum keeps the field's kind: decimal(p,s) widens to decimal(38,s) (exact), double stays
-    double, long stays long (Spark's ANSI mode fails the epoch on overflow, never wraps)."""
+    double, long stays long. An exact sum that does not fit its type is null and flagged
+    (``Aggregation.witness``), never an error that would fail every attempt of the epoch and
+    never a wrapped value; a double sum follows IEEE 754 (±Infinity, NaN)."""
     assert ftype is not None
     if ftype.name == "decimal":
         return pa.decimal128(38, ftype.scale)
     if ftype.name == "long":
         return pa.decimal128(38, 0) if exact_long else pa.int64()
     return pa.float64()
+
+
+def _exact(ftype: FieldType | None) -> bool:
+    """Whether a sum of ``ftype`` is exact (long, decimal), so that it can overflow its type."""
+    return ftype is not None and ftype.name in ("decimal", "long")
+
+
+def _exact_merge(F: Any, sums: str, counts: str, dtype: pa.DataType) -> Any:
+    """The sum of exact partial sums, null when it does not fit ``dtype`` or when any partial
+    had already overflowed (its sum null while it counted values): an overflow is sticky, so
+    a window that overflowed in one epoch never sums to a number in a later one."""
+    total = F.try_sum(F.col(sums).cast(spark_ddl(dtype)))
+    overflowed = F.max(F.when(F.col(sums).isNull() & (F.col(counts) > 0), F.lit(1))
+                       .otherwise(F.lit(0))) > 0
+    return F.when(~overflowed, total).cast(spark_ddl(dtype)).alias(sums)
 
 
 class Aggregation(ABC):
@@ -118,6 +135,13 @@ class Aggregation(ABC):
     @abstractmethod
     def final(self, F: Any) -> Any:
         """A Spark expression over one merged state row: the output value."""
+
+    def witness(self) -> str | None:
+        """The state column that tells, on an emitted window, that the output is null because
+        the exact result did not fit its type (null output, witness > 0): the commit turns
+        such a window into a quarantine row naming it (``eos.core.outputs``). None for a
+        function whose result always fits."""
+        return None
 
     def _col(self, part: str) -> str:
         return state_column(self.output, part)
@@ -176,25 +200,47 @@ class Count(Aggregation, Lifts):
 
 class Sum(Aggregation, Lifts):
     """Exact for long and decimal; a double sum is a double (its last bits depend on the order
-    Spark adds in). Null when no event had a value."""
+    Spark adds in; past the double range it is ±Infinity). Null when no event had a value.
+
+    An exact sum keeps the count of its values beside it: a sum that does not fit its type is
+    null with a count above zero (``witness``), which no later epoch can turn into a number."""
 
     function = "sum"
     needs_number = True
 
+    @property
+    def exact(self) -> bool:
+        return _exact(self.ftype)
+
     def state(self) -> list[tuple[str, pa.DataType]]:
-        return [(self._col("sum"), _sum_type(self.ftype))]
+        counted = [(self._col("n"), pa.int64())] if self.exact else []
+        return [(self._col("sum"), _sum_type(self.ftype)), *counted]
 
     def output_type(self) -> pa.DataType:
         return _sum_type(self.ftype)
 
+    def witness(self) -> str | None:
+        return self._col("n") if self.exact else None
+
     def partial(self, F: Any) -> list[Any]:
-        return [self._cast(F, F.sum(self.field), "sum", _sum_type(self.ftype))]
+        dtype = _sum_type(self.ftype)
+        if not self.exact:
+            return [self._cast(F, F.sum(self.field), "sum", dtype)]
+        return [self._cast(F, F.try_sum(F.col(self.field).cast(spark_ddl(dtype))), "sum", dtype),
+                F.count(self.field).alias(self._col("n"))]
 
     def merge(self, F: Any) -> list[Any]:
-        return [self._cast(F, F.sum(self._col("sum")), "sum", _sum_type(self.ftype))]
+        dtype = _sum_type(self.ftype)
+        if not self.exact:
+            return [self._cast(F, F.sum(self._col("sum")), "sum", dtype)]
+        return [_exact_merge(F, self._col("sum"), self._col("n"), dtype),
+                F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
 
     def lift(self, F: Any) -> list[Any]:
-        return [self._cast(F, F.col(self.field), "sum", _sum_type(self.ftype))]
+        lifted = [self._cast(F, F.col(self.field), "sum", _sum_type(self.ftype))]
+        if self.exact:
+            lifted.append(_present(F, F.col(self.field)).alias(self._col("n")))
+        return lifted
 
     def final(self, F: Any) -> Any:
         return F.col(self._col("sum"))
@@ -237,7 +283,9 @@ class Max(_Extreme):
 
 class Avg(Aggregation, Lifts):
     """State: the exact sum (long sums as decimal(38,0)) and the count; output: their quotient
-    as a double, null when no event had a value."""
+    as a double, null when no event had a value. A decimal sum that does not fit decimal(38,s)
+    makes the average null, flagged like a sum's (``witness``); a double average past the
+    double range is ±Infinity or NaN."""
 
     function = "avg"
     needs_number = True
@@ -249,15 +297,20 @@ class Avg(Aggregation, Lifts):
     def output_type(self) -> pa.DataType:
         return pa.float64()
 
+    def witness(self) -> str | None:
+        return self._col("n") if _exact(self.ftype) else None
+
     def partial(self, F: Any) -> list[Any]:
         dtype = _sum_type(self.ftype, exact_long=True)
-        return [self._cast(F, F.sum(F.col(self.field).cast(spark_ddl(dtype))), "sum", dtype),
+        add = F.try_sum if _exact(self.ftype) else F.sum
+        return [self._cast(F, add(F.col(self.field).cast(spark_ddl(dtype))), "sum", dtype),
                 F.count(self.field).alias(self._col("n"))]
 
     def merge(self, F: Any) -> list[Any]:
         dtype = _sum_type(self.ftype, exact_long=True)
-        return [self._cast(F, F.sum(self._col("sum")), "sum", dtype),
-                F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
+        total = (_exact_merge(F, self._col("sum"), self._col("n"), dtype) if _exact(self.ftype)
+                 else self._cast(F, F.sum(self._col("sum")), "sum", dtype))
+        return [total, F.sum(self._col("n")).cast("bigint").alias(self._col("n"))]
 
     def lift(self, F: Any) -> list[Any]:
         dtype = _sum_type(self.ftype, exact_long=True)

@@ -128,6 +128,13 @@ class SinkRejected(PermanentError):
     """A sink refuses this pipeline's writes for good (authorization, an uncreatable topic)."""
 
 
+class SinkCannotTake(PermanentError):
+    """A sink proved, before the commit sealed the epoch, that it cannot take the epoch's rows
+    (a table whose schema conflicts, a record over its size limit, a schema the registry
+    refuses): nothing was sealed or written, so the epoch can still be aborted once the sink
+    or the config is fixed (``Sink.check``)."""
+
+
 class DataLoss(PermanentError):
     """Records an epoch must read are no longer in Kafka (retention, truncation)."""
 

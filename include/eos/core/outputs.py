@@ -7,11 +7,13 @@ that output's schema. Every sink of an output receives the same rows (Delta and 
 from __future__ import annotations
 
 import hashlib
+import json
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eos.core.aggregations import aggregations_for, output_column
+from eos.core.aggregations import Aggregation, aggregations_for, output_column
 from eos.core.config import PipelineConfig
 from eos.core.limits import RAW_PREFIX_BYTES
 from eos.core.schema import arrow_type
@@ -132,6 +134,67 @@ def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
     return pa.Table.from_arrays([cols[n] for n in names], schema=QUARANTINE_SCHEMA)
 
 
+# -- overflows: exact aggregates that did not fit their type --------------------------------------
+
+OVERFLOW = "overflow"  # how the reason of a flagged window begins
+
+
+def type_text(dtype: pa.DataType) -> str:
+    """A result type as the config's grammar names it (``decimal(38,9)``, ``long``)."""
+    if pa.types.is_decimal(dtype):
+        return f"decimal({dtype.precision},{dtype.scale})"
+    return "long" if pa.types.is_int64(dtype) else str(dtype)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def overflow_reason(output: str, function: str, field: str | None, result_type: str,
+                    start_ms: int, end_ms: int) -> str:
+    """The quarantine reason of a window whose exact aggregate ``output`` did not fit its type:
+    the same text here and in the audit's reference (``eos.tools.audit``)."""
+    return (f"{OVERFLOW}: {output} = {function}({field or '*'}) does not fit {result_type} in "
+            f"window [{_iso(start_ms)}, {_iso(end_ms)}): the window's {output} is null")
+
+
+def _overflow_type(aggregation: Aggregation) -> str:
+    """The type the exact result did not fit: a sum's own, an average's exact sum."""
+    from eos.core.aggregations import Avg
+
+    if isinstance(aggregation, Avg):  # its sum is decimal(38,s), long sums decimal(38,0)
+        return type_text(aggregation.state()[0][1])
+    return type_text(aggregation.output_type())
+
+
+def overflow_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
+    """One quarantine row per (emitted window, aggregation) whose exact result did not fit its
+    type (DESIGN §9.1): the window's value is null and this row says so, naming the window
+    (reason), its group (``raw_key``: the group fields as compact JSON with sorted keys) and
+    the aggregation. It has no Kafka coordinates: no one record caused it."""
+    rows = _kind(staged, "output")
+    found: list[dict[str, object]] = []
+    for aggregation in aggregations_for(config):
+        witness = aggregation.witness()
+        if witness is None or rows.num_rows == 0 or witness not in rows.column_names:
+            continue
+        flagged = rows.filter(pc.and_(pc.is_null(rows[output_column(aggregation.output)]),
+                                      pc.greater(rows[witness], 0)))
+        for row in flagged.to_pylist():
+            key = {g: row[group_column(g)] for g in config.group_by}
+            found.append({
+                "reason": overflow_reason(aggregation.output, aggregation.function,
+                                          aggregation.field, _overflow_type(aggregation),
+                                          row["window_start_ms"], row["window_end_ms"]),
+                "raw_key": json.dumps(key, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False, default=str).encode(),
+                "epoch": epoch})
+    table = pa.Table.from_pylist(found, schema=QUARANTINE_SCHEMA)
+    return table.set_column(
+        QUARANTINE_SCHEMA.get_field_index("raw_key_bytes"), "raw_key_bytes",
+        pc.cast(pc.binary_length(table["raw_key"]), pa.int64()))
+
+
 def epoch_outputs(config: PipelineConfig, staged: pa.Table, epoch: int,
                   previous_watermark: int | None) -> dict[str, pa.Table]:
     """Rows per output of a staged epoch. ``previous_watermark`` is wm(N-1), the watermark the
@@ -140,5 +203,6 @@ def epoch_outputs(config: PipelineConfig, staged: pa.Table, epoch: int,
         "windows": window_rows(config, staged, epoch),
         "late": late_rows(config, staged, epoch,
                           previous_watermark if previous_watermark is not None else 0),
-        "quarantine": quarantine_rows(staged, epoch),
+        "quarantine": pa.concat_tables([quarantine_rows(staged, epoch),
+                                        overflow_rows(config, staged, epoch)]),
     }

@@ -443,10 +443,16 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         )
     previous = checkpoints.last(tables, epoch - 1)
     checkpoints.check_schema_view(previous, config)  # N is checkpointed with this config's view
-    rewinds = _seal(config, tables, plan)
     outputs = epoch_outputs(config, staged, epoch, previous.watermark_ms if previous else None)
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     sinks = sinks_for(config)
+    # Every deterministic failure is found here, before the seal, while N can be aborted:
+    # once sealed, N's commit must eventually succeed (DESIGN §9.1). A retry of a sealed N
+    # checks nothing: it can only go forward.
+    if not _sealed(config, tables, epoch):
+        for sink in sinks:
+            sink.check(epoch, outputs[sink.output])
+    rewinds = _seal(config, tables, plan)
     for i, sink in enumerate(sinks):
         done = sink.commit(epoch, outputs[sink.output], plan.hash)
         result.sinks.append(done)
@@ -475,6 +481,12 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)
+
+
+def _sealed(config: PipelineConfig, tables: OpenTables, epoch: int) -> bool:
+    """Whether a commit sealed ``epoch`` already, as the phase's staging snapshot sees it."""
+    snapshot = tables.handle(tables.staging)
+    return snapshot is not None and Fence.of(snapshot, config.app_id).sealed >= epoch
 
 
 def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan) -> int:

@@ -7,6 +7,8 @@ number of commit attempts can read. What a sink implements is the commit half (`
 
 - ``committed_epoch()``: the last epoch the sink holds, read from the sink itself.
 - ``commit(epoch, rows)``: write N's rows and N's marker in one atomic step, exactly once.
+- ``check(epoch, rows)`` (optional): before the commit seals N, prove that the commit can only
+  fail transiently, so that a sealed epoch always commits.
 - ``abort(epoch)``: discard what the sink prepared for N and did not commit.
 
 A sink that can do more says so by also implementing a capability, like Flink's
@@ -151,6 +153,17 @@ class Sink(ABC):
         caller retries this same call: after a successful precommit a commit must eventually
         succeed) or a ``PermanentError`` (the task fails at once with the message).
         """
+
+    def check(self, epoch: int, rows: pa.Table) -> None:  # noqa: B027 - optional hook
+        """Prove that ``commit(epoch, rows)`` can only fail transiently; raise
+        ``SinkCannotTake`` naming what it cannot take otherwise (DESIGN §9.1).
+
+        Called for every sink before the commit seals ``epoch``, while an abort is still
+        possible: after the seal the commit must eventually succeed, so every deterministic
+        failure (a value the sink cannot encode, a conflicting table schema, a record over a
+        size limit, a schema the registry refuses) belongs here, not in ``commit``. Work done
+        here may be kept for the ``commit`` call on the same object (encoded records). Reads
+        only; writes nothing a consumer can see. Default: every row can be taken."""
 
     @abstractmethod
     def abort(self, epoch: int) -> None:

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field
 
 from eos.core.config import DurationMs
-from eos.core.errors import ConfigError
+from eos.core.errors import ConfigError, SinkCannotTake
 from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
 from eos.core.sink import (
@@ -98,6 +98,35 @@ def _location(table: str) -> str:
     return f"{PIPELINE_ROOT}/{posixpath.normpath(table)}"
 
 
+def _plain(dtype: pa.DataType) -> pa.DataType:
+    """A type without how Arrow lays it out: Delta reads strings and binaries back in the
+    large or view layouts, which hold the same values."""
+    import pyarrow as pa
+
+    if pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype):
+        return pa.string()
+    if pa.types.is_large_binary(dtype) or pa.types.is_binary_view(dtype):
+        return pa.binary()
+    return dtype
+
+
+def schema_conflicts(table: pa.Schema, rows: pa.Schema) -> list[str]:
+    """Why a table of schema ``table`` cannot take rows of schema ``rows`` (empty: it can).
+    A column the rows add is no conflict: the commit adds it (``merge_schema``)."""
+    conflicts = []
+    for field in table:
+        if field.name not in rows.names:
+            if not field.nullable:
+                conflicts.append(f"column '{field.name}' is required and the output has no "
+                                 "such column")
+            continue
+        given = rows.field(field.name).type
+        if _plain(given) != _plain(field.type):
+            conflicts.append(f"column '{field.name}' is {field.type} in the table, "
+                             f"{given} in the output")
+    return conflicts
+
+
 class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``;
     ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
@@ -147,12 +176,36 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
     def prepare(self, schema: pa.Schema) -> None:
+        """Create the table, or refuse an existing one whose schema conflicts with the
+        output's (``SinkCannotTake``), before any epoch of this config is pre-committed."""
         from eos.core.delta import create_table
-        from eos.core.pool import pooled
+        from eos.core.pool import lent, pooled
 
         # A table this process holds a handle of exists; asking costs a listing of its log.
         if not pooled(self.path):
             create_table(self.path, schema, configuration=self._properties() or None)
+            with lent(self.path) as table:
+                self._refuse_conflicts(table, schema, "its epochs")
+
+    def check(self, epoch: int, rows: pa.Table) -> None:
+        """The table's schema must take the rows: same types where both have a column, and
+        no required column the rows lack (new columns are added by the commit)."""
+        from eos.core.pool import lent
+
+        with lent(self.path) as table:
+            self._refuse_conflicts(table, rows.schema, f"epoch {epoch}")
+
+    def _refuse_conflicts(self, table: Any, schema: pa.Schema, what: str) -> None:
+        if table is None:  # the commit creates it with the rows' schema
+            return
+        import pyarrow as pa
+
+        conflicts = schema_conflicts(pa.schema(table.schema().to_arrow()), schema)
+        if conflicts:
+            raise SinkCannotTake(
+                f"Delta sink {self.name}: the table at {self.path} cannot take {what}: "
+                f"{'; '.join(conflicts)}. Nothing was sealed or written: give the sink "
+                "another table, or change the table to the output's schema, then run again")
 
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every

@@ -76,7 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from eos.core import faults
 from eos.core.config import SchemaRegistryConfig
-from eos.core.errors import MarkerTopicShared, SinkRejected, SinkUnavailable
+from eos.core.errors import MarkerTopicShared, SinkCannotTake, SinkRejected, SinkUnavailable
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
     SinkCommit,
@@ -260,11 +260,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             )
         faults.hit("sink.before_write")
         headers = self._headers(epoch, plan_hash, _line_of(last).get("lineage"))
-        avro = self.avro_values()
-        # Avro: the value schema is registered (and every value encoded) before the
-        # transaction opens: a registry that is away fails here, transiently, with nothing
-        # written.
-        values = avro.encode(rows) if avro is not None else None
+        # Every value encoded (Avro: its schema registered) before the transaction opens: a
+        # registry that is away fails here, transiently, with nothing written. ``check`` did
+        # it before the seal when this object checked the same rows.
+        values = self._values(epoch, rows)
         try:
             producer.begin_transaction()
             self._produce_rows(producer, rows, headers, values)
@@ -276,6 +275,46 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         except Exception as error:
             return self._after_failed_transaction(producer, epoch, rows.num_rows, error)
         return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows)
+
+    def check(self, epoch: int, rows: pa.Table) -> None:
+        """Every record of the epoch encoded now (Avro: the value schema registered, which a
+        registry refuses for good when it is incompatible) and each within the producer's
+        ``message.max.bytes``: what would otherwise fail every attempt after the seal. The
+        values are kept for ``commit`` on this object."""
+        try:
+            values = self._values(epoch, rows)
+        except SinkRejected as error:
+            raise SinkCannotTake(f"Kafka sink {self.name} cannot take epoch {epoch}: "
+                                 f"{error.message}; nothing was sealed or written") from None
+        client = {**self.config.kafka.client, **self.options.client}
+        limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+        headers = sum(len(k) + len(v) for k, v in self._headers(epoch, "0" * 16))
+        keys = encode_keys(rows, self._group())
+        sizes = [len(v) + len(k or b"") + headers for k, v in zip(keys, values, strict=True)]
+        largest = max(sizes, default=0)
+        if largest > limit:
+            raise SinkCannotTake(
+                f"Kafka sink {self.name} cannot take epoch {epoch}: "
+                f"{sum(size > limit for size in sizes)} records exceed the producer's "
+                f"message.max.bytes ({limit}; the largest is {largest} bytes); nothing was "
+                "sealed or written: raise message.max.bytes in the sink's client settings "
+                "(and the topic's max.message.bytes), then run again")
+
+    def _values(self, epoch: int, rows: pa.Table) -> list[bytes]:
+        """The record values of ``rows`` (JSON, or Avro through the registry), encoded once
+        per epoch and rows on this object."""
+        kept = getattr(self, "_encoded", None)
+        if kept is not None and kept[0] == epoch and kept[1] is rows:
+            return kept[2]
+        avro = self.avro_values()
+        values = avro.encode(rows) if avro is not None else encode_values(rows)
+        self._encoded = (epoch, rows, values)
+        return values
+
+    def _group(self) -> list[str]:
+        """The fields a record is keyed by: windows and late rows by their group (one group,
+        one partition); quarantined records have no group."""
+        return list(self.config.group_by) if self.output != "quarantine" else []
 
     def abort(self, epoch: int) -> None:
         """Abort this sink's pending transaction, if any (``init_transactions`` does exactly
@@ -400,10 +439,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             if err is not None:
                 failures.append(err)
 
-        # Windows and late rows are keyed by their group fields (one group, one partition);
-        # quarantined records have no group.
-        group = list(self.config.group_by) if self.output != "quarantine" else []
-        keys = encode_keys(rows, group)
+        keys = encode_keys(rows, self._group())
         if values is None:
             values = encode_values(rows)
         for key, value in zip(keys, values, strict=True):

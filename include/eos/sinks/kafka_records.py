@@ -3,19 +3,28 @@
 Key: the group fields as compact JSON with sorted keys (none when the output has no group
 fields). Value: a JSON object of the output columns in schema order, typed by the output's
 schema: timestamps ISO-8601 UTC with milliseconds, decimals as exact JSON numbers, binary as
-base64. ``decode_value`` is the inverse (the audit and the demo read the topic back with it).
+base64, and the doubles JSON has no number for (±Infinity, NaN) as the strings ``"Infinity"``,
+``"-Infinity"`` and ``"NaN"``: what Spark's ``to_json`` writes and its JSON reader (Jackson's
+non-numeric numbers) reads back. ``decode_value`` is the inverse (the audit and the demo read
+the topic back with it).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+def non_finite_text(value: float) -> str:
+    """±Infinity and NaN as the JSON strings Spark's ``to_json`` writes for them."""
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
 
 
 def _fragments(column: pa.ChunkedArray) -> list[str]:
@@ -38,6 +47,9 @@ def _fragments(column: pa.ChunkedArray) -> list[str]:
     if pa.types.is_binary(kind):
         return ["null" if v is None else f'"{base64.b64encode(v).decode()}"' for v in values]
     dumps = json.JSONEncoder(allow_nan=False, ensure_ascii=False).encode
+    if pa.types.is_floating(kind):
+        return ["null" if v is None else dumps(v) if math.isfinite(v)
+                else f'"{non_finite_text(v)}"' for v in values]
     return ["null" if v is None else dumps(v) for v in values]
 
 

@@ -22,18 +22,21 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from enum import StrEnum
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from eos.compute.parse import NEG_INF, Parsed, Parser
 from eos.core import checkpoints
-from eos.core.config import OUTPUTS, PipelineConfig
+from eos.core.config import OUTPUTS, FieldType, PipelineConfig
 from eos.core.errors import ConfigError
 from eos.core.kafka import client_settings, read_partition
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
+from eos.core.outputs import overflow_reason, type_text
 from eos.core.plan import Plan, plan_of
 from eos.core.schema import field_schema
 from eos.core.sink import Sink, SupportsReadBack, sinks_for
@@ -105,31 +108,69 @@ def _windows_of(config: PipelineConfig, t: int) -> list[tuple[int, int]]:
     return [(k * slide, k * slide + size) for k in range(first, last + 1)]
 
 
-def aggregate(config: PipelineConfig, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every aggregation of one window over its events' fields, from the definitions."""
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+def _fits(total: Any, ftype: FieldType, of_avg: bool) -> bool:
+    """Whether an exact sum fits the type it is kept in: a long sum a long (an average's
+    decimal(38,0)), a decimal(p,s) sum decimal(38,s)."""
+    if ftype.name == "long":
+        return abs(total) < 10**38 if of_avg else LONG_MIN <= total <= LONG_MAX
+    return abs(total) < Decimal(10) ** (38 - (ftype.scale or 0))
+
+
+def _double_sum(values: list[float]) -> float:
+    """The sum of doubles as IEEE 754 defines its limits: the exactly rounded sum, ±Infinity
+    past the double range (the sign of the exact sum), NaN with infinities of both signs."""
+    if not all(math.isfinite(v) for v in values):
+        return sum(values)
+    try:
+        return math.fsum(values)
+    except OverflowError:  # fsum's partial sums left the range: the exact sum decides
+        exact = sum(map(Fraction, values))
+        try:
+            return float(exact)
+        except OverflowError:
+            return math.inf if exact > 0 else -math.inf
+
+
+def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
+              ) -> tuple[dict[str, Any], list[str]]:
+    """Every aggregation of one window over its events' fields, from the definitions; and the
+    aggregations whose exact result did not fit its type (their value is None, and the README
+    promises a quarantine row for each)."""
     out: dict[str, Any] = {}
+    overflowed: list[str] = []
+    fields = config.event.fields
     for name, spec in config.aggregations.items():
         values = ([1] * len(events) if spec.field is None
                   else [e[spec.field] for e in events if e[spec.field] is not None])
         fn = spec.function
+        exact = spec.field is not None and fields[spec.field].type.name != "double"
         if fn == "count":
             out[name] = len(values)
         elif fn in ("count_distinct", "approx_count_distinct"):
             out[name] = len(set(values))
         elif not values:
             out[name] = None
+        elif fn in ("sum", "avg") and exact:
+            total = sum(values)
+            if not _fits(total, fields[spec.field].type, of_avg=fn == "avg"):
+                out[name] = None
+                overflowed.append(name)
+            else:
+                out[name] = total if fn == "sum" else float(total) / len(values)
         elif fn == "sum":
-            out[name] = math.fsum(values) if isinstance(values[0], float) else sum(values)
+            out[name] = _double_sum(values)
         elif fn == "min":
             out[name] = min(values)
         elif fn == "max":
             out[name] = max(values)
         elif fn == "avg":
-            total = math.fsum(values) if isinstance(values[0], float) else sum(values)
-            out[name] = float(total) / len(values)
+            out[name] = _double_sum(values) / len(values)
         else:
             raise AssertionError(f"the audit has no definition of {fn}")
-    return out
+    return out, overflowed
 
 
 def _audit_decoder(event_format: str) -> Any:
@@ -229,8 +270,22 @@ class _Reference:
             group, start, end = key
             row = dict(zip(self.config.group_by, group, strict=True))
             row.update(window_start=start, window_end=end, epoch=epoch)
-            row.update(aggregate(self.config, self.open.pop(key)))
+            values, overflowed = aggregate(self.config, self.open.pop(key))
+            row.update(values)
             self.expected.rows["windows"].append(row)
+            for name in overflowed:
+                self.expected.rows["quarantine"].append({
+                    "partition": None, "offset": None, "epoch": epoch,
+                    "reason": self._overflow_reason(name, start, end)})
+
+    def _overflow_reason(self, name: str, start: int, end: int) -> str:
+        """What the README says an overflowed window's quarantine row reads."""
+        spec = self.config.aggregations[name]
+        assert spec.field is not None
+        ftype = self.config.event.fields[spec.field].type
+        kept_in = ("long" if ftype.name == "long" and spec.function == "sum" else
+                   type_text(pa.decimal128(38, ftype.scale or 0)))
+        return overflow_reason(name, spec.function, spec.field, kept_in, start, end)
 
 
 def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
@@ -300,6 +355,8 @@ def value_differences(config: PipelineConfig, want: dict[str, Any],
             same = a is None and b is None
         elif spec.function == "approx_count_distinct":
             same = abs(b - a) <= max(1.0, HLL_TOLERANCE * a)
+        elif double and not (math.isfinite(a) and math.isfinite(b)):
+            same = a == b or (math.isnan(a) and math.isnan(b))  # ±Infinity, NaN: exactly
         elif double:
             same = math.isclose(a, b, rel_tol=DOUBLE_TOLERANCE, abs_tol=DOUBLE_TOLERANCE)
         else:

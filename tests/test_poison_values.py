@@ -1,0 +1,160 @@
+"""Poison values (DESIGN §9.1): an aggregate that overflows its type or is not finite never
+halts a pipeline and is never silently wrong.
+
+Real broker, real Spark, real Delta, a Kafka (JSON) sink. One window holds the poison (two
+doubles of 1.5e308, two 29-digit decimals in the shipped ``decimal(38,9)``, two longs near
+2^63), another window of another key in the same epoch holds ordinary values. After the epochs
+the pipeline has caught up, the ordinary window is in every sink, the poisoned window is what
+the README's *Semantics* says (doubles: IEEE-754 infinities, in JSON as the strings Spark
+writes; exact sums that do not fit: null, with a quarantine row naming the window, key and
+aggregation), and the independent audit agrees.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from eos.compute.epochs import run_until_caught_up
+from eos.core.config import PipelineConfig
+from eos.core.delta import read_table
+from eos.core.kafka import client_settings, topic_watermarks
+from eos.core.outputs import windows_schema
+from eos.core.protocol import committed_epoch
+from eos.core.sink import sinks_for
+from eos.sinks.kafka_records import decode_value
+from eos.tools.audit import aggregate, audit, value_differences
+
+from support import delta_path, kafka_sink_pipeline, unique_topic, write_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+T0 = 1767225600000
+BIG_DECIMAL = "61234567890123456789012345678.5"  # 29 integer digits: two exceed decimal(38,9)
+BIG_LONG = 2**62 + 12345  # two of them exceed 2^63 - 1
+EVENT = {"time": {"field": "ts", "format": "epoch_ms"},
+         "fields": {"k": "string", "d": "double", "m": "decimal(38,9)", "l": "long"}}
+AGGREGATIONS = {"n": "count(*)", "d_sum": "sum(d)", "d_avg": "avg(d)", "d_max": "max(d)",
+                "m_sum": "sum(m)", "m_avg": "avg(m)", "l_sum": "sum(l)", "l_avg": "avg(l)"}
+
+
+def _record(i: int, key: str, d: float, m: str, l_: int) -> bytes:
+    """Decimals as exact JSON numbers (the declared type reads numbers, not strings)."""
+    return (f'{{"ts": {T0 + i}, "k": "{key}", "d": {d!r}, "m": {m}, "l": {l_}}}').encode()
+
+
+def produce_poison(topic: str) -> int:
+    records = [
+        _record(0, "poison", 1.5e308, BIG_DECIMAL, BIG_LONG),
+        _record(1, "plain", 1.5, "2.25", 7),
+        _record(2, "poison", 1.5e308, BIG_DECIMAL, BIG_LONG),
+        _record(3, "plain", 2.5, "0.75", 3),
+        # negatives that overflow the other way, in a window of their own
+        _record(2000, "negative", -1.5e308, "-" + BIG_DECIMAL, -BIG_LONG),
+        _record(2001, "negative", -1.5e308, "-" + BIG_DECIMAL, -BIG_LONG - 10),
+    ]
+    producer = ck.Producer(client_settings())
+    for i, record in enumerate(records):
+        producer.produce(topic, value=record, timestamp=T0 + i, partition=0)
+    assert producer.flush(30) == 0
+    return len(records)
+
+
+def read_json_sink(topic: str, schema: Any) -> list[dict[str, Any]]:
+    consumer = ck.Consumer({**client_settings(), "group.id": unique_topic("g"),
+                            "enable.auto.commit": False, "isolation.level": "read_committed"})
+    marks = topic_watermarks(client_settings(), topic)
+    consumer.assign([ck.TopicPartition(topic, p, low) for p, (low, _) in marks.items()])
+    left = sum(high - low for low, high in marks.values())
+    rows = []
+    while left:
+        message = consumer.poll(10)
+        assert message is not None, "the sink's records must be readable"
+        left -= 1
+        if message.error() is None and message.value() is not None:
+            rows.append(decode_value(message.value(), schema))
+    consumer.close()
+    return rows
+
+
+def test_poison_values_neither_halt_nor_lie(tmp_path: Path, kafka: str, spark: Any) -> None:
+    topic = unique_topic("poison")
+    produced = produce_poison(topic)
+    config = kafka_sink_pipeline(
+        tmp_path, kafka={"topic": topic}, event=EVENT, group_by=["k"],
+        window={"type": "tumbling", "size": "1s", "idle_timeout": "0ms"},
+        aggregations=AGGREGATIONS, epoch={"max_records": 4})
+    runs = run_until_caught_up(config, "poison", spark=spark, limit=6)
+    assert runs[-1].plan.records == 0 and committed_epoch(config) == runs[-1].plan.epoch
+
+    windows = {row["k"]: row for row in read_table(delta_path(config, "target")).to_pylist()}
+    assert windows.keys() == {"poison", "plain", "negative"}
+    plain = windows["plain"]
+    assert (plain["n"], plain["d_sum"], plain["m_sum"], plain["l_sum"]) == (
+        2, 4.0, Decimal("3.000000000"), 10)
+    poison, negative = windows["poison"], windows["negative"]
+    assert poison["n"] == 2 and negative["n"] == 2
+    assert poison["d_sum"] == math.inf and poison["d_avg"] == math.inf
+    assert negative["d_sum"] == -math.inf and poison["d_max"] == 1.5e308
+    for row in (poison, negative):  # exact sums that do not fit their type: null, flagged
+        assert row["m_sum"] is None and row["l_sum"] is None and row["m_avg"] is None
+    # An average of longs sums in decimal(38,0): it fits where the long sum did not.
+    assert poison["l_avg"] == pytest.approx(float(BIG_LONG))
+    assert negative["l_avg"] == pytest.approx(-float(BIG_LONG + 5))
+
+    flagged = [row for row in read_table(delta_path(config, "quarantine")).to_pylist()
+               if row["reason"].startswith("overflow")]
+    named = {(json.loads(row["raw_key"])["k"], row["reason"].split(" ")[1]) for row in flagged}
+    assert named == {("poison", "m_sum"), ("poison", "l_sum"), ("poison", "m_avg"),
+                     ("negative", "m_sum"), ("negative", "l_sum"), ("negative", "m_avg")}
+    assert all(row["partition"] is None and row["offset"] is None for row in flagged)
+
+    kafka_sink = next(s for s in sinks_for(config) if s.kind == "kafka")
+    published = {row["k"]: row for row in read_json_sink(kafka_sink.options.topic,
+                                                         windows_schema(config))}
+    assert published["poison"]["d_sum"] == math.inf
+    assert published["negative"]["d_sum"] == -math.inf
+    assert published["poison"]["m_sum"] is None and published["plain"]["l_sum"] == 10
+
+    report = audit(config)
+    assert report.ok, report.render()
+    assert report.records == produced
+
+
+def _sums(tmp_path: Path) -> PipelineConfig:
+    return write_pipeline(
+        tmp_path, kafka={"topic": "never-read"}, group_by=["key"],
+        event={"time": {"field": "ts", "format": "epoch_ms"},
+               "fields": {"key": "string", "amount": "long", "price": "decimal(38,9)",
+                          "ratio": "double"}},
+        window={"type": "tumbling", "size": "10s"},
+        aggregations={"total": "sum(amount)", "mean": "avg(price)", "ratios": "sum(ratio)"})
+
+
+def test_the_audit_reference_follows_the_same_rules(tmp_path: Path) -> None:
+    config = _sums(tmp_path)
+    big = 2**62 + 1
+
+    def event(amount: int, price: str, ratio: float) -> dict:
+        return {"key": "k", "amount": amount, "price": Decimal(price), "ratio": ratio}
+
+    values, overflowed = aggregate(config, [event(big, "6" + "0" * 28, 1.5e308),
+                                            event(big, "6" + "0" * 28, 1.5e308)])
+    assert values == {"total": None, "mean": None, "ratios": math.inf}
+    assert overflowed == ["total", "mean"]
+    # The exact sum decides, not the order of additions: this one fits a double.
+    values, overflowed = aggregate(config, [event(1, "1", 1.5e308), event(-1, "1", 1.5e308),
+                                            event(0, "1", -1.5e308)])
+    assert (values["total"], values["ratios"], overflowed) == (0, 1.5e308, [])
+    wrong = value_differences(config, {"total": 1, "mean": 1.0, "ratios": math.nan},
+                              {"total": 1, "mean": 1.0, "ratios": math.nan})
+    assert wrong == []
+    assert value_differences(config, {"total": 1, "mean": 1.0, "ratios": math.inf},
+                             {"total": 1, "mean": 1.0, "ratios": 1e308}) == [
+        "ratios=1e+308, expected inf"]
