@@ -39,7 +39,7 @@ from eos.core.staging import staged_epoch
 from eos.core.status import EpochState, pipeline_status
 from eos.core.tables import ensure_tables
 from eos.tools.audit import audit
-from eos.tools.chaos import CONCURRENT_COMMITS, chaos
+from eos.tools.chaos import CONCURRENT_COMMITS, POISON, chaos
 from eos.tools.produce import GeneratorSpec, generate, send
 
 import support
@@ -426,5 +426,8 @@ def test_chaos_run_loses_and_doubles_nothing(tmp_path: Path, kafka: str, spark: 
     print(report.render())
     assert sum(report.faults.values()) >= 5
     assert report.faults[CONCURRENT_COMMITS] >= 1, "the seed must include a commit race"
+    # Poison records: the default pipeline sums decimal(38,9), and two of its largest values
+    # overflow: the window is null and flagged, and the epoch commits anyway.
+    assert report.faults[POISON] >= 2, "the seed must poison some epochs"
     assert report.lost == 0 and report.doubled == 0
     assert report.ok, report.render()

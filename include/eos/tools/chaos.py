@@ -4,13 +4,17 @@ Faults are real: a phase attempt with a crash armed runs in its own process (``e
 precommit | commit`` with ``EOS_FAULTS``) and dies by SIGKILL; "two commit attempts at once" runs
 two ``eos commit`` processes held at a barrier right before every sink write and before the
 checkpoint append, then released together. Attempts without a fault run in-process on a shared
-Spark session to keep the run short. After every epoch the checkpoint and every sink must hold
-exactly that epoch; at the end the independent audit counts records lost and doubled.
+Spark session to keep the run short. Poison records (``poison.record``) are faults of the data:
+two records whose numbers are their types' extremes, so that every sum over them leaves its
+type's range; the epoch must commit anyway, with what the README's *Semantics* promise. After
+every epoch the checkpoint and every sink must hold exactly that epoch; at the end the
+independent audit counts records lost and doubled.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import subprocess
@@ -29,9 +33,10 @@ from eos.core.layout import tables_for
 from eos.core.plan import plan_of
 from eos.core.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
 from eos.tools.audit import Problem, ProblemKind, audit, check_offsets
-from eos.tools.produce import GeneratorSpec, generate, generator_options, send
+from eos.tools.produce import GeneratedRecord, GeneratorSpec, generate, generator_options, send
 
 CONCURRENT_COMMITS = "commit.two_attempts_at_once"
+POISON = "poison.record"  # a fault of the data, not of a phase (``poison_records``)
 RACE_POINTS = "sink.before_write:wait,checkpoint.before_write:wait"
 PHASE_FAULTS = {
     "begin": ["begin.after_log"],
@@ -100,6 +105,55 @@ def _inject(config: PipelineConfig, phase: str, point: str, epoch: int, run_id: 
             os.unlink(os.path.join(faults_dir, name))
 
 
+def _extreme(config: PipelineConfig, name: str) -> str | None:
+    """The JSON text of field ``name``'s most extreme value, None for a field not a number."""
+    ftype = config.event.fields[name].type
+    if ftype.name == "decimal":
+        precision, scale = ftype.precision or 38, ftype.scale or 0
+        digits = "9" * (precision - scale) or "0"
+        return digits + ("." + "9" * scale if scale else "")
+    if ftype.name == "long":
+        return str(2**62 + 1)  # two of them pass 2^63 - 1
+    if ftype.name == "double":
+        return "1.5e308"  # two of them pass the double range
+    return None
+
+
+def poison_records(config: PipelineConfig, record: GeneratedRecord) -> list[GeneratedRecord]:
+    """Two copies of a valid JSON ``record`` (same key and time: the same windows) whose number
+    fields hold their type's extreme; none when the event is not JSON (the copies would not
+    encode) or has no number field."""
+    if config.event.format != "json" or record.value is None:
+        return []
+    event = json.loads(record.value)
+    texts: dict[str, str] = {}
+    for name, spec in config.event.fields.items():
+        text = _extreme(config, name)
+        if text is None or name == config.event.time.field:
+            continue
+        *parents, leaf = spec.path
+        node = event
+        for part in parents:
+            node = node.setdefault(part, {})
+        placeholder = f"@@poison-{len(texts)}@@"
+        node[leaf], texts[placeholder] = placeholder, text
+    if not texts:
+        return []
+    value = json.dumps(event, separators=(",", ":"))
+    for placeholder, text in texts.items():  # exact numbers: JSON has no decimal type
+        value = value.replace(f'"{placeholder}"', text)
+    copy = GeneratedRecord(record.key, value.encode(), record.timestamp_ms, POISON)
+    return [copy, copy]
+
+
+def _poisoned(config: PipelineConfig, chunk: list[GeneratedRecord]) -> list[GeneratedRecord]:
+    """``chunk`` with poison records after its first good record (unchanged without one)."""
+    for i, record in enumerate(chunk):
+        if record.kind == "good" and (poison := poison_records(config, record)):
+            return [*chunk[: i + 1], *poison, *chunk[i + 1 :]]
+    return chunk
+
+
 def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
     problems = []
     if committed_epoch(config) != epoch:
@@ -114,21 +168,23 @@ def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
 
 
 def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.5,
-          events_per_epoch: int = 400, spark: Any = None) -> ChaosReport:
+          events_per_epoch: int = 400, spark: Any = None,
+          poison_rate: float = 0.3) -> ChaosReport:
     with contextlib.ExitStack() as stack:
         if spark is None and config.compute.mode == "connect":
             from eos.compute import connect
 
             spark = stack.enter_context(connect.session(config, connect.resolve_endpoint()))
         return _chaos(config, epochs, seed, fault_rate, events_per_epoch,
-                      spark or local_session(config))
+                      spark or local_session(config), poison_rate)
 
 
 def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
-           events_per_epoch: int, session: Any) -> ChaosReport:
+           events_per_epoch: int, session: Any, poison_rate: float) -> ChaosReport:
     """Faulty attempts run as ``eos`` processes (on the pipeline's compute mode); fault-free ones
     run here on ``session``."""
     rng = random.Random(seed)
+    poison_rng = random.Random(seed + 1)  # its own: a seed's phase faults stay what they were
     report = ChaosReport()
     settings = client_settings(config.kafka.client)
     menu = {phase: list(points) for phase, points in PHASE_FAULTS.items()}
@@ -146,6 +202,10 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
     faults_dir = tempfile.mkdtemp(prefix="eos-chaos-")
     for i in range(epochs):
         chunk = records[i * events_per_epoch : (i + 1) * events_per_epoch]
+        if poison_rng.random() < poison_rate and len(poisoned := _poisoned(config, chunk)) > len(
+                chunk):
+            chunk = poisoned
+            report.faults[POISON] += 1
         send(chunk, len(chunk), config.kafka.topic, settings, progress=False)
         report.records += len(chunk)
         run_id = f"chaos-{seed}-{i}"

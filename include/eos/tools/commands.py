@@ -106,7 +106,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     from eos.tools.chaos import chaos
 
     report = chaos(_config(args), epochs=args.epochs, seed=args.seed, fault_rate=args.fault_rate,
-                   events_per_epoch=args.events_per_epoch)
+                   events_per_epoch=args.events_per_epoch, poison_rate=args.poison_rate)
     print(report.render())
     return 0 if report.ok else 1
 
@@ -129,6 +129,9 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fault-rate", type=float, default=0.3, help="chance a phase attempt crashes")
     p.add_argument("--events-per-epoch", type=int, default=400)
+    p.add_argument("--poison-rate", type=float, default=0.3,
+                   help="chance an epoch's records include two whose numbers are their types' "
+                        "extremes (sums overflow: null and flagged, or ±Infinity)")
     p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("demo", help="the main job: broker, sample events, epochs, audit")
