@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -214,3 +215,38 @@ def test_extreme_values_never_halt_and_equal_the_reference(
     report = audit(config)
     assert report.ok, report.render()
     assert report.records == len(records)
+
+
+def test_every_sink_checks_hostile_rows_before_the_seal(tmp_path: Path, kafka: str) -> None:
+    """Each sink type's ``check`` on hostile staged rows: non-finite doubles and nulls are
+    taken (Delta holds them, JSON writes them as strings); a record over the Kafka producer's
+    limit is refused before the seal, naming the limit; a Delta table of another schema too."""
+    from deltalake import write_deltalake
+
+    from eos.core.errors import SinkCannotTake
+
+    config = kafka_sink_pipeline(tmp_path, kafka={"topic": unique_topic("never")},
+                                 event=EVENT, group_by=["k"],
+                                 window={"type": "tumbling", "size": "1s"},
+                                 aggregations=AGGREGATIONS)
+    schema = windows_schema(config)
+    hostile = {"k": "x", "window_start": 0, "window_end": 1000, "n": 2, "d_sum": math.inf,
+               "d_avg": math.nan, "d_max": -math.inf, "m_sum": None, "m_avg": None,
+               "l_sum": None, "l_avg": 5e-324, "epoch": 0}
+    rows = pa.Table.from_pylist([hostile], schema=schema)
+    kafka_sink, delta_sink = [s for s in sinks_for(config) if s.output == "windows"]
+    kafka_sink.check(0, rows)
+    delta_sink.prepare(schema)
+    delta_sink.check(0, rows)
+    assert delta_sink.commit(0, rows, "h").rows == 1
+    (back,) = read_table(delta_sink.path).to_pylist()
+    assert back["d_sum"] == math.inf and math.isnan(back["d_avg"]) and back["m_sum"] is None
+
+    huge = pa.Table.from_pylist([{**hostile, "k": "x" * 1_100_000}], schema=schema)
+    with pytest.raises(SinkCannotTake, match=r"1 records exceed the producer's "
+                                             r"message.max.bytes \(1000000"):
+        kafka_sink.check(1, huge)
+    write_deltalake(delta_sink.path, pa.table({"n": ["two"]}), mode="overwrite",
+                    schema_mode="overwrite")
+    with pytest.raises(SinkCannotTake, match="column 'n' is string in the table, int64"):
+        delta_sink.check(1, rows)
