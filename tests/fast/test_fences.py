@@ -26,6 +26,7 @@ from eos.core.plan import Plan
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 
+from . import harness
 from .harness import (
     MemorySource,
     MemoryStager,
@@ -220,3 +221,102 @@ def test_a_changed_schema_view_is_refused_at_commit(pipeline: PipelineConfig,
     assert commit(pipeline, 1).outcome is Outcome.COMMITTED
     last = checkpoints.read(tables_for(pipeline), 1)
     assert last is not None and last.config == pipeline.schema_view()
+
+
+# -- precommit against the seal -----------------------------------------------------------------
+
+def drifted(partition: int, offset: int) -> str:
+    """``harness.record`` after an outside answer changed (a schema registry's, say): the same
+    plan now computes other rows. Determinism is what keeps a zombie's rows identical; the seal
+    must not depend on it."""
+    return "quarantine"
+
+
+def staged_and_half_committed(config: PipelineConfig, epoch: int, arm) -> list[dict[str, Any]]:
+    """Another attempt stages ``epoch`` and a commit seals it, writes the first sink and
+    crashes: what a zombie precommit of ``epoch`` may still meet. Returns the staged rows."""
+    assert precommit(config, epoch, MemoryStager()).outcome is Outcome.STAGED
+    arm("commit.between_sinks:fail")
+    with pytest.raises(InjectedFault):
+        commit(config, epoch)
+    arm("")
+    rows = staged_rows(config, epoch, protocol.plan_of(tables_for(config), epoch).hash)
+    assert rows is not None and store(config, "memory:a").marker == epoch
+    return rows
+
+
+def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
+        pipeline: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zombie read "N is not staged" before another attempt staged N and a commit sealed
+    it, and took its staging snapshot after. Before the fix it wrote through that snapshot
+    (nothing fenced had landed since): N's staged rows changed under a commit that had written
+    a sink, and the commit's retry promoted the new rows to the other sinks."""
+    plan = begin(pipeline, source=source)
+    first: list[list[dict[str, Any]]] = []
+    check, pending = protocol._check_no_rewind, [True]
+
+    def meanwhile(tables: Any) -> None:  # between the zombie's staged check and its write
+        if pending:
+            pending.clear()
+            first.append(staged_and_half_committed(pipeline, 0, arm))
+            monkeypatch.setattr(harness, "record", drifted)
+        check(tables)
+
+    monkeypatch.setattr(protocol, "_check_no_rewind", meanwhile)
+    zombie = precommit(pipeline, 0, MemoryStager())
+    monkeypatch.undo()
+    assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
+    assert staged_rows(pipeline, 0, plan.hash) == first[0]  # the commit's rows stand
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED  # the crashed commit's retry
+    assert store(pipeline, "memory:c").rows[0].num_rows == sum(
+        1 for r in first[0] if r["kind"] == "quarantine")  # what sink a's epoch was cut from
+
+
+def test_a_precommit_paused_while_its_epoch_is_sealed_stages_nothing(
+        pipeline: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zombie computed N, and before its write another attempt staged N and a commit
+    sealed it: its write (through the snapshot it decided from) conflicts, and it stands aside
+    as sealed; the commit's retry finishes N with the rows its first sink got."""
+    plan = begin(pipeline, source=source)
+    first: list[list[dict[str, Any]]] = []
+    at_point(monkeypatch, "precommit.before_write",
+             lambda: first.append(staged_and_half_committed(pipeline, 0, arm)))
+    zombie = precommit(pipeline, 0, MemoryStager())
+    monkeypatch.undo()
+    assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
+    assert staged_rows(pipeline, 0, plan.hash) == first[0]
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    assert committed_epoch(pipeline) == 0
+
+
+def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: MemorySource,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abort and a precommit under a changed outside answer replace N's staged rows after
+    the commit read them and before its seal: the seal is retried through the new snapshot.
+    Before the fix the commit promoted the rows it read first; the checkpointed epoch and its
+    sinks disagreed with staging."""
+    plan = begin(pipeline, source=source)
+    precommit(pipeline, 0, MemoryStager())
+    seal = protocol.seal
+    replaced: list[bool] = []
+
+    def replace_first(*args: Any) -> bool:
+        if not replaced:
+            replaced.append(True)
+            assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
+            with monkeypatch.context() as patch:
+                patch.setattr(harness, "record", drifted)
+                assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
+        return seal(*args)
+
+    monkeypatch.setattr(protocol, "seal", replace_first)
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    monkeypatch.undo()
+    staged = staged_rows(pipeline, 0, plan.hash)
+    assert staged is not None
+    quarantined = sum(1 for r in staged if r["kind"] == "quarantine")
+    assert quarantined == plan.records  # the rows staged now: every record quarantined
+    assert store(pipeline, "memory:c").rows[0].num_rows == quarantined
+    assert store(pipeline, "memory:b").rows[0].num_rows == 0
