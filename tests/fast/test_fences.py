@@ -7,17 +7,21 @@ a fault point, the seal) on real Delta tables; each failed on the code before th
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
-from eos.core import checkpoints, epochlog, faults, protocol
+from eos.core import checkpoints, epochlog, faults, maintenance, protocol
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
     ConfigError,
     EpochCommitting,
     InjectedFault,
     ProtocolViolation,
+    RewindRefused,
     RewindUnfinished,
 )
 from eos.core.layout import tables_for
@@ -28,9 +32,11 @@ from eos.core.rewind import rewind
 
 from . import harness
 from .harness import (
+    REWINDABLE_SINKS,
     MemorySource,
     MemoryStager,
     log_rows,
+    make_pipeline,
     run_epoch,
     same_pipeline,
     staged_rows,
@@ -320,3 +326,101 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
     assert quarantined == plan.records  # the rows staged now: every record quarantined
     assert store(pipeline, "memory:c").rows[0].num_rows == quarantined
     assert store(pipeline, "memory:b").rows[0].num_rows == 0
+
+
+# -- maintenance against rewind -----------------------------------------------------------------
+
+@pytest.fixture
+def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfig:
+    """A rewindable pipeline whose commit of every third epoch maintains its tables, deleting
+    what it may at once (a vacuum retention of 0 hours: what 24 hours later looks like)."""
+    monkeypatch.setattr(protocol, "maintain", partial(maintenance.maintain, retention_hours=0))
+    return make_pipeline(tmp_path, sinks=REWINDABLE_SINKS,
+                         epoch={"max_records": 1000, "staging_retention": 2,
+                                "maintenance_every": 3})
+
+
+def replays(config: PipelineConfig, source: MemorySource, to_epoch: int) -> None:
+    """The pipeline goes on from ``to_epoch``: the next epoch resumes from its staged state."""
+    assert run_epoch(config, source).epoch == to_epoch + 1
+    assert committed_epoch(config) == to_epoch + 1
+
+
+def test_maintenance_stands_aside_while_a_rewind_is_unfinished(
+        maintained: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewind to 0 logged right after epoch 3's checkpoint crashes before its fence; epoch
+    3's commit then maintains. Before the fix its vacuum deleted the files of epoch 0's staging
+    version (pruned since), and the rewind could never finish (nor any epoch run again)."""
+    epochs(maintained, source, 3)
+    begin(maintained, source=source)
+    precommit(maintained, 3, MemoryStager())
+
+    def rewind_crashes() -> None:
+        arm("rewind.after_log:fail")
+        with pytest.raises(InjectedFault):
+            rewind(maintained, 0)
+        arm("")
+
+    at_point(monkeypatch, "commit.after_checkpoint", rewind_crashes)
+    done = commit(maintained, 3)
+    assert done.outcome is Outcome.COMMITTED
+    assert done.maintenance is not None and "skipped" in done.maintenance, done.maintenance
+    assert rewind(maintained, 0).outcome is Outcome.REWOUND
+    replays(maintained, source, 0)
+
+
+def test_a_rewind_that_begins_while_a_vacuum_runs_waits_for_it(
+        maintained: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epoch 3's commit maintains, and its staging vacuum has begun when a rewind to 0 begins
+    (and crashes after fencing staging). Before the fix the rewind was logged and fenced while
+    the vacuum deleted the files its restore needs: it could never finish. Now it waits for
+    the maintenance, nothing logged, and is then refused (or goes) on what is left."""
+    epochs(maintained, source, 3)
+    begin(maintained, source=source)
+    precommit(maintained, 3, MemoryStager())
+    vacuum, met = DeltaTable.vacuum, []
+
+    def rewind_meanwhile(table: DeltaTable, *args: Any, **kwargs: Any) -> list[str]:
+        if kwargs.get("full") and not met:
+            arm("rewind.after_fence:fail")
+            with pytest.raises(EpochCommitting, match="maintain") as waited:
+                rewind(maintained, 0)
+            arm("")
+            met.append(waited)
+        return vacuum(table, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "vacuum", rewind_meanwhile)
+    done = commit(maintained, 3)
+    monkeypatch.undo()
+    assert met and done.maintenance is not None and "error" not in done.maintenance
+    assert done.maintenance["staging_files_deleted"] > 0
+    assert log_rows(maintained, phase=epochlog.REWINDING) == []  # it waited: nothing logged
+    with pytest.raises(RewindRefused, match="vacuumed"):  # epoch 0's files are gone now
+        rewind(maintained, 0)
+    assert rewind(maintained, -1).outcome is Outcome.REWOUND  # a full replay needs none
+    replays(maintained, source, -1)
+
+
+def test_a_rewind_whose_history_went_while_it_was_logged_is_abandoned(
+        maintained: PipelineConfig, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A maintenance that read the epoch log before the rewind was logged and vacuumed after
+    the rewind had checked its history: the rewind finds its history gone before it restores
+    anything and is abandoned. Before the fix its restore failed, it stayed unfinished and
+    every later epoch was refused (``RewindUnfinished``)."""
+    epochs(maintained, source, 3)
+
+    def maintenance_meanwhile() -> None:
+        tables = tables_for(maintained)
+        assert "error" not in maintenance.maintain(tables, retention_hours=0)
+
+    at_point(monkeypatch, "rewind.before_log", maintenance_meanwhile)
+    with pytest.raises(RewindRefused, match="abandoned"):
+        rewind(maintained, 0)
+    monkeypatch.undo()
+    assert committed_epoch(maintained) == 2
+    assert all(store(maintained, n).marker == 2 for n in
+               ("memory_rewind:a", "memory_rewind:b", "memory_rewind:c"))
+    replays(maintained, source, 2)

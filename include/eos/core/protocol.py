@@ -504,7 +504,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
                                          base_of(watermark_row(staged)))
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
-        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)
+        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
+                                      app_id=config.app_id, epoch=epoch, rewinds=rewinds)
 
 
 def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan,
