@@ -6,6 +6,7 @@ a fault point, the seal) on real Delta tables; each failed on the code before th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from eos.core import checkpoints, epochlog, faults, maintenance, protocol
+from eos.core import checkpoints, epochlog, faults, maintenance, protocol, staging
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
     ConfigError,
@@ -424,3 +425,20 @@ def test_a_rewind_whose_history_went_while_it_was_logged_is_abandoned(
     assert all(store(maintained, n).marker == 2 for n in
                ("memory_rewind:a", "memory_rewind:b", "memory_rewind:c"))
     replays(maintained, source, 2)
+
+
+def test_a_rewind_waits_for_a_running_maintenance_not_for_a_dead_one(
+        rewindable: PipelineConfig, source: MemorySource) -> None:
+    """A maintenance killed mid-vacuum never ends its lease: a rewind waits for it while it
+    may still be running, and goes ahead once it cannot be (``MAINTENANCE_LEASE_MS``)."""
+    epochs(rewindable, source, 2)
+    tables, now = tables_for(rewindable), int(time.time() * 1000)
+    for began, waits in ((now, True), (now - staging.MAINTENANCE_LEASE_MS - 1, False)):
+        table = DeltaTable(tables.staging)
+        assert staging.begin_maintenance(table, rewindable.app_id, 1, 0, began)
+        if waits:
+            with pytest.raises(EpochCommitting, match="being maintained"):
+                rewind(rewindable, 0)
+            assert log_rows(rewindable, phase=epochlog.REWINDING) == []
+    assert rewind(rewindable, 0).outcome is Outcome.REWOUND
+    replays(rewindable, source, 0)

@@ -131,8 +131,8 @@ def _end(tables: Tables, app_id: str, epoch: int, done: dict[str, Any]) -> None:
     """End the maintenance begun by ``_begin`` (a rewind waiting for it may go on)."""
     try:
         staging = latest(tables, tables.staging)
-        if staging is not None:
-            end_maintenance(staging, app_id, epoch)
+        if staging is not None and not end_maintenance(staging, app_id, epoch):
+            done.setdefault("error", "its end lost every race to other staging commits")
     except Exception as error:  # a rewind then waits out the lease (MAINTENANCE_LEASE_MS)
         done.setdefault("error", f"ending: {type(error).__name__}: {str(error)[:300]}")
 

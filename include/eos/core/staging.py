@@ -303,16 +303,15 @@ def begin_maintenance(staging: DeltaTable, app_id: str, epoch: int, rewinds: int
             also=[*fence.advance(epoch), Transaction(app_id + _MAINTAINING, int(now_ms))])))
 
 
-def end_maintenance(staging: DeltaTable, app_id: str, epoch: int) -> None:
+def end_maintenance(staging: DeltaTable, app_id: str, epoch: int) -> bool:
     """The maintenance begun by ``begin_maintenance`` is over (a rewind need not wait). Not
-    fenced: it decides nothing, and must land whatever else commits meanwhile."""
-    for _ in range(5):
-        if fenced(staging, lambda: staging.create_write_transaction(
-                [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
-                commit_properties=commit_properties(
-                    app_id, epoch, "maintained", txn=False,
-                    also=[Transaction(app_id + _MAINTAINING, 0)]))):
-            return
+    fenced: it decides nothing, and must land whatever else commits meanwhile. False if it
+    lost every race (a rewind then waits out ``MAINTENANCE_LEASE_MS``)."""
+    return any(fenced(staging, lambda: staging.create_write_transaction(
+        [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
+        commit_properties=commit_properties(app_id, epoch, "maintained", txn=False,
+                                            also=[Transaction(app_id + _MAINTAINING, 0)])))
+               for _ in range(5))
 
 
 def _own_schema(staging: DeltaTable) -> pa.Schema:
