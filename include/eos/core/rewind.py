@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from eos.core import checkpoints, epochlog, faults
 from eos.core.config import PipelineConfig
@@ -246,8 +247,8 @@ def _history_gone(tables: OpenTables, plan: RewindPlan, restored: list[str]) -> 
             continue
         try:
             gone = missing_files(path, version)
-        except Exception as error:  # its log entries were cleaned up: it cannot be loaded
-            return f"version {version} of {path} can no longer be read ({type(error).__name__})"
+        except TableNotFoundError:  # its log entries were cleaned up (a store error raises)
+            return f"version {version} of {path} is no longer in its Delta log"
         if gone:
             return f"{len(gone)} files of version {version} of {path} were vacuumed"
     return None
