@@ -6,18 +6,23 @@ a fault point, the seal) on real Delta tables; each failed on the code before th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
-from eos.core import checkpoints, epochlog, faults, protocol
+from eos.core import checkpoints, epochlog, faults, maintenance, protocol, staging
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
     ConfigError,
     EpochCommitting,
     InjectedFault,
     ProtocolViolation,
+    RewindRefused,
     RewindUnfinished,
 )
 from eos.core.layout import tables_for
@@ -26,10 +31,13 @@ from eos.core.plan import Plan
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 
+from . import harness
 from .harness import (
+    REWINDABLE_SINKS,
     MemorySource,
     MemoryStager,
     log_rows,
+    make_pipeline,
     run_epoch,
     same_pipeline,
     staged_rows,
@@ -220,3 +228,217 @@ def test_a_changed_schema_view_is_refused_at_commit(pipeline: PipelineConfig,
     assert commit(pipeline, 1).outcome is Outcome.COMMITTED
     last = checkpoints.read(tables_for(pipeline), 1)
     assert last is not None and last.config == pipeline.schema_view()
+
+
+# -- precommit against the seal -----------------------------------------------------------------
+
+def drifted(partition: int, offset: int) -> str:
+    """``harness.record`` after an outside answer changed (a schema registry's, say): the same
+    plan now computes other rows. Determinism is what keeps a zombie's rows identical; the seal
+    must not depend on it."""
+    return "quarantine"
+
+
+def staged_and_half_committed(config: PipelineConfig, epoch: int, arm) -> list[dict[str, Any]]:
+    """Another attempt stages ``epoch`` and a commit seals it, writes the first sink and
+    crashes: what a zombie precommit of ``epoch`` may still meet. Returns the staged rows."""
+    assert precommit(config, epoch, MemoryStager()).outcome is Outcome.STAGED
+    arm("commit.between_sinks:fail")
+    with pytest.raises(InjectedFault):
+        commit(config, epoch)
+    arm("")
+    rows = staged_rows(config, epoch, protocol.plan_of(tables_for(config), epoch).hash)
+    assert rows is not None and store(config, "memory:a").marker == epoch
+    return rows
+
+
+def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
+        pipeline: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zombie read "N is not staged" before another attempt staged N and a commit sealed
+    it, and took its staging snapshot after. Before the fix it wrote through that snapshot
+    (nothing fenced had landed since): N's staged rows changed under a commit that had written
+    a sink, and the commit's retry promoted the new rows to the other sinks."""
+    plan = begin(pipeline, source=source)
+    first: list[list[dict[str, Any]]] = []
+    check, pending = protocol._check_no_rewind, [True]
+
+    def meanwhile(tables: Any) -> None:  # between the zombie's staged check and its write
+        if pending:
+            pending.clear()
+            first.append(staged_and_half_committed(pipeline, 0, arm))
+            monkeypatch.setattr(harness, "record", drifted)
+        check(tables)
+
+    monkeypatch.setattr(protocol, "_check_no_rewind", meanwhile)
+    zombie = precommit(pipeline, 0, MemoryStager())
+    monkeypatch.undo()
+    assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
+    assert staged_rows(pipeline, 0, plan.hash) == first[0]  # the commit's rows stand
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED  # the crashed commit's retry
+    assert store(pipeline, "memory:c").rows[0].num_rows == sum(
+        1 for r in first[0] if r["kind"] == "quarantine")  # what sink a's epoch was cut from
+
+
+def test_a_precommit_paused_while_its_epoch_is_sealed_stages_nothing(
+        pipeline: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zombie computed N, and before its write another attempt staged N and a commit
+    sealed it: its write (through the snapshot it decided from) conflicts, and it stands aside
+    as sealed; the commit's retry finishes N with the rows its first sink got."""
+    plan = begin(pipeline, source=source)
+    first: list[list[dict[str, Any]]] = []
+    at_point(monkeypatch, "precommit.before_write",
+             lambda: first.append(staged_and_half_committed(pipeline, 0, arm)))
+    zombie = precommit(pipeline, 0, MemoryStager())
+    monkeypatch.undo()
+    assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
+    assert staged_rows(pipeline, 0, plan.hash) == first[0]
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    assert committed_epoch(pipeline) == 0
+
+
+def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: MemorySource,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An abort and a precommit under a changed outside answer replace N's staged rows after
+    the commit read them and before its seal: the seal is retried through the new snapshot.
+    Before the fix the commit promoted the rows it read first; the checkpointed epoch and its
+    sinks disagreed with staging."""
+    plan = begin(pipeline, source=source)
+    precommit(pipeline, 0, MemoryStager())
+    seal = protocol.seal
+    replaced: list[bool] = []
+
+    def replace_first(*args: Any) -> bool:
+        if not replaced:
+            replaced.append(True)
+            assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
+            with monkeypatch.context() as patch:
+                patch.setattr(harness, "record", drifted)
+                assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
+        return seal(*args)
+
+    monkeypatch.setattr(protocol, "seal", replace_first)
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    monkeypatch.undo()
+    staged = staged_rows(pipeline, 0, plan.hash)
+    assert staged is not None
+    quarantined = sum(1 for r in staged if r["kind"] == "quarantine")
+    assert quarantined == plan.records  # the rows staged now: every record quarantined
+    assert store(pipeline, "memory:c").rows[0].num_rows == quarantined
+    assert store(pipeline, "memory:b").rows[0].num_rows == 0
+
+
+# -- maintenance against rewind -----------------------------------------------------------------
+
+@pytest.fixture
+def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfig:
+    """A rewindable pipeline whose commit of every third epoch maintains its tables, deleting
+    what it may at once (a vacuum retention of 0 hours: what 24 hours later looks like)."""
+    monkeypatch.setattr(protocol, "maintain", partial(maintenance.maintain, retention_hours=0))
+    return make_pipeline(tmp_path, sinks=REWINDABLE_SINKS,
+                         epoch={"max_records": 1000, "staging_retention": 2,
+                                "maintenance_every": 3})
+
+
+def replays(config: PipelineConfig, source: MemorySource, to_epoch: int) -> None:
+    """The pipeline goes on from ``to_epoch``: the next epoch resumes from its staged state."""
+    assert run_epoch(config, source).epoch == to_epoch + 1
+    assert committed_epoch(config) == to_epoch + 1
+
+
+def test_maintenance_stands_aside_while_a_rewind_is_unfinished(
+        maintained: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewind to 0 logged right after epoch 3's checkpoint crashes before its fence; epoch
+    3's commit then maintains. Before the fix its vacuum deleted the files of epoch 0's staging
+    version (pruned since), and the rewind could never finish (nor any epoch run again)."""
+    epochs(maintained, source, 3)
+    begin(maintained, source=source)
+    precommit(maintained, 3, MemoryStager())
+
+    def rewind_crashes() -> None:
+        arm("rewind.after_log:fail")
+        with pytest.raises(InjectedFault):
+            rewind(maintained, 0)
+        arm("")
+
+    at_point(monkeypatch, "commit.after_checkpoint", rewind_crashes)
+    done = commit(maintained, 3)
+    assert done.outcome is Outcome.COMMITTED
+    assert done.maintenance is not None and "skipped" in done.maintenance, done.maintenance
+    assert rewind(maintained, 0).outcome is Outcome.REWOUND
+    replays(maintained, source, 0)
+
+
+def test_a_rewind_that_begins_while_a_vacuum_runs_waits_for_it(
+        maintained: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epoch 3's commit maintains, and its staging vacuum has begun when a rewind to 0 begins
+    (and crashes after fencing staging). Before the fix the rewind was logged and fenced while
+    the vacuum deleted the files its restore needs: it could never finish. Now it waits for
+    the maintenance, nothing logged, and is then refused (or goes) on what is left."""
+    epochs(maintained, source, 3)
+    begin(maintained, source=source)
+    precommit(maintained, 3, MemoryStager())
+    vacuum, met = DeltaTable.vacuum, []
+
+    def rewind_meanwhile(table: DeltaTable, *args: Any, **kwargs: Any) -> list[str]:
+        if kwargs.get("full") and not met:
+            arm("rewind.after_fence:fail")
+            with pytest.raises(EpochCommitting, match="maintain") as waited:
+                rewind(maintained, 0)
+            arm("")
+            met.append(waited)
+        return vacuum(table, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "vacuum", rewind_meanwhile)
+    done = commit(maintained, 3)
+    monkeypatch.undo()
+    assert met and done.maintenance is not None and "error" not in done.maintenance
+    assert done.maintenance["staging_files_deleted"] > 0
+    assert log_rows(maintained, phase=epochlog.REWINDING) == []  # it waited: nothing logged
+    with pytest.raises(RewindRefused, match="vacuumed"):  # epoch 0's files are gone now
+        rewind(maintained, 0)
+    assert rewind(maintained, -1).outcome is Outcome.REWOUND  # a full replay needs none
+    replays(maintained, source, -1)
+
+
+def test_a_rewind_whose_history_went_while_it_was_logged_is_abandoned(
+        maintained: PipelineConfig, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A maintenance that read the epoch log before the rewind was logged and vacuumed after
+    the rewind had checked its history: the rewind finds its history gone before it restores
+    anything and is abandoned. Before the fix its restore failed, it stayed unfinished and
+    every later epoch was refused (``RewindUnfinished``)."""
+    epochs(maintained, source, 3)
+
+    def maintenance_meanwhile() -> None:
+        tables = tables_for(maintained)
+        assert "error" not in maintenance.maintain(tables, retention_hours=0)
+
+    at_point(monkeypatch, "rewind.before_log", maintenance_meanwhile)
+    with pytest.raises(RewindRefused, match="abandoned"):
+        rewind(maintained, 0)
+    monkeypatch.undo()
+    assert committed_epoch(maintained) == 2
+    assert all(store(maintained, n).marker == 2 for n in
+               ("memory_rewind:a", "memory_rewind:b", "memory_rewind:c"))
+    replays(maintained, source, 2)
+
+
+def test_a_rewind_waits_for_a_running_maintenance_not_for_a_dead_one(
+        rewindable: PipelineConfig, source: MemorySource) -> None:
+    """A maintenance killed mid-vacuum never ends its lease: a rewind waits for it while it
+    may still be running, and goes ahead once it cannot be (``MAINTENANCE_LEASE_MS``)."""
+    epochs(rewindable, source, 2)
+    tables, now = tables_for(rewindable), int(time.time() * 1000)
+    for began, waits in ((now, True), (now - staging.MAINTENANCE_LEASE_MS - 1, False)):
+        table = DeltaTable(tables.staging)
+        assert staging.begin_maintenance(table, rewindable.app_id, 1, 0, began)
+        if waits:
+            with pytest.raises(EpochCommitting, match="being maintained"):
+                rewind(rewindable, 0)
+            assert log_rows(rewindable, phase=epochlog.REWINDING) == []
+    assert rewind(rewindable, 0).outcome is Outcome.REWOUND
+    replays(rewindable, source, 0)

@@ -6,11 +6,13 @@ what is committed. Sinks' tables are the user's: their maintenance is the user's
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
+from eos.core import epochlog
 from eos.core.delta import open_table
 from eos.core.layout import Tables
-from eos.core.staging import drop
+from eos.core.staging import Fence, begin_maintenance, drop, end_maintenance
 from eos.core.storage import filesystem, join
 from eos.core.tables import latest
 
@@ -46,7 +48,8 @@ def prune_staging(tables: Tables, app_id: str, committed: int, retention: int,
 
 
 def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,
-             log_retention_ms: int = DEFAULT_LOG_RETENTION_MS) -> dict[str, Any]:
+             log_retention_ms: int = DEFAULT_LOG_RETENTION_MS, *, app_id: str | None = None,
+             epoch: int = -1, rewinds: int = 0) -> dict[str, Any]:
     """Compact the epoch log, delete files that pruned staging epochs and compactions left, and
     clean up the protocol tables' Delta logs older than ``log_retention_ms``.
 
@@ -59,8 +62,19 @@ def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,
     (``_clean_log``). A failure here is reported and never fails the commit (the next
     maintenance epoch tries again). Files are deleted only once older than ``retention_hours``,
     so a phase still reading an older table version finds its files.
+
+    A rewind restores old versions of staging and the checkpoint table: what a vacuum and a log
+    cleanup delete. ``commit`` of ``epoch`` (sealed under ``rewinds`` rewinds) passes its
+    ``app_id``, and the maintenance then runs only under the staging fence
+    (``eos.core.staging.begin_maintenance``): not once a rewind has begun or is unfinished
+    (``skipped``: the next maintenance epoch does it), and a rewind that begins meanwhile
+    waits for it to end (``EpochCommitting``) before it logs or fences anything.
     """
     done: dict[str, Any] = {}
+    if app_id is not None:
+        refused = _begin(tables, app_id, epoch, rewinds)
+        if refused is not None:
+            return {"skipped": refused}
     try:
         done["epoch_log"] = _compact(tables.epochs)
         done["checkpoints"] = _compact(tables.checkpoints)
@@ -79,7 +93,48 @@ def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,
             done[f"{name}_log_files_deleted"] = _clean_log(path, log_retention_ms)
     except Exception as error:  # maintenance only: the next maintenance epoch tries again
         done["error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    finally:
+        if app_id is not None:
+            _end(tables, app_id, epoch, done)
     return done
+
+
+BEGIN_ATTEMPTS = 5
+
+
+def _begin(tables: Tables, app_id: str, epoch: int, rewinds: int) -> str | None:
+    """Begin a maintenance under the staging fence; None when begun, else why it stands aside.
+
+    The epoch log is read *after* the fenced begin: a rewind logged before that read is seen
+    here; one logged after it fences staging later still, and finds this maintenance running
+    there (it waits). A rewind's fence that lands first is seen in ``rewinds``."""
+    for _ in range(BEGIN_ATTEMPTS):
+        staging = latest(tables, tables.staging)
+        if staging is None:
+            return "no staging table"
+        if Fence.of(staging, app_id).rewinds != rewinds:
+            return f"a rewind began after epoch {epoch} was sealed"
+        if begin_maintenance(staging, app_id, epoch, rewinds, int(time.time() * 1000)):
+            break
+    else:
+        return f"the staging fence moved {BEGIN_ATTEMPTS} times as it began"
+    latest(tables, tables.epochs)
+    unfinished = epochlog.unfinished_rewind(epochlog.rewind_rows(tables))
+    if unfinished is not None:
+        end_maintenance(staging, app_id, epoch)
+        return (f"rewind {unfinished['rewind_id']} to epoch {unfinished['to_epoch']} is "
+                "unfinished: its restore needs the history a maintenance deletes")
+    return None
+
+
+def _end(tables: Tables, app_id: str, epoch: int, done: dict[str, Any]) -> None:
+    """End the maintenance begun by ``_begin`` (a rewind waiting for it may go on)."""
+    try:
+        staging = latest(tables, tables.staging)
+        if staging is not None and not end_maintenance(staging, app_id, epoch):
+            done.setdefault("error", "its end lost every race to other staging commits")
+    except Exception as error:  # a rewind then waits out the lease (MAINTENANCE_LEASE_MS)
+        done.setdefault("error", f"ending: {type(error).__name__}: {str(error)[:300]}")
 
 
 def log_retention_property(log_retention_ms: int) -> str:

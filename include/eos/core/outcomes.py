@@ -22,6 +22,9 @@ class Outcome(StrEnum):
     # A rewind began, or N-1's staged state was replaced, after this attempt read its state:
     # what it computed is not staged (the replay computes N again).
     SUPERSEDED = "superseded (its state was rewound while it computed)"
+    # N's commit has sealed it (a zombie that computed late): its staged rows are what the
+    # commit promotes, so nothing is staged over them.
+    SEALED = "being committed: not restaged"
     # commit (whole epoch and per sink)
     COMMITTED = "committed"  # this attempt wrote it
     ALREADY_COMMITTED = "already committed"  # found committed (earlier attempt or lost race)

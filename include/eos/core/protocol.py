@@ -27,7 +27,7 @@ that has not sealed yet is refused (``RewindUnfinished``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -54,6 +54,9 @@ from eos.core.staging import (
     watermark_row,
 )
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 @dataclass
@@ -249,8 +252,10 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
     - staging holds a complete N for this plan hash (a crash after the write): ``REUSED_STAGE``;
     - N-1 is not committed: ``ProtocolViolation`` (epochs are staged in order);
     - otherwise compute N and replace any earlier attempt's rows of N in one commit; if N got
-      committed while we computed, we are a zombie and discard our rows (``DISCARDED``). A
-      zombie past that check rewrites identical rows: the result is deterministic.
+      committed while we computed, we are a zombie and discard our rows (``DISCARDED``); if
+      its commit has sealed it, its staged rows are the ones being promoted: ``SEALED``,
+      nothing written. "N is not staged" is read through the staging snapshot the write goes
+      through, so an attempt that staged N since makes the write conflict (``REUSED_STAGE``).
     """
     with timed() as total, ensure_tables(config) as tables:
         plan = plan_of(tables, epoch)
@@ -301,7 +306,9 @@ class _Base:
 def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
            stager: Stager, result: StageResult, attempt: epochlog.Attempt | None) -> None:
     timings = result.timings_ms
-    snapshot = tables.refreshed(tables.staging)  # the stager reads N-1's state through it
+    # The snapshot precommit found N unstaged in (not a newer one: a seal and the stage it
+    # seals could land in between unseen); the stager reads N-1's state through it.
+    snapshot = _decided_from(tables)
     base = _Base(Fence.of(snapshot, config.app_id).rewinds, epoch_files(snapshot, plan.epoch - 1))
     staged = stager.stage(config, tables, plan, previous, timings)
     faults.hit("precommit.before_write")
@@ -310,7 +317,8 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
         # committed since (a rewind, an abort, another attempt), delta-rs refuses the write
         # and ``_restaged`` decides again from the latest snapshot.
         for _ in range(STAGE_ATTEMPTS):
-            if not _still_next(config, tables, plan, result):
+            if not _still_next(config, tables, plan, result) or _sealed(config, snapshot,
+                                                                       plan, result):
                 return
             result.staging_version = staging.commit(
                 snapshot, staged.files, plan.epoch, staging_schema(config), config.app_id,
@@ -356,6 +364,25 @@ def _still_next(config: PipelineConfig, tables: OpenTables, plan: Plan,
     return True
 
 
+def _decided_from(tables: OpenTables) -> DeltaTable:
+    """The staging handle as precommit read it (first opened after the checkpoint read, so it
+    holds N-1's staged state)."""
+    snapshot = tables.handle(tables.staging)
+    return tables.refreshed(tables.staging) if snapshot is None else snapshot
+
+
+def _sealed(config: PipelineConfig, snapshot: DeltaTable, plan: Plan,
+            result: StageResult) -> bool:
+    """Has a commit sealed N, as the snapshot the write goes through sees it? Then N's staged
+    rows are being promoted and are never replaced (``SEALED``); a seal landing after the
+    snapshot makes the write conflict (both carry the staging fence), and this is asked
+    again through the updated snapshot."""
+    if Fence.of(snapshot, config.app_id).sealed < plan.epoch:
+        return False
+    result.outcome = Outcome.SEALED
+    return True
+
+
 def _restaged(config: PipelineConfig, tables: OpenTables, plan: Plan, base: _Base,
               result: StageResult) -> bool:
     """The staging commit was refused: another fenced step committed since the snapshot. True
@@ -364,12 +391,15 @@ def _restaged(config: PipelineConfig, tables: OpenTables, plan: Plan, base: _Bas
 
     - a rewind began since N-1's state was read, or N-1's staged files are not the ones read
       (a rewind and a replay of N-1): ``SUPERSEDED``, nothing staged;
+    - a commit sealed N since: ``SEALED`` (its staged rows are being promoted);
     - staging holds N for this plan now (a concurrent attempt, identical rows): ``REUSED_STAGE``;
     - otherwise (a prune, an abort of N): try again."""
     latest = tables.refreshed(tables.staging)
     if (Fence.of(latest, config.app_id).rewinds != base.rewinds
             or epoch_files(latest, plan.epoch - 1) != base.files):
         result.outcome = Outcome.SUPERSEDED
+        return True
+    if _sealed(config, latest, plan, result):
         return True
     existing = staged_epoch(tables, plan.epoch, plan.hash)
     if existing is not None:
@@ -443,16 +473,19 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         )
     previous = checkpoints.last(tables, epoch - 1)
     checkpoints.check_schema_view(previous, config)  # N is checkpointed with this config's view
-    outputs = epoch_outputs(config, staged, epoch, previous.watermark_ms if previous else None)
-    result.rows = {output: rows.num_rows for output, rows in outputs.items()}
+    watermark = previous.watermark_ms if previous else None
+    outputs = epoch_outputs(config, staged, epoch, watermark)
     sinks = sinks_for(config)
     # Every deterministic failure is found here, before the seal, while N can be aborted:
     # once sealed, N's commit must eventually succeed (DESIGN §9.1). A retry of a sealed N
     # checks nothing: it can only go forward.
-    if not _sealed(config, tables, epoch):
+    if not _commit_sealed(config, tables, epoch):
         for sink in sinks:
             sink.check(epoch, outputs[sink.output])
-    rewinds = _seal(config, tables, plan)
+    rewinds, sealed = _seal(config, tables, plan, staged)
+    if sealed is not staged:  # read again after a lost seal: promote what was sealed
+        staged, outputs = sealed, epoch_outputs(config, sealed, epoch, watermark)
+    result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     for i, sink in enumerate(sinks):
         done = sink.commit(epoch, outputs[sink.output], plan.hash)
         result.sinks.append(done)
@@ -480,18 +513,24 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
                                          base_of(watermark_row(staged)))
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
-        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention)
+        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
+                                      app_id=config.app_id, epoch=epoch, rewinds=rewinds)
 
 
-def _sealed(config: PipelineConfig, tables: OpenTables, epoch: int) -> bool:
+def _commit_sealed(config: PipelineConfig, tables: OpenTables, epoch: int) -> bool:
     """Whether a commit sealed ``epoch`` already, as the phase's staging snapshot sees it."""
     snapshot = tables.handle(tables.staging)
     return snapshot is not None and Fence.of(snapshot, config.app_id).sealed >= epoch
 
 
-def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan) -> int:
+def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan,
+          staged: pa.Table) -> tuple[int, pa.Table]:
     """Seal N in staging before any sink write (``eos.core.staging.Fence``); return the count
-    of rewinds it was sealed under (the prune after the checkpoint needs it).
+    of rewinds it was sealed under (the prune after the checkpoint needs it) and N's staged
+    rows as sealed: ``staged`` (read through the staging handle) when the seal was written
+    through the snapshot they were read from, else read again once sealed (another fenced
+    step landed in between: an abort and a precommit may have replaced them). Once N is
+    sealed no precommit replaces its rows (``SEALED``), so the sinks get what staging holds.
 
     - N is sealed already (a retry after a crash, a concurrent attempt): go on, whatever began
       since: a rewind waits for a sealed epoch, so this commit must finish;
@@ -501,20 +540,31 @@ def _seal(config: PipelineConfig, tables: OpenTables, plan: Plan) -> int:
     snapshot = tables.handle(tables.staging)
     if snapshot is None:
         raise ProtocolViolation(f"epoch {plan.epoch} is not pre-committed: no staging table")
-    for _ in range(STAGE_ATTEMPTS):
+    for attempt in range(STAGE_ATTEMPTS):
         fence = Fence.of(snapshot, config.app_id)
         if fence.sealed >= plan.epoch:
-            return fence.rewinds
+            return fence.rewinds, _sealed_rows(tables, plan, staged if attempt == 0 else None)
         _check_no_rewind(tables)
         if seal(snapshot, config.app_id, plan.epoch):
             faults.hit("commit.after_seal")
-            return fence.rewinds
+            return fence.rewinds, _sealed_rows(tables, plan, staged if attempt == 0 else None)
         if staged_epoch(tables, plan.epoch, plan.hash, state=False) is None:
             raise ProtocolViolation(
                 f"epoch {plan.epoch}'s staged rows were dropped (an abort) as this commit "
                 "began; nothing was written: run precommit again")
     raise CommitConflict(f"sealing epoch {plan.epoch} conflicted with concurrent writes "
                          f"{STAGE_ATTEMPTS} times; retrying is safe")
+
+
+def _sealed_rows(tables: OpenTables, plan: Plan, read: pa.Table | None) -> pa.Table:
+    """N's staged rows (without its open windows) as sealed: ``read`` when they were read
+    through the snapshot the seal was found or written in, else read now (after the seal)."""
+    rows = read if read is not None else staged_epoch(tables, plan.epoch, plan.hash,
+                                                      state=False)
+    if rows is None:  # a sealed epoch is never dropped: the fence refuses it
+        raise ProtocolViolation(f"epoch {plan.epoch} is sealed and not staged for plan "
+                                f"{plan.hash}: inspect the staging table")
+    return rows
 
 
 # -- abort and recover --------------------------------------------------------------------------

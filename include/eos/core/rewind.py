@@ -22,7 +22,12 @@ The steps, each idempotent; a crash anywhere is repaired by running the same rew
 2b. *fence* staging (``eos.core.staging.fence_rewind``): an epoch whose commit has begun (it
    is sealed, not checkpointed) makes the rewind wait (``EpochCommitting``: rerun it once that
    commit finished); after the fence, a commit that had not sealed is refused, a precommit
-   that read its state before it stages nothing, and no commit prunes staging.
+   that read its state before it stages nothing, and no commit prunes or maintains staging.
+   A maintenance running (a commit's vacuum and log cleanup, which delete the history a
+   restore needs) makes the rewind wait too, before step 2 if it is seen then.
+2c. *check* the history staging and the checkpoint table go back to is still there: gone
+   (a maintenance that began before the rewind was logged deleted it), the rewind is
+   abandoned (logged as finished, nothing restored) and refused (``RewindRefused``).
 3. *restore* the sinks, then staging, then the checkpoint table, the authority, last. A table
    this rewind already restored is skipped (its history names the rewind).
 4. *log* it finished (``rewound``).
@@ -35,9 +40,13 @@ last, so a half-done rewind is never mistaken for a consistent pipeline: ``begin
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from eos.core import checkpoints, epochlog, faults
 from eos.core.config import PipelineConfig
@@ -54,7 +63,14 @@ from eos.core.phaselog import log_phase, timed
 from eos.core.sink import Sink, SupportsRewind, sinks_for
 from eos.core.staging import Fence, fence_rewind
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
-from eos.core.timetravel import replace_schema, restore, target_version, version_of
+from eos.core.timetravel import (
+    missing_files,
+    replace_schema,
+    restore,
+    rewound,
+    target_version,
+    version_of,
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +140,7 @@ def rewind(config: PipelineConfig, to_epoch: int, republish: bool = False,
                 plan = winner
         faults.hit("rewind.after_log")
         _fence(config, tables, plan)
+        _check_history(config, tables, plan, run_id)
         result = RewindResult(plan, Outcome.REWOUND, _restore(config, tables, plan))
         faults.hit("rewind.before_done")
         epochlog.append(tables, plan.to_epoch + 1, epochlog.REWOUND, run_id=run_id,
@@ -153,8 +170,9 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
         )
     if to_epoch == committed:
         return None
-    _check_none_committing(config, Fence.of(tables.refreshed(tables.staging),
-                                            config.app_id).sealed, committed)
+    fence = Fence.of(tables.refreshed(tables.staging), config.app_id)
+    _check_none_committing(config, fence.sealed, committed)
+    _check_none_maintaining(config, fence)
     checkpoint = checkpoints.read(tables, to_epoch) if to_epoch >= 0 else None
     _check_schema(config, tables, checkpoint)
     sinks = rewindable(config, to_epoch)
@@ -183,6 +201,59 @@ def _check_none_committing(config: PipelineConfig, sealed: int, committed: int) 
             "until that commit finishes (its task's retry, or eos commit); then run it again")
 
 
+def _check_none_maintaining(config: PipelineConfig, fence: Fence) -> None:
+    """A maintenance running deletes files and log entries: the versions this rewind restores
+    may be among them. It waits; a maintenance that begins after the rewind's fence stands
+    aside (``eos.core.maintenance``)."""
+    now_ms = int(time.time() * 1000)
+    if fence.maintenance_running(now_ms):
+        raise EpochCommitting(
+            f"'{config.name}' is being maintained (a commit's vacuum and log cleanup, begun "
+            f"{(now_ms - fence.maintaining) / 1000:.0f} s ago): the rewind waits until it "
+            "ends (it may delete the history the rewind restores); then run it again")
+
+
+def _check_history(config: PipelineConfig, tables: OpenTables, plan: RewindPlan,
+                   run_id: str | None) -> None:
+    """Step 2c: what staging and the checkpoint table go back to is still there. Checked after
+    the fence: from then on no maintenance runs until the rewind is finished, so what is here
+    now stays. What went, went before: a maintenance that began before this rewind was logged
+    (its log read came first) and deleted what the plan checked. A first run that finds it
+    gone has restored nothing (each run checks before it restores): the rewind is abandoned,
+    logged as finished without a version restored, so the pipeline goes on where it was."""
+    restored = [path for path in (tables.staging, tables.checkpoints)
+                if rewound(DeltaTable(path), plan.rewind_id)]
+    gone = _history_gone(tables, plan, restored)
+    if gone is None:
+        return
+    if restored:  # never after a restore: the tables would disagree
+        raise RewindRefused(f"rewind {plan.rewind_id} to epoch {plan.to_epoch} cannot finish: "
+                            f"{gone}; inspect the tables before going on")
+    epochlog.append(tables, plan.to_epoch + 1, epochlog.REWOUND, run_id=run_id,
+                    details={"rewind_id": plan.rewind_id, "versions": {}, "abandoned": gone})
+    raise RewindRefused(
+        f"rewind {plan.rewind_id} of '{config.name}' to epoch {plan.to_epoch} was abandoned "
+        f"before it restored anything: {gone} (a maintenance deleted it as the rewind began). "
+        f"The pipeline stays at epoch {plan.from_epoch}; rewind to a later epoch, or to -1 "
+        "(a full replay)")
+
+
+def _history_gone(tables: OpenTables, plan: RewindPlan, restored: list[str]) -> str | None:
+    """What is missing of the versions of staging and the checkpoint table the rewind
+    restores (those it has not restored yet), or None."""
+    for path, version in ((tables.staging, plan.staging),
+                          (tables.checkpoints, plan.checkpoints)):
+        if path in restored:
+            continue
+        try:
+            gone = missing_files(path, version)
+        except TableNotFoundError:  # its log entries were cleaned up (a store error raises)
+            return f"version {version} of {path} is no longer in its Delta log"
+        if gone:
+            return f"{len(gone)} files of version {version} of {path} were vacuumed"
+    return None
+
+
 def _fence(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> None:
     """Step 2b, idempotent: fence staging for rewind ``plan.seq`` unless a run of it did. The
     checkpoint is read before the staging snapshot, so a seal the snapshot shows is never
@@ -195,6 +266,7 @@ def _fence(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> None
         if fence.rewinds > plan.seq:
             return  # this rewind fenced staging already (a rerun, or a racing attempt of it)
         _check_none_committing(config, fence.sealed, committed)
+        _check_none_maintaining(config, fence)
         if fence_rewind(snapshot, config.app_id, plan.to_epoch, plan.seq):
             faults.hit("rewind.after_fence")
             return

@@ -9,7 +9,8 @@ one transaction, dropping any earlier attempt's. Files no commit names are invis
 reader (a killed attempt leaves only those; a vacuum deletes them).
 
 Every commit that changes which epochs staging holds goes through the **staging fence**
-(``Fence``): a precommit's stage, a commit's seal, an abort, a prune and a rewind. Each is
+(``Fence``): a precommit's stage, a commit's seal, an abort, a prune and a rewind; and so does
+the beginning of a maintenance, which deletes files and history a rewind may need. Each is
 checked and written through one snapshot and carries ``txn(<app>#fence, N)``; delta-rs
 refuses a commit carrying an app id that another commit carried after its snapshot
 (``ConcurrentTransaction``), so of two such steps the later one fails, re-reads and decides
@@ -186,8 +187,12 @@ class Fence:
       for N's checkpoint. ``sealed > committed`` means a commit is in flight (or crashed and
       will be retried: it must eventually succeed);
     - ``rewinds``: rewinds begun on this pipeline. A precommit that read its state before a
-      rewind began never stages what it computed (the replay computes it again).
-    A table written before the fence existed has neither: -1 and 0."""
+      rewind began never stages what it computed (the replay computes it again);
+    - ``maintaining``: when the maintenance in flight began (ms since the Unix epoch; 0: none).
+      Maintenance deletes files and log entries a rewind's restore may need, so it begins
+      only while no rewind has begun (``begin_maintenance``), and a rewind waits while one
+      runs (``maintenance_running``).
+    A table written before the fence existed has none of them: -1, 0 and 0."""
 
     def __init__(self, staging: DeltaTable, app_id: str) -> None:
         self.staging, self.app_id = staging, app_id
@@ -208,6 +213,15 @@ class Fence:
     def rewinds(self) -> int:
         return self._version(_REWINDS, 0)
 
+    @cached_property
+    def maintaining(self) -> int:
+        return self._version(_MAINTAINING, 0)
+
+    def maintenance_running(self, now_ms: int) -> bool:
+        """A maintenance began and has not ended, and is young enough to be still running (one
+        that crashed never ends: past ``MAINTENANCE_LEASE_MS`` it is taken as gone)."""
+        return 0 < now_ms - self.maintaining < MAINTENANCE_LEASE_MS
+
     def advance(self, epoch: int, *, sealed: int | None = None,
                 rewinds: int | None = None) -> list[Transaction]:
         """The ``txn`` actions of a fenced commit about ``epoch`` (and a new seal or count)."""
@@ -219,7 +233,10 @@ class Fence:
         return actions
 
 
-_FENCE, _SEALED, _REWINDS = "#fence", "#sealed", "#rewinds"
+_FENCE, _SEALED, _REWINDS, _MAINTAINING = "#fence", "#sealed", "#rewinds", "#maintaining"
+# How long a maintenance that began and never ended is taken as still running (a rewind
+# waits for it): far longer than a vacuum and log cleanup of the protocol's tables take.
+MAINTENANCE_LEASE_MS = 3_600_000
 
 
 def fenced(staging: DeltaTable, write: Any) -> bool:
@@ -268,6 +285,33 @@ def fence_rewind(staging: DeltaTable, app_id: str, to_epoch: int, seq: int) -> b
         commit_properties=commit_properties(
             app_id, to_epoch, "rewind-fence", txn=False,
             also=fence.advance(to_epoch, sealed=to_epoch, rewinds=seq + 1))))
+
+
+def begin_maintenance(staging: DeltaTable, app_id: str, epoch: int, rewinds: int,
+                      now_ms: int) -> bool:
+    """Fenced: maintenance (epoch N's commit's) begins at ``now_ms``, unless a rewind began since
+    N was sealed (``rewinds``: the count it was sealed under). False when refused, or when the
+    table moved since ``staging``'s snapshot (``staging`` is brought up to date: ask again).
+    Of this and a rewind's fence (``fence_rewind``), the one that lands second sees the other."""
+    fence = Fence.of(staging, app_id)
+    if fence.rewinds != rewinds:
+        return False
+    return fenced(staging, lambda: staging.create_write_transaction(
+        [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
+        commit_properties=commit_properties(
+            app_id, epoch, "maintain", txn=False,
+            also=[*fence.advance(epoch), Transaction(app_id + _MAINTAINING, int(now_ms))])))
+
+
+def end_maintenance(staging: DeltaTable, app_id: str, epoch: int) -> bool:
+    """The maintenance begun by ``begin_maintenance`` is over (a rewind need not wait). Not
+    fenced: it decides nothing, and must land whatever else commits meanwhile. False if it
+    lost every race (a rewind then waits out ``MAINTENANCE_LEASE_MS``)."""
+    return any(fenced(staging, lambda: staging.create_write_transaction(
+        [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
+        commit_properties=commit_properties(app_id, epoch, "maintained", txn=False,
+                                            also=[Transaction(app_id + _MAINTAINING, 0)])))
+               for _ in range(5))
 
 
 def _own_schema(staging: DeltaTable) -> pa.Schema:
