@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from eos.core import checkpoints, epochlog, faults, protocol
 from eos.core.config import PipelineConfig
@@ -100,6 +101,40 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
     assert [store(pipeline, n).marker for n in ("memory:a", "memory:b", "memory:c")] == [-1] * 3
     assert committed_epoch(pipeline) == -1
     assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    assert staged_rows(pipeline, 0, plan.hash) is not None
+
+
+# -- precommit against commit ------------------------------------------------------------------
+
+def test_no_staging_write_of_an_epoch_is_accepted_once_its_commit_sealed_it(
+        pipeline: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zombie precommit saw N unstaged; then a rival staged N and a commit sealed it and
+    crashed before its checkpoint (its retry must finish with the sealed rows); then the zombie
+    read staging and computed. Before the fix its write replaced the sealed rows: with a
+    record the zombie's attempt read differently (a schema id registered in between), the
+    retry would promote other rows than the sinks already written."""
+    plan = begin(pipeline, source=source)
+    rival, zombie = MemoryStager(), MemoryStager()
+    check, pending = checkpoints.check_schema_view, [True]
+
+    def rival_stages_and_seals(*args: Any) -> None:  # right before the zombie reads staging
+        if pending and pending.pop():
+            assert precommit(pipeline, 0, rival).outcome is Outcome.STAGED
+            arm("commit.after_seal:fail")
+            with pytest.raises(InjectedFault):
+                commit(pipeline, 0)
+            arm("")
+        check(*args)
+
+    monkeypatch.setattr(checkpoints, "check_schema_view", rival_stages_and_seals)
+    result = precommit(pipeline, 0, zombie)
+    monkeypatch.undo()
+    assert zombie.staged == [0]  # it did compute, from a snapshot taken after the seal
+    assert result.outcome is Outcome.REUSED_STAGE and result.staging_version is None
+    held = DeltaTable(tables_for(pipeline).staging).file_uris()
+    assert held and all(rival.attempts[0] in uri for uri in held)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     assert staged_rows(pipeline, 0, plan.hash) is not None
 

@@ -153,11 +153,19 @@ def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.
     ``files`` (any earlier attempt's files are removed in the same commit). Returns the staging
     version written, or None when another fenced step committed after the snapshot (nothing
     written: the caller re-reads and decides again). The commit info names the epoch and its
-    plan hash: a rewind to N restores staging to this version."""
+    plan hash: a rewind to N restores staging to this version.
+
+    Never once a commit has sealed N (None too): the sealed rows are the ones its sinks get,
+    and a retry of that commit must promote the same rows. An attempt that computed N from a
+    snapshot taken after the seal (it found N unstaged before) would otherwise replace them;
+    a record read differently by two attempts (a schema id registered in between) would then
+    reach some sinks as one attempt read it and the others as the other did."""
+    fence = Fence.of(staging, app_id)
+    if fence.sealed >= epoch:
+        return None
     partition = {"epoch": str(int(epoch))}
     actions: list[AddAction | RemoveAction] = [
         AddAction(f.path, f.size, partition, f.modified_ms, True, _stats(f)) for f in files]
-    fence = Fence.of(staging, app_id)
     try:
         staging.create_write_transaction(actions, mode="overwrite", schema=schema,
                                          partition_by=["epoch"],
