@@ -88,8 +88,10 @@ from eos.core.sink import (
 from eos.sinks.kafka_avro import AvroValues
 from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
 from eos.sinks.kafka_topics import (
+    MARKER_TOPIC_CONFIG,
     MAX_TOPIC_NAME,
     TIMEOUT_S,
+    check_marker_topic,
     check_topic_name,
     ensure_topic,
     held_back,
@@ -356,10 +358,12 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return topic_uri({**self.config.kafka.client, **self.options.client}, self.options.topic)
 
     def prepare(self, schema: pa.Schema | None = None) -> None:
-        """Create the output topic and the marker topic where the broker allows it."""
+        """Create the output topic and the marker topic (compacted) where the broker allows it;
+        refuse a marker topic that deletes records (``check_marker_topic``)."""
         settings = self._settings()
         ensure_topic(settings, self.options.topic, self.options.partitions)
-        ensure_topic(settings, self.marker_topic, 1, {"cleanup.policy": "compact"})
+        ensure_topic(settings, self.marker_topic, 1, MARKER_TOPIC_CONFIG)
+        check_marker_topic(settings, self.marker_topic)
 
     # -- helpers ------------------------------------------------------------------------------
 
