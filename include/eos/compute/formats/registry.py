@@ -15,12 +15,14 @@ its answers mean for a record, which is the part that must be honest:
 
 Which answer an epoch commits: two attempts of one epoch (a retry, a zombie) can disagree
 about an id registered between them, one quarantining its records and the other decoding them.
-Each is a true account of its moment, and exactly one is committed: a precommit replaces any
-earlier attempt's staged rows in one commit, and once a commit has sealed the epoch no staging
-write of it is accepted (``eos.core.staging.commit``): the rows sealed are the rows every
-retry of that commit promotes. A record quarantined for an unknown id is not read again by a
-later epoch (replaying it is an operator's rewind), and the audit, asking the registry later,
-decodes it: it reports that record, which is what happened.
+Each is a true account of its moment, and exactly one is committed: the first attempt staged
+complete for the plan (unless an abort drops it before the seal). Staging never accepts a
+second complete attempt of a plan, nor any
+write of an epoch a commit has sealed (``eos.core.staging.commit``), so the rows a commit reads
+are the ones its sinks, its retries and the next epoch's state all get (a later attempt steps
+aside: ``REUSED_STAGE``). A record quarantined for an unknown id is not read again by a later
+epoch (replaying it is an operator's rewind); the audit, asking the registry later, decodes it
+and reports that record, which is what happened.
 
 The credentials are read here, on the worker, from the environment variable or the Airflow
 connection the config names: the config (pickled into the Spark plan) holds only their names,
