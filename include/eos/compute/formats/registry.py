@@ -17,10 +17,9 @@ Which answer an epoch commits: two attempts of one epoch (a retry, a zombie) can
 about an id registered between them, one quarantining its records and the other decoding them.
 Each is a true account of its moment, and exactly one is committed: the first attempt staged
 complete for the plan (unless an abort drops it before the seal). Staging never accepts a
-second complete attempt of a plan, nor any
-write of an epoch a commit has sealed (``eos.core.staging.commit``), so the rows a commit reads
-are the ones its sinks, its retries and the next epoch's state all get (a later attempt steps
-aside: ``REUSED_STAGE``). A record quarantined for an unknown id is not read again by a later
+second complete attempt of a plan, nor any write of an epoch a commit has sealed
+(``eos.core.staging.commit``), so the rows a commit reads are the ones its sinks, its retries
+and the next epoch's state all get (a later attempt steps aside: ``REUSED_STAGE``). A record quarantined for an unknown id is not read again by a later
 epoch (replaying it is an operator's rewind); the audit, asking the registry later, decodes it
 and reports that record, which is what happened.
 
