@@ -312,6 +312,51 @@ def test_parse_batch_agrees_with_parse_and_is_deterministic(
     assert rows[6]["amount"] == Decimal("1.50")
 
 
+# --- an id the registry does not know (yet) -------------------------------------------------
+
+UNKNOWN_1 = "schema id 1 is not known to the Schema Registry"
+
+
+def test_an_unknown_id_is_asked_again_in_the_next_batch_not_for_the_worker_life(
+        registry: SchemaRegistryServer) -> None:
+    """A 404 (error code 40403) says what the registry holds now: a producer may register the
+    id a moment later. One answer per id per batch (every record of the id in a batch gets it,
+    one request), never kept for the worker's life: the same parser (a Spark worker reuses
+    it for every read) decodes the id's records in its next batch once the id is there."""
+    with SchemaRegistryServer(registry.user, registry.password) as elsewhere:
+        early = write(serializer(elsewhere, V1), order())  # id 1 there; not registered here
+    parser = parser_for(event(config_of(registry)))
+    batch = raw_batch([early] * 5)
+    assert parser.parse_batch(batch).column(REASON).to_pylist() == [UNKNOWN_1] * 5
+    assert registry.requests["GET /schemas/ids/1"] == 1  # one question for the whole batch
+    assert write(serializer(registry, V1), order()) == early  # registered here: id 1
+    decoded = parser.parse_batch(batch)
+    assert decoded.column(REASON).to_pylist() == [None] * 5
+    assert decoded.column("order_id").to_pylist() == ["o-1"] * 5
+    assert parser.parse(early, KTS) == Parsed(1_767_225_601_250,
+                                              ("o-1", 7, "GOLD", Decimal("12.34"), None))
+    parser.parse_batch(batch)
+    assert registry.requests["GET /schemas/ids/1"] == 2  # a known schema is kept: ids are final
+
+
+def test_writer_schemas_keep_an_unknown_id_for_one_batch_only(
+        registry: SchemaRegistryServer) -> None:
+    """``WriterSchemas`` itself: an unknown id is answered from memory until ``new_batch``
+    (the batch's records agree), then asked again; a known schema is never asked again."""
+    from eos.compute.formats.registry import UNKNOWN
+
+    schemas = WriterSchemas(event(config_of(registry)).schema_registry)
+    assert schemas.get(1) is UNKNOWN
+    registry.register("orders-value", {"schema": json.dumps(V1)})
+    assert schemas.get(1) is UNKNOWN  # the same batch: the same answer
+    assert registry.requests["GET /schemas/ids/1"] == 1
+    schemas.new_batch()
+    assert json.loads(schemas.get(1).schema_str)["name"] == "Order"
+    schemas.new_batch()
+    assert schemas.get(1).schema_str
+    assert registry.requests["GET /schemas/ids/1"] == 2
+
+
 # --- the registry away, credentials ----------------------------------------------------------
 
 def test_a_registry_that_is_down_or_slow_is_transient_and_quarantines_nothing(

@@ -27,6 +27,7 @@ from test_formats_avro import (  # the Avro tests' constants and event builder
     AUTH_ENV,
     KTS,
     TOPIC,
+    UNKNOWN_1,
     config_of,
 )
 from test_formats_avro import event as avro_event
@@ -483,3 +484,29 @@ def test_json_schema_refers_to_nothing_it_fetches(registry: SchemaRegistryServer
         "https://example.com/x.json)")
     assert both(pair, b"\x00" + remote.to_bytes(4, "big") + b'{"y": 1}') == Rejected(
         f"schema id {remote}: missing field 'x'")
+
+
+# --- an id the registry does not know (yet) -------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["protobuf", "json_schema"])
+def test_an_unknown_id_is_asked_again_in_the_next_batch(registry: SchemaRegistryServer,
+                                                        fmt: str) -> None:
+    """As for Avro (``test_formats_avro``): a 404 holds for one batch, not for the worker's
+    life; the parser that quarantined the id's records decodes them once it is registered."""
+    record = {"id": "o-1", "ts": KTS + 1250, "customer": {"id": 7, "tier": "GOLD"},
+              "amount": 12.34, "note": None}
+
+    def produce(server: SchemaRegistryServer) -> bytes:
+        if fmt == "protobuf":
+            return serializer(server, order_class(1))(TOPIC, v1())
+        return json_serializer(server, J1)(record)
+
+    with SchemaRegistryServer() as elsewhere:
+        early = produce(elsewhere)  # id 1 there, unknown to the pipeline's registry
+    parser = parser_for(event(fmt, config_of(registry)))
+    batch = raw_batch([early] * 3)
+    assert parser.parse_batch(batch).column(REASON).to_pylist() == [UNKNOWN_1] * 3
+    assert produce(registry)[:5] == early[:5]  # registered: id 1
+    decoded = parser.parse_batch(batch)
+    assert decoded.column(REASON).to_pylist() == [None] * 3
+    assert decoded.column("order_id").to_pylist() == ["o-1"] * 3

@@ -19,13 +19,20 @@ import pyarrow as pa
 import pytest
 
 from eos.core.config import PipelineConfig
-from eos.core.errors import ConfigError, MarkerTopicShared, SinkRejected, SinkUnavailable
+from eos.core.errors import (
+    ConfigError,
+    MarkerTopicShared,
+    MarkerTopicUnsafe,
+    SinkRejected,
+    SinkUnavailable,
+)
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
+from eos.sinks import kafka_topics
 from eos.sinks.kafka import KafkaSink
-from eos.sinks.kafka_topics import ensure_topic
+from eos.sinks.kafka_topics import ensure_topic, marker_loss
 from eos.tools.pipelines import unique_topic
 
 from support import write_pipeline
@@ -290,6 +297,40 @@ def test_an_open_foreign_transaction_seen_by_the_embedded_broker_is_refused(
     assert all_records(sink.options.topic) and len(all_records(sink.options.topic)) == 1
 
 
+# -- issue 42 item 8: a marker topic that deletes its markers -----------------------------------
+
+def test_a_topic_deletes_markers_when_it_deletes_by_time_or_size() -> None:
+    """The rule ``check_marker_topic`` applies to what DescribeConfigs answers."""
+    assert marker_loss({"cleanup.policy": "compact", "retention.ms": "3600000"}) is None
+    assert marker_loss({"cleanup.policy": "delete", "retention.ms": "-1",
+                        "retention.bytes": "-1"}) is None  # kept for ever: nothing lost
+    assert marker_loss({"cleanup.policy": "compact,delete", "retention.ms": "-1"}) is None
+    assert marker_loss({"cleanup.policy": "delete", "retention.ms": "604800000",
+                        "retention.bytes": "-1"}) == (
+        "cleanup.policy=delete with retention.ms=604800000")
+    assert marker_loss({"cleanup.policy": "compact, delete", "retention.ms": "-1",
+                        "retention.bytes": "1048576"}) == (
+        "cleanup.policy=compact, delete with retention.bytes=1048576")
+    assert marker_loss({}) == "cleanup.policy=delete with retention.ms=604800000"  # Kafka's
+
+
+def test_on_the_embedded_broker_the_marker_topic_is_not_checked_and_the_log_says_so(
+        tmp_path: Path, kafka: str, caplog: pytest.LogCaptureFixture) -> None:
+    """librdkafka's mock cluster does not answer DescribeConfigs ("Failed while waiting for
+    controller" after the request's timeout): the sink prepares, and says once what it could
+    not check."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        pytest.skip("the embedded broker's answer (a real broker is checked: the next tests)")
+    config = write_pipeline(tmp_path, sinks={"windows": [{"kafka": unique_topic("out")}]})
+    (sink,) = kafka_sinks(config)
+    with caplog.at_level("WARNING", logger=kafka_topics.__name__):
+        sink.prepare(output_schema(config, "windows"))
+        sink.prepare(output_schema(config, "windows"))
+    said = [r.getMessage() for r in caplog.records if sink.marker_topic in r.getMessage()]
+    assert len(said) == 1 and "not checked" in said[0] and "DescribeConfigs" in said[0]
+    assert sink.commit(0, rows_of(config, "windows"), HASH).outcome is Outcome.COMMITTED
+
+
 # -- real broker only ----------------------------------------------------------------------------
 
 def test_another_producers_open_transaction_on_the_marker_partition_is_never_a_wrong_answer(
@@ -317,3 +358,61 @@ def test_another_producers_open_transaction_on_the_marker_partition_is_never_a_w
     finally:
         intruder.abort_transaction(30)
     assert sink.committed_epoch() == 0  # the aborted record is invisible and not foreign
+
+
+REAL_BROKER = ("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded broker, "
+               "librdkafka's mock cluster, implements neither CreateTopics with configs nor "
+               "DescribeConfigs, so a topic's cleanup.policy cannot be set or read there")
+
+
+def create_topic(topic: str, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(client_settings())
+    created = admin.create_topics([NewTopic(topic, 1, replication_factor=-1, config=configs)])
+    created[topic].result(30)
+
+
+@pytest.mark.parametrize(("configs", "loss"), [
+    ({"cleanup.policy": "delete", "retention.ms": "3600000"},
+     "cleanup.policy=delete with retention.ms=3600000"),
+    ({"cleanup.policy": "compact,delete", "retention.ms": "-1", "retention.bytes": "1048576"},
+     "cleanup.policy=compact,delete with retention.bytes=1048576"),
+])
+def test_a_pre_created_marker_topic_that_deletes_records_is_refused(
+        tmp_path: Path, kafka: str, configs: dict[str, str], loss: str) -> None:
+    """The defect: a marker topic someone created with deletion lost its markers after the
+    retention, and the pipeline then halted for good (the sink "behind" its checkpoint). Now
+    ``begin``'s prepare refuses it, naming the topic, the setting and the fix; nothing written."""
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        pytest.skip(REAL_BROKER)
+    markers = unique_topic("markers")
+    create_topic(markers, configs)
+    config = write_pipeline(tmp_path, sinks={"windows": [
+        {"kafka": {"topic": unique_topic("out"), "marker_topic": markers}}]})
+    (sink,) = kafka_sinks(config)
+    with pytest.raises(MarkerTopicUnsafe, match=rf"'{markers}' has {loss}.*cleanup\.policy="
+                                                r"compact") as refused:
+        sink.prepare(output_schema(config, "windows"))
+    assert not refused.value.retryable
+    with pytest.raises(MarkerTopicUnsafe):
+        sink.commit(0, rows_of(config, "windows"), HASH)
+    assert records(markers) == []
+
+
+def test_a_marker_topic_the_sink_creates_is_compacted_and_accepted(
+        tmp_path: Path, kafka: str) -> None:
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        pytest.skip(REAL_BROKER)
+    config = write_pipeline(tmp_path, sinks={"windows": [{"kafka": unique_topic("out")}]})
+    (sink,) = kafka_sinks(config)
+    sink.prepare(output_schema(config, "windows"))
+    configs = kafka_topics._topic_configs(client_settings(), sink.marker_topic)
+    assert configs is not None and configs["cleanup.policy"] == "compact"
+    assert sink.commit(0, rows_of(config, "windows"), HASH).outcome is Outcome.COMMITTED
+    kept = unique_topic("kept")  # deletion on, but no limit: nothing is ever deleted
+    create_topic(kept, {"cleanup.policy": "delete", "retention.ms": "-1",
+                        "retention.bytes": "-1"})
+    other = by_hand(config, "late", {"topic": unique_topic("late"), "marker_topic": kept})
+    other.prepare(output_schema(config, "late"))
+

@@ -30,6 +30,7 @@ from eos.core.outcomes import Outcome
 from eos.core.plan import Plan
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
+from eos.core.tables import ensure_tables, staging_schema
 
 from . import harness
 from .harness import (
@@ -38,6 +39,7 @@ from .harness import (
     MemoryStager,
     log_rows,
     make_pipeline,
+    record,
     run_epoch,
     same_pipeline,
     staged_rows,
@@ -110,6 +112,77 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
     assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     assert staged_rows(pipeline, 0, plan.hash) is not None
+
+
+# -- precommit against commit ------------------------------------------------------------------
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_an_attempt_never_replaces_the_first_complete_stage_of_its_plan(
+        pipeline: PipelineConfig, source: MemorySource, arm,
+        monkeypatch: pytest.MonkeyPatch, sealed: bool) -> None:
+    """A zombie precommit saw N unstaged; then a rival staged N (and, ``sealed``, a commit
+    sealed it and crashed before its checkpoint: its retry must finish with the sealed rows);
+    then the zombie read staging and computed. Before the fix its write replaced the rival's
+    rows: with a record the two attempts read differently (a schema id registered in between)
+    a commit that had read the rival's rows would promote them while staging kept the
+    zombie's. The first complete stage of a plan is the one committed."""
+    plan = begin(pipeline, source=source)
+    rival, zombie = MemoryStager(), MemoryStager()
+    check, pending = checkpoints.check_schema_view, [True]
+
+    def rival_stages(*args: Any) -> None:  # right before the zombie reads staging
+        if pending and pending.pop():
+            assert precommit(pipeline, 0, rival).outcome is Outcome.STAGED
+            if sealed:
+                arm("commit.after_seal:fail")
+                with pytest.raises(InjectedFault):
+                    commit(pipeline, 0)
+                arm("")
+        check(*args)
+
+    monkeypatch.setattr(checkpoints, "check_schema_view", rival_stages)
+    result = precommit(pipeline, 0, zombie)
+    monkeypatch.undo()
+    assert zombie.staged == [0]  # it did compute, from a snapshot holding the rival's rows
+    # Sealed: the precommit's own check steps aside first (SEALED); else staging does.
+    assert result.outcome is (Outcome.SEALED if sealed else Outcome.REUSED_STAGE)
+    assert result.staging_version is None
+    held = DeltaTable(tables_for(pipeline).staging).file_uris()
+    assert held and all(rival.attempts[0] in uri for uri in held)
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    assert staged_rows(pipeline, 0, plan.hash) is not None
+
+
+def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
+                                                 source: MemorySource,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit reads N's rows, then seals N. Between the two, another attempt's write of N
+    (one that read record 0 differently: quarantined) arrives. Before the fix it replaced the
+    rows, the seal was retried over it, and the sinks got the rows read first while staging
+    (the next epoch's state, the audit) kept the other attempt's."""
+    plan = begin(pipeline, source=source)
+    assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
+    seal, pending = protocol.seal, [True]
+
+    def misread(partition: int, offset: int) -> str:
+        return "quarantine" if offset == 0 else record(partition, offset)
+
+    def another_attempt_writes(*args: Any) -> bool:
+        if pending and pending.pop():
+            with monkeypatch.context() as patch, ensure_tables(pipeline) as tables:
+                patch.setattr(harness, "record", misread)
+                snapshot = tables.refreshed(tables.staging)
+                files = MemoryStager().stage(pipeline, tables, plan, None, {}).files
+                assert staging.commit(snapshot, files, 0, staging_schema(pipeline),
+                                      pipeline.app_id, plan.hash) is None
+        return seal(*args)
+
+    monkeypatch.setattr(protocol, "seal", another_attempt_writes)
+    assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    monkeypatch.undo()
+    staged = staged_rows(pipeline, 0, plan.hash) or []
+    quarantined = [r for r in staged if r["kind"] == "quarantine"]
+    assert store(pipeline, "memory:c").rows[0].num_rows == len(quarantined) == 3
 
 
 # -- rewind against precommit -------------------------------------------------------------------

@@ -653,7 +653,10 @@ class PipelineConfig(_Strict):
         if event["max_string_bytes"] == MAX_STRING_BYTES:
             del event["max_string_bytes"]
         # Where writer schemas are fetched from does not change what a row means (the format
-        # does, and stays in the view); a moved registry is not a schema change.
+        # does, and stays in the view); a moved registry is not a schema change. Its URL is not
+        # its identity either: one registry answers at several URLs, and a migration keeps ids
+        # (Confluent's import mode). A registry with other ids is another source, as another
+        # Kafka cluster is: in the view, a new URL would refuse the first and not see the second.
         del event["schema_registry"]
         return {
             "event": event,

@@ -248,3 +248,9 @@ class StoreUnsafe(ConfigError):
 class StoreUnavailable(TransientError):
     """The embedded object store (a development tool: SeaweedFS's S3 gateway) did not start,
     or is not running when asked for."""
+
+
+class MarkerTopicUnsafe(ConfigError):
+    """A Kafka sink's marker topic deletes records by time or size (``cleanup.policy`` with
+    ``delete`` and a finite ``retention.ms`` or ``retention.bytes``): its markers would be lost,
+    and with them the sink's committed epoch, which halts the pipeline. Make it compacted."""

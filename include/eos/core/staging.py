@@ -154,11 +154,21 @@ def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.
     ``files`` (any earlier attempt's files are removed in the same commit). Returns the staging
     version written, or None when another fenced step committed after the snapshot (nothing
     written: the caller re-reads and decides again). The commit info names the epoch and its
-    plan hash: a rewind to N restores staging to this version."""
+    plan hash: a rewind to N restores staging to this version.
+
+    Never over a complete N of this plan, and never once a commit has sealed N (None too):
+    the first attempt staged is the one committed. A commit may have read those rows already
+    (it reads before it seals) and its retry must promote the same ones; an attempt that found
+    N unstaged, then read staging after another attempt staged (or a commit sealed) N, would
+    otherwise replace them. Attempts are identical by design, but a record two attempts read
+    differently (a schema id registered in between) would reach some sinks as one read it,
+    and the next epoch's state as the other did."""
+    fence = Fence.of(staging, app_id)
+    if fence.sealed >= epoch or _complete(staging, epoch, plan_hash):
+        return None
     partition = {"epoch": str(int(epoch))}
     actions: list[AddAction | RemoveAction] = [
         AddAction(f.path, f.size, partition, f.modified_ms, True, _stats(f)) for f in files]
-    fence = Fence.of(staging, app_id)
     try:
         staging.create_write_transaction(actions, mode="overwrite", schema=schema,
                                          partition_by=["epoch"],
@@ -172,6 +182,12 @@ def commit(staging: DeltaTable, files: list[StagedFile], epoch: int, schema: pa.
         return None
     staging.update_incremental()
     return staging.version()
+
+
+def _complete(staging: DeltaTable, epoch: int, plan_hash: str) -> bool:
+    """Whether ``staging``'s snapshot holds a complete N of this plan (its watermark row)."""
+    return scan(staging, ["plan_hash"], [("epoch", "=", int(epoch)), ("kind", "=", WATERMARK),
+                                         ("plan_hash", "=", plan_hash)]).num_rows > 0
 
 
 # -- the staging fence --------------------------------------------------------------------------

@@ -88,8 +88,10 @@ from eos.core.sink import (
 from eos.sinks.kafka_avro import AvroValues
 from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
 from eos.sinks.kafka_topics import (
+    MARKER_TOPIC_CONFIG,
     MAX_TOPIC_NAME,
     TIMEOUT_S,
+    check_marker_topic,
     check_topic_name,
     ensure_topic,
     held_back,
@@ -244,8 +246,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return self._last_marker(fenced=fence)
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
-        """One Kafka transaction holding N's rows and N's marker; see the module docstring."""
-        self.prepare(rows.schema)
+        """One Kafka transaction holding N's rows and N's marker; see the module docstring.
+        The marker topic's settings were checked before the seal (``check``): after it, only
+        transient failures may remain."""
+        self._ensure_topics()
         producer = self._fenced_producer()
         last = self._last_marker_value()
         held = NO_EPOCH if last is None else int(last["epoch"])
@@ -279,8 +283,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def check(self, epoch: int, rows: pa.Table) -> None:
         """Every record of the epoch encoded now (Avro: the value schema registered, which a
         registry refuses for good when it is incompatible) and each within the producer's
-        ``message.max.bytes``: what would otherwise fail every attempt after the seal. The
-        values are kept for ``commit`` on this object."""
+        ``message.max.bytes``, and the marker topic not one that deletes records: what would
+        otherwise fail every attempt after the seal. The values are kept for ``commit`` on
+        this object."""
+        check_marker_topic(self._settings(), self.marker_topic)  # MarkerTopicUnsafe
         try:
             values = self._values(epoch, rows)
         except SinkRejected as error:
@@ -395,10 +401,16 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return topic_uri({**self.config.kafka.client, **self.options.client}, self.options.topic)
 
     def prepare(self, schema: pa.Schema | None = None) -> None:
-        """Create the output topic and the marker topic where the broker allows it."""
+        """Create the output topic and the marker topic (compacted) where the broker allows it;
+        refuse a marker topic that deletes records (``check_marker_topic``)."""
+        self._ensure_topics()
+        check_marker_topic(self._settings(), self.marker_topic)
+
+    def _ensure_topics(self) -> None:
+        """The output and marker topics exist (created where the broker allows it)."""
         settings = self._settings()
         ensure_topic(settings, self.options.topic, self.options.partitions)
-        ensure_topic(settings, self.marker_topic, 1, {"cleanup.policy": "compact"})
+        ensure_topic(settings, self.marker_topic, 1, MARKER_TOPIC_CONFIG)
 
     # -- helpers ------------------------------------------------------------------------------
 

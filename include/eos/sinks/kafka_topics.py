@@ -1,12 +1,15 @@
 """Topics a Kafka sink writes to (its output and its marker topic): named within Kafka's rules,
-made to exist, asked whether an open transaction holds a partition back, and the broker's errors
-told apart."""
+made to exist, a marker topic checked to keep its markers, asked whether an open transaction
+holds a partition back, and the broker's errors told apart."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from eos.core.errors import SinkRejected, SinkUnavailable
+from eos.core.errors import MarkerTopicUnsafe, SinkRejected, SinkUnavailable
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_S = 30.0
 CREATE_TIMEOUT_S = 15.0
@@ -61,6 +64,83 @@ def ensure_topic(settings: dict[str, Any], topic: str, partitions: int | None,
             f"(CreateTopics: {reason}; auto-creation is off); create it, or let this "
             "pipeline's principal create topics"
         )
+
+
+# What decides whether a topic deletes records, with Kafka's defaults (a broker's own defaults
+# are in DescribeConfigs' answer: the values that apply to the topic).
+_RETENTION = {"cleanup.policy": "delete", "retention.ms": "604800000", "retention.bytes": "-1"}
+MARKER_TOPIC_CONFIG = {"cleanup.policy": "compact"}  # what a marker topic is created with
+
+
+def marker_loss(configs: dict[str, str]) -> str | None:
+    """How a topic with these configs deletes records (``cleanup.policy=delete with
+    retention.ms=3600000``), or None when it never does: ``compact`` without ``delete`` (the
+    last record of each key stays, the only marker a sink reads), or no finite retention.
+
+    ``compact,delete`` with a finite retention still deletes by time or size: refused too."""
+    found = {key: configs.get(key) or default for key, default in _RETENTION.items()}
+    policies = {p.strip() for p in found["cleanup.policy"].split(",")}
+    limits = [f"{key}={found[key]}" for key in ("retention.ms", "retention.bytes")
+              if int(found[key]) >= 0]
+    if "delete" not in policies or not limits:
+        return None
+    return f"cleanup.policy={found['cleanup.policy']} with {' and '.join(limits)}"
+
+
+def check_marker_topic(settings: dict[str, Any], topic: str) -> None:
+    """Refuse a marker topic that deletes records (``marker_loss``): a lost marker makes the sink
+    look behind the checkpoint, which halts the pipeline (``ProtocolViolation``) long after the
+    setting was made. Checked whenever the sink prepares, so a topic created by someone else
+    (or auto-created with the broker's defaults) is refused before any epoch is written to it.
+
+    A broker that does not answer DescribeConfigs (the embedded broker never does; a principal
+    without DescribeConfigs on the topic) leaves it unchecked: said in the log, not refused."""
+    configs = _topic_configs(settings, topic)
+    if configs is None:
+        return
+    loss = marker_loss(configs)
+    if loss is not None:
+        raise MarkerTopicUnsafe(
+            f"marker topic '{topic}' has {loss}: Kafka will delete this sink's markers, and "
+            "without its last marker the sink cannot say which epoch it holds (the pipeline "
+            f"halts). Make it compacted: kafka-configs --alter --entity-type topics "
+            f"--entity-name {topic} --add-config cleanup.policy=compact (or keep delete and set "
+            "retention.ms=-1 and retention.bytes=-1)")
+
+
+def _topic_configs(settings: dict[str, Any], topic: str) -> dict[str, str] | None:
+    """The configs that apply to ``topic`` (DescribeConfigs), or None when the broker does not
+    tell (logged, with why)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from eos.core.kafka import is_embedded_broker
+
+    if is_embedded_broker(settings):  # it never answers: the request would only time out
+        reason: Any = "the embedded broker does not implement DescribeConfigs"
+    else:
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        admin = AdminClient(settings)  # held while waiting: its end fails the request
+        futures = admin.describe_configs([resource], request_timeout=CREATE_TIMEOUT_S)
+        try:
+            answer = futures[resource].result(CREATE_TIMEOUT_S + 5)
+            return {name: entry.value for name, entry in answer.items()
+                    if entry.value is not None}
+        except ck.KafkaException as error:
+            reason = kafka_error(error)
+        except FutureTimeout:
+            reason = f"no answer within {CREATE_TIMEOUT_S:.0f}s"
+    if topic not in _UNCHECKED:  # once per process: a sink prepares at every begin and commit
+        _UNCHECKED.add(topic)
+        log.warning("marker topic '%s': its cleanup.policy and retention were not checked "
+                    "(%s); if it deletes records by time or size, this sink's markers will be "
+                    "lost", topic, reason)
+    return None
+
+
+_UNCHECKED: set[str] = set()  # marker topics this process could not check (said once each)
 
 
 def check_topic_name(name: str, what: str) -> str:

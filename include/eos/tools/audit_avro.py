@@ -45,6 +45,9 @@ class AuditAvroDecoder:
         self._auth = ("Basic " + base64.b64encode(secret.encode()).decode()) if secret else None
         self._writers: dict[int, Any] = {}
 
+    def new_batch(self) -> None:
+        """Nothing to forget: an audit is one moment, its registry answers hold for its run."""
+
     def decode(self, raw: bytes) -> Decoded | Rejected:
         schema_id = self._schema_id(raw)
         if isinstance(schema_id, Rejected):

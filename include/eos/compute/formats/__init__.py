@@ -9,7 +9,9 @@ bytes look like:
   Arrow batch of raw records (``eos.compute.reader.RAW_SCHEMA``), one row each in
   ``eos.core.schema.parsed_schema``. Both give a record the same outcome and reason.
 * A record's outcome depends only on its bytes and Kafka timestamp (and, for a Schema Registry
-  format, the writer schema its id names): a rerun stages identical rows.
+  format, the writer schema its id names): a rerun stages identical rows. The one exception is
+  an id the registry does not know yet: quarantined in that batch, asked again in the next
+  (``eos.compute.formats.registry`` says which attempt's answer an epoch commits).
 * A record that cannot be an event is quarantined, never dropped; a dependency that is away
   (a Schema Registry) is a ``TransientError`` and quarantines nothing.
 
@@ -55,6 +57,10 @@ class RecordDecoder(Protocol):
     """Bytes of one record value -> the decoded record, or why it cannot be decoded."""
 
     def decode(self, raw: bytes) -> Decoded | Rejected: ...
+
+    def new_batch(self) -> None:
+        """Called before each batch: forget what holds only for a while (an id the Schema
+        Registry did not know), so a batch's records share one answer and the next asks again."""
 
 
 def parser_for(event: EventConfig) -> EventParser:

@@ -25,7 +25,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import WriterSchemas, not_wire
+from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -46,13 +46,19 @@ class AvroDecoder:
                         else registry)
         self._parsed: dict[int, Any] = {}  # id -> fastavro's parsed schema, or a Rejected
 
+    def new_batch(self) -> None:
+        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
+        self.schemas.new_batch()
+
     def decode(self, raw: bytes) -> Decoded | Rejected:
         if len(raw) < HEADER or raw[0] != MAGIC:
             return not_wire(raw)
         schema_id = int.from_bytes(raw[1:HEADER], "big")
         writer = self._parsed.get(schema_id)
         if writer is None:
-            writer = self._parsed[schema_id] = self._writer(schema_id)
+            writer = self._writer(schema_id)
+            if not isinstance(writer, Unknown):  # an unknown id is asked again next batch
+                self._parsed[schema_id] = writer
         if isinstance(writer, Rejected):
             return writer
         return _datum(raw, writer, schema_id)

@@ -25,7 +25,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import WriterSchemas, not_wire
+from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -50,13 +50,19 @@ class JsonSchemaDecoder:
                         else registry)
         self._validators: dict[int, Any] = {}  # id -> a jsonschema validator, or a Rejected
 
+    def new_batch(self) -> None:
+        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
+        self.schemas.new_batch()
+
     def decode(self, raw: bytes) -> Decoded | Rejected:
         if len(raw) < HEADER or raw[0] != MAGIC:
             return not_wire(raw)
         schema_id = int.from_bytes(raw[1:HEADER], "big")
         validator = self._validators.get(schema_id)
         if validator is None:
-            validator = self._validators[schema_id] = self._validator(schema_id)
+            validator = self._validator(schema_id)
+            if not isinstance(validator, Unknown):  # an unknown id is asked again next batch
+                self._validators[schema_id] = validator
         if isinstance(validator, Rejected):
             return validator
         try:

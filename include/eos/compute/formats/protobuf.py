@@ -44,7 +44,7 @@ from typing import Any
 
 from eos.compute.formats import Decoded
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import WriterSchemas, not_wire
+from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
 from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
@@ -68,6 +68,10 @@ class ProtobufDecoder:
                         if isinstance(registry, SchemaRegistryConfig) else registry)
         self._files: dict[int, Any] = {}  # id -> (FileDescriptorProto, pool), or a Rejected
         self._readers: dict[tuple[int, tuple[int, ...]], Any] = {}  # -> (class, convert)
+
+    def new_batch(self) -> None:
+        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
+        self.schemas.new_batch()
 
     def decode(self, raw: bytes) -> Decoded | Rejected:
         if len(raw) < HEADER or raw[0] != MAGIC:
@@ -104,7 +108,9 @@ class ProtobufDecoder:
 
         file = self._files.get(schema_id)
         if file is None:
-            file = self._files[schema_id] = self._file(schema_id)
+            file = self._file(schema_id)
+            if not isinstance(file, Unknown):  # an unknown id is asked again next batch
+                self._files[schema_id] = file
         if isinstance(file, Rejected):
             return file
         proto, pool = file

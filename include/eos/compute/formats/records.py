@@ -212,6 +212,7 @@ class RecordParser:
         return without_gc(self._parse_batch, batch)
 
     def _parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        self._decoder.new_batch()
         n = batch.num_rows
         raws = batch.column("value").to_pylist()
         stamps = batch.column("timestamp_ms").to_pylist()

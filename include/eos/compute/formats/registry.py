@@ -5,10 +5,24 @@ its answers mean for a record, which is the part that must be honest:
 
 * the registry has the id: the schema (cached for the worker's life: an id never changes);
 * the registry says it does not know the id (404, error code 40403): the record is quarantined
-  (``UNKNOWN``, cached too: an id is assigned before any record can carry it);
+  (``UNKNOWN``). That is an answer about now, not about the id: a producer may register it a
+  moment later. So it is kept for one batch only (``new_batch``: every record of the id in a
+  batch gets the same answer, for one request) and asked again in the next batch, never kept
+  for the worker's life (a Spark worker reuses its parser for every read, epoch after epoch);
 * anything else that is the registry being away (refused connection, timeout, 5xx, 429):
   ``SchemaRegistryUnavailable``, a transient error; nothing is quarantined for it;
 * credentials refused (401, 403) or a URL that is not a registry: ``ConfigError``.
+
+Which answer an epoch commits: two attempts of one epoch (a retry, a zombie) can disagree
+about an id registered between them, one quarantining its records and the other decoding them.
+Each is a true account of its moment, and exactly one is committed: the first attempt staged
+complete for the plan (unless an abort drops it before the seal). Staging never accepts a
+second complete attempt of a plan, nor any write of an epoch a commit has sealed
+(``eos.core.staging.commit``), so the rows a commit reads are the ones its sinks, its retries
+and the next epoch's state all get (a later attempt steps aside: ``REUSED_STAGE``, or
+``SEALED`` once a commit sealed the epoch). A record quarantined for an unknown id is not read
+again by a later epoch (replaying it is an operator's rewind); the audit, asking the registry
+later, decodes it and reports that record, which is what happened.
 
 The credentials are read here, on the worker, from the environment variable or the Airflow
 connection the config names: the config (pickled into the Spark plan) holds only their names,
@@ -28,6 +42,14 @@ from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 
 UNKNOWN = None  # what ``WriterSchemas.get`` returns for an id the registry does not know
 _NOT_FOUND = 40403  # the registry's error code for "Schema not found"
+
+
+class Unknown(Rejected):
+    """The ``Rejected`` of an id the registry did not know: true for this batch only, so a
+    decoder keeps it no longer than ``WriterSchemas`` does (unlike what it builds from a
+    schema, which holds for good)."""
+
+    __slots__ = ()
 
 
 def not_wire(raw: bytes) -> Rejected:
@@ -81,7 +103,8 @@ def _auth_source(config: SchemaRegistryConfig) -> str:
 
 
 class WriterSchemas:
-    """Schemas by id from one registry; thread-safe, fetched at most once per id."""
+    """Schemas by id from one registry; thread-safe. A schema is fetched at most once per id;
+    an id the registry did not know is asked again after ``new_batch``."""
 
     def __init__(self, config: SchemaRegistryConfig, fmt: str | None = None) -> None:
         self.config = config
@@ -89,7 +112,8 @@ class WriterSchemas:
         # FileDescriptorProto, as Confluent's own deserializer does) instead of .proto text.
         self.fmt = fmt
         self._client: Any = None
-        self._cache: dict[int, Any] = {}
+        self._cache: dict[int, Any] = {}  # id -> Schema, for good: an id names one schema
+        self._unknown: set[int] = set()  # ids the registry did not know, this batch only
         self._lock = threading.Lock()
 
     def _connect(self) -> Any:
@@ -110,13 +134,26 @@ class WriterSchemas:
         return SchemaRegistryClient(settings)
 
     def get(self, schema_id: int) -> Any:
-        """The registry's ``Schema`` for ``schema_id``, or ``UNKNOWN``."""
-        if schema_id in self._cache:
-            return self._cache[schema_id]
+        """The registry's ``Schema`` for ``schema_id``, or ``UNKNOWN`` (until ``new_batch``)."""
+        schema = self._cache.get(schema_id)
+        if schema is not None:
+            return schema
         with self._lock:
-            if schema_id not in self._cache:
-                self._cache[schema_id] = self._fetch(schema_id)
-            return self._cache[schema_id]
+            if schema_id in self._cache:
+                return self._cache[schema_id]
+            if schema_id in self._unknown:
+                return UNKNOWN
+            schema = self._fetch(schema_id)
+            if schema is UNKNOWN:
+                self._unknown.add(schema_id)
+            else:
+                self._cache[schema_id] = schema
+            return schema
+
+    def new_batch(self) -> None:
+        """Forget which ids the registry did not know: the next record of one asks again."""
+        with self._lock:
+            self._unknown.clear()
 
     def readable(self, schema_id: int, kind: str, what: str) -> Any:
         """The registry's ``Schema`` for the id if it is a ``kind`` schema (``AVRO``, ``JSON``,
@@ -125,7 +162,7 @@ class WriterSchemas:
         refuse the same schemas with the same words (``eos.tools.audit_avro``)."""
         schema = self.get(schema_id)
         if schema is UNKNOWN:
-            return Rejected(f"schema id {schema_id} is not known to the Schema Registry")
+            return Unknown(f"schema id {schema_id} is not known to the Schema Registry")
         found = schema.schema_type or "AVRO"
         if found != kind:
             return Rejected(f"schema id {schema_id} is a {found} schema, not {what}")
