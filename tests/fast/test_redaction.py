@@ -23,7 +23,7 @@ from .harness import make_pipeline
 
 pytestmark = pytest.mark.fast
 
-SECRET = "s3cr3t-value-from-the-environment"  # noqa: S105  # a test value, nothing real
+SECRET = "s3cr3t-value-from-the-environment"  # a test value, nothing real
 
 
 @pytest.fixture
@@ -59,8 +59,7 @@ def test_redact_shows_the_template_of_a_setting_read_from_the_environment(
     assert SECRET not in repr(settings) and SECRET not in f"{settings}"
 
 
-def test_the_begin_log_line_shows_no_value_from_the_environment(
-        leaky: PipelineConfig, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_begin_log_line_shows_no_value_from_the_environment(leaky: PipelineConfig) -> None:
     """``KafkaSource.describe`` is what ``begin`` logs as ``begin.watermarks``."""
     settings = client_settings(leaky.kafka.client)
     assert settings["client.id"] == SECRET
