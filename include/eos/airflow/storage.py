@@ -5,9 +5,11 @@ delta-rs and pyarrow read the standard ``AWS_*`` variables themselves; in Airflo
 keeps them in a connection instead (``STORAGE_CONN_ID``, type ``aws`` as the Amazon provider
 defines it: the access key as login, the secret as password, ``endpoint_url`` and
 ``region_name`` in extra). Each task exports them into its own process environment before a
-phase runs: they are never logged, never put in XCom, and never reach Spark (executors write
-with their own environment: docs/cluster.md). Without the connection, the task's environment
-(or an instance role) is used as is.
+phase runs, and the triggerer into its own before the readers it runs read the tables
+(``aexport_credentials``: the data-driven epochs' trigger, the stall alert's callback): they
+are never logged, never put in XCom, and never reach Spark (executors write with their own
+environment: docs/cluster.md). Without the connection, the process's environment (or an
+instance role) is used as is.
 """
 
 from __future__ import annotations
