@@ -50,11 +50,15 @@ async def stall_alert(config_path: str, context: dict[str, Any] | None = None) -
     """The deadline callback (in the triggerer): check the pipeline, and when it is stalled log
     the alert and tell the notifier. Returns the check's fields (Airflow keeps them in the
     callback's event). The notifier's failure fails the callback, after the log line."""
+    from eos.airflow.storage import aexport_credentials
     from eos.core.config import load_config
     from eos.core.status import check_stall
+    from eos.core.storage import is_remote
 
     context = dict(context or {})
     config = load_config(config_path)
+    if is_remote(config.root):  # the store's connection, as the tasks export it
+        await aexport_credentials()
     check = await asyncio.to_thread(check_stall, config)
     run = context.get("dag_run") or {}  # Airflow's DAG run as its REST API shows it
     fields = {"pipeline": config.name, "dag_id": run.get("dag_id", config.dag_id),

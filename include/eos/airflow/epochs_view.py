@@ -18,7 +18,8 @@ starting an audit needs what triggering a DAG run needs (POST on its runs, as Ai
 YAML does not load has no DAG to ask about: only a user who may read every DAG sees it. The
 one route that does something (start an audit) also requires the ``X-EOS-Request`` header,
 which another site's form cannot send, so a logged-in user cannot be made to start audits by a
-foreign page. Kafka client settings are shown redacted.
+foreign page. Kafka client settings are shown redacted (``eos.core.kafka.redact``: a value
+read from the environment as its ``${VAR}``).
 
 No request reads Kafka (``eos.airflow.epochs_cache``): pages show what the protocol recorded
 (checkpoints, epoch log, verdicts), and each sink's epoch and the lag as last read by a

@@ -5,9 +5,11 @@ delta-rs and pyarrow read the standard ``AWS_*`` variables themselves; in Airflo
 keeps them in a connection instead (``STORAGE_CONN_ID``, type ``aws`` as the Amazon provider
 defines it: the access key as login, the secret as password, ``endpoint_url`` and
 ``region_name`` in extra). Each task exports them into its own process environment before a
-phase runs: they are never logged, never put in XCom, and never reach Spark (executors write
-with their own environment: docs/cluster.md). Without the connection, the task's environment
-(or an instance role) is used as is.
+phase runs, and the triggerer into its own before the readers it runs read the tables
+(``aexport_credentials``: the data-driven epochs' trigger, the stall alert's callback): they
+are never logged, never put in XCom, and never reach Spark (executors write with their own
+environment: docs/cluster.md). Without the connection, the process's environment (or an
+instance role) is used as is.
 """
 
 from __future__ import annotations
@@ -50,3 +52,18 @@ def export_credentials(conn_id: str = STORAGE_CONN_ID) -> bool:
         return False
     os.environ.update(connection_env(conn))
     return True
+
+
+async def aexport_credentials(conn_id: str = STORAGE_CONN_ID) -> bool:
+    """``export_credentials`` for the triggerer's readers of the tables (the data-driven epochs'
+    trigger, the stall alert's callback), which run on its event loop, not in a task.
+
+    The triggerer reads a connection through its supervisor with a synchronous call that
+    routes itself back onto the event loop, so it must run neither on the loop's thread nor in
+    a plain worker thread (``asyncio.to_thread``: the call then never reaches the supervisor
+    and the connection looks absent): ``sync_to_async`` gives it the thread it needs.
+    ``BaseHook.aget_connection`` is no way out on Airflow 3.1: it masks the secret with the
+    same synchronous call, on the loop."""
+    from asgiref.sync import sync_to_async
+
+    return bool(await sync_to_async(export_credentials)(conn_id))

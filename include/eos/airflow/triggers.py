@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from eos.airflow.storage import aexport_credentials
 from eos.core.config import PipelineConfig, ScheduleConfig, load_config
+from eos.core.storage import is_remote
 
 if TYPE_CHECKING:  # the DAG file imports this module: the readers load in the triggerer only
     from eos.core.readiness import Decision, Fired, KafkaStamps
@@ -57,6 +59,13 @@ class _Watch:
             self.config, self.mtime = load_config(self.config_path), mtime
             self.stamps = KafkaStamps()
         return self.config
+
+    async def credentials(self) -> None:
+        """The store's connection in this process's environment when the tables are on one,
+        as a task exports it before a phase (``eos.airflow.storage``)."""
+        config = await asyncio.to_thread(self.load)
+        if is_remote(config.root):
+            await aexport_credentials()
 
     def check(self, refire_ms: int | None) -> Decision:
         """Blocking: one look at the checkpoint and the broker, and the decision."""
@@ -113,10 +122,15 @@ class EpochDueTrigger(BaseEventTrigger):
                       self.poll_ms)
         problem: str | None = None
         shown: tuple[int, str] | None = None
+        exported = False
         while True:
             try:
+                if not exported:  # first, and again after a failed look (a rotated secret)
+                    await watch.credentials()
+                    exported = True
                 decision = await asyncio.to_thread(watch.check, self.refire_ms)
             except Exception as error:  # logged, retried: the broker or a table may come back
+                exported = False
                 text = f"{type(error).__name__}: {error}"
                 if text != problem:
                     self.log.warning("eos trigger: pipeline=%s cannot look at its lag: %s",

@@ -46,9 +46,33 @@ def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
         return False
 
 
+class FromEnvironment(str):
+    """A client setting's value read from the environment (``${VAR}`` in a config, or a
+    ``KAFKA_SASL_*``-style variable), which may be a secret whatever its key is named.
+
+    It is the value (a ``str``: librdkafka takes it as it is), and it carries ``template``,
+    what the config wrote, which is all ``redact`` and ``repr`` ever show. The provenance
+    travels with the value through any copy of the settings (``{**settings, ...}``), so no
+    path that shows settings has to know where they came from."""
+
+    template: str
+
+    def __new__(cls, value: str, template: str) -> FromEnvironment:
+        made = super().__new__(cls, value)
+        made.template = template
+        return made
+
+    def __repr__(self) -> str:
+        return repr(self.template)
+
+    def __reduce__(self) -> tuple[type[FromEnvironment], tuple[str, str]]:
+        return FromEnvironment, (str.__str__(self), self.template)
+
+
 def _expand(value: Any) -> Any:
-    """``${VAR}`` in a config value is read from the environment, so secrets stay out of files."""
-    if not isinstance(value, str):
+    """``${VAR}`` in a config value is read from the environment, so secrets stay out of files;
+    a value that had one is a ``FromEnvironment`` (shown as written, never as read)."""
+    if not isinstance(value, str) or not _ENV_REF.search(value):
         return value
 
     def lookup(match: re.Match[str]) -> str:
@@ -57,18 +81,19 @@ def _expand(value: Any) -> Any:
             raise KafkaUnavailable(f"Kafka client setting refers to ${{{name}}}, which is not set")
         return os.environ[name]
 
-    return _ENV_REF.sub(lookup, value)
+    return FromEnvironment(_ENV_REF.sub(lookup, value), value)
 
 
 def env_client_settings() -> dict[str, str]:
-    """``KAFKA_SASL_PASSWORD`` -> ``sasl.password``; only security, SASL and SSL settings."""
-    settings = {}
+    """``KAFKA_SASL_PASSWORD`` -> ``sasl.password``; only security, SASL and SSL settings
+    (each a ``FromEnvironment``, shown as ``${KAFKA_...}``)."""
+    settings: dict[str, str] = {}
     for name, value in os.environ.items():
         if not name.startswith("KAFKA_"):
             continue
         rest = name[len("KAFKA_") :]
         if rest.startswith(_ENV_PREFIXES):
-            settings[rest.lower().replace("_", ".")] = value
+            settings[rest.lower().replace("_", ".")] = FromEnvironment(value, f"${{{name}}}")
     return settings
 
 
@@ -83,8 +108,12 @@ def client_settings(
 
 
 def redact(settings: dict[str, Any]) -> dict[str, Any]:
-    """What may be logged: every secret-looking value replaced."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in settings.items()}
+    """What may be shown or logged: a secret-looking setting as ``***``, and any value read
+    from the environment as the config wrote it (``FromEnvironment.template``), whatever its
+    key: ``client.id: ${MY_SECRET}`` is shown as ``${MY_SECRET}``. The deployment's bootstrap
+    address (``eos.core.bootstrap``) is shown: it names where the pipeline reads."""
+    return {k: "***" if _SECRET.search(k) else
+            (v.template if isinstance(v, FromEnvironment) else v) for k, v in settings.items()}
 
 
 def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
