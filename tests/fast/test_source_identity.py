@@ -19,8 +19,8 @@ from eos.core.move import StartPosition, move_source
 from eos.core.outcomes import Outcome
 from eos.core.plan import PartitionRange, Plan
 from eos.core.protocol import begin, commit, precommit
+from eos.core.status import pipeline_status, render
 from eos.core.tables import ensure_tables
-from eos.tools.audit import ProblemKind, check_offsets
 
 from .harness import (
     MemorySource,
@@ -148,16 +148,6 @@ def test_a_move_plans_the_next_epoch_on_the_new_source_and_epochs_continue_there
     # The old config is now the one refused.
     with pytest.raises(SourceChanged):
         begin(pipeline, source=source)
-    # The audit's offset check starts a moved source afresh, and only a logged move.
-    plans = [epochlog_plan(moved, e) for e in range(3)]
-    assert check_offsets(plans, {1}) == []
-    assert [p.kind for p in check_offsets(plans)] == [ProblemKind.OFFSETS]
-
-
-def epochlog_plan(config: PipelineConfig, epoch: int) -> Plan:
-    from eos.core.plan import plan_of
-
-    return plan_of(tables_for(config), epoch)
 
 
 @pytest.mark.parametrize("position, starts", [
@@ -252,3 +242,23 @@ def test_a_move_and_a_stale_begin_that_race_log_one_plan(
         assert began.source == A and log_rows(pipeline, 1, epochlog.MOVED) == []
     else:  # the move logged first: the stale begin adopted the plan on B
         assert began == moved and moved.source == B
+
+
+def test_status_names_a_changed_source_and_shows_the_move(
+        pipeline: PipelineConfig, source: MemorySource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eos status`` and the epochs view: no lag computed from another topic's offsets, and
+    the epoch a move planned says so."""
+    run_epoch(pipeline, source)
+    moved = on_b(pipeline)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")  # never contacted
+    shown = pipeline_status(moved)
+    assert shown.partitions == [] and shown.lag_error is not None
+    assert "offsets are of topic 'in-memory'" in shown.lag_error
+    assert "eos move-source" in shown.lag_error
+    move_source(moved, EARLIEST, source=b_source())
+    shown = pipeline_status(moved, with_lag=False)
+    assert [e.epoch for e in shown.epochs] == [0, 1] and shown.epochs[0].moved is None
+    assert shown.epochs[1].describe_move() == (
+        "moved from topic 'in-memory' on cluster 'memory-cluster' to topic 'topic-b' on "
+        "cluster 'memory-cluster' at earliest")
+    assert shown.epochs[1].describe_move() in render(shown)
