@@ -5,6 +5,7 @@ followed."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from eos.core.move import StartPosition, move_source
 from eos.core.outcomes import Outcome
 from eos.core.plan import PartitionRange, Plan
 from eos.core.protocol import begin, commit, precommit
+from eos.core.readiness import Reason, decide, observe
 from eos.core.status import pipeline_status, render
 from eos.core.tables import ensure_tables
 
@@ -27,6 +29,7 @@ from .harness import (
     MemoryStager,
     at_once,
     log_rows,
+    make_pipeline,
     run_epoch,
     same_pipeline,
 )
@@ -262,3 +265,18 @@ def test_status_names_a_changed_source_and_shows_the_move(
         "moved from topic 'in-memory' on cluster 'memory-cluster' to topic 'topic-b' on "
         "cluster 'memory-cluster' at earliest")
     assert shown.epochs[1].describe_move() in render(shown)
+
+
+def test_a_data_driven_schedule_asks_for_an_epoch_when_the_source_changed(
+        tmp_path: Path, source: MemorySource) -> None:
+    """Another topic's offsets give no lag (here A's would say 10 records, below the
+    threshold): the trigger fires, so begin refuses loudly, or runs a move's plan."""
+    config = make_pipeline(tmp_path, schedule={"lag_records": 1000})
+    run_epoch(config, source)
+    moved, b = same_pipeline(config, kafka={"topic": B.topic}, schedule={"lag_records": 1000}), \
+        b_source()
+    observed = observe(moved, source=b, with_oldest=False)
+    assert observed.source_changed is not None and "topic 'in-memory'" in observed.source_changed
+    decision = decide(moved.schedule, observed, 1_800_000_000_000)
+    assert (decision.fire, decision.reason) == (True, Reason.SOURCE_CHANGED)
+    assert b.asked == 0
