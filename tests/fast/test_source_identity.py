@@ -13,7 +13,7 @@ import pytest
 from eos.core import checkpoints, epochlog
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
-from eos.core.errors import MoveRefused, PermanentError, SourceChanged
+from eos.core.errors import MoveRefused, PermanentError, RewindRefused, SourceChanged
 from eos.core.identity import SourceIdentity
 from eos.core.layout import tables_for
 from eos.core.move import StartPosition, move_source
@@ -21,6 +21,7 @@ from eos.core.outcomes import Outcome
 from eos.core.plan import PartitionRange, Plan
 from eos.core.protocol import begin, commit, precommit
 from eos.core.readiness import Reason, decide, observe
+from eos.core.rewind import rewind
 from eos.core.status import pipeline_status, render
 from eos.core.tables import ensure_tables
 
@@ -280,3 +281,22 @@ def test_a_data_driven_schedule_asks_for_an_epoch_when_the_source_changed(
     decision = decide(moved.schedule, observed, 1_800_000_000_000)
     assert (decision.fire, decision.reason) == (True, Reason.SOURCE_CHANGED)
     assert b.asked == 0
+
+
+def test_a_rewind_to_before_a_move_from_another_cluster_is_refused(
+        rewindable: PipelineConfig, source: MemorySource) -> None:
+    """A replay reads each logged plan's topic from the configured cluster: epochs read from
+    the cluster a pipeline moved away from cannot be replayed; those after the move can."""
+    run_epoch(rewindable, source)  # epoch 0 on memory-cluster
+    source.cluster = "cluster-2"  # a topic of the same name on another cluster
+    with pytest.raises(SourceChanged, match="cluster 'cluster-2'"):
+        begin(rewindable, source=source)
+    move_source(rewindable, EARLIEST, source=source)
+    run_epoch(rewindable, source)  # epoch 1: the move's plan, on cluster-2
+    source.produce(0, 3)
+    run_epoch(rewindable, source)  # epoch 2
+    with pytest.raises(RewindRefused, match="epoch 0 read topic 'in-memory' on cluster "
+                                            "'memory-cluster'"):
+        rewind(rewindable, -1)
+    assert log_rows(rewindable, phase=epochlog.REWINDING) == []
+    assert rewind(rewindable, 0).outcome is Outcome.REWOUND
