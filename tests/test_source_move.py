@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from eos.airflow.epochs_html import Links, pipeline_page
 from eos.compute.epochs import run_until_caught_up
 from eos.core import epochlog
 from eos.core.errors import SourceChanged
@@ -21,6 +22,7 @@ from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
 from eos.core.plan import PartitionRange, Plan, plan_of
 from eos.core.protocol import begin, committed_epoch
+from eos.core.status import pipeline_status
 from eos.tools.audit import ProblemKind, audit, check_offsets
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send
@@ -78,6 +80,9 @@ def test_a_pipeline_moved_to_another_topic_counts_each_of_its_records_once(
     assert sum(p.records for p in plans_b) == SPEC_B.events
     moves = [r for r in epochlog.rows(tables, first_b) if r["phase"] == epochlog.MOVED]
     assert len(moves) == 1 and moves[0]["epoch"] == first_b
+    # The epochs view shows where the pipeline moved.
+    page = pipeline_page(pipeline_status(moved, with_lag=False), Links(""), 0.0)
+    assert page.count("moved from topic") == 1 and f"to topic &#39;{topic_b}&#39;" in page
 
     report = audit(moved)
     assert report.ok, report.render()
