@@ -22,6 +22,7 @@ import confluent_kafka as ck
 import pytest
 
 from eos.core.config import PipelineConfig
+from eos.core.identity import SourceIdentity
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.plan import KafkaSource, new_plan
 from eos.tools.pipelines import unique_topic
@@ -44,6 +45,12 @@ class Grown:
 
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         return {"kafka": config.kafka.topic, "hidden": sorted(self.hidden)}
+
+    def identity(self, config: PipelineConfig) -> SourceIdentity:
+        return KafkaSource().identity(config)
+
+    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
+        return KafkaSource().offsets_at(config, ms)
 
     def grow(self) -> None:
         self.hidden = set()

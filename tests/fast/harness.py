@@ -9,7 +9,8 @@ each written from scratch against the contract it stands in for (no Spark, no br
   ``KeptMemorySink`` (``{memory_keep: NAME}``) cannot withdraw what it published (a topic).
 - ``MemoryStager``: the compute half of precommit (``eos.core.staging.Stager``) in pyarrow:
   the files ``eos.compute.stage.write_epoch`` writes, from a trivial deterministic computation.
-- ``MemorySource``: the planner's source (``eos.core.plan.Source``), offsets set by the test.
+- ``MemorySource``: the planner's source (``eos.core.plan.Source``), offsets and cluster id set
+  by the test.
 - ``make_pipeline``: a pipeline YAML in a temporary directory, loaded like any other.
 
 A sink's state lives in ``STORES``, keyed by (pipeline, sink name): every instance of the sink
@@ -32,6 +33,7 @@ from eos.core.aggregations import output_column, state_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused, SinkCannotTake
+from eos.core.identity import SourceIdentity
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SinkCommit, SupportsRewind, register
@@ -183,6 +185,7 @@ class MemorySource:
 
     marks: dict[int, tuple[int, int]] = field(default_factory=lambda: {0: (0, 25), 1: (0, 15)})
     asked: int = 0
+    cluster: str | None = "memory-cluster"  # the cluster id it reports (None: none)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def produce(self, partition: int, records: int) -> None:
@@ -202,6 +205,16 @@ class MemorySource:
 
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         return {"source": "memory"}
+
+    def identity(self, config: PipelineConfig) -> SourceIdentity:
+        """The configured topic on this source's cluster."""
+        return SourceIdentity(config.kafka.topic, self.cluster)
+
+    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
+        """The record at offset o is timestamped o seconds (``MemoryStager``)."""
+        with self.lock:
+            return {p: min(max(-(-ms // 1000), low), high)
+                    for p, (low, high) in self.marks.items()}
 
 
 # -- the stager ---------------------------------------------------------------------------------

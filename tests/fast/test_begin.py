@@ -10,6 +10,7 @@ import pytest
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.errors import ConfigError, DataLoss, InjectedFault, ProtocolViolation
+from eos.core.identity import SourceIdentity
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.plan import KafkaSource, PartitionRange, Plan, new_plan
@@ -180,12 +181,15 @@ def test_without_a_source_begin_asks_kafka(pipeline: PipelineConfig, source: Mem
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
     with pytest.raises(AssertionError, match="must not reach a broker"):
         begin(pipeline)
-    asked = []
+    asked, identified = [], []
     monkeypatch.setattr("eos.core.plan.topic_watermarks",
                         lambda settings, topic: asked.append((settings, topic)) or {0: (0, 4)})
+    monkeypatch.setattr("eos.core.plan.cluster_id",
+                        lambda settings, topic: identified.append((settings, topic)) or "c-1")
     plan = new_plan(pipeline, 0, {})
     assert plan.ranges == (PartitionRange(0, 0, 4),)
-    assert asked == [({"bootstrap.servers": "127.0.0.1:9"}, "in-memory")]
+    assert asked == identified == [({"bootstrap.servers": "127.0.0.1:9"}, "in-memory")]
+    assert plan.source == SourceIdentity("in-memory", "c-1")  # the plan names its cluster
     assert phases.lines("begin.watermarks")[-1] == (
         'phase=begin.watermarks epoch=0 kafka={"bootstrap.servers":"127.0.0.1:9"} '
         'watermarks={"0":[0,4]}')

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from eos.core.config import PipelineConfig
 from eos.core.delta import FencedWrite, fenced_append, read_existing, read_table, scan, txn_version
+from eos.core.identity import SourceIdentity
 from eos.core.layout import Tables
 from eos.core.tables import CHECKPOINTS_SCHEMA, handle
 
@@ -32,6 +33,9 @@ class Checkpoint:
     sinks: dict[str, Any] = field(default_factory=dict)
     committed_at: datetime | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    # What ``until`` is of: the topic and cluster N's plan read (None: not recorded, a row
+    # written before identities were; the next epoch's plan records the configured source).
+    source: SourceIdentity | None = None
 
     def to_row(self) -> dict[str, Any]:
         return {
@@ -43,6 +47,7 @@ class Checkpoint:
             "sinks": json.dumps(self.sinks, sort_keys=True, default=str),
             "committed_at": self.committed_at or datetime.now(UTC),
             "config": json.dumps(self.config, sort_keys=True),
+            "source": json.dumps(self.source.to_dict(), sort_keys=True) if self.source else None,
         }
 
     @classmethod
@@ -53,6 +58,8 @@ class Checkpoint:
             watermark_ms=row["watermark_ms"], rows=json.loads(row["rows"]),
             sinks=json.loads(row["sinks"]), committed_at=row["committed_at"],
             config=json.loads(row.get("config") or "{}"),
+            source=SourceIdentity.from_dict(json.loads(row["source"])) if row.get("source")
+            else None,
         )
 
 

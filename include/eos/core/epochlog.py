@@ -23,6 +23,10 @@ PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committe
 # A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes
 # (``eos.core.rewind``).
 REWINDING, REWOUND = "rewinding", "rewound"
+# ``eos move-source`` (``eos.core.move``) logs the plan of the first epoch on the new source,
+# its details carrying the move (``MOVED``: old and new source, start offsets), then a
+# ``moved`` row with the same details, for people (the plan row is the one that counts).
+MOVED = "moved"
 # One task try of a scheduler's run that finished a phase of the epoch, whether it did the
 # work or found it done (``log_try``): who touched an epoch, for people; no step reads it.
 # A try that did the phase's work is recorded in the row the phase appends anyway, under this
@@ -127,7 +131,7 @@ def log_finished(tables: Tables, epoch: int, attempt: Attempt, outcome: Outcome,
 
 def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
              run_id: str | None, duration_ms: float | None,
-             attempt: Attempt | None = None) -> bool:
+             attempt: Attempt | None = None, details: dict[str, Any] | None = None) -> bool:
     """Log the *first* plan of ``epoch``: True if this call's plan is the one, False if another
     planner's was logged first (read it with ``first_plan_row``).
 
@@ -136,12 +140,12 @@ def log_plan(tables: Tables, app_id: str, epoch: int, plan: str, plan_hash: str,
     both found no plan, exactly one appends; the other's commit is refused. So "the first plan
     logged wins" is decided by Delta's commit order, not by comparing clocks, and the winner
     knows it without reading the log again. The row carries ``attempt``'s try as the one that
-    planned (it is only committed if this call's plan wins).
+    planned (it is only committed if this call's plan wins), and ``details`` (a move's).
     """
     from eos.core.delta import fenced_append
 
     row = _row(epoch, PLANNED, run_id, plan_hash, plan, duration_ms,
-               with_try(None, attempt, Outcome.PLANNED))
+               with_try(details, attempt, Outcome.PLANNED))
     done = fenced_append(tables.epochs, row, f"{app_id}:plan", epoch,
                          fault_point="begin.before_log", snapshot=handle(tables, tables.epochs),
                          in_order=False, op="plan")
@@ -212,6 +216,14 @@ def log_rewind(tables: Tables, app_id: str, seq: int, epoch: int, run_id: str | 
                          fault_point="rewind.before_log", snapshot=handle(tables, tables.epochs),
                          in_order=False, op="rewind-log")
     return done.outcome is Outcome.COMMITTED
+
+
+def move_of(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The move a plan row carries (``eos.core.move``), if it is the first plan on a new
+    source: ``{"from": ..., "to": ..., "start": {partition: offset}, "position": ...}``."""
+    details = json.loads(row["details"]) if row.get("details") else None
+    found = details.get(MOVED) if isinstance(details, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def first_plan_row(tables: Tables, epoch: int) -> dict[str, Any] | None:

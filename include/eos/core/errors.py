@@ -173,6 +173,17 @@ class ProtocolViolation(PermanentError):
     """The tables contradict the protocol's invariants; never repaired silently."""
 
 
+class SourceChanged(PermanentError):
+    """The configured source (topic, Kafka cluster) is not the one the last checkpoint's
+    offsets belong to: planning from them would read the wrong records. Moving a pipeline is
+    an operator's decision (``eos move-source``)."""
+
+
+class MoveRefused(PermanentError):
+    """``eos move-source`` cannot move the pipeline as asked (the reason says why and what
+    would work); nothing was changed."""
+
+
 # Exit codes of the ``eos`` command and the precommit Spark app, so that a caller that only
 # sees a process (SparkSubmitOperator, a shell) can apply the same retry policy.
 EXIT_PERMANENT = 2

@@ -193,15 +193,20 @@ def check_in_log(c: ck.Consumer, topic: str, partition: int, start: int, until: 
         raise DataLoss.beyond(topic, partition, until, high, f"the {what} until")
 
 
-def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:
-    """Partition ids of ``topic``; a clear error when the broker or the topic is not there."""
+def _metadata(c: ck.Consumer, topic: str, bootstrap: str) -> Any:
+    """The broker's metadata about ``topic`` (and the cluster), asked now."""
     try:
-        metadata = c.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        return c.list_topics(topic, timeout=METADATA_TIMEOUT_S)
     except ck.KafkaException as error:
         raise KafkaUnavailable(
             f"Kafka at {bootstrap} did not answer a metadata request within "
             f"{METADATA_TIMEOUT_S:.0f}s ({error.args[0].str()}); is the broker running?"
         ) from None
+
+
+def describe_topic(c: ck.Consumer, topic: str, bootstrap: str) -> list[int]:
+    """Partition ids of ``topic``; a clear error when the broker or the topic is not there."""
+    metadata = _metadata(c, topic, bootstrap)
     entry = metadata.topics.get(topic)
     if entry is None or entry.error is not None or not entry.partitions:
         reason = entry.error.str() if entry is not None and entry.error else "no partitions"
@@ -227,6 +232,30 @@ def topic_watermarks(settings: dict[str, Any], topic: str) -> dict[int, tuple[in
     bootstrap = settings["bootstrap.servers"]
     with metadata_client(settings) as c:
         return {p: watermarks(c, topic, p, bootstrap) for p in describe_topic(c, topic, bootstrap)}
+
+
+def cluster_id(settings: dict[str, Any], topic: str) -> str | None:
+    """The id of the Kafka cluster ``settings`` reach (KIP-78; the embedded broker reports one
+    too, new at each start), from a metadata request about ``topic``: what, with the topic,
+    a checkpoint's offsets belong to (``eos.core.identity``). None: the cluster reports none."""
+    with metadata_client(settings) as c:
+        return _metadata(c, topic, settings["bootstrap.servers"]).cluster_id or None
+
+
+def offsets_for_time(settings: dict[str, Any], topic: str, ms: int) -> dict[int, int]:
+    """Per partition of ``topic``, the first offset whose record's timestamp is ``>= ms``; the
+    high watermark where no record is that late (Kafka's ListOffsets by timestamp)."""
+    bootstrap = settings["bootstrap.servers"]
+    with metadata_client(settings) as c:
+        partitions = describe_topic(c, topic, bootstrap)
+        try:
+            found = c.offsets_for_times([ck.TopicPartition(topic, p, ms) for p in partitions],
+                                        timeout=METADATA_TIMEOUT_S)
+        except ck.KafkaException as error:
+            raise KafkaUnavailable(f"Kafka at {bootstrap} did not return offsets of {topic} "
+                                   f"for timestamp {ms} ({error.args[0].str()})") from None
+        return {tp.partition: tp.offset if tp.offset >= 0
+                else watermarks(c, topic, tp.partition, bootstrap)[1] for tp in found}
 
 
 # A process keeps one metadata consumer per client settings: a fresh one costs a connection and

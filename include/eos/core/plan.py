@@ -11,14 +11,24 @@ import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
-from eos.core.errors import DataLoss, ProtocolViolation
-from eos.core.kafka import client_settings, redact, topic_watermarks
+from eos.core.errors import DataLoss, ProtocolViolation, SourceChanged
+from eos.core.identity import SourceIdentity
+from eos.core.kafka import (
+    client_settings,
+    cluster_id,
+    offsets_for_time,
+    redact,
+    topic_watermarks,
+)
 from eos.core.layout import Tables
 from eos.core.phaselog import log_phase
+
+if TYPE_CHECKING:
+    from eos.core.checkpoints import Checkpoint
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,15 @@ class Plan:
     epoch: int
     ranges: tuple[PartitionRange, ...]
     clock_ms: int | None = None  # wall clock read once at plan time; only with an idle timeout
+    # The cluster ``topic`` was planned on (``eos.core.identity``); None: not recorded (a plan
+    # logged before identities were). Left out of the JSON when None, so such a plan keeps
+    # the hash it was logged and staged with.
+    cluster_id: str | None = None
+
+    @property
+    def source(self) -> SourceIdentity:
+        """What this plan's offsets belong to."""
+        return SourceIdentity(self.topic, self.cluster_id)
 
     @property
     def hash(self) -> str:
@@ -50,7 +69,10 @@ class Plan:
         return sum(r.records for r in self.ranges)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        data = asdict(self)
+        if data["cluster_id"] is None:
+            del data["cluster_id"]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -94,6 +116,15 @@ class Source(Protocol):
         """What the ``begin.watermarks`` log line names as where the watermarks came from."""
         ...
 
+    def identity(self, config: PipelineConfig) -> SourceIdentity:
+        """The topic and cluster the watermarks are of, asked now (``eos.core.identity``)."""
+        ...
+
+    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
+        """Per partition, the first offset of a record timestamped ``>= ms`` (else the high
+        watermark): where ``eos move-source --from timestamp:<ms>`` starts."""
+        ...
+
 
 @dataclass(frozen=True)
 class KafkaSource:
@@ -111,6 +142,13 @@ class KafkaSource:
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         return {"kafka": redact(self._settings(config))}
 
+    def identity(self, config: PipelineConfig) -> SourceIdentity:
+        topic = config.kafka.topic
+        return SourceIdentity(topic, cluster_id(self._settings(config), topic))
+
+    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
+        return offsets_for_time(self._settings(config), config.kafka.topic, ms)
+
 
 def first_offset(config: PipelineConfig, committed: dict[int, int], low: int, high: int) -> int:
     """Where a partition the checkpoint does not know yet starts: ``kafka.start: latest`` means
@@ -123,19 +161,62 @@ def first_offset(config: PipelineConfig, committed: dict[int, int], low: int, hi
     return low
 
 
+def default_source(config: PipelineConfig, source: Source | None) -> Source:
+    """``source``, else the pipeline's topic (its settings resolved once, for every request
+    and the log line)."""
+    return source if source is not None else KafkaSource(client_settings(config.kafka.client))
+
+
+def check_same_source(config: PipelineConfig, committed: SourceIdentity | None,
+                      configured: SourceIdentity) -> None:
+    """Refuse to plan ``configured`` from offsets of ``committed`` (the last checkpoint's
+    source; None: not recorded, a checkpoint written before identities were: adopted)."""
+    if committed is None or committed.same_as(configured):
+        return
+    raise SourceChanged(
+        f"pipeline '{config.name}': its committed offsets are of {committed.describe()}, and "
+        f"its config now reads {configured.describe()}; offsets of one topic or cluster mean "
+        "nothing in another, so no epoch is planned. To move the pipeline to the configured "
+        f"source, run `eos move-source --pipeline {config.name} --from earliest|latest|"
+        "timestamp:<ms>|offsets:<p>=<o>,...`; or restore the config's old kafka section"
+    )
+
+
+def committed_source(tables: Tables, last: Checkpoint | None) -> SourceIdentity | None:
+    """The source the last checkpoint's (``last``: a ``Checkpoint`` or None) offsets are of:
+    the one it records, else (a checkpoint written before identities were) the topic its
+    epoch's logged plan read, cluster not recorded; None before the first checkpoint."""
+    if last is None or last.source is not None:
+        return None if last is None else last.source
+    row = epochlog.first_plan_row(tables, last.epoch)
+    return None if row is None else SourceIdentity(Plan.from_json(row["plan"]).topic)
+
+
 def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
-             source: Source | None = None) -> Plan:
+             source: Source | None = None, *, since: SourceIdentity | None = None) -> Plan:
     """Ranges from the committed offsets (``until`` per partition in the checkpoint of epoch
     N-1; empty before the first epoch; a partition not in it starts at ``first_offset``) to
     the high watermarks, capped by ``max_records``.
-    The watermarks are ``source``'s (default: the topic's, ``KafkaSource``)."""
-    if source is None:  # the settings are resolved once, for the watermarks and the log line
-        source = KafkaSource(client_settings(config.kafka.client))
-    topic = config.kafka.topic
+    The watermarks are ``source``'s (default: the topic's, ``KafkaSource``); ``since``, the
+    source the committed offsets are of, must be the one ``source`` names
+    (``check_same_source``)."""
+    source = default_source(config, source)
+    identity = source.identity(config)
+    check_same_source(config, since, identity)
     marks = source.watermarks(config)
-    starts: dict[int, int] = {}
+    starts = {p: committed.get(p, first_offset(config, committed, low, high))
+              for p, (low, high) in marks.items()}
+    return plan_from(config, epoch, starts, marks, identity, source)
+
+
+def plan_from(config: PipelineConfig, epoch: int, starts: dict[int, int],
+              marks: dict[int, tuple[int, int]], identity: SourceIdentity,
+              source: Source) -> Plan:
+    """The plan of ``epoch`` reading ``identity``'s partitions from ``starts`` to the high
+    watermarks ``marks`` (asked of ``source``), capped by ``max_records``."""
+    topic = identity.topic
     for partition, (low, high) in marks.items():
-        start = committed.get(partition, first_offset(config, committed, low, high))
+        start = starts[partition]
         if start < low:
             raise DataLoss(
                 f"topic '{topic}' partition {partition}: epoch {epoch} must read from offset "
@@ -147,20 +228,25 @@ def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
                 f"topic '{topic}' partition {partition}: committed offset {start} is beyond the "
                 f"high watermark {high}; the partition was truncated or recreated"
             )
-        starts[partition] = start
     available = {p: marks[p][1] - starts[p] for p in marks}
     taken = cap_fairly(available, config.epoch.max_records)
     ranges = tuple(PartitionRange(p, starts[p], starts[p] + taken[p]) for p in sorted(marks))
     clock = int(time.time() * 1000) if config.window.idle_timeout is not None else None
     log_phase("begin.watermarks", epoch=epoch, **source.describe(config), watermarks=marks)
-    return Plan(config.name, topic, epoch, ranges, clock)
+    return Plan(config.name, topic, epoch, ranges, clock, identity.cluster_id)
 
 
 def plan_of(tables: Tables, epoch: int) -> Plan:
+    return plan_and_move(tables, epoch)[0]
+
+
+def plan_and_move(tables: Tables, epoch: int) -> tuple[Plan, dict[str, Any] | None]:
+    """``epoch``'s logged plan and, when it is the first on a new source, the move its row
+    carries (``eos.core.move``)."""
     row = epochlog.first_plan_row(tables, epoch)
     if row is None:
         raise ProtocolViolation(f"epoch {epoch} has no plan in the epoch log; run begin first")
-    return Plan.from_json(row["plan"])
+    return Plan.from_json(row["plan"]), epochlog.move_of(row)
 
 
 def plan_summary(plan: Plan) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs, output_schema
 from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
-from eos.core.plan import Plan, Source, new_plan, plan_of
+from eos.core.plan import Plan, Source, committed_source, new_plan, plan_of
 from eos.core.rewind import check_none_unfinished
 from eos.core.sink import SinkCommit, sinks_for
 from eos.core.staging import (
@@ -182,6 +182,8 @@ def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
     - the log already holds a plan for c + 1 (a crash after logging, a retry): that plan;
     - otherwise a new plan for c + 1, logged *before* returning; of planners that race, exactly
       one logs its plan (a fenced append, ``epochlog.log_plan``) and the others adopt it.
+    - a new plan's source (topic, cluster) is not the one the last checkpoint's offsets are
+      of: ``SourceChanged`` (moving is ``eos move-source``, ``eos.core.move``).
 
     Costs: each table opened once, the epoch log read once (the run's rows and c + 1's, by file
     statistics), the last checkpoint read once, one append.
@@ -195,7 +197,8 @@ def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
         check_sinks(config, committed)
         plan, how = _existing_plan(logged, committed, run_id)
         if plan is None:
-            fresh = new_plan(config, committed + 1, last.until if last else {}, source)
+            fresh = new_plan(config, committed + 1, last.until if last else {}, source,
+                             since=committed_source(tables, last))  # SourceChanged
             won = epochlog.log_plan(tables, config.app_id, fresh.epoch, fresh.to_json(),
                                     fresh.hash, run_id, elapsed_ms(took), attempt)
             faults.hit("begin.after_log")
@@ -498,6 +501,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         epoch=epoch, plan_hash=plan.hash, until={r.partition: r.until for r in plan.ranges},
         watermark_ms=_staged_watermark(staged), rows=result.rows,
         sinks={s.sink: _sink_summary(s) for s in result.sinks}, config=config.schema_view(),
+        source=plan.source,
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)
     faults.hit("commit.after_checkpoint")

@@ -38,6 +38,9 @@ class Reason(StrEnum):
     LAG = "lag_records"  # the records after the checkpoint reached lag_records
     DELAY = "max_delay"  # the oldest record after the checkpoint is max_delay old
     DATA_LOSS = "data_loss"  # records after the checkpoint are gone: begin must say so
+    # The config reads another topic than the checkpoint's offsets are of: no lag can be
+    # computed; begin refuses (SourceChanged) or, after eos move-source, runs the move's plan.
+    SOURCE_CHANGED = "source_changed"
     NOT_DUE = "not_due"
     ASKED = "asked"  # due, but already asked for at this checkpoint: waiting for the commit
 
@@ -87,6 +90,7 @@ class Observation:
     partitions: tuple[PartitionLag, ...]
     oldest_ms: int | None = None  # Kafka timestamp of the oldest record after the checkpoint
     data_loss: str | None = None  # records after the checkpoint are no longer in the log
+    source_changed: str | None = None  # the checkpoint's offsets are of another topic
 
     @property
     def lag(self) -> int:
@@ -125,6 +129,10 @@ def observe(config: PipelineConfig, *, source: Source | None = None,
     committed = checkpoints.committed_epoch(tables, config.app_id)
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
+    if last is not None and last.source is not None and last.source.topic != config.kafka.topic:
+        return Observation(committed, (), source_changed=(
+            f"the committed offsets are of {last.source.describe()}, the config reads topic "
+            f"'{config.kafka.topic}'"))
     source = source if source is not None else KafkaSource()
     lags = tuple(partition_lags(config, offsets, source.watermarks(config)))
     gone = [p for p in lags if p.low is not None and p.committed is not None
@@ -152,6 +160,8 @@ def decide(schedule: ScheduleConfig, seen: Observation, now_ms: int,
     age = None if seen.oldest_ms is None else max(0, now_ms - seen.oldest_ms)
     if seen.data_loss:
         reason = Reason.DATA_LOSS
+    elif seen.source_changed:
+        reason = Reason.SOURCE_CHANGED
     elif schedule.lag_records is not None and seen.lag >= schedule.lag_records:
         reason = Reason.LAG
     elif schedule.max_delay is not None and age is not None and age >= schedule.max_delay:

@@ -60,6 +60,7 @@ from eos.core.errors import (
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.outputs import output_schema
 from eos.core.phaselog import log_phase, timed
+from eos.core.plan import Plan
 from eos.core.sink import Sink, SupportsRewind, sinks_for
 from eos.core.staging import Fence, fence_rewind
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
@@ -175,6 +176,7 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
     _check_none_maintaining(config, fence)
     checkpoint = checkpoints.read(tables, to_epoch) if to_epoch >= 0 else None
     _check_schema(config, tables, checkpoint)
+    _check_same_cluster(config, tables, to_epoch, committed)
     sinks = rewindable(config, to_epoch)
     republished = _check_republish(config, sinks, to_epoch, committed, republish)
     seq = len({json.loads(r["details"])["rewind_id"] for r in epochlog.rewind_rows(tables)
@@ -313,6 +315,27 @@ def _check_schema(config: PipelineConfig, tables: OpenTables,
         f"0..{checkpoint.epoch} as committed. Rewind to -1 (a full replay)"
         + (f" or to an epoch computed with the current config ({_ranges(same)})" if same else "")
     )
+
+
+def _check_same_cluster(config: PipelineConfig, tables: OpenTables, to_epoch: int,
+                        committed: int) -> None:
+    """The replay reads each logged plan's topic from the configured cluster: refuse a rewind
+    to before a move from another cluster (``eos.core.move``), whose epochs it would read
+    from the wrong one. The configured cluster is the last checkpoint's (``begin`` refuses
+    any other)."""
+    now = checkpoints.last(tables, committed)
+    cluster = now.source.cluster_id if now is not None and now.source is not None else None
+    if cluster is None:
+        return
+    replayed = [Plan.from_json(row["plan"]) for row in epochlog.rows(tables, since=to_epoch + 1)
+                if row["phase"] == epochlog.PLANNED and row["epoch"] <= committed]
+    for plan in replayed:  # every planned row of an epoch carries its first plan
+        if plan.cluster_id not in (None, cluster):
+            raise RewindRefused(
+                f"cannot rewind '{config.name}' to epoch {to_epoch}: epoch {plan.epoch} read "
+                f"{plan.source.describe()}, and the pipeline has moved to cluster "
+                f"'{cluster}' since (eos move-source); a replay would read that epoch from the "
+                "new cluster. Rewind to an epoch at or after the move")
 
 
 def rewindable(config: PipelineConfig, to_epoch: int) -> list[SupportsRewind]:

@@ -19,6 +19,7 @@ from eos.core import checkpoints, epochlog
 from eos.core import verdicts as audits
 from eos.core.config import PipelineConfig
 from eos.core.errors import ConfigError, EosError
+from eos.core.identity import SourceIdentity
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
 from eos.core.plan import PartitionRange, Plan, first_offset
@@ -96,6 +97,8 @@ class EpochStatus:
     committed_at: datetime | None
     aborts: int = 0
     runs: tuple[EpochRun, ...] = ()  # every run that touched it, in the order they did
+    # The move its plan is the first epoch after (``eos move-source``, ``epochlog.move_of``).
+    moved: dict[str, Any] | None = None
 
     def worked(self, task: str, phase: str | None = None) -> tuple[str, TaskTry] | None:
         """The run and the try of ``task`` that did the work on this epoch (the last one, for
@@ -109,6 +112,14 @@ class EpochStatus:
 
     def describe_ranges(self) -> str:
         return " ".join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
+
+    def describe_move(self) -> str:
+        """``moved from <source> to <source> at <position>`` ('' when no move led here)."""
+        if not self.moved:
+            return ""
+        old, new = self.moved.get("from"), SourceIdentity.from_dict(self.moved["to"])
+        before = SourceIdentity.from_dict(old).describe() if old else "an unrecorded source"
+        return f"moved from {before} to {new.describe()} at {self.moved.get('position')}"
 
 
 @dataclass(frozen=True)
@@ -250,7 +261,7 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
         planned_at=planned["at"] if planned else None,
         committed_at=checkpoint.committed_at if checkpoint else None,
         aborts=sum(1 for r in rows if r["phase"] == epochlog.ABORTED),
-        runs=runs,
+        runs=runs, moved=epochlog.move_of(planned) if planned else None,
     )
 
 
@@ -313,6 +324,10 @@ def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, commi
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
     problem: str | None = None
+    if last is not None and last.source is not None and last.source.topic != config.kafka.topic:
+        # Offsets of another topic say nothing of this one's lag (``eos move-source``).
+        return [], (f"the committed offsets are of {last.source.describe()}, the config reads "
+                    f"topic '{config.kafka.topic}': move the pipeline (eos move-source)")
     try:
         marks = topic_watermarks(settings, config.kafka.topic)
     except EosError as error:
@@ -359,6 +374,7 @@ def render(status: PipelineStatus) -> str:
             f"{counts.get('output', 0):>7} {counts.get('late', 0):>5} "
             f"{counts.get('quarantine', 0):>5} "
             f"{(entry.durations_ms['precommit'] or 0) / 1000:>7.1f}  {entry.describe_ranges()}"
+            + (f"  ({entry.describe_move()})" if entry.moved else "")
         )
     lines.append("")
     lines.append(f"sinks: {status.sinks_error}" if status.sinks_error else

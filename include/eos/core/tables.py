@@ -73,6 +73,7 @@ CHECKPOINTS_SCHEMA = pa.schema(
         ("sinks", pa.string()),  # JSON {sink: outcome and version} as this commit left them
         ("committed_at", TS),
         ("config", pa.string()),  # JSON: the config's schema view this epoch was computed with
+        ("source", pa.string()),  # JSON {topic, cluster_id}: what ``until`` is of (identity.py)
     ]
 )
 

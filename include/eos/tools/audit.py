@@ -37,7 +37,7 @@ from eos.core.kafka import client_settings, read_partition
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
 from eos.core.outputs import overflow_reason, type_text
-from eos.core.plan import Plan, plan_of
+from eos.core.plan import Plan, plan_and_move
 from eos.core.schema import field_schema
 from eos.core.sink import Sink, SupportsReadBack, sinks_for
 from eos.tools import independent
@@ -440,11 +440,23 @@ def _compare_values(report: AuditReport, config: PipelineConfig, sink: str,
                                                f"{identity(row)}: {'; '.join(wrong)}"))
 
 
-def check_offsets(plans: list[Plan]) -> list[Problem]:
-    """Committed ranges must be contiguous per partition: no gap, no overlap."""
+def check_offsets(plans: list[Plan], moved: set[int] | frozenset[int] = frozenset()
+                  ) -> list[Problem]:
+    """Committed ranges must be contiguous per partition: no gap, no overlap. A logged move
+    (``moved``: the epochs whose plan is the first on a new source, ``eos.core.move``) starts
+    afresh where it says; no other plan may read another source than the epoch before."""
     problems = []
     until: dict[int, int] = {}
+    before: Plan | None = None
     for plan in plans:
+        if plan.epoch in moved:
+            until = {}
+        elif before is not None and not before.source.same_as(plan.source):
+            problems.append(Problem(
+                ProblemKind.OFFSETS, f"epoch {plan.epoch}",
+                f"reads {plan.source.describe()}, epoch {before.epoch} read "
+                f"{before.source.describe()}, and no move is logged"))
+            until = {}
         for r in plan.ranges:
             if r.partition in until and r.start != until[r.partition]:
                 problems.append(Problem(
@@ -452,6 +464,7 @@ def check_offsets(plans: list[Plan]) -> list[Problem]:
                     f"partition {r.partition} starts at {r.start} but the previous epoch ended "
                     f"at {until[r.partition]}"))
             until[r.partition] = r.until
+        before = plan
     return problems
 
 
@@ -505,8 +518,9 @@ def audit(config: PipelineConfig) -> AuditReport:
         report.problems.append(Problem(ProblemKind.NOTHING, config.name, "yet"))
         return report
     settings = client_settings(config.kafka.client)
-    plans = [plan_of(tables, e) for e in range(committed + 1)]
-    report.problems.extend(check_offsets(plans))
+    logged = [plan_and_move(tables, e) for e in range(committed + 1)]
+    plans = [plan for plan, _ in logged]
+    report.problems.extend(check_offsets(plans, {p.epoch for p, move in logged if move}))
     epochs = [
         (plan, [rec for r in plan.ranges
                 for rec in read_range(settings, plan.topic, r.partition, r.start, r.until)])

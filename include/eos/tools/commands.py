@@ -90,6 +90,32 @@ def cmd_rewind(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_move_source(args: argparse.Namespace) -> int:
+    """Move the pipeline to its configured source from a start position (``eos.core.move``)."""
+    from eos.core.move import move_source
+
+    config = _config(args)
+    moved = move_source(config, args.start, run_id=args.run_id)
+    old, new = moved.move["from"], moved.move["to"]
+    print(f"'{config.name}' moved from "
+          + (f"topic '{old['topic']}' (cluster {old['cluster_id']})" if old else "an unrecorded "
+             "source")
+          + f" to topic '{new['topic']}' (cluster {new['cluster_id']}) at "
+          f"{moved.move['position']}: epoch {moved.plan.epoch} reads "
+          f"{moved.plan.describe_ranges()}")
+    print(json.dumps(moved.summary()))
+    return 0
+
+
+def _start_position(text: str):
+    from eos.core.move import StartPosition
+
+    try:
+        return StartPosition.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from eos.core.config import load_pipeline
     from eos.tools.demo import demo
@@ -182,6 +208,17 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
                         "consumers see the replayed epochs again")
     p.add_argument("--run-id", default=None, help="recorded with the rewind in the epoch log")
     p.set_defaults(func=cmd_rewind)
+
+    p = sub.add_parser("move-source", help="move the pipeline to its configured kafka source "
+                       "(another topic or cluster): the next epoch reads it from --from")
+    pipeline_args(p)
+    p.add_argument("--from", dest="start", type=_start_position, required=True,
+                   metavar="POSITION",
+                   help="earliest (the log start), latest (the end: only new records), "
+                        "timestamp:<ms> (the first record at or after), or "
+                        "offsets:<p>=<o>,... (one per partition)")
+    p.add_argument("--run-id", default=None, help="recorded with the move in the epoch log")
+    p.set_defaults(func=cmd_move_source)
 
     p = sub.add_parser("verify", help="audit committed tables against Kafka from scratch")
     pipeline_args(p)
