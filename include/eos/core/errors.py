@@ -241,3 +241,9 @@ class StoreUnsafe(ConfigError):
 class StoreUnavailable(TransientError):
     """The embedded object store (a development tool: SeaweedFS's S3 gateway) did not start,
     or is not running when asked for."""
+
+
+class TableOwned(ConfigError):
+    """A sink table records other writers (pipelines) and this pipeline may not join them: the
+    table is not declared shared by all of them (``eos.core.ownership``). Two unshared writers
+    of one table would undo each other's epochs on a rewind."""

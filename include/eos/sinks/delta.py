@@ -18,6 +18,7 @@ from eos.core.config import DurationMs
 from eos.core.errors import ConfigError
 from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
+from eos.core.ownership import Writer
 from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 
 class DeltaSinkOptions(BaseModel):
-    """``{delta: NAME}`` or ``{delta: {table: NAME, log_retention: 7d}}``.
+    """``{delta: NAME}`` or ``{delta: {table: NAME, log_retention: 7d, shared: true}}``.
 
     ``log_retention`` (at least 1 h, as ``epoch.log_retention`` and for the same reason: a
     writer whose snapshot predates a log cleanup could commit under a freed version number)
@@ -42,11 +43,18 @@ class DeltaSinkOptions(BaseModel):
     once per epoch stays bounded instead of keeping 30 days of commits (Delta's default), which
     every append lists (docs/benchmarks-history.md, 2026-11-22: "bounded Delta logs"). Time
     travel, and a rewind, reach back as far as the retention. Unset: the table keeps Delta's
-    default, or what its owner set."""
+    default, or what its owner set.
+
+    ``shared``: other pipelines may write this table too, if each of them declares it shared
+    (``eos.core.ownership``; the table records its writers). Unset, the first pipeline to
+    begin on the table owns it and any other is refused before its first commit. A rewind
+    never removes another writer's rows: it is refused when another writer committed after
+    the epoch it goes back to."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: str = Field(min_length=1)
     log_retention: DurationMs | None = Field(default=None, ge=3_600_000)
+    shared: bool = False
 
 
 def _is_uri(table: str) -> bool:
@@ -146,13 +154,24 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             return {}
         return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
+    def _writer(self) -> Writer:
+        return Writer(self.config.app_id, self.config.name, self.output)
+
     def prepare(self, schema: pa.Schema) -> None:
+        """Create the table (recording this pipeline as its writer) unless it exists; then make
+        sure this pipeline may write it (``eos.core.ownership.claim``: ``TableOwned`` before
+        any epoch when another pipeline owns it)."""
         from eos.core.delta import create_table
-        from eos.core.pool import pooled
+        from eos.core.ownership import Record, claim
+        from eos.core.pool import lent, pooled
 
         # A table this process holds a handle of exists; asking costs a listing of its log.
         if not pooled(self.path):
-            create_table(self.path, schema, configuration=self._properties() or None)
+            owner = Record((self._writer(),), self.options.shared).properties()
+            create_table(self.path, schema, configuration={**self._properties(), **owner})
+        with lent(self.path) as table:
+            if table is not None:
+                claim(table, self.path, self._writer(), self.options.shared)
 
     def committed_epoch(self, fence: bool = True) -> int:
         """The table's ``txn`` version for the pipeline (Delta has no writer to fence: every
@@ -169,6 +188,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         open is the existence check and the fencing snapshot."""
         from eos.core.delta import fenced_append
         from eos.core.maintenance import ensure_properties
+        from eos.core.ownership import check_writer
         from eos.core.pool import lent
 
         with lent(self.path) as snapshot:
@@ -180,8 +200,11 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 ensure_properties(snapshot, self._properties())
             # merge_schema: a table created before its output gained columns (the bounded
             # quarantine row's lengths and digest) takes them in the same commit.
+            # A table that lists other writers only is refused, checked through the snapshot
+            # the append goes through (a concurrent change of its writers conflicts).
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot,
-                                 merge_schema=True)
+                                 merge_schema=True,
+                                 check=lambda t: check_writer(t, self.path, self._writer()))
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
     def abort(self, epoch: int) -> None:
@@ -189,28 +212,37 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     def rewind_target(self, epoch: int) -> int | None:
         """The version at which the table held ``epoch`` (its history says which); None for a
-        table not created yet when going back to before the first epoch (nothing to undo)."""
+        table not created yet when going back to before the first epoch (nothing to undo).
+        ``RewindRefused`` when another writer committed after it (a shared table, or one
+        written before tables recorded their writers): the restore would remove its rows."""
         from eos.core.delta import open_table
         from eos.core.errors import RewindRefused
-        from eos.core.timetravel import target_version
+        from eos.core.timetravel import refuse_other_writers, target_version
 
-        if open_table(self.path) is None:
+        table = open_table(self.path)
+        if table is None:
             if epoch == NO_EPOCH:
                 return None
             raise RewindRefused(f"sink {self.name}: {self.path} does not exist, so it holds no "
                                 f"epoch {epoch}; rewind to -1 to fill it from the start")
-        return target_version(self.path, self.config.app_id, epoch)
+        version = target_version(self.path, self.config.app_id, epoch)
+        refuse_other_writers(table, self.path, self.config.app_id, epoch, version)
+        return version
 
     def rewind(self, epoch: int, target: int | None, rewind_id: str,
                schema: pa.Schema) -> int | None:
         """A Delta ``RESTORE`` to ``target`` carrying ``txn(app, epoch)``
         (``eos.core.timetravel``); on a
-        full rewind, the emptied table takes the output's current schema."""
-        from eos.core.timetravel import replace_schema, restore
+        full rewind, the emptied table takes the output's current schema. Refused when another
+        writer committed after ``target`` (since the plan too): checked through the snapshot
+        the restore commits on, so a commit landing in between makes it conflict."""
+        from eos.core.timetravel import refuse_other_writers, replace_schema, restore
 
         if target is None:  # the table did not exist when the rewind was planned
             return None
-        version = restore(self.path, target, self.config.app_id, epoch, rewind_id)
+        app = self.config.app_id
+        version = restore(self.path, target, app, epoch, rewind_id,
+                          check=lambda t: refuse_other_writers(t, self.path, app, epoch, target))
         if epoch == NO_EPOCH:
             version = replace_schema(self.path, schema, self.config.app_id, epoch,
                                      rewind_id) or version
