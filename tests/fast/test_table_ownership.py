@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.delta import create_table, fenced_append, read_table, txn_version
 from eos.core.errors import InjectedFault, RewindRefused, TableOwned
@@ -25,7 +26,7 @@ from eos.core.protocol import begin, committed_epoch
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
 
-from .harness import MemorySource, make_pipeline, run_epoch
+from .harness import MemorySource, log_rows, make_pipeline, run_epoch
 
 pytestmark = pytest.mark.fast
 
@@ -81,7 +82,7 @@ def test_a_rewind_never_removes_rows_another_pipeline_committed_to_a_shared_tabl
     with pytest.raises(RewindRefused, match=r"(?s)pipeline b .*committed to .*shared-windows"):
         rewind(a, 0)
     # Nothing moved: B's rows are there and its marker tells the truth; A is untouched too.
-    assert rows(table) == before
+    assert rows(table) == before and log_rows(a, phase=epochlog.REWINDING) == []
     assert txn_version(str(table), b.app_id) == 1 and committed_epoch(a) == 1
     epochs(b, source_b, 1)  # and B goes on
     assert committed_epoch(b) == 2
@@ -254,3 +255,13 @@ def test_an_emptied_record_hands_the_table_over(tmp_path: Path) -> None:
                                                       raise_if_not_exists=False)
     epochs(b, source_b, 1)
     assert writers(table) == ["b"] and committed_epoch(b) == 0
+
+
+def test_a_malformed_record_is_refused_naming_the_property(tmp_path: Path) -> None:
+    table = tmp_path / "windows"
+    a = pipeline(tmp_path, "a", table)
+    epochs(a, sources()[0], 1)
+    DeltaTable(str(table)).alter.set_table_properties({"eos.writers": "a"},
+                                                      raise_if_not_exists=False)
+    with pytest.raises(TableOwned, match=r"eos.writers is not a JSON list of writers"):
+        begin(a, source=sources()[0])

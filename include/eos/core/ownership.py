@@ -65,9 +65,14 @@ class Record:
         text = configuration.get(WRITERS)
         if text is None:
             return None
-        listed = json.loads(text)
-        return cls(tuple(Writer(w["app"], w["pipeline"], w.get("output", "")) for w in listed),
-                   configuration.get(SHARED) == "true")
+        try:
+            writers = tuple(Writer(str(w["app"]), str(w["pipeline"]), str(w.get("output", "")))
+                            for w in json.loads(text))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise TableOwned(f"the table property {WRITERS} is not a JSON list of writers "
+                             f"({{app, pipeline, output}}): {text!r}. Set it to '[]' to hand "
+                             "the table to the next pipeline that begins on it") from None
+        return cls(writers, configuration.get(SHARED) == "true")
 
     def properties(self) -> dict[str, str]:
         listed = [{"app": w.app, "pipeline": w.pipeline, "output": w.output}
