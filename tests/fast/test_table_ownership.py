@@ -38,7 +38,7 @@ def pipeline(tmp_path: Path, name: str, table: Path, shared: bool | None = None
     windows: Any = str(table) if shared is None else {"table": str(table), "shared": shared}
     sinks = {"windows": [{"delta": windows}], "late": [{"memory_rewind": "late"}],
              "quarantine": [{"memory_rewind": "quarantine"}]}
-    return make_pipeline(tmp_path / name, name=name, sinks=sinks)
+    return make_pipeline(tmp_path, name=name, sinks=sinks)  # roots: tmp_path/a, tmp_path/b
 
 
 def sources() -> tuple[MemorySource, MemorySource]:

@@ -124,7 +124,7 @@ def _fix(me: Writer, owners: tuple[Writer, ...]) -> str:
     return ("A rewind of one writer would remove the other's rows. Give this sink a table of "
             "its own; or, for one table written by several pipelines, declare `shared: true` "
             "in the delta sink options of every pipeline writing it ({delta: {table: ..., "
-            f"shared: true}}), {_names(owners)} first; or, if {_names(owners)} no longer "
+            f"shared: true}}}}), {_names(owners)} first; or, if {_names(owners)} no longer "
             "writes it, hand the table over: ALTER TABLE ... SET TBLPROPERTIES "
             "('eos.writers' = '[]')")
 
