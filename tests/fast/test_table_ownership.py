@@ -22,11 +22,11 @@ from eos.core.config import PipelineConfig
 from eos.core.delta import create_table, fenced_append, read_table, txn_version
 from eos.core.errors import InjectedFault, RewindRefused, TableOwned
 from eos.core.outcomes import Outcome
-from eos.core.protocol import begin, committed_epoch
+from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
 
-from .harness import MemorySource, log_rows, make_pipeline, run_epoch
+from .harness import MemorySource, MemoryStager, log_rows, make_pipeline, run_epoch
 
 pytestmark = pytest.mark.fast
 
@@ -265,3 +265,21 @@ def test_a_malformed_record_is_refused_naming_the_property(tmp_path: Path) -> No
                                                       raise_if_not_exists=False)
     with pytest.raises(TableOwned, match=r"eos.writers is not a JSON list of writers"):
         begin(a, source=sources()[0])
+
+
+def test_a_rewind_keeps_a_writer_that_joined_after_its_epoch(tmp_path: Path) -> None:
+    """A Delta ``RESTORE`` takes table properties back too: B, which joined the shared table
+    after A's epoch 0 and has staged its first epoch, would be forgotten and its commit
+    refused. The rewind puts B back, and B's commit is admitted either way."""
+    table = tmp_path / "shared-windows"
+    a, b = pipeline(tmp_path, "a", table, shared=True), pipeline(tmp_path, "b", table, shared=True)
+    source_a, source_b = sources()
+    epochs(a, source_a, 2)
+    begin(b, source=source_b)  # B joins (a commit of the table's properties, no rows)
+    precommit(b, 0, MemoryStager())
+    assert writers(table) == ["a", "b"]
+
+    assert rewind(a, 0).outcome is Outcome.REWOUND
+    assert writers(table) == ["a", "b"]
+    assert commit(b, 0).outcome is Outcome.COMMITTED
+    assert committed_epoch(b) == 0 and [e for e, _ in rows(table)] == [0, 0]

@@ -154,16 +154,16 @@ def claim(table: DeltaTable, where: str, me: Writer, shared: bool) -> Record:
                          f"concurrent writes {CLAIM_ATTEMPTS} times; retrying is safe")
 
 
-def check_writer(table: DeltaTable, where: str, me: Writer) -> None:
-    """``TableOwned`` unless ``table``'s record lists ``me`` (or the table has none yet: a table
-    from before, which ``claim`` adopts at ``begin``). Checked through the snapshot a commit
-    writes with, so a record that changes concurrently makes that commit conflict and check
-    again."""
+def check_writer(table: DeltaTable, where: str, me: Writer, shared: bool) -> None:
+    """``TableOwned`` when ``table``'s record would not admit ``me`` (``admit``; a table with no
+    record yet is one from before, which ``claim`` adopts at ``begin``). Checked through the
+    snapshot a commit writes with, so a record that changes concurrently makes that commit
+    conflict and check again. A shared writer missing from a shared table's record may commit:
+    a rewind's restore of another writer can take the record back to before it joined (Delta
+    ``RESTORE`` restores table properties too); its next ``begin`` records it again."""
     record = Record.of(table.metadata().configuration)
-    if record is not None and not record.holds(me.app):
-        raise TableOwned(f"{_table(where)} belongs to {_names(record.writers)}: {me} may not "
-                         "commit to it (it did not begin on this table, or lost a race to "
-                         "create it). " + _fix(me, record.writers))
+    if record is not None:
+        admit(record, me, shared, where, set)
 
 
 def committed_apps(table: DeltaTable) -> set[str]:

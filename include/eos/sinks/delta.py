@@ -18,7 +18,7 @@ from eos.core.config import DurationMs
 from eos.core.errors import ConfigError
 from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
-from eos.core.ownership import Writer
+from eos.core.ownership import Record, Writer
 from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
@@ -31,6 +31,7 @@ from eos.core.storage import join, refuse_unsafe_settings, resolve
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 
 class DeltaSinkOptions(BaseModel):
@@ -162,7 +163,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         sure this pipeline may write it (``eos.core.ownership.claim``: ``TableOwned`` before
         any epoch when another pipeline owns it)."""
         from eos.core.delta import create_table
-        from eos.core.ownership import Record, claim
+        from eos.core.ownership import claim
         from eos.core.pool import lent, pooled
 
         # A table this process holds a handle of exists; asking costs a listing of its log.
@@ -200,11 +201,12 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 ensure_properties(snapshot, self._properties())
             # merge_schema: a table created before its output gained columns (the bounded
             # quarantine row's lengths and digest) takes them in the same commit.
-            # A table that lists other writers only is refused, checked through the snapshot
-            # the append goes through (a concurrent change of its writers conflicts).
+            # A table whose writers would not admit this pipeline is refused, checked through
+            # the snapshot the append goes through (a concurrent change of them conflicts).
+            me, shared = self._writer(), self.options.shared
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot,
                                  merge_schema=True,
-                                 check=lambda t: check_writer(t, self.path, self._writer()))
+                                 check=lambda t: check_writer(t, self.path, me, shared))
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
     def abort(self, epoch: int) -> None:
@@ -240,13 +242,41 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         if target is None:  # the table did not exist when the rewind was planned
             return None
-        app = self.config.app_id
-        version = restore(self.path, target, app, epoch, rewind_id,
-                          check=lambda t: refuse_other_writers(t, self.path, app, epoch, target))
+        app, writers = self.config.app_id, []
+
+        def check(table: DeltaTable) -> None:
+            refuse_other_writers(table, self.path, app, epoch, target)
+            writers.append(Record.of(table.metadata().configuration))
+
+        version = restore(self.path, target, app, epoch, rewind_id, check=check)
+        if version is not None and writers and writers[0] is not None:
+            version = self._keep_writers(writers[0]) or version
         if epoch == NO_EPOCH:
             version = replace_schema(self.path, schema, self.config.app_id, epoch,
                                      rewind_id) or version
         return version
+
+    def _keep_writers(self, before: Record) -> int | None:
+        """Put back the writers the table listed before a restore: Delta ``RESTORE`` restores
+        table properties too, and would forget a writer that joined after the restored version
+        (one metadata commit, none when nothing was forgotten; the version written).
+        Best effort: if it loses a race, the forgotten writer's next ``begin`` records it again
+        and its commits are admitted meanwhile (``eos.core.ownership.check_writer``)."""
+        from deltalake.exceptions import CommitFailedError
+
+        from eos.core.delta import open_table
+
+        table = open_table(self.path)
+        now = None if table is None else Record.of(table.metadata().configuration)
+        if table is None or now == before:
+            return None
+        kept = Record((*before.writers, *(w for w in (now.writers if now else ())
+                                          if not before.holds(w.app))), before.shared)
+        try:
+            table.alter.set_table_properties(kept.properties(), raise_if_not_exists=False)
+        except CommitFailedError:
+            return None
+        return table.version()
 
     def read_back(self) -> list[dict[str, Any]]:
         from eos.core.delta import read_table
