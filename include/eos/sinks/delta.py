@@ -242,7 +242,8 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         if target is None:  # the table did not exist when the rewind was planned
             return None
-        app, writers = self.config.app_id, []
+        app = self.config.app_id
+        writers: list[Record | None] = []  # the table's writers before the restore
 
         def check(table: DeltaTable) -> None:
             refuse_other_writers(table, self.path, app, epoch, target)
