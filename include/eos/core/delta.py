@@ -11,6 +11,7 @@ racing attempts appended one epoch twice (the bug ``fenced_append`` exists to pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,8 @@ def txn_version(path: str, app_id: str, table: DeltaTable | None = None) -> int:
 def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
                   fault_point: str = "sink.before_write", snapshot: DeltaTable | None = None,
                   in_order: bool = True, op: str = "commit",
-                  merge_schema: bool = False) -> FencedWrite:
+                  merge_schema: bool = False,
+                  check: Callable[[DeltaTable], None] | None = None) -> FencedWrite:
     """Append ``data`` with ``txn(app_id, epoch)`` exactly once, however many attempts race.
 
     Scenarios, decided here:
@@ -95,6 +97,9 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     the epoch and ``op`` (``eos.core.timetravel``: what a rewind finds its versions by).
     ``merge_schema``: columns ``data`` has and the table lacks are added in the same commit (a
     sink table created before an output gained a column; no metadata is written otherwise).
+    ``check`` refuses the write (raises) from the snapshot it goes through, on every attempt: a
+    table property (its writers, ``eos.core.ownership``) changed concurrently makes the append
+    conflict and be checked again.
     """
     snapshot = snapshot if snapshot is not None else DeltaTable(path)
     for attempt in range(WRITE_ATTEMPTS):
@@ -106,6 +111,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
                 f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch "
                 f"{epoch} (epochs are committed in order, one at a time)"
             )
+        if check is not None:
+            check(snapshot)
         if attempt == 0:
             faults.hit(fault_point)
         try:
@@ -139,8 +146,9 @@ def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = 
     if DeltaTable.is_deltatable(path):
         return
     try:
+        # raise_if_key_not_exists=False: eos's own properties (``eos.core.ownership``) too.
         DeltaTable.create(path, schema=schema, partition_by=partition_by, mode="ignore",
-                          configuration=configuration)
+                          configuration=configuration, raise_if_key_not_exists=False)
     except Exception as error:  # lost a creation race, or really cannot create
         if not DeltaTable.is_deltatable(path):
             raise TableUnwritable(f"cannot create Delta table at {path}: {error}") from None

@@ -265,3 +265,9 @@ class MarkerTopicUnsafe(ConfigError):
     """A Kafka sink's marker topic deletes records by time or size (``cleanup.policy`` with
     ``delete`` and a finite ``retention.ms`` or ``retention.bytes``): its markers would be lost,
     and with them the sink's committed epoch, which halts the pipeline. Make it compacted."""
+
+
+class TableOwned(ConfigError):
+    """A sink table records other writers (pipelines) and this pipeline may not join them: the
+    table is not declared shared by all of them (``eos.core.ownership``). Two unshared writers
+    of one table would undo each other's epochs on a rewind."""

@@ -16,6 +16,7 @@ one atomic commit (delta-rs keeps the latest ``txn`` action of an app, even a lo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eos.core.delta import APP, EPOCH, OP, PLAN_HASH, REWIND, commit_properties
@@ -81,6 +82,52 @@ def line(table: DeltaTable, app_id: str) -> list[int]:
     return epochs
 
 
+# Operations that add or remove no rows: another writer's such commit after a rewind's target
+# version loses nothing when the table is restored to it (files are rewritten, not changed).
+ROWLESS_OPS = frozenset({"CREATE TABLE", "SET TBLPROPERTIES", "OPTIMIZE", "VACUUM START",
+                         "VACUUM END", "ADD COLUMN", "ADD CONSTRAINT", "DROP CONSTRAINT",
+                         "ADD FEATURE", "UPDATE TABLE METADATA", "CHECKPOINT"})
+
+
+def other_writers(table: DeltaTable, app_id: str, version: int) -> list[tuple[int, str]]:
+    """The commits after ``version`` that another writer made and that may carry rows, as
+    (version, who): another pipeline's (its ``eos.app``), or one outside eos (no ``eos.app``
+    and an operation that writes rows). A restore to ``version`` would remove their rows."""
+    from eos.core.ownership import Writer
+
+    found = []
+    for commit in table.history():
+        at, app = int(commit["version"]), commit.get(APP)
+        if at <= version or app == app_id:
+            continue
+        if app:
+            found.append((at, str(Writer.of_app(str(app)))))
+        elif commit.get("operation") not in ROWLESS_OPS:
+            found.append((at, f"a writer outside eos ({commit.get('operation')})"))
+    return sorted(found)
+
+
+def refuse_other_writers(table: DeltaTable, path: str, app_id: str, epoch: int,
+                         version: int) -> None:
+    """``RewindRefused`` when restoring ``table`` to ``version`` (epoch ``epoch`` of
+    ``app_id``) would remove rows another writer committed after it (DESIGN §9.3): their
+    markers would still say committed, so nothing would ever write them again. Refused rather
+    than deleting only this pipeline's rows: the rows carry no writer, only an epoch that the
+    other pipelines' epochs share."""
+    found = other_writers(table, app_id, version)
+    if not found:
+        return
+    whom = sorted({who for _, who in found})
+    raise RewindRefused(
+        f"{', '.join(whom)} committed to Delta table {path} after epoch {epoch} of {app_id} "
+        f"(version {version}; their commits: version(s) "
+        f"{', '.join(str(v) for v, _ in found[:5])}{', ...' if len(found) > 5 else ''}): "
+        "restoring the table to that epoch would remove those rows while their writer's marker "
+        "still says committed. Rewind to an epoch committed after their last commit, or give "
+        "each pipeline a table of its own"
+    )
+
+
 def missing_files(path: str, version: int) -> list[str]:
     """Data files the table at ``version`` needs that are gone (vacuumed): a restore to it
     would fail half-way. One metadata request per file on an object store."""
@@ -104,12 +151,14 @@ def rewound(table: DeltaTable, rewind_id: str) -> bool:
 
 
 def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
-            fenced: bool = False) -> int | None:
+            fenced: bool = False,
+            check: Callable[[DeltaTable], None] | None = None) -> int | None:
     """Restore ``path`` to ``version`` with ``txn(app_id, epoch)`` in the same commit; the
     version written, or None when there was nothing to do (this rewind did it already, or the
     table is at ``version``). Idempotent; of two racing attempts, one restores and the other
     finds the table restored by this rewind. ``fenced``: the staging table, whose every change
-    goes through its fence (``eos.core.staging.Fence``)."""
+    goes through its fence (``eos.core.staging.Fence``). ``check`` refuses the restore (raises)
+    from the snapshot it restores: a commit after that snapshot makes the restore conflict."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
@@ -118,6 +167,8 @@ def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
     table = DeltaTable(path)
     if rewound(table, rewind_id) or table.version() == version:
         return None
+    if check is not None:
+        check(table)
     also = Fence.of(table, app_id).advance(epoch) if fenced else None
     properties = commit_properties(app_id, epoch, "rewind", extra={REWIND: rewind_id},
                                    also=also)

@@ -18,6 +18,7 @@ from eos.core.config import DurationMs
 from eos.core.errors import ConfigError, SinkCannotTake
 from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
+from eos.core.ownership import Record, Writer
 from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
@@ -30,10 +31,11 @@ from eos.core.storage import join, refuse_unsafe_settings, resolve
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 
 class DeltaSinkOptions(BaseModel):
-    """``{delta: NAME}`` or ``{delta: {table: NAME, log_retention: 7d}}``.
+    """``{delta: NAME}`` or ``{delta: {table: NAME, log_retention: 7d, shared: true}}``.
 
     ``log_retention`` (at least 1 h, as ``epoch.log_retention`` and for the same reason: a
     writer whose snapshot predates a log cleanup could commit under a freed version number)
@@ -42,11 +44,18 @@ class DeltaSinkOptions(BaseModel):
     once per epoch stays bounded instead of keeping 30 days of commits (Delta's default), which
     every append lists (docs/benchmarks-history.md, 2026-11-22: "bounded Delta logs"). Time
     travel, and a rewind, reach back as far as the retention. Unset: the table keeps Delta's
-    default, or what its owner set."""
+    default, or what its owner set.
+
+    ``shared``: other pipelines may write this table too, if each of them declares it shared
+    (``eos.core.ownership``; the table records its writers). Unset, the first pipeline to
+    begin on the table owns it and any other is refused before its first commit. A rewind
+    never removes another writer's rows: it is refused when another writer committed after
+    the epoch it goes back to."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: str = Field(min_length=1)
     log_retention: DurationMs | None = Field(default=None, ge=3_600_000)
+    shared: bool = False
 
 
 def _is_uri(table: str) -> bool:
@@ -175,24 +184,37 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             return {}
         return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
+    def _writer(self) -> Writer:
+        return Writer(self.config.app_id, self.config.name, self.output)
+
     def prepare(self, schema: pa.Schema) -> None:
-        """Create the table, or refuse an existing one whose schema conflicts with the
-        output's (``SinkCannotTake``), before any epoch of this config is pre-committed."""
+        """Create the table (recording this pipeline as its writer) unless it exists; then make
+        sure this pipeline may write it (``eos.core.ownership.claim``: ``TableOwned`` before
+        any epoch when another pipeline owns it) and that its schema takes the output's
+        (``SinkCannotTake``)."""
         from eos.core.delta import create_table
+        from eos.core.ownership import claim
         from eos.core.pool import lent, pooled
 
         # A table this process holds a handle of exists; asking costs a listing of its log.
         if not pooled(self.path):
-            create_table(self.path, schema, configuration=self._properties() or None)
-            with lent(self.path) as table:
+            owner = Record((self._writer(),), self.options.shared).properties()
+            create_table(self.path, schema, configuration={**self._properties(), **owner})
+        with lent(self.path) as table:
+            if table is not None:
+                claim(table, self.path, self._writer(), self.options.shared)
                 self._refuse_conflicts(table, schema, "its epochs")
 
     def check(self, epoch: int, rows: pa.Table) -> None:
-        """The table's schema must take the rows: same types where both have a column, and
-        no required column the rows lack (new columns are added by the commit)."""
+        """Before the seal: this pipeline may write the table (its recorded writers admit it:
+        ``TableOwned``) and the table's schema takes the rows: same types where both have a
+        column, no required column the rows lack (new columns are added by the commit)."""
+        from eos.core.ownership import check_writer
         from eos.core.pool import lent
 
         with lent(self.path) as table:
+            if table is not None:
+                check_writer(table, self.path, self._writer(), self.options.shared)
             self._refuse_conflicts(table, rows.schema, f"epoch {epoch}")
 
     def _refuse_conflicts(self, table: Any, schema: pa.Schema, what: str) -> None:
@@ -222,6 +244,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         open is the existence check and the fencing snapshot."""
         from eos.core.delta import fenced_append
         from eos.core.maintenance import ensure_properties
+        from eos.core.ownership import check_writer
         from eos.core.pool import lent
 
         with lent(self.path) as snapshot:
@@ -233,8 +256,12 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 ensure_properties(snapshot, self._properties())
             # merge_schema: a table created before its output gained columns (the bounded
             # quarantine row's lengths and digest) takes them in the same commit.
+            # A table whose writers would not admit this pipeline is refused, checked through
+            # the snapshot the append goes through (a concurrent change of them conflicts).
+            me, shared = self._writer(), self.options.shared
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot,
-                                 merge_schema=True)
+                                 merge_schema=True,
+                                 check=lambda t: check_writer(t, self.path, me, shared))
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 
     def abort(self, epoch: int) -> None:
@@ -242,32 +269,70 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     def rewind_target(self, epoch: int) -> int | None:
         """The version at which the table held ``epoch`` (its history says which); None for a
-        table not created yet when going back to before the first epoch (nothing to undo)."""
+        table not created yet when going back to before the first epoch (nothing to undo).
+        ``RewindRefused`` when another writer committed after it (a shared table, or one
+        written before tables recorded their writers): the restore would remove its rows."""
         from eos.core.delta import open_table
         from eos.core.errors import RewindRefused
-        from eos.core.timetravel import target_version
+        from eos.core.timetravel import refuse_other_writers, target_version
 
-        if open_table(self.path) is None:
+        table = open_table(self.path)
+        if table is None:
             if epoch == NO_EPOCH:
                 return None
             raise RewindRefused(f"sink {self.name}: {self.path} does not exist, so it holds no "
                                 f"epoch {epoch}; rewind to -1 to fill it from the start")
-        return target_version(self.path, self.config.app_id, epoch)
+        version = target_version(self.path, self.config.app_id, epoch)
+        refuse_other_writers(table, self.path, self.config.app_id, epoch, version)
+        return version
 
     def rewind(self, epoch: int, target: int | None, rewind_id: str,
                schema: pa.Schema) -> int | None:
         """A Delta ``RESTORE`` to ``target`` carrying ``txn(app, epoch)``
         (``eos.core.timetravel``); on a
-        full rewind, the emptied table takes the output's current schema."""
-        from eos.core.timetravel import replace_schema, restore
+        full rewind, the emptied table takes the output's current schema. Refused when another
+        writer committed after ``target`` (since the plan too): checked through the snapshot
+        the restore commits on, so a commit landing in between makes it conflict."""
+        from eos.core.timetravel import refuse_other_writers, replace_schema, restore
 
         if target is None:  # the table did not exist when the rewind was planned
             return None
-        version = restore(self.path, target, self.config.app_id, epoch, rewind_id)
+        app = self.config.app_id
+        writers: list[Record | None] = []  # the table's writers before the restore
+
+        def check(table: DeltaTable) -> None:
+            refuse_other_writers(table, self.path, app, epoch, target)
+            writers.append(Record.of(table.metadata().configuration))
+
+        version = restore(self.path, target, app, epoch, rewind_id, check=check)
+        if version is not None and writers and writers[0] is not None:
+            version = self._keep_writers(writers[0]) or version
         if epoch == NO_EPOCH:
             version = replace_schema(self.path, schema, self.config.app_id, epoch,
                                      rewind_id) or version
         return version
+
+    def _keep_writers(self, before: Record) -> int | None:
+        """Put back the writers the table listed before a restore: Delta ``RESTORE`` restores
+        table properties too, and would forget a writer that joined after the restored version
+        (one metadata commit, none when nothing was forgotten; the version written).
+        Best effort: if it loses a race, the forgotten writer's next ``begin`` records it again
+        and its commits are admitted meanwhile (``eos.core.ownership.check_writer``)."""
+        from deltalake.exceptions import CommitFailedError
+
+        from eos.core.delta import open_table
+
+        table = open_table(self.path)
+        now = None if table is None else Record.of(table.metadata().configuration)
+        if table is None or now == before:
+            return None
+        kept = Record((*before.writers, *(w for w in (now.writers if now else ())
+                                          if not before.holds(w.app))), before.shared)
+        try:
+            table.alter.set_table_properties(kept.properties(), raise_if_not_exists=False)
+        except CommitFailedError:
+            return None
+        return table.version()
 
     def read_back(self) -> list[dict[str, Any]]:
         from eos.core.delta import read_table
