@@ -320,3 +320,44 @@ def test_a_replay_of_a_range_kafka_no_longer_holds_fails_naming_it(
     with pytest.raises(DataLoss, match=r"partition 0: offsets \[\d+,500\)"):
         precommit(config, plan.epoch, SparkStager(spark))
     assert plan == plan_of(tables_for(config), 0)
+
+
+def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path, kafka: str,
+                                                                   spark: Any) -> None:
+    """Issue #42's defect, end to end: two pipelines whose ``windows`` sink is the same
+    absolute Delta table. Unshared, the second is refused at ``begin`` (before, both wrote it);
+    declared shared, both commit, a rewind of one is refused while the other has committed
+    since its target (before, the RESTORE removed the other's rows for good, its ``txn``
+    still saying committed), and the table holds every window both checkpointed."""
+    from eos.core.errors import TableOwned
+
+    table = tmp_path / "windows-of-both"
+
+    def on_table(directory: str, shared: bool) -> PipelineConfig:
+        sink = {"table": str(table), **({"shared": True} if shared else {})}
+        return make_pipeline(tmp_path / directory, 1000,
+                             sinks={"windows": [{"delta": sink}], "late": [{"delta": "late"}],
+                                    "quarantine": [{"delta": "quarantine"}]})
+
+    a = on_table("a", shared=False)
+    run_epochs(a, spark, "own-a", 2)
+    intruder = on_table("b", shared=False)
+    with pytest.raises(TableOwned, match="windows-of-both"):
+        begin(intruder, run_id="intruder")
+    assert committed_epoch(intruder) == -1
+
+    # The owner declares the table shared, then a second pipeline joins.
+    a = same_pipeline(a, tmp_path / "a", sinks={
+        "windows": [{"delta": {"table": str(table), "shared": True}}],
+        "late": [{"delta": "late"}], "quarantine": [{"delta": "quarantine"}]})
+    b = on_table("c", shared=True)
+    run_epochs(a, spark, "shared-a", 1)
+    run_epochs(b, spark, "shared-b", 3)
+    theirs = sorted(map(repr, (r for r in read_table(str(table)).to_pylist())))
+    with pytest.raises(RewindRefused, match=f"pipeline {b.name}"):
+        rewind(a, 0)
+    assert sorted(map(repr, read_table(str(table)).to_pylist())) == theirs
+    assert committed_epoch(a) == 2 and committed_epoch(b) == 2
+    checkpointed = sum(c.rows["windows"] for config in (a, b)
+                       for c in checkpoints.read_all(tables_for(config)))
+    assert len(theirs) == checkpointed > 0

@@ -134,8 +134,9 @@ def rows_of_a_before(table: Path, a: PipelineConfig) -> list[tuple[int, int]]:
 
 def test_a_writer_that_commits_after_the_rewind_was_planned_stops_the_restore(
         tmp_path: Path, arm) -> None:
-    """The check is fenced: B commits between A's rewind plan and its restore; the restore
-    re-checks through the snapshot it restores and refuses."""
+    """B commits between A's rewind plan and its restore: checked again before anything is
+    restored (and by the restore, through the snapshot it restores), the rewind is refused and
+    abandoned, so A goes on instead of meeting an unfinished rewind at every begin."""
     table = tmp_path / "shared-windows"
     a, b = pipeline(tmp_path, "a", table, shared=True), pipeline(tmp_path, "b", table, shared=True)
     source_a, source_b = sources()
@@ -146,9 +147,15 @@ def test_a_writer_that_commits_after_the_rewind_was_planned_stops_the_restore(
     epochs(b, source_b, 1)
     before = rows(table)
 
-    with pytest.raises(RewindRefused, match="pipeline b"):
+    with pytest.raises(RewindRefused, match=r"(?s)abandoned before it restored anything.*"
+                                            r"pipeline b"):
         rewind(a, 0)
     assert rows(table) == before and txn_version(str(table), b.app_id) == 0
+    # Abandoned, not left unfinished: A goes on (before, every begin met RewindUnfinished).
+    (abandoned,) = [r for r in log_rows(a, phase=epochlog.REWOUND)]
+    assert "abandoned" in json.loads(abandoned["details"])
+    epochs(a, source_a, 1)
+    assert committed_epoch(a) == 2
 
 
 # -- who may write ------------------------------------------------------------------------------

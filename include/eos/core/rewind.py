@@ -142,6 +142,7 @@ def rewind(config: PipelineConfig, to_epoch: int, republish: bool = False,
         faults.hit("rewind.after_log")
         _fence(config, tables, plan)
         _check_history(config, tables, plan, run_id)
+        _check_still_rewindable(config, tables, plan, run_id)
         result = RewindResult(plan, Outcome.REWOUND, _restore(config, tables, plan))
         faults.hit("rewind.before_done")
         epochlog.append(tables, plan.to_epoch + 1, epochlog.REWOUND, run_id=run_id,
@@ -238,6 +239,33 @@ def _check_history(config: PipelineConfig, tables: OpenTables, plan: RewindPlan,
         f"before it restored anything: {gone} (a maintenance deleted it as the rewind began). "
         f"The pipeline stays at epoch {plan.from_epoch}; rewind to a later epoch, or to -1 "
         "(a full replay)")
+
+
+def _check_still_rewindable(config: PipelineConfig, tables: OpenTables, plan: RewindPlan,
+                            run_id: str | None) -> None:
+    """Step 2d: every sink can still go back to its target. Another writer of a shared table
+    that committed since the rewind was planned would lose its rows to the restore
+    (``SupportsRewind.rewind_target`` refuses). Found before anything is restored, the rewind
+    is abandoned as in step 2c: logged as finished without a version restored, so the pipeline
+    goes on where it was instead of every later ``begin`` meeting an unfinished rewind."""
+    _check_same_sinks(config, plan)  # a changed config is refused first: nothing abandoned
+    try:
+        for sink in rewindable(config, plan.to_epoch):
+            sink.rewind_target(plan.to_epoch)
+    except RewindRefused as refusal:
+        untouched = (all(sink.committed_epoch(fence=False) == plan.from_epoch
+                         for sink in sinks_for(config))
+                     and not any(rewound(DeltaTable(path), plan.rewind_id)
+                                 for path in (tables.staging, tables.checkpoints)))
+        if not untouched:  # never after a restore: the tables would disagree
+            raise
+        epochlog.append(tables, plan.to_epoch + 1, epochlog.REWOUND, run_id=run_id,
+                        details={"rewind_id": plan.rewind_id, "versions": {},
+                                 "abandoned": refusal.message})
+        raise RewindRefused(
+            f"rewind {plan.rewind_id} of '{config.name}' to epoch {plan.to_epoch} was abandoned "
+            f"before it restored anything: {refusal.message}. The pipeline stays at epoch "
+            f"{plan.from_epoch}") from None
 
 
 def _history_gone(tables: OpenTables, plan: RewindPlan, restored: list[str]) -> str | None:
