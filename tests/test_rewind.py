@@ -328,7 +328,8 @@ def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path
     absolute Delta table. Unshared, the second is refused at ``begin`` (before, both wrote it);
     declared shared, both commit, a rewind of one is refused while the other has committed
     since its target (before, the RESTORE removed the other's rows for good, its ``txn``
-    still saying committed), and the table holds every window both checkpointed."""
+    still saying committed), the table holds every window both checkpointed, and each audit
+    holds (the shared table reported unaudited, not the other's rows as problems)."""
     from eos.core.errors import TableOwned
 
     table = tmp_path / "windows-of-both"
@@ -361,3 +362,8 @@ def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path
     checkpointed = sum(c.rows["windows"] for config in (a, b)
                        for c in checkpoints.read_all(tables_for(config)))
     assert len(theirs) == checkpointed > 0
+    for config in (a, b):  # the shared table is not audited, saying why; the rest is
+        report = audit(config)
+        assert report.ok, report.render()
+        assert report.unaudited == {f"delta:{table}": "a shared table: its rows do not say "
+                                                      "which pipeline wrote them"}

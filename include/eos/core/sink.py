@@ -213,6 +213,12 @@ class SupportsRewind(Sink):
 class SupportsReadBack(Sink):
     """A sink the audit (``eos verify``) can read back and compare with its own recomputation."""
 
+    def unreadable(self) -> str | None:
+        """Why ``read_back`` cannot tell this pipeline's rows apart here (the audit then
+        reports the sink unaudited, saying why, instead of other writers' rows as problems);
+        None: it can. Default: None."""
+        return None
+
     @abstractmethod
     def read_back(self) -> list[dict[str, Any]]:
         """Every committed row of this pipeline, typed as the output's schema (for the audit)."""

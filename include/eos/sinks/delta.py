@@ -334,6 +334,13 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             return None
         return table.version()
 
+    def unreadable(self) -> str | None:
+        """A shared table holds every writer's rows, and a row does not say which pipeline
+        wrote it."""
+        if self.options.shared:
+            return "a shared table: its rows do not say which pipeline wrote them"
+        return None
+
     def read_back(self) -> list[dict[str, Any]]:
         from eos.core.delta import read_table
 

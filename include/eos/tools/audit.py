@@ -373,7 +373,8 @@ class AuditReport:
     records: int = 0
     problems: list[Problem] = field(default_factory=list)
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # sink -> (expected, got)
-    unaudited: list[str] = field(default_factory=list)  # sinks that cannot be read back
+    # sink -> why it was not audited (its type cannot be read back, a shared table)
+    unaudited: dict[str, str] = field(default_factory=dict)
     # What was read twice (the source, a sink) -> the independent reader and rows it read;
     # what was read once only -> why (no independent reader for it here).
     second_readings: dict[str, tuple[str, int]] = field(default_factory=dict)
@@ -404,9 +405,8 @@ class AuditReport:
                  f"{self.records} records re-read from Kafka"]
         for sink, (want, got) in self.counts.items():
             lines.append(f"  {sink:<28} expected {want:>8}  committed {got:>8}")
-        for sink in self.unaudited:
-            lines.append(f"  {sink:<28} not audited: its type cannot be read back "
-                         "(no SupportsReadBack)")
+        for sink, why in self.unaudited.items():
+            lines.append(f"  {sink:<28} not audited: {why}")
         for what, (reader, rows) in self.second_readings.items():
             lines.append(f"  {what:<28} read again by {reader}: {rows} rows")
         for what, why in self.single_reader.items():
@@ -532,7 +532,10 @@ def audit(config: PipelineConfig) -> AuditReport:
     report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
     for sink in sinks_for(config):
         if not isinstance(sink, SupportsReadBack):
-            report.unaudited.append(sink.name)
+            report.unaudited[sink.name] = "its type cannot be read back (no SupportsReadBack)"
+            continue
+        if (why := sink.unreadable()) is not None:
+            report.unaudited[sink.name] = why
             continue
         identity = row_identity(config, sink.output)
         held, version = _read_back(sink)
