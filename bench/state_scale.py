@@ -57,6 +57,7 @@ def inject_state(config_path: str, windows: int) -> None:
         "window_end_ms": pa.repeat(pa.scalar(start + DAY_MS, pa.int64()), windows),
         "s__count__n": pa.repeat(pa.scalar(3, pa.int64()), windows),
         "s__sum__sum": pa.repeat(pa.scalar(37.5, pa.float64()), windows).cast(dec),
+        "s__sum__n": pa.repeat(pa.scalar(3, pa.int64()), windows),  # an exact sum's count
         "s__min__v": pa.repeat(pa.scalar(12.5, pa.float64()), windows).cast(dec),
         "s__max__v": pa.repeat(pa.scalar(12.5, pa.float64()), windows).cast(dec),
         "s__avg__sum": pa.repeat(pa.scalar(37.5, pa.float64()), windows).cast(dec),
