@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eos.core.aggregations import Aggregation, aggregations_for, output_column
-from eos.core.config import PipelineConfig
+from eos.core.aggregations import aggregations_for, output_column
+from eos.core.config import FieldType, PipelineConfig
 from eos.core.limits import RAW_PREFIX_BYTES
 from eos.core.schema import arrow_type
 from eos.core.tables import TS, group_column
@@ -139,11 +139,13 @@ def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
 OVERFLOW = "overflow"  # how the reason of a flagged window begins
 
 
-def type_text(dtype: pa.DataType) -> str:
-    """A result type as the config's grammar names it (``decimal(38,9)``, ``long``)."""
-    if pa.types.is_decimal(dtype):
-        return f"decimal({dtype.precision},{dtype.scale})"
-    return "long" if pa.types.is_int64(dtype) else str(dtype)
+def overflow_type(function: str, ftype: FieldType) -> str:
+    """The type an exact ``function`` of a ``ftype`` field did not fit, as the config's grammar
+    names it: a long sum's ``long``, else the exact sum's ``decimal(38,s)`` (a decimal sum's
+    own, an average's, ``decimal(38,0)`` for an average of longs)."""
+    if ftype.name == "long" and function == "sum":
+        return "long"
+    return f"decimal(38,{ftype.scale or 0})"
 
 
 def _iso(ms: int) -> str:
@@ -156,15 +158,6 @@ def overflow_reason(output: str, function: str, field: str | None, result_type: 
     the same text here and in the audit's reference (``eos.tools.audit``)."""
     return (f"{OVERFLOW}: {output} = {function}({field or '*'}) does not fit {result_type} in "
             f"window [{_iso(start_ms)}, {_iso(end_ms)}): the window's {output} is null")
-
-
-def _overflow_type(aggregation: Aggregation) -> str:
-    """The type the exact result did not fit: a sum's own, an average's exact sum."""
-    from eos.core.aggregations import Avg
-
-    if isinstance(aggregation, Avg):  # its sum is decimal(38,s), long sums decimal(38,0)
-        return type_text(aggregation.state()[0][1])
-    return type_text(aggregation.output_type())
 
 
 def overflow_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
@@ -184,7 +177,9 @@ def overflow_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Ta
             key = {g: row[group_column(g)] for g in config.group_by}
             found.append({
                 "reason": overflow_reason(aggregation.output, aggregation.function,
-                                          aggregation.field, _overflow_type(aggregation),
+                                          aggregation.field,
+                                          overflow_type(aggregation.function,
+                                                        aggregation.field_type),
                                           row["window_start_ms"], row["window_end_ms"]),
                 "raw_key": json.dumps(key, sort_keys=True, separators=(",", ":"),
                                       ensure_ascii=False, default=str).encode(),

@@ -267,10 +267,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         # Every value encoded (Avro: its schema registered) before the transaction opens: a
         # registry that is away fails here, transiently, with nothing written. ``check`` did
         # it before the seal when this object checked the same rows.
-        values = self._values(epoch, rows)
+        keys, values = self._records(epoch, rows)
         try:
             producer.begin_transaction()
-            self._produce_rows(producer, rows, headers, values)
+            self._produce_rows(producer, headers, keys, values)
             faults.hit("sink.kafka.in_transaction")
             marker = {**self._identity(), "epoch": epoch, "plan_hash": plan_hash,
                       "rows": rows.num_rows, **_line_of(last)}
@@ -284,18 +284,17 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Every record of the epoch encoded now (Avro: the value schema registered, which a
         registry refuses for good when it is incompatible) and each within the producer's
         ``message.max.bytes``, and the marker topic not one that deletes records: what would
-        otherwise fail every attempt after the seal. The values are kept for ``commit`` on
+        otherwise fail every attempt after the seal. The records are kept for ``commit`` on
         this object."""
         check_marker_topic(self._settings(), self.marker_topic)  # MarkerTopicUnsafe
         try:
-            values = self._values(epoch, rows)
+            keys, values = self._records(epoch, rows)
         except SinkRejected as error:
             raise SinkCannotTake(f"Kafka sink {self.name} cannot take epoch {epoch}: "
                                  f"{error.message}; nothing was sealed or written") from None
         client = {**self.config.kafka.client, **self.options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
         headers = sum(len(k) + len(v) for k, v in self._headers(epoch, "0" * 16))
-        keys = encode_keys(rows, self._group())
         sizes = [len(v) + len(k or b"") + headers for k, v in zip(keys, values, strict=True)]
         largest = max(sizes, default=0)
         if largest > limit:
@@ -306,16 +305,18 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 "sealed or written: raise message.max.bytes in the sink's client settings "
                 "(and the topic's max.message.bytes), then run again")
 
-    def _values(self, epoch: int, rows: pa.Table) -> list[bytes]:
-        """The record values of ``rows`` (JSON, or Avro through the registry), encoded once
-        per epoch and rows on this object."""
+    def _records(self, epoch: int, rows: pa.Table
+                 ) -> tuple[list[bytes | None], list[bytes]]:
+        """The record keys and values of ``rows`` (values in JSON, or Avro through the
+        registry), encoded once per epoch and rows on this object."""
         kept = getattr(self, "_encoded", None)
         if kept is not None and kept[0] == epoch and kept[1] is rows:
-            return kept[2]
+            return kept[2], kept[3]
         avro = self.avro_values()
         values = avro.encode(rows) if avro is not None else encode_values(rows)
-        self._encoded = (epoch, rows, values)
-        return values
+        keys = encode_keys(rows, self._group())
+        self._encoded = (epoch, rows, keys, values)
+        return keys, values
 
     def _group(self) -> list[str]:
         """The fields a record is keyed by: windows and late rows by their group (one group,
@@ -440,9 +441,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                    ("eos-epoch", str(epoch).encode()), ("eos-plan-hash", plan_hash.encode())]
         return headers + ([("eos-lineage", lineage.encode())] if lineage else [])
 
-    def _produce_rows(self, producer: ck.Producer, rows: pa.Table,
-                      headers: list[tuple[str, bytes]], values: list[bytes] | None = None
-                      ) -> None:
+    def _produce_rows(self, producer: ck.Producer, headers: list[tuple[str, bytes]],
+                      keys: list[bytes | None], values: list[bytes]) -> None:
         import confluent_kafka as ck
 
         failures: list[Any] = []
@@ -451,9 +451,6 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             if err is not None:
                 failures.append(err)
 
-        keys = encode_keys(rows, self._group())
-        if values is None:
-            values = encode_values(rows)
         for key, value in zip(keys, values, strict=True):
             while True:
                 try:

@@ -132,7 +132,7 @@ def _topic_configs(settings: dict[str, Any], topic: str) -> dict[str, str] | Non
             reason = kafka_error(error)
         except FutureTimeout:
             reason = f"no answer within {CREATE_TIMEOUT_S:.0f}s"
-    if topic not in _UNCHECKED:  # once per process: a sink prepares at every begin and commit
+    if topic not in _UNCHECKED:  # once per process: asked at every begin and before every seal
         _UNCHECKED.add(topic)
         log.warning("marker topic '%s': its cleanup.policy and retention were not checked "
                     "(%s); if it deletes records by time or size, this sink's markers will be "

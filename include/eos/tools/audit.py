@@ -36,7 +36,7 @@ from eos.core.errors import ConfigError
 from eos.core.kafka import client_settings, read_partition
 from eos.core.layout import Tables, tables_for
 from eos.core.outcomes import NO_EPOCH
-from eos.core.outputs import overflow_reason, type_text
+from eos.core.outputs import overflow_reason, overflow_type
 from eos.core.plan import Plan, plan_and_move
 from eos.core.schema import field_schema
 from eos.core.sink import Sink, SupportsReadBack, sinks_for
@@ -283,9 +283,8 @@ class _Reference:
         spec = self.config.aggregations[name]
         assert spec.field is not None
         ftype = self.config.event.fields[spec.field].type
-        kept_in = ("long" if ftype.name == "long" and spec.function == "sum" else
-                   type_text(pa.decimal128(38, ftype.scale or 0)))
-        return overflow_reason(name, spec.function, spec.field, kept_in, start, end)
+        return overflow_reason(name, spec.function, spec.field,
+                               overflow_type(spec.function, ftype), start, end)
 
 
 def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
