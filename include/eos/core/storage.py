@@ -73,7 +73,7 @@ def is_remote(location: str) -> bool:
 def resolve(location: str, base: Path | str) -> str:
     """A table location as the library keeps it: an object-store URI as given (without a
     trailing slash), a local path made absolute (relative ones under ``base``: the data
-    directory, or a store URI, ``eos.core.config.tables_base``). Refuses a scheme nothing here
+    directory, or a store URI, ``eos.core.config.paths.tables_base``). Refuses a scheme nothing here
     can write, and a URI-looking local path."""
     found = scheme(location)
     if found is not None:

@@ -1,0 +1,51 @@
+"""Pipeline configuration: one YAML file per pipeline in ``include/pipelines/``.
+
+Validation happens once, here, so that every phase sees the same typed view and a bad file
+fails before anything is planned or written, with a message that names the bad field.
+
+The package's API is below; each name lives in the module of its concern: ``paths`` (where
+pipelines, tables and data are), ``loading`` (YAML to a config, its error messages),
+``pipeline`` (the whole config), its sections (``source``, ``windows``, ``runtime``,
+``sinks``, ``schedule``, ``alerts``), ``values`` (the value rules they share) and ``checks``
+(the rules across sections).
+"""
+
+from eos.core.config.loading import load_config, load_pipeline, parse_config
+from eos.core.config.paths import (
+    PIPELINES_DIR_ENV,
+    PROJECT_ROOT,
+    TABLES_BASE_ENV,
+    data_dir,
+    list_pipelines,
+    pipeline_path,
+)
+from eos.core.config.pipeline import PipelineConfig
+from eos.core.config.runtime import ComputeConfig
+from eos.core.config.schedule import ScheduleConfig
+from eos.core.config.sinks import OUTPUTS
+from eos.core.config.source import EventConfig, FieldSpec, FieldType, SchemaRegistryConfig
+from eos.core.config.values import DurationMs, parse_duration_ms
+from eos.core.config.windows import WindowConfig
+
+__all__ = [
+    "OUTPUTS",
+    "PIPELINES_DIR_ENV",
+    "PROJECT_ROOT",
+    "TABLES_BASE_ENV",
+    "ComputeConfig",
+    "DurationMs",
+    "EventConfig",
+    "FieldSpec",
+    "FieldType",
+    "PipelineConfig",
+    "ScheduleConfig",
+    "SchemaRegistryConfig",
+    "WindowConfig",
+    "data_dir",
+    "list_pipelines",
+    "load_config",
+    "load_pipeline",
+    "parse_config",
+    "parse_duration_ms",
+    "pipeline_path",
+]

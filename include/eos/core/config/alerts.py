@@ -1,0 +1,38 @@
+"""Who hears of a stalled pipeline, and after how long."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from eos.core.config.values import DurationMs, Strict
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class AlertsConfig(Strict):
+    """When a stalled pipeline raises an alert (``eos.core.status.check_stall``, the DAG's
+    deadline in ``eos.airflow.alerts``). ``stall_after``: how long the checkpoint may stay put
+    while records wait (unset: no alert). ``notifier``: the dotted path of what is told besides
+    the log: an Airflow notifier class (``BaseNotifier``, built with ``notifier_kwargs``) or a
+    function called with the alert's context and ``notifier_kwargs``."""
+
+    stall_after: DurationMs | None = Field(default=None, ge=1000)
+    notifier: str | None = None
+    notifier_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("notifier")
+    @classmethod
+    def _dotted(cls, value: str | None) -> str | None:
+        if value is not None and not _DOTTED.match(value):
+            raise ValueError(f"a notifier is a dotted path like package.module.Name, got "
+                             f"{value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _notifier_needs_a_stall(self) -> AlertsConfig:
+        if self.stall_after is None and (self.notifier or self.notifier_kwargs):
+            raise ValueError("a notifier is told about stalls: set alerts.stall_after too")
+        return self

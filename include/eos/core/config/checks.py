@@ -1,0 +1,93 @@
+"""The checks across a config's sections: each needs the whole pipeline (its sinks, its tables'
+root, its declared fields) and the module that owns the rule (``eos.core.sink``,
+``eos.core.layout``, ``eos.core.storage``, ``eos.core.aggregations``), so no section can make
+it alone. Each raises ``ValueError``: pydantic reports it with the field's path."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from eos.core.aggregations import FUNCTIONS
+from eos.core.errors import ConfigError
+from eos.core.layout import Tables, resources_collide, table_resource
+from eos.core.sink import PIPELINE_ROOT, sink_class, sink_name
+from eos.core.storage import refuse_unsafe_settings
+
+if TYPE_CHECKING:  # annotations only: the pipeline module runs these checks, so imports this one
+    from eos.core.config.pipeline import PipelineConfig
+    from eos.core.config.sinks import SinksConfig
+
+
+def check_unique_sinks(sinks: SinksConfig) -> None:
+    """Each sink appears once: two entries of one sink would receive each epoch twice."""
+    names = [sink_name(spec) for _, spec in sinks.by_output()]
+    doubled = sorted({n for n in names if names.count(n) > 1})
+    if doubled:
+        raise ValueError(f"each sink may appear once per pipeline; repeated: {doubled}")
+
+
+def check_root_keeps_the_fence(config: PipelineConfig) -> None:
+    """The tables' root, wherever it resolves (``EOS_TABLES_BASE`` included), is refused
+    under a storage setting that breaks the commit fence (``eos.core.storage``)."""
+    try:
+        refuse_unsafe_settings(config.root)
+    except ConfigError as error:
+        raise ValueError(str(error)) from None
+
+
+def check_sinks_apart(config: PipelineConfig) -> None:
+    """No two sinks claim one resource (``Sink.resources``: a table, a marker partition),
+    and no sink claims one of the pipeline's protocol tables: each would make a sink read
+    another writer's data as its own. The message names both claimants and the place."""
+    claimed = [(f"the pipeline's {name} table (a protocol table)", table_resource(path))
+               for name, path in Tables(config.root).protocol_tables().items()]
+    for output, spec in config.sinks.by_output():
+        ((kind, options),) = spec.items()
+        who = f"sink {sink_name(spec)} ({output})"
+        for resource in sorted(sink_class(kind).resources(options, config.name)):
+            resource = resource.replace(PIPELINE_ROOT, str(config.root))
+            for other, theirs in claimed:
+                if resources_collide(resource, theirs):
+                    raise ValueError(_collision(who, resource, other, theirs))
+            claimed.append((who, resource))
+
+
+def _collision(who: str, resource: str, other: str, theirs: str) -> str:
+    """The message for two claims of one place (``check_sinks_apart``)."""
+    place = resource if resource == theirs else f"{resource}, which overlaps {theirs}"
+    if "protocol table" in other:
+        return (f"sinks: {who} writes {place}, {other}: a sink may never write the pipeline's "
+                "own tables; name another table")
+    return (f"sinks: {who} and {other} both claim {place}: two sinks of one pipeline may not "
+            "write one place; give each its own")
+
+
+def check_fields_declared(config: PipelineConfig) -> None:
+    """Every field used is declared and fits its use: one message naming it."""
+    declared = config.event.fields
+    for name in config.group_by:
+        if name not in declared:
+            raise ValueError(f"group_by: field '{name}' is not declared in event.fields "
+                             f"(declared: {sorted(declared)})")
+    if len(set(config.group_by)) != len(config.group_by):
+        raise ValueError(f"group_by lists a field twice: {config.group_by}")
+    for output, spec in config.aggregations.items():
+        if output in config.group_by:
+            raise ValueError(f"aggregation '{output}' has the name of a group_by field")
+        if spec.field is None:
+            continue
+        if spec.field not in declared:
+            raise ValueError(f"aggregation '{output}': field '{spec.field}' is not declared "
+                             f"in event.fields (declared: {sorted(declared)})")
+        problem = FUNCTIONS[spec.function].refuses(declared[spec.field].type)
+        if problem:
+            raise ValueError(f"aggregation '{output}': {spec}: {problem}")
+
+
+def check_sinks_can_serve(config: PipelineConfig) -> None:
+    """Each sink accepts this pipeline's outputs (``Sink.check_pipeline``: e.g. a Kafka
+    sink's record limit against the largest record an output can make). After the
+    field checks: it builds the outputs' schemas from the declared fields."""
+    for output, spec in config.sinks.by_output():
+        ((kind, options),) = spec.items()
+        sink_class(kind).check_pipeline(options, config, output)

@@ -1,0 +1,112 @@
+"""A pipeline's config as one typed value: its sections, the checks across them, and what the
+protocol derives from it (the DAG id, the Delta application id, the tables' root, the schema
+view committed epochs record)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from eos.core.config.alerts import AlertsConfig
+from eos.core.config.checks import (
+    check_fields_declared,
+    check_root_keeps_the_fence,
+    check_sinks_apart,
+    check_sinks_can_serve,
+    check_unique_sinks,
+)
+from eos.core.config.paths import tables_base
+from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
+from eos.core.config.schedule import ScheduleSpec
+from eos.core.config.sinks import SinksConfig, TablesConfig
+from eos.core.config.source import MAX_STRING_BYTES, EventConfig, KafkaConfig
+from eos.core.config.values import Strict
+from eos.core.config.windows import Aggregations, WindowConfig
+from eos.core.storage import resolve
+
+
+class PipelineConfig(Strict):
+    """One pipeline, validated as a whole: each section checks itself, then the checks across
+    sections (``eos.core.config.checks``) run, so a config that loads is one every phase can run."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    kafka: KafkaConfig
+    event: EventConfig
+    group_by: list[str] = Field(default_factory=list)
+    window: WindowConfig
+    aggregations: Aggregations
+    epoch: EpochConfig = Field(default_factory=EpochConfig)
+    tables: TablesConfig = Field(default_factory=TablesConfig)
+    sinks: SinksConfig = Field(default_factory=SinksConfig)
+    schedule: ScheduleSpec = None
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    source_path: str | None = None
+
+    @field_validator("sinks")
+    @classmethod
+    def _unique_sinks(cls, sinks: SinksConfig) -> SinksConfig:
+        check_unique_sinks(sinks)
+        return sinks
+
+    # Pydantic runs these in the order written: check_sinks_can_serve builds the outputs'
+    # schemas from fields check_fields_declared has passed.
+    @model_validator(mode="after")
+    def _root_keeps_the_fence(self) -> PipelineConfig:
+        check_root_keeps_the_fence(self)
+        return self
+
+    @model_validator(mode="after")
+    def _sinks_apart(self) -> PipelineConfig:
+        check_sinks_apart(self)
+        return self
+
+    @model_validator(mode="after")
+    def _fields_declared(self) -> PipelineConfig:
+        check_fields_declared(self)
+        return self
+
+    @model_validator(mode="after")
+    def _sinks_can_serve(self) -> PipelineConfig:
+        check_sinks_can_serve(self)
+        return self
+
+    def schema_view(self) -> dict[str, Any]:
+        """The config that decides what committed rows mean: event parsing, grouping, windows,
+        aggregations. Committed epochs record it; a pipeline whose view changed is refused."""
+        event = self.event.model_dump(mode="json")
+        # Added to the view later: shown only when set, so epochs committed before it existed
+        # keep the view they were committed with.
+        if event["max_string_bytes"] == MAX_STRING_BYTES:
+            del event["max_string_bytes"]
+        # Where writer schemas are fetched from does not change what a row means (the format
+        # does, and stays in the view); a moved registry is not a schema change. Its URL is not
+        # its identity either: one registry answers at several URLs, and a migration keeps ids
+        # (Confluent's import mode). A registry with other ids is another source, as another
+        # Kafka cluster is: in the view, a new URL would refuse the first and not see the second.
+        del event["schema_registry"]
+        return {
+            "event": event,
+            "group_by": list(self.group_by),
+            "window": self.window.model_dump(mode="json"),
+            "aggregations": {k: str(v) for k, v in self.aggregations.items()},
+        }
+
+    @property
+    def dag_id(self) -> str:
+        """The Airflow DAG that runs this pipeline's epochs (``eos.airflow.dag_factory``)."""
+        return f"eos_{self.name}"
+
+    @property
+    def app_id(self) -> str:
+        """The Delta ``txn`` application id: one per pipeline, shared by every sink."""
+        return f"eos:{self.name}"
+
+    @property
+    def root(self) -> str:
+        """Where this pipeline's tables live: an object-store URI, or an absolute local path.
+        Relative roots sit under ``tables_base()``: the data directory, or a deployment's
+        ``EOS_TABLES_BASE`` (``s3://bucket/tables``: every pipeline's tables on a store)."""
+        return resolve(self.tables.root or self.name, tables_base())

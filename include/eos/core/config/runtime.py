@@ -1,0 +1,94 @@
+"""How epochs run: their size and table history, the Spark settings, and where precommit's
+Spark work runs (a Spark Connect server or one application per epoch)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from eos.core.config.values import DurationMs, Strict
+
+
+class EpochConfig(Strict):
+    """How big an epoch may be and how long the protocol's tables keep their history."""
+
+    max_records: int = Field(default=500_000, gt=0)
+    staging_retention: int = Field(default=3, ge=1)
+    maintenance_every: int = Field(default=100, ge=0)
+    # An epoch stages only the open windows it changed; every this many epochs (or once the
+    # changes outnumber the last snapshot's rows) it stages them all (``eos.core.state``).
+    # 1: every epoch a snapshot (no incremental state).
+    state_snapshot_every: int = Field(default=20, ge=1)
+    # How long the epoch log's, staging's and the checkpoint table's Delta log history is kept
+    # (their ``delta.logRetentionDuration``; maintenance checkpoints them and cleans up older
+    # commit files). Every Delta read and write lists the table's ``_delta_log``, so this is what
+    # bounds the per-epoch cost; it is also how far back a rewind can find those tables' commits.
+    # At least an hour: a writer whose snapshot predates a cleanup could otherwise commit at a
+    # version number the cleanup freed, below the Delta checkpoint, where no reader looks (Delta's
+    # rule: the log retention must outlast any transaction).
+    log_retention: DurationMs = Field(default=86_400_000, ge=3_600_000)
+
+
+class SparkConfig(Strict):
+    """Spark settings. ``submit`` mode: the per-epoch application's (master, driver memory, any
+    ``conf``). ``connect`` mode: the server owns master and memory (``eos spark start``); the
+    session gets ``shuffle_partitions`` and the runtime SQL settings in ``conf``."""
+
+    master: str = "local[2]"
+    shuffle_partitions: int = Field(default=2, gt=0)
+    driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
+    conf: dict[str, str] = Field(default_factory=dict)
+    # An epoch whose previous epoch staged at most this many rows (and whose own rows are bounded
+    # by ``eos.compute.stage.COLLECT_MAX_ROWS`` before it runs) is collected to the driver as
+    # Arrow and written there, one Parquet file per kind: a Spark file write costs ~0.5 s per
+    # epoch however small. Other epochs are written by the executors and never held by the
+    # driver. 0: always the executors. Either way the files enter staging in one Delta commit.
+    # The open windows an epoch reads are read by the driver too when their files hold at most
+    # this many rows.
+    collect_rows: int = Field(default=50_000, ge=0)
+
+
+COMPUTE_MODE_ENV = "EOS_COMPUTE_MODE"  # deployment-wide default for pipelines that do not say
+
+
+def _default_compute_mode() -> Any:  # checked by ComputeConfig._known_mode
+    return os.environ.get(COMPUTE_MODE_ENV) or "connect"
+
+
+class ComputeConfig(Strict):
+    """Where precommit's Spark work runs (DESIGN §2). ``connect`` (the default): a long-lived
+    Spark Connect server reached through the Airflow connection ``connection`` (outside Airflow:
+    ``EOS_SPARK_REMOTE`` or the server ``eos spark start`` runs). ``submit``: one Spark application
+    per epoch (``spark-submit``), for clusters that want that. Both run the same precommit."""
+
+    mode: Literal["connect", "submit"] = Field(default_factory=_default_compute_mode)
+    connection: str = "spark_connect_default"
+    # ``pipeline``: every precommit of this pipeline joins one server session (a fixed id), so
+    # the server's Python workers stay warm (a new session starts its own: about 3 s);
+    # idle, it expires with the server's session timeout. ``task``: a fresh session per
+    # precommit, released when it ends.
+    session: Literal["pipeline", "task"] = "pipeline"
+    # The shape of an epoch's DAG run: ``phases``, one task per phase (begin -> precommit ->
+    # commit, each cleared and retried on its own, each with its own log); ``one``, the three
+    # phases in one task, which saves two task start-ups and two scheduler handovers per epoch
+    # (docs/benchmarks.md, "as deployed"). The protocol, its fences and its epoch log are the
+    # same; a retry of the one task re-runs begin and precommit as no-ops. Connect mode only.
+    tasks: Literal["phases", "one"] = "phases"
+
+    @model_validator(mode="after")
+    def _one_task_on_connect(self) -> ComputeConfig:
+        if self.tasks == "one" and self.mode != "connect":
+            raise ValueError("compute.tasks: one runs precommit on Spark Connect inside the "
+                             "epoch's task; compute.mode: submit runs it as a spark-submit "
+                             "task of its own (use tasks: phases)")
+        return self
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _known_mode(cls, value: Any) -> Any:
+        if value not in ("connect", "submit"):
+            raise ValueError(f"compute.mode must be 'connect' or 'submit', got {value!r} (from the "
+                             f"config or {COMPUTE_MODE_ENV})")
+        return value

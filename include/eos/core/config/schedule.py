@@ -1,0 +1,88 @@
+"""When an epoch starts: the DAG's schedule, on a cron, when the data asks for one, or both."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from eos.core.config.values import DurationMs, Strict
+
+_CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
+                 "@annually", "@midnight")
+MIN_POLL_MS = 1_000  # each poll reads the broker's watermarks and the checkpoint table's log
+
+
+class ScheduleConfig(Strict):
+    """When an epoch starts (the DAG's schedule, ``eos.airflow.triggers``): on a cron, when the
+    data asks for one, or both, whichever comes first.
+
+    - ``cron``: a cron expression or preset (``*/5 * * * *``, ``@hourly``);
+    - ``lag_records``: an epoch starts once the records after the last checkpoint reach this many;
+    - ``max_delay``: an epoch starts once the oldest record after the last checkpoint is this old
+      (by its Kafka timestamp);
+    - ``poll``: how often the trigger looks (the broker's watermarks, the checkpoint table).
+
+    The plain string form (``schedule: "*/5 * * * *"``) is ``{cron: ...}``, passed to Airflow as
+    written (``@once`` and ``@continuous`` included)."""
+
+    cron: str | None = None
+    lag_records: int | None = Field(default=None, gt=0)
+    max_delay: DurationMs | None = None
+    poll: DurationMs = 5_000
+
+    @field_validator("max_delay")
+    @classmethod
+    def _positive_delay(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("max_delay must be positive, e.g. 2m")
+        return value
+
+    @field_validator("poll")
+    @classmethod
+    def _sane_poll(cls, value: int) -> int:
+        if value < MIN_POLL_MS:
+            raise ValueError(f"poll must be at least {MIN_POLL_MS // 1000}s")
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _cron_shape(cls, value: str | None) -> str | None:
+        """Five fields or a preset; Airflow checks each field when it builds the timetable."""
+        if value is None:
+            return None
+        text = value.strip()
+        if text not in _CRON_PRESETS and len(text.split()) != 5:
+            raise ValueError(f"cron {value!r}: expected five fields like '*/5 * * * *' or one of "
+                             f"{', '.join(_CRON_PRESETS)}")
+        return text
+
+    @model_validator(mode="after")
+    def _something_starts_epochs(self) -> ScheduleConfig:
+        if self.cron is None and not self.data_driven:
+            raise ValueError("schedule needs cron, lag_records or max_delay (at least one); "
+                             "omit schedule for manual runs only")
+        return self
+
+    @property
+    def data_driven(self) -> bool:
+        """Whether the data starts epochs (a trigger watches the lag), not only the clock."""
+        return self.lag_records is not None or self.max_delay is not None
+
+
+def _schedule(value: Any) -> Any:
+    """``schedule: "<cron>"`` (any string Airflow takes) or ``schedule: {cron, lag_records,
+    max_delay, poll}``."""
+    if value is None or isinstance(value, ScheduleConfig):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("schedule: an empty string; omit schedule for manual runs only")
+        return ScheduleConfig.model_construct(cron=value.strip())  # Airflow's to judge
+    if isinstance(value, dict):
+        return value
+    raise ValueError(f"schedule is a cron string or a mapping like {{lag_records: 50000, "
+                     f"max_delay: 2m}}, got {value!r}")
+
+
+ScheduleSpec = Annotated[ScheduleConfig | None, BeforeValidator(_schedule)]

@@ -1,0 +1,62 @@
+"""Where an epoch's outputs are written: each output's sinks (their options checked by the sink
+type's own module, ``eos.sinks``) and the root of the pipeline's own tables."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from eos.core.config.paths import tables_base
+from eos.core.config.values import Strict
+from eos.core.errors import ConfigError
+from eos.core.sink import sink_class
+from eos.core.storage import refuse_unsafe_settings, resolve
+
+OUTPUTS = ("windows", "late", "quarantine")  # what an epoch produces; each goes to its sinks
+
+
+class TablesConfig(Strict):
+    """Where the pipeline's own tables live (``eos.core.storage``): a local path (relative
+    ones under the data directory) or an object-store URI (``s3://bucket/prefix``)."""
+
+    root: str | None = None
+
+    @field_validator("root")
+    @classmethod
+    def _supported_root(cls, root: str | None) -> str | None:
+        if root is not None:
+            try:
+                refuse_unsafe_settings(resolve(root, tables_base()))
+            except ConfigError as error:  # pydantic reports ValueErrors with the field's path
+                raise ValueError(str(error)) from None
+        return root
+
+
+def _one_sink(value: Any) -> dict[str, Any]:
+    """``{type: options}``: exactly one known sink type, its options checked by that sink's module
+    (``eos.sinks``: the one place sink types are listed)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError(f"a sink is one mapping like {{delta: target}} or {{kafka: topic}}, "
+                         f"got {value!r}")
+    ((kind, options),) = value.items()
+    return {kind: sink_class(kind).parse_options(options)}
+
+
+SinkSpec = Annotated[dict[str, Any], BeforeValidator(_one_sink)]
+
+
+class SinksConfig(Strict):
+    """Where each output of an epoch goes. Every sink receives each epoch exactly once."""
+
+    # Defaults are validated too: each sink's options are its module's typed value.
+    windows: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "target"}], min_length=1,
+                                    validate_default=True)
+    late: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "late"}],
+                                 validate_default=True)
+    quarantine: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "quarantine"}],
+                                       validate_default=True)
+
+    def by_output(self) -> list[tuple[str, dict[str, Any]]]:
+        """(output, spec) in commit order: outputs as declared here, sinks as listed."""
+        return [(output, spec) for output in OUTPUTS for spec in getattr(self, output)]

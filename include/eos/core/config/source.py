@@ -1,0 +1,198 @@
+"""Where records come from and what they hold: the Kafka topic, how a record value is decoded,
+its declared fields and their types, and where its event time is."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from eos.core.config.values import DurationMs, Strict, check_name
+
+FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601", "kafka_timestamp")
+
+
+class KafkaConfig(Strict):
+    """The topic an epoch reads and how its consumer reads it (``client``: librdkafka settings)."""
+
+    topic: str = Field(min_length=1)
+    start: Literal["earliest", "latest"] = "earliest"
+    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    read_timeout: DurationMs = 60_000
+    split_records: int = Field(default=250_000, gt=0)
+
+
+class FieldType(Strict):
+    """A declared type: ``string | long | double | boolean | decimal(p,s)``."""
+
+    name: str
+    precision: int | None = None
+    scale: int | None = None
+
+    @classmethod
+    def parse(cls, text: Any) -> FieldType:
+        if not isinstance(text, str):
+            raise ValueError(f"a type is one of {FIELD_TYPES} or decimal(p,s), got {text!r}")
+        text = text.strip().lower()
+        match = _DECIMAL.match(text)
+        if match:
+            precision, scale = int(match.group(1)), int(match.group(2))
+            if not 1 <= precision <= 38 or scale > precision:
+                raise ValueError(f"{text}: need 1 <= p <= 38 and s <= p")
+            return cls(name="decimal", precision=precision, scale=scale)
+        if text not in FIELD_TYPES:
+            raise ValueError(f"unknown type '{text}': use one of {FIELD_TYPES} or decimal(p,s)")
+        return cls(name=text)
+
+    def __str__(self) -> str:
+        return f"decimal({self.precision},{self.scale})" if self.name == "decimal" else self.name
+
+    @property
+    def numeric(self) -> bool:
+        return self.name in ("long", "double", "decimal")
+
+
+class FieldSpec(Strict):
+    """One declared event field: where it is in the JSON object and what type it must have.
+
+    ``optional`` fields may be absent or null (they become SQL NULL); every other field must be
+    present, non-null and of its type, or the record is quarantined naming the field."""
+
+    path: tuple[str, ...]
+    type: FieldType
+    optional: bool = False
+
+    @classmethod
+    def parse(cls, name: str, value: Any) -> FieldSpec:
+        if isinstance(value, str):
+            return cls(path=(name,), type=FieldType.parse(value))
+        if not isinstance(value, dict):
+            raise ValueError(f"field '{name}': write `{name}: TYPE` or "
+                             f"`{name}: {{path: a.b, type: TYPE}}`, got {value!r}")
+        unknown = set(value) - {"path", "type", "optional"}
+        if unknown or "type" not in value:
+            raise ValueError(f"field '{name}': keys are path, type (required), optional; "
+                             f"got {sorted(value)}")
+        path = value.get("path", name)
+        if not isinstance(path, str) or not all(path.split(".")):
+            raise ValueError(f"field '{name}': path must be dotted keys like user.id, got {path!r}")
+        optional = value.get("optional", False)
+        if not isinstance(optional, bool):
+            raise ValueError(f"field '{name}': optional is true or false")
+        return cls(path=tuple(path.split(".")), type=FieldType.parse(value["type"]),
+                   optional=optional)
+
+
+class TimeConfig(Strict):
+    """Where event time comes from: a field in one of the formats, or the Kafka timestamp."""
+
+    field: str | None = None
+    format: Literal["epoch_ms", "epoch_s", "iso8601", "kafka_timestamp"] = "epoch_ms"
+
+    @model_validator(mode="after")
+    def _field_iff_needed(self) -> TimeConfig:
+        if self.format == "kafka_timestamp" and self.field is not None:
+            raise ValueError("format kafka_timestamp takes no field")
+        if self.format != "kafka_timestamp" and not self.field:
+            raise ValueError(f"format {self.format} needs the field the time is in")
+        return self
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(self.field.split(".")) if self.field else ()
+
+
+def _fields(value: Any) -> dict[str, FieldSpec]:
+    """``fields: {name: TYPE or {path, type, optional}}``; a pipeline declares at least one."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError("fields: a mapping of name -> type (at least one)")
+    return {check_name(str(name), "field"): FieldSpec.parse(str(name), spec)
+            for name, spec in value.items()}
+
+
+MAX_STRING_BYTES = 16_384  # event.max_string_bytes' default
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SchemaRegistryConfig(Strict):
+    """Where a Schema Registry format finds its writer schemas (``eos.compute.formats``).
+
+    Credentials are never in this file: ``auth_env`` names an environment variable holding
+    ``user:password`` (HTTP basic auth), ``connection`` names an Airflow connection (its login
+    and password). Only these names travel to the Spark workers, which read the secret
+    themselves; the URL may not carry one."""
+
+    url: str
+    auth_env: str | None = None
+    connection: str | None = None
+    timeout: DurationMs = 10_000  # one request; a registry slower than this is down (transient)
+
+    @field_validator("url")
+    @classmethod
+    def _plain_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"schema_registry.url must be http(s)://host[:port], got {url!r}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("schema_registry.url may not carry credentials: name them with "
+                             "auth_env (a variable holding user:password) or connection")
+        return url.rstrip("/")
+
+    @field_validator("auth_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        if name is not None and not _ENV_NAME.match(name):
+            raise ValueError(f"schema_registry.auth_env is the name of an environment variable "
+                             f"(letters, digits, _), got {name!r}")
+        return name
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SchemaRegistryConfig:
+        if self.auth_env and self.connection:
+            raise ValueError("schema_registry: give auth_env or connection, not both")
+        return self
+
+
+class EventConfig(Strict):
+    """How a record is read: its format, its declared fields, its event time, and which records
+    an epoch keeps (``filter``, ``max_future``, ``max_string_bytes``)."""
+
+    # How a record value is decoded (``eos.compute.formats``): json, or a Schema Registry format.
+    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
+    schema_registry: SchemaRegistryConfig | None = None
+    time: TimeConfig
+    fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
+    filter: str | None = None
+    max_future: DurationMs = 86_400_000
+    # A longer string field quarantines its record (``eos.compute.parse``): every output record
+    # must fit every sink's record limit (checked against the Kafka sinks when the config loads).
+    max_string_bytes: int = Field(default=MAX_STRING_BYTES, ge=64)
+
+    @model_validator(mode="after")
+    def _registry_iff_needed(self) -> EventConfig:
+        if self.format == "json" and self.schema_registry is not None:
+            raise ValueError("event.schema_registry is only for a Schema Registry format "
+                             "(format: avro, protobuf or json_schema)")
+        if self.format != "json" and self.schema_registry is None:
+            raise ValueError(f"event.format {self.format} needs event.schema_registry "
+                             "(url, and auth_env or connection if it asks for credentials)")
+        return self
+
+    @model_validator(mode="after")
+    def _filter_parses(self) -> EventConfig:
+        if self.filter is not None:
+            # Imported here: sqlglot takes a quarter of a second to import, and the DAG file
+            # loads every config while only a pipeline with a filter needs it.
+            from eos.core.filters import filter_columns
+
+            unknown = sorted(set(filter_columns(self.filter)) - set(self.fields))
+            if unknown:
+                raise ValueError(f"filter uses {unknown}, which are not declared fields "
+                                 f"(declared: {sorted(self.fields)})")
+        return self
