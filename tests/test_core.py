@@ -2,8 +2,8 @@
 
 Ground truth is computed independently: the records the generator produced (checked to be
 exactly what Kafka holds) are replayed through the plain-Python reference model of
-``eos.tools.audit`` using the epoch boundaries in the log, and compared with every committed
-table.
+``eos.tools.audit_reference`` using the epoch boundaries in the log, and compared with every
+committed table.
 """
 
 from __future__ import annotations

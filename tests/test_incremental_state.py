@@ -27,7 +27,8 @@ from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK
-from eos.tools.audit import audit, row_identity, value_differences, verify
+from eos.tools.audit import audit, verify
+from eos.tools.audit_checks import row_identity, value_differences
 from eos.tools.produce import GeneratorSpec
 
 from support import delta_path, eos_cli, finish_and_audit

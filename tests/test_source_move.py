@@ -23,7 +23,9 @@ from eos.core.layout import tables_for
 from eos.core.plan import PartitionRange, Plan, plan_of
 from eos.core.protocol import begin, committed_epoch
 from eos.core.status import pipeline_status
-from eos.tools.audit import ProblemKind, audit, check_offsets
+from eos.tools.audit import audit
+from eos.tools.audit_checks import check_offsets
+from eos.tools.audit_report import ProblemKind
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send
 
