@@ -40,7 +40,7 @@ def inject_state(config_path: str, windows: int) -> None:
     from eos.core import checkpoints
     from eos.core.delta import replace_epoch
     from eos.core.tables import ensure_tables, read_epoch, staging_schema
-    from eos.tools.produce import BASE_TIME_MS
+    from eos.tools.generator import BASE_TIME_MS
 
     config = load_config(config_path)
     tables = ensure_tables(config)

@@ -34,7 +34,8 @@ from eos.tools import independent
 from eos.tools.audit import audit
 from eos.tools.audit_report import AuditReport, ProblemKind
 from eos.tools.audit_second_reading import reread_sink
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import kafka_sink_pipeline, sink
 

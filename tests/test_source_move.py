@@ -26,8 +26,9 @@ from eos.core.status import pipeline_status
 from eos.tools.audit import audit
 from eos.tools.audit_checks import check_offsets
 from eos.tools.audit_report import ProblemKind
+from eos.tools.generator import BASE_TIME_MS, GeneratorSpec, generate
 from eos.tools.pipelines import unique_topic
-from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send
+from eos.tools.produce import send
 
 from support import eos_cli, write_pipeline
 

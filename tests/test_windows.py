@@ -25,7 +25,8 @@ from eos.core.kafka import client_settings
 from eos.core.protocol import begin
 from eos.tools.audit import audit
 from eos.tools.audit_checks import row_identity, value_differences
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import delta_path, unique_topic, write_pipeline
 
