@@ -176,7 +176,7 @@ def _throttle(started: float, sent: int, rate: float) -> None:
         time.sleep(ahead)
 
 
-def _progress_bar(total: int, topic: str, enabled: bool):
+def _progress_bar(total: int, topic: str, enabled: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(
