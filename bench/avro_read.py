@@ -30,7 +30,8 @@ from bench.avro_parse import FIELDS, SCHEMA, _json, _orders
 from bench.env import Env, environment
 from bench.read_path import timed_count
 from eos.core.plan import Plan
-from eos.tools.produce import GeneratedRecord, send
+from eos.tools.generator import GeneratedRecord
+from eos.tools.produce import send
 
 AUTH_ENV = "EOS_BENCH_SR_AUTH"
 BASE_MS = 1_767_225_600_000

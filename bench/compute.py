@@ -1,5 +1,5 @@
-"""``python -m bench.compute``: the two compute modes side by side, in one run (first measured
-2026-11-21, the deployed figures again 2026-11-22: docs/benchmarks.md).
+"""``python -m bench.compute``: the two compute modes side by side, in one run (the figures:
+docs/benchmarks.md).
 
 ``compute.mode: connect`` (the default: a long-lived Spark Connect server) against ``submit``
 (``spark-submit`` per epoch), as deployed, next to the at-least-once baseline:

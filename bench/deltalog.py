@@ -2,8 +2,8 @@
 
 Every delta-rs open, ``update_incremental`` and write lists the table's ``_delta_log``
 directory, so a table that gets a commit per epoch gets slower per epoch with the history it
-keeps, however small its data (``bench.overhead`` on 2026-11-22, before the logs were bounded:
-begin + commit of an empty epoch grew from 0.12 s at 100 epochs logged to 0.38 s at 1,000). This
+keeps, however small its data (``bench.overhead`` with unbounded logs: begin + commit of an
+empty epoch grows from 0.12 s at 100 epochs logged to 0.38 s at 1,000). This
 builds tables of one-row appends with ``--commits`` commits, compacted as maintenance does, and
 times the calls a phase makes on them, then the same after the cleanup that
 ``epoch.log_retention`` gives the protocol tables (a Delta checkpoint, then ``cleanup_metadata``

@@ -1,5 +1,5 @@
 """``python -m bench.epochs_view``: how long the Airflow UI's epochs view takes for a pipeline
-with 50 epochs (the goal: "in under a second", measured, not asserted; 440 ms on 2026-11-21).
+with 50 epochs (the goal: "in under a second", measured, not asserted).
 
 A pipeline runs ``--epochs`` non-empty epochs in-process (``bench.scenarios.eo_epoch``, run ids
 shaped like Airflow's so every row has its links), is verified once (so the page has a verdict),

@@ -1,13 +1,12 @@
 """``python -m bench.overhead``: the protocol's fixed cost per epoch vs the epochs it has logged.
 
-The goal: ``begin`` and ``commit`` together take at most 0.1 s on an empty epoch of a pipeline
-with 1,000 epochs of history (met on 2026-11-22 with every Delta log bounded: 92.2 ms; see
-docs/benchmarks.md). This builds that history for real (the epoch loop,
-``eos.compute.epochs.run_epoch``: ``begin``, ``precommit`` on the shared in-process Spark
-session, ``commit``; every table, sink and maintenance run as in production) and times
+The goal: ``begin`` and ``commit`` together take at most 0.1 s on an empty epoch of a pipeline with
+1,000 epochs of history (docs/benchmarks.md has the figures). This builds that history for real (the
+epoch loop, ``eos.compute.epochs.run_epoch``: ``begin``, ``precommit`` on the shared in-process
+Spark session, ``commit``; every table, sink and maintenance run as in production) and times
 ``--probes`` more empty epochs at each ``--at`` count, counting every Delta call they make
-(``bench.deltaops``). Precommit is not part of the figure (its Spark jobs over nothing cost
-~0.4 s; see docs/benchmarks.md).
+(``bench.deltaops``). Precommit is not part of the figure (its Spark jobs over nothing cost ~0.4 s;
+see docs/benchmarks.md).
 
 Figures are medians; Delta calls are per epoch: table opens, writes, deletes (``deltaops``)
 and reads (every ``eos.core.tables.scan``, delta-rs' engine, counted here).

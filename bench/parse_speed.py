@@ -38,7 +38,8 @@ def _pipeline(env: Env, name: str, topic: str, event: dict[str, Any] | None) -> 
 
 
 def _produce(env: Env, shape: str, events: int) -> str:
-    from eos.tools.produce import GeneratorSpec, produce
+    from eos.tools.generator import GeneratorSpec
+    from eos.tools.produce import produce
 
     topic = f"parse-{shape}-{time.time_ns()}"
     spec = GeneratorSpec(events=events, keys=50, users=500, bad_fraction=0.005, seed=7,

@@ -1,15 +1,14 @@
 """``python -m bench.read_path``: the Spark read stage (raw, and read+parse as precommit reads)
 against a bare consumer, interleaved in one run on the same ranges.
 
-One epoch's plan over ``--events`` records in ``--partitions`` partitions, as the main
-benchmark's 1M-record epochs: Spark reads it as precommit does (splits planned on the driver,
-read by ``mapInArrow``: ``eos.compute.reader.planned_read``) and counts (raw, and read+parse),
-with the reader's splits (ranges packed into ``max(spark.shuffle_partitions, records /
-split_records)`` splits). For comparison: read+parse through the ``eos_kafka`` data source
-(Spark plans the splits in Python processes of its own, as precommit read before 2026-11-26),
-and with a split per partition range (the reader before 2026-11-25). One plain confluent-kafka
-consumer (one process, one core) reads the same ranges counting records. The planning costs the
-same whatever the epoch holds: ``--events 20000`` shows it best.
+One epoch's plan over ``--events`` records in ``--partitions`` partitions, as the main benchmark's
+1M-record epochs: Spark reads it as precommit does (splits planned on the driver, read by
+``mapInArrow``: ``eos.compute.reader.planned_read``) and counts (raw, and read+parse), with the
+reader's splits (ranges packed into ``max(spark.shuffle_partitions, records / split_records)``
+splits). For comparison: read+parse through the ``eos_kafka`` data source (Spark plans the splits in
+Python processes of its own), and with a split per partition range. One plain confluent-kafka
+consumer (one process, one core) reads the same ranges counting records. The planning costs the same
+whatever the epoch holds: ``--events 20000`` shows it best.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from bench.env import Env, environment
 def measure(env: Env, epochs: int, records: int, log: Any = print) -> dict[str, Any]:
     from eos.core.rewind import rewind
     from eos.tools.audit import audit
-    from eos.tools.produce import GeneratorSpec, produce
+    from eos.tools.generator import GeneratorSpec
+    from eos.tools.produce import produce
 
     topic = f"bench-rewind-{uuid.uuid4().hex[:8]}"
     config = env.config("rewind", topic, max_records=records)

@@ -64,7 +64,7 @@ def check_retained(records: int, partitions: int = DEFAULT_PARTITIONS) -> None:
 
 
 def generator(events: int, keys: int = 1000, **traffic: Any) -> Iterator[Any]:
-    from eos.tools.produce import GeneratorSpec, generate
+    from eos.tools.generator import GeneratorSpec, generate
 
     return generate(GeneratorSpec(events=events, keys=keys, **{**TRAFFIC, **traffic}))
 
@@ -304,7 +304,7 @@ def _fabricated_windows(n_rows: int, size_ms: int) -> pa.Table:
     the columns ``eos.compute.stage.compute_epoch`` returns."""
     from decimal import Decimal
 
-    from eos.tools.produce import BASE_TIME_MS
+    from eos.tools.generator import BASE_TIME_MS
 
     dec = pa.decimal128(38, 9)
     starts = pa.array([BASE_TIME_MS + (i % 60) * size_ms for i in range(n_rows)], pa.int64())
@@ -336,7 +336,7 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     from eos.core import staging as staging_files
     from eos.core.plan import PartitionRange
     from eos.core.tables import ensure_tables, staging_schema
-    from eos.tools.produce import BASE_TIME_MS
+    from eos.tools.generator import BASE_TIME_MS
 
     tables = ensure_tables(config)
     plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 0),))

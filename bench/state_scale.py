@@ -1,7 +1,7 @@
 """``python -m bench.state_scale``: one epoch on top of 1M (and 10M) open windows.
 
-The goal: "an epoch with 1M open windows completes with the driver's peak RSS under 2 GiB" (met
-on 2026-11-21: 1,687 MiB; docs/benchmarks.md), and what the state costs per epoch. A pipeline
+The goal: "an epoch with 1M open windows completes with the driver's peak RSS under 2 GiB"
+(docs/benchmarks.md has the figures), and what the state costs per epoch. A pipeline
 with one-day windows (nothing closes during the run) runs epoch 0 for real; then epoch 0's
 staged state is *replaced* by ``--windows`` open windows (distinct keys in the same day window,
 in a separate process so this process, the PySpark driver, never holds them); then epoch 1 runs
@@ -40,7 +40,7 @@ def inject_state(config_path: str, windows: int) -> None:
     from eos.core import checkpoints
     from eos.core.delta import replace_epoch
     from eos.core.tables import ensure_tables, read_epoch, staging_schema
-    from eos.tools.produce import BASE_TIME_MS
+    from eos.tools.generator import BASE_TIME_MS
 
     config = load_config(config_path)
     tables = ensure_tables(config)

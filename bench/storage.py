@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 
 from bench.env import Env, environment
 from eos.compute.epochs import run_epoch
-from eos.tools.produce import GeneratorSpec, produce
+from eos.tools.generator import GeneratorSpec
+from eos.tools.produce import produce
 
 _REQUEST = re.compile(rb"(?:^|\r\n)(GET|PUT|HEAD|POST|DELETE) /")
 

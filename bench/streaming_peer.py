@@ -1,6 +1,6 @@
 """``python -m bench.streaming_peer``: the job a Spark user would write instead of our protocol,
-run next to our exactly-once path on the same records, in one run (first measured 2026-11-21,
-again 2026-11-22: docs/benchmarks.md).
+run next to our exactly-once path on the same records, in one run (the figures:
+docs/benchmarks.md).
 
 The peer is a Spark Structured Streaming query, started once and kept running:
 

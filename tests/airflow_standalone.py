@@ -28,7 +28,7 @@ import pytest
 from eos.airflow.environment import PASSWORDS_FILE, airflow_env
 from eos.core.config import PipelineConfig
 from eos.core.phaselog import PHASE_KEYS
-from eos.tools.produce import GeneratorSpec
+from eos.tools.generator import GeneratorSpec
 
 from support import dag_pipeline, free_port
 

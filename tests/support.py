@@ -16,8 +16,9 @@ from typing import Any
 from eos.compute.epochs import run_until_caught_up
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
+from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic, write_pipeline
-from eos.tools.produce import GeneratorSpec, produce
+from eos.tools.produce import produce
 
 KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.core.faults)
 

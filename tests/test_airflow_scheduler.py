@@ -52,7 +52,7 @@ from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for
 from eos.core.protocol import committed_epoch
 from eos.tools.audit import audit
-from eos.tools.produce import GeneratorSpec
+from eos.tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 

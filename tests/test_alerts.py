@@ -28,7 +28,7 @@ from eos.airflow.dag_factory import build_dag
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.sinks.kafka_topics import ensure_topic
-from eos.tools.produce import GeneratorSpec
+from eos.tools.generator import GeneratorSpec
 
 from support import dag_pipeline
 

@@ -31,8 +31,11 @@ from eos.sinks.delta import DeltaSink
 from eos.sinks.kafka_records import encode_values
 from eos.tools import audit as audit_module
 from eos.tools import independent
-from eos.tools.audit import ProblemKind, audit
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.audit import audit
+from eos.tools.audit_report import AuditReport, ProblemKind
+from eos.tools.audit_second_reading import reread_sink
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import kafka_sink_pipeline, sink
 
@@ -150,8 +153,8 @@ def test_a_version_the_second_reader_cannot_read_fails_the_audit(
         committed: PipelineConfig) -> None:
     """The second reader's failure is no pass: DuckDB asked for a version the table never had."""
     target = sink(committed, "delta:target")
-    report = audit_module.AuditReport(committed.name, 0)
-    problems = audit_module.reread_sink(report, committed, target, [], 10**6)
+    report = AuditReport(committed.name, 0)
+    problems = reread_sink(report, committed, target, [], 10**6)
     assert [p.kind for p in problems] == [ProblemKind.SECOND_READER], problems
     assert "DuckDB delta could not read" in problems[0].detail
 

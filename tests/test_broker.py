@@ -19,7 +19,8 @@ from eos.core.kafka import broker_state_path, client_settings, local_broker, top
 from eos.core.processes import alive
 from eos.tools import broker as embedded
 from eos.tools.audit import read_range
-from eos.tools.produce import GeneratorSpec, generate, produce
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import produce
 
 from support import unique_topic
 

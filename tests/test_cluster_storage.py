@@ -34,7 +34,8 @@ from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.processes import alive
 from eos.tools.chaos import chaos
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 import support
 from support import eos_cli, kafka_sink_pipeline

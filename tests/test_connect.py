@@ -34,7 +34,8 @@ from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.staging import staged_epoch
 from eos.tools import spark_server as supervisor
 from eos.tools.audit import audit
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import eos_cli, finish_and_audit, free_port, table_versions, write_pipeline
 

@@ -2,8 +2,8 @@
 
 Ground truth is computed independently: the records the generator produced (checked to be
 exactly what Kafka holds) are replayed through the plain-Python reference model of
-``eos.tools.audit`` using the epoch boundaries in the log, and compared with every committed
-table.
+``eos.tools.audit_reference`` using the epoch boundaries in the log, and compared with every
+committed table.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from eos.core.state import open_rows
 from eos.core.status import EpochState, pipeline_status, render
 from eos.core.tables import ensure_tables, staging_schema
 from eos.tools.audit import audit, read_range
-from eos.tools.produce import BAD_KINDS, GeneratorSpec, generate, send
+from eos.tools.generator import BAD_KINDS, GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import delta_path, sink, table_versions, write_pipeline
 

@@ -35,7 +35,7 @@ from eos.core.config import PipelineConfig, load_config, pipeline_path
 from eos.core.delta import read_table
 from eos.core.layout import tables_for
 from eos.tools.audit import audit
-from eos.tools.produce import GeneratorSpec
+from eos.tools.generator import GeneratorSpec
 
 from support import dag_pipeline, delta_path, sink, table_versions
 

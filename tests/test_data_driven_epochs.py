@@ -42,7 +42,8 @@ from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.readiness import KafkaStamps, Reason, decide, observe
 from eos.sinks.kafka_topics import ensure_topic
-from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, produce
+from eos.tools.generator import BASE_TIME_MS, GeneratorSpec
+from eos.tools.produce import produce
 
 from support import dag_pipeline, write_pipeline
 

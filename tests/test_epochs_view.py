@@ -48,8 +48,8 @@ from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX, create_app
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for
+from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic, write_pipeline
-from eos.tools.produce import GeneratorSpec
 
 from support import free_port
 

@@ -40,7 +40,8 @@ from eos.core.status import EpochState, pipeline_status
 from eos.core.tables import ensure_tables
 from eos.tools.audit import audit
 from eos.tools.chaos import CONCURRENT_COMMITS, POISON, chaos
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 import support
 from support import (

@@ -27,8 +27,9 @@ from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK
-from eos.tools.audit import audit, row_identity, value_differences, verify
-from eos.tools.produce import GeneratorSpec
+from eos.tools.audit import audit, verify
+from eos.tools.audit_checks import row_identity, value_differences
+from eos.tools.generator import GeneratorSpec
 
 from support import delta_path, eos_cli, finish_and_audit
 
@@ -112,8 +113,9 @@ SPEC = GeneratorSpec(events=2400, keys=20, interval_ms=25, disorder_ms=800, late
 
 def clicks_pipeline(directory: Path, every: int, **overrides: Any) -> PipelineConfig:
     from eos.core.kafka import client_settings
+    from eos.tools.generator import generate
     from eos.tools.pipelines import write_pipeline
-    from eos.tools.produce import generate, send
+    from eos.tools.produce import send
 
     config = write_pipeline(directory, epoch={"max_records": 300, "staging_retention": 1,
                                               "state_snapshot_every": every}, **overrides)

@@ -29,8 +29,9 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import windows_schema
 from eos.sinks.kafka_avro import AvroValues, value_schema
 from eos.tools.audit import audit
+from eos.tools.generator import GeneratorSpec
 from eos.tools.independent import canonical_row
-from eos.tools.produce import GeneratorSpec, produce
+from eos.tools.produce import produce
 from eos.tools.schema_registry import SchemaRegistryServer
 
 from support import delta_path, sink, unique_topic, write_pipeline

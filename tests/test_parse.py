@@ -749,7 +749,7 @@ def test_every_generated_record_parses_or_is_quarantined_as_its_kind(pipeline: s
     """The generator's good and late records parse under the shipped pipeline's schema and each
     of its bad kinds is quarantined: the demo's ground truth and the parser agree."""
     from eos.core.config import load_pipeline
-    from eos.tools.produce import GeneratorSpec, generate, generator_options
+    from eos.tools.generator import GeneratorSpec, generate, generator_options
 
     config = load_pipeline(pipeline)
     parser = Parser(config.event)

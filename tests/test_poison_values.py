@@ -32,7 +32,9 @@ from eos.core.outputs import windows_schema
 from eos.core.protocol import committed_epoch
 from eos.core.sink import sinks_for
 from eos.sinks.kafka_records import decode_value
-from eos.tools.audit import aggregate, audit, value_differences
+from eos.tools.audit import audit
+from eos.tools.audit_checks import value_differences
+from eos.tools.audit_reference import aggregate
 
 from support import delta_path, kafka_sink_pipeline, unique_topic, write_pipeline
 

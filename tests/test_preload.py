@@ -15,7 +15,8 @@ import pytest
 from eos.airflow.preload import TASK_MODULES, is_scheduler
 from eos.core.kafka import client_settings
 from eos.tools.audit import audit
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import write_pipeline
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
+from eos.tools.generator import BASE_TIME_MS, GeneratorSpec, generate
 from eos.tools.pipelines import write_pipeline
-from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, parse_start
+from eos.tools.produce import parse_start
 
 
 def test_a_spec_fixes_its_records_and_start_ms_only_shifts_them() -> None:

@@ -16,8 +16,9 @@ from eos.compute.reader import KafkaSplit, Piece, read_split
 from eos.core.errors import EXIT_PERMANENT, DataLoss, exit_code
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.tools.audit import read_range
+from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic
-from eos.tools.produce import GeneratorSpec, produce
+from eos.tools.produce import produce
 
 
 def _topic_with_records() -> tuple[str, int, int, int]:

@@ -28,7 +28,8 @@ from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
 from eos.core.status import EpochState, pipeline_status
 from eos.tools.audit import audit, verify
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 import support
 from support import (

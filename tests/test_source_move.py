@@ -23,9 +23,12 @@ from eos.core.layout import tables_for
 from eos.core.plan import PartitionRange, Plan, plan_of
 from eos.core.protocol import begin, committed_epoch
 from eos.core.status import pipeline_status
-from eos.tools.audit import ProblemKind, audit, check_offsets
+from eos.tools.audit import audit
+from eos.tools.audit_checks import check_offsets
+from eos.tools.audit_report import ProblemKind
+from eos.tools.generator import BASE_TIME_MS, GeneratorSpec, generate
 from eos.tools.pipelines import unique_topic
-from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send
+from eos.tools.produce import send
 
 from support import eos_cli, write_pipeline
 

@@ -23,7 +23,7 @@ import pytest
 from airflow_standalone import TESTS_DIR, running_airflow, wait_for
 from alert_notifier import PATH as NOTIFIER
 
-from eos.tools.produce import GeneratorSpec
+from eos.tools.generator import GeneratorSpec
 
 from support import dag_pipeline
 

@@ -16,7 +16,8 @@ from eos.core.kafka import client_settings
 from eos.core.pool import checkin, checkout
 from eos.core.protocol import begin
 from eos.core.tables import ensure_tables
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import write_pipeline
 

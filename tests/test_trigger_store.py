@@ -30,8 +30,9 @@ from eos.core import storage
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.core.plan import KafkaSource
+from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic, write_pipeline
-from eos.tools.produce import GeneratorSpec, produce
+from eos.tools.produce import produce
 
 pytestmark = pytest.mark.integration
 

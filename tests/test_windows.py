@@ -1,10 +1,10 @@
 """Declared schemas, group-by, every aggregation and every window type, end to end.
 
 Real broker, real Spark, real Delta. Ground truth is the audit's plain-Python recomputation
-(``eos.tools.audit.reference``: its own windowing and aggregation code, DuckDB for the filter, exact
-distinct counts for the HLL sketches), fed by a plain Kafka consumer; each test also checks that
-the data really exercised what it names (late pairs, quarantined records, multi-epoch windows),
-so a pipeline that dropped everything could not pass.
+(``eos.tools.audit_reference.reference``: its own windowing and aggregation code, DuckDB for the
+filter, exact distinct counts for the HLL sketches), fed by a plain Kafka consumer; each test also
+checks that the data really exercised what it names (late pairs, quarantined records,
+multi-epoch windows), so a pipeline that dropped everything could not pass.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from eos.core.delta import read_table
 from eos.core.errors import ConfigError
 from eos.core.kafka import client_settings
 from eos.core.protocol import begin
-from eos.tools.audit import audit, row_identity, value_differences
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.audit import audit
+from eos.tools.audit_checks import row_identity, value_differences
+from eos.tools.generator import GeneratorSpec, generate
+from eos.tools.produce import send
 
 from support import delta_path, unique_topic, write_pipeline
 

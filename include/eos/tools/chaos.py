@@ -32,8 +32,11 @@ from eos.core.kafka import client_settings, is_embedded_broker
 from eos.core.layout import tables_for
 from eos.core.plan import plan_of
 from eos.core.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
-from eos.tools.audit import Problem, ProblemKind, audit, check_offsets
-from eos.tools.produce import GeneratedRecord, GeneratorSpec, generate, generator_options, send
+from eos.tools.audit import audit
+from eos.tools.audit_checks import check_offsets
+from eos.tools.audit_report import Problem, ProblemKind
+from eos.tools.generator import GeneratedRecord, GeneratorSpec, generate, generator_options
+from eos.tools.produce import send
 
 CONCURRENT_COMMITS = "commit.two_attempts_at_once"
 POISON = "poison.record"  # a fault of the data, not of a phase (``poison_records``)

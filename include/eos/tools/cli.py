@@ -115,7 +115,8 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from eos.core.kafka import client_settings
-    from eos.tools.produce import GeneratorSpec, continue_after, generator_options, produce
+    from eos.tools.generator import GeneratorSpec, generator_options
+    from eos.tools.produce import continue_after, produce
 
     config = _config(args)
     settings = client_settings(config.kafka.client)

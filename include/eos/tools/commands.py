@@ -144,6 +144,14 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    """Every command of this module, in the order ``eos --help`` lists them."""
+    _register_tools(sub, pipeline_args)
+    _register_epochs(sub, pipeline_args)
+    _register_history(sub, pipeline_args)
+
+
+def _register_tools(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    """The tools around a pipeline: the Airflow UI, the chaos run, the demo."""
     p = sub.add_parser("ui", help="Airflow standalone with this project's DAGs and the broker")
     p.add_argument("--pipeline", action="append", help="pipelines whose topics to create")
     p.add_argument("--port", type=int, default=8080)
@@ -172,6 +180,9 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
                         "s3://eos/<pipeline>")
     p.set_defaults(func=cmd_demo)
 
+
+def _register_epochs(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    """Running epochs, whole or phase by phase, and the status they leave."""
     p = sub.add_parser("run", help="run K epochs: begin -> precommit (compute.mode) -> commit")
     pipeline_args(p)
     p.add_argument("--epochs", type=int, default=1)
@@ -199,6 +210,9 @@ def register(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
             p.add_argument("--reason", default="aborted by hand")
         p.set_defaults(func=cmd_phase)
 
+
+def _register_history(sub: argparse._SubParsersAction, pipeline_args: Callable) -> None:
+    """Changing what was committed (rewind, move-source) and auditing it (verify)."""
     p = sub.add_parser("rewind", help="go back to committed epoch N; the next runs replay N+1..")
     pipeline_args(p)
     p.add_argument("--to-epoch", type=int, required=True,

@@ -20,7 +20,8 @@ from eos.core.errors import DataLoss
 from eos.core.kafka import client_settings, local_broker
 from eos.core.storage import filesystem, is_remote
 from eos.tools import broker
-from eos.tools.produce import GeneratorSpec, generator_options, produce
+from eos.tools.generator import GeneratorSpec, generator_options
+from eos.tools.produce import produce
 
 if TYPE_CHECKING:
     from eos.tools.schema_registry import SchemaRegistryServer

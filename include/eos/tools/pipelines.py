@@ -1,7 +1,7 @@
 """The one factory of throwaway pipelines (the tests', the benchmarks'): a YAML file with a
 unique name, loaded and validated by ``eos.core.config.load_config`` like any pipeline.
 
-The defaults are the generator's clicks shape (``eos.tools.produce``) grouped by key in
+The defaults are the generator's clicks shape (``eos.tools.generator``) grouped by key in
 tumbling 10 s windows, the clicks pipeline's five aggregations, the three Delta sinks under
 ``directory/<name>``, Spark ``local[2]``; every top-level section can be replaced.
 """

@@ -33,7 +33,8 @@ from decimal import Decimal
 from typing import Any
 
 from eos.core.config import EventConfig, FieldType, PipelineConfig
-from eos.tools.produce import GeneratedRecord, GeneratorSpec, ProduceSummary, iso_time, send
+from eos.tools.generator import GeneratedRecord, GeneratorSpec, iso_time
+from eos.tools.produce import ProduceSummary, send
 
 AVRO_BAD_KINDS = ("not_wire_format", "unknown_schema_id", "truncated", "missing_field")
 UNKNOWN_ID = 2**31 - 1  # a schema id no registry here has assigned

@@ -33,6 +33,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -154,91 +155,116 @@ _SUBJECT = re.compile(r"^/subjects/([^/]+)$")
 
 
 def _handler(registry: SchemaRegistryServer) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to ``registry`` and its credentials."""
     expected = "Basic " + base64.b64encode(registry.user_info.encode()).decode()
+    return type("Handler", (_RegistryHandler,), {"registry": registry, "expected": expected})
 
-    class Handler(BaseHTTPRequestHandler):
-        # HTTP/1.0: one request per connection, so a stopped server leaves no kept-alive
-        # connection answering for it.
-        protocol_version = "HTTP/1.0"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: the tests read ``registry.requests``, not an access log."""
+class _RegistryHandler(BaseHTTPRequestHandler):
+    """The stand-in's routes, each a named method; ``_handler`` binds the registry it serves."""
 
-        def _answer(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    registry: SchemaRegistryServer
+    expected: str  # the Authorization header every request must carry
+    # HTTP/1.0: one request per connection, so a stopped server leaves no kept-alive
+    # connection answering for it.
+    protocol_version = "HTTP/1.0"
 
-        def _error(self, status: int, code: int, message: str) -> None:
-            self._answer(status, {"error_code": code, "message": message})
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests read ``registry.requests``, not an access log."""
 
-        def _allowed(self) -> bool:
-            path = self.path.split("?", 1)[0]
-            registry.requests[f"{self.command} {path}"] += 1
-            if registry.delay_s:
-                time.sleep(registry.delay_s)
-            if self.headers.get("Authorization") != expected:
-                self._error(401, 40101, "Unauthorized")
-                return False
-            return True
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(length) or b"{}")
+    def _error(self, status: int, code: int, message: str) -> None:
+        self._answer(status, {"error_code": code, "message": message})
 
-        def do_GET(self) -> None:
-            if not self._allowed():
+    def _allowed(self) -> bool:
+        path = self.path.split("?", 1)[0]
+        self.registry.requests[f"{self.command} {path}"] += 1
+        if self.registry.delay_s:
+            time.sleep(self.registry.delay_s)
+        if self.headers.get("Authorization") != self.expected:
+            self._error(401, 40101, "Unauthorized")
+            return False
+        return True
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def _route(self, path: str, routes: tuple[tuple[re.Pattern[str], Callable[..., None]], ...]
+               ) -> None:
+        """Answer with the first route whose pattern matches ``path`` (its groups are the
+        arguments), or 404."""
+        for pattern, answer in routes:
+            if match := pattern.match(path):
+                answer(*match.groups())
                 return
-            path = self.path.split("?", 1)[0]
-            if match := _IDS.match(path):
-                found = registry.schema_by_id(int(match.group(1)))
-                if found is None:
-                    self._error(404, 40403, "Schema not found")
-                elif (found.get("schemaType") == "PROTOBUF"
-                      and _serialized(found["schema"]) != ("format=serialized" in
-                                                           self.path.partition("?")[2].split("&"))):
-                    self._error(422, 42202, "the stand-in answers a Protobuf schema only in "
-                                "the form it was registered (serialized or .proto text)")
-                else:
-                    self._answer(200, found)
-            elif path == "/subjects":
-                self._answer(200, sorted(registry.subjects))
-            elif match := _SUBJECT_VERSIONS.match(path):
-                versions = registry.subjects.get(match.group(1))
-                if versions is None:
-                    self._error(404, 40401, "Subject not found")
-                else:
-                    self._answer(200, list(range(1, len(versions) + 1)))
-            elif match := _SUBJECT_VERSION.match(path):
-                found = registry.version(match.group(1), match.group(2))
-                if found is None:
-                    self._error(404, 40402, "Version not found")
-                else:
-                    self._answer(200, found)
-            else:
-                self._error(404, 404, f"no such endpoint in the test stand-in: {path}")
+        self._error(404, 404, f"no such endpoint in the test stand-in: {path}")
 
-        def do_POST(self) -> None:
-            if not self._allowed():
+    def do_GET(self) -> None:
+        if not self._allowed():
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/subjects":
+            self._answer(200, sorted(self.registry.subjects))
+            return
+        self._route(path, ((_IDS, self._get_schema), (_SUBJECT_VERSIONS, self._get_versions),
+                           (_SUBJECT_VERSION, self._get_version)))
+
+    def do_POST(self) -> None:
+        if not self._allowed():
+            return
+        path = self.path.split("?", 1)[0]
+        body = self._body()
+        self._route(path, ((_SUBJECT_VERSIONS, lambda subject: self._register(subject, body)),
+                           (_SUBJECT, lambda subject: self._lookup(subject, body))))
+
+    def _get_schema(self, schema_id: str) -> None:
+        """GET /schemas/ids/{id}: a Protobuf schema only in the form it was registered."""
+        found = self.registry.schema_by_id(int(schema_id))
+        if found is None:
+            self._error(404, 40403, "Schema not found")
+        elif (found.get("schemaType") == "PROTOBUF"
+              and _serialized(found["schema"]) != ("format=serialized" in
+                                                   self.path.partition("?")[2].split("&"))):
+            self._error(422, 42202, "the stand-in answers a Protobuf schema only in "
+                        "the form it was registered (serialized or .proto text)")
+        else:
+            self._answer(200, found)
+
+    def _get_versions(self, subject: str) -> None:
+        """GET /subjects/{subject}/versions."""
+        versions = self.registry.subjects.get(subject)
+        if versions is None:
+            self._error(404, 40401, "Subject not found")
+        else:
+            self._answer(200, list(range(1, len(versions) + 1)))
+
+    def _get_version(self, subject: str, version: str) -> None:
+        """GET /subjects/{subject}/versions/{version|latest}."""
+        found = self.registry.version(subject, version)
+        if found is None:
+            self._error(404, 40402, "Version not found")
+        else:
+            self._answer(200, found)
+
+    def _register(self, subject: str, body: dict[str, Any]) -> None:
+        """POST /subjects/{subject}/versions."""
+        self._answer(200, {"id": self.registry.register(subject, body)})
+
+    def _lookup(self, subject: str, body: dict[str, Any]) -> None:
+        """POST /subjects/{subject}: the version of ``subject`` holding this schema."""
+        for version, schema_id in enumerate(self.registry.subjects.get(subject, []), 1):
+            entry = self.registry.schema_by_id(schema_id) or {}
+            if entry.get("schema") == body.get("schema"):
+                self._answer(200, {"subject": subject, "id": schema_id,
+                                   "version": version, **entry})
                 return
-            path = self.path.split("?", 1)[0]
-            body = self._body()
-            if match := _SUBJECT_VERSIONS.match(path):
-                self._answer(200, {"id": registry.register(match.group(1), body)})
-            elif match := _SUBJECT.match(path):
-                subject = match.group(1)
-                for version, schema_id in enumerate(registry.subjects.get(subject, []), 1):
-                    entry = registry.schema_by_id(schema_id) or {}
-                    if entry.get("schema") == body.get("schema"):
-                        self._answer(200, {"subject": subject, "id": schema_id,
-                                           "version": version, **entry})
-                        return
-                code = 40403 if subject in registry.subjects else 40401
-                self._error(404, code, "Schema not found")
-            else:
-                self._error(404, 404, f"no such endpoint in the test stand-in: {path}")
-
-    return Handler
+        code = 40403 if subject in self.registry.subjects else 40401
+        self._error(404, code, "Schema not found")

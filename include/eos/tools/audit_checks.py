@@ -1,0 +1,145 @@
+"""The audit's comparisons: a sink's rows against the reference's, a window's aggregates
+against the recomputed ones, the committed ranges against each other and the checkpoint table
+against the plans and the recomputed watermarks."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from eos.compute.parse import NEG_INF
+from eos.core import checkpoints
+from eos.core.config import PipelineConfig
+from eos.core.layout import Tables
+from eos.core.plan import Plan
+from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+
+# approx_count_distinct: HLL with lgConfigK 12 has a relative standard error of 1.04/sqrt(4096)
+# (1.6%); the audit accepts three of them around the exact distinct count (and 1 for tiny counts).
+HLL_TOLERANCE = 3 * 1.04 / math.sqrt(4096)
+DOUBLE_TOLERANCE = 1e-9  # double sums depend on the order they are added in
+
+
+def _ms(value: Any) -> Any:
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else value
+
+
+def row_identity(config: PipelineConfig, output: str) -> Callable[[dict[str, Any]], tuple]:
+    """What identifies a committed row of ``output``: a window's group, bounds and epoch (its
+    values are compared by ``value_differences``), the record and window of a late row, the
+    record and reason of a quarantined one."""
+    if output == "windows":
+        names = [*config.group_by, "window_start", "window_end", "epoch"]
+        return lambda row: tuple(_ms(row[n]) for n in names)
+    if output == "late":
+        return lambda row: (row["partition"], row["offset"], _ms(row["window_start"]),
+                            _ms(row["window_end"]), row["epoch"])
+    return lambda row: (row["partition"], row["offset"], row["reason"], row["epoch"])
+
+
+def value_differences(config: PipelineConfig, want: dict[str, Any],
+                      got: dict[str, Any]) -> list[str]:
+    """The aggregations of one window that disagree: exact for counts, long and decimal sums,
+    min, max and exact distinct counts; a double sum or an average within 1e-9 relative (the
+    order of additions differs); an approximate distinct count within the sketch's bound."""
+    wrong = []
+    fields = config.event.fields
+    for name, spec in config.aggregations.items():
+        a, b = want[name], got.get(name)
+        double = spec.function == "avg" or (
+            spec.function == "sum" and fields[spec.field].type.name == "double")
+        if a is None or b is None:
+            same = a is None and b is None
+        elif spec.function == "approx_count_distinct":
+            same = abs(b - a) <= max(1.0, HLL_TOLERANCE * a)
+        elif double and not (math.isfinite(a) and math.isfinite(b)):
+            same = a == b or (math.isnan(a) and math.isnan(b))  # ±Infinity, NaN: exactly
+        elif double:
+            same = math.isclose(a, b, rel_tol=DOUBLE_TOLERANCE, abs_tol=DOUBLE_TOLERANCE)
+        else:
+            same = a == b
+        if not same:
+            wrong.append(f"{name}={b!r}, expected {a!r}")
+    return wrong
+
+def compare_rows(report: AuditReport, sink: str, want: Counter, got: Counter) -> None:
+    """A sink's row identities against the reference's: a row held more often than expected is
+    doubled (or unexplained), one held less often is lost."""
+    report.counts[sink] = (sum(want.values()), sum(got.values()))
+    for row, n in (got - want).items():
+        kind = ProblemKind.DUPLICATED if row in want else ProblemKind.UNEXPECTED
+        report.problems.append(Problem(kind, sink, str(row), n))
+    for row, n in (want - got).items():
+        report.problems.append(Problem(ProblemKind.MISSING, sink, str(row), n))
+
+
+def compare_window_values(report: AuditReport, config: PipelineConfig, sink: str,
+                          want: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
+    """The aggregates of every window the sink holds and the reference expects: a window present
+    with wrong values is lost data that ``compare_rows`` (identities only) cannot see."""
+    identity = row_identity(config, "windows")
+    expected = {identity(row): row for row in want}
+    for row in got:
+        if (reference_row := expected.get(identity(row))) is not None:
+            wrong = value_differences(config, reference_row, row)
+            if wrong:
+                report.problems.append(Problem(ProblemKind.WRONG_VALUES, sink,
+                                               f"{identity(row)}: {'; '.join(wrong)}"))
+
+
+def check_offsets(plans: list[Plan], moved: set[int] | frozenset[int] = frozenset()
+                  ) -> list[Problem]:
+    """Committed ranges must be contiguous per partition: no gap, no overlap. A logged move
+    (``moved``: the epochs whose plan is the first on a new source, ``eos.core.move``) starts
+    afresh where it says; no other plan may read another source than the epoch before."""
+    problems = []
+    until: dict[int, int] = {}
+    before: Plan | None = None
+    for plan in plans:
+        if plan.epoch in moved:
+            until = {}
+        elif before is not None and not before.source.same_as(plan.source):
+            problems.append(Problem(
+                ProblemKind.OFFSETS, f"epoch {plan.epoch}",
+                f"reads {plan.source.describe()}, epoch {before.epoch} read "
+                f"{before.source.describe()}, and no move is logged"))
+            until = {}
+        for r in plan.ranges:
+            if r.partition in until and r.start != until[r.partition]:
+                problems.append(Problem(
+                    ProblemKind.OFFSETS, f"epoch {plan.epoch}",
+                    f"partition {r.partition} starts at {r.start} but the previous epoch ended "
+                    f"at {until[r.partition]}"))
+            until[r.partition] = r.until
+        before = plan
+    return problems
+
+
+def check_checkpoints(tables: Tables, plans: list[Plan],
+                      watermarks: dict[int, int | None]) -> list[Problem]:
+    """One checkpoint row per committed epoch, agreeing with its plan and the recomputed
+    watermark."""
+    problems = []
+    rows = checkpoints.read_all(tables)
+    epochs = [c.epoch for c in rows]
+    if epochs != [p.epoch for p in plans]:
+        problems.append(Problem(ProblemKind.CHECKPOINT, "checkpoints",
+                                f"rows for epochs {epochs}, expected 0..{len(plans) - 1} once"))
+    for checkpoint in rows:
+        if checkpoint.epoch >= len(plans):
+            continue
+        plan = plans[checkpoint.epoch]
+        want_until = {r.partition: r.until for r in plan.ranges}
+        want_mark = watermarks.get(plan.epoch)
+        want_mark = NEG_INF if want_mark is None else want_mark
+        if (checkpoint.plan_hash, checkpoint.until, checkpoint.watermark_ms) != (
+                plan.hash, want_until, want_mark):
+            problems.append(Problem(
+                ProblemKind.CHECKPOINT, f"checkpoint {checkpoint.epoch}",
+                f"holds plan {checkpoint.plan_hash}, until {checkpoint.until}, watermark "
+                f"{checkpoint.watermark_ms}; expected {plan.hash}, {want_until}, {want_mark}"))
+    return problems
+

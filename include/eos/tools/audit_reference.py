@@ -1,0 +1,264 @@
+"""The audit's reference: what every output of a pipeline should hold, recomputed from the
+committed input records in plain Python (no Spark, no staging).
+
+It shares only the parse rules (``eos.compute.parse.Parser``: they are the specification of a
+valid event) with the pipeline; the filter runs on DuckDB (not Spark), and windows, watermarks and
+aggregations are written out again here, so that a bug in the pipeline's own code cannot make the
+reference agree with it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from eos.compute.parse import Parsed, Parser
+from eos.core.config import OUTPUTS, FieldType, PipelineConfig
+from eos.core.errors import ConfigError
+from eos.core.outputs import overflow_reason, overflow_type
+from eos.core.plan import Plan
+from eos.core.schema import field_schema
+
+
+class Record(NamedTuple):
+    partition: int
+    offset: int
+    timestamp_ms: int
+    value: bytes | None
+
+
+class Event(NamedTuple):
+    partition: int
+    offset: int
+    time: int
+    fields: dict[str, Any]
+
+
+@dataclass
+class Expected:
+    """Rows per output (as dicts with the columns the audit compares), and the watermark after
+    every epoch (None: no event yet)."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {output: [] for output in OUTPUTS})
+    watermarks: dict[int, int | None] = field(default_factory=dict)
+    records: int = 0
+    filtered: dict[int, int] = field(default_factory=dict)
+
+
+
+def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
+    """The filter evaluated by DuckDB (the pipeline evaluates it with Spark): true keeps."""
+    if config.event.filter is None or not events:
+        return [True] * len(events)
+    import duckdb
+
+    from eos.core.filters import filter_for_duckdb
+
+    table = pa.Table.from_pylist([e.fields for e in events], schema=field_schema(config.event))
+    table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
+    query = (f"SELECT coalesce(({filter_for_duckdb(config.event.filter)}), false) "
+             "FROM events ORDER BY __i")
+    with duckdb.connect() as con:
+        con.register("events", table)
+        return [bool(row[0]) for row in con.execute(query).fetchall()]
+
+
+def _windows_of(config: PipelineConfig, t: int) -> list[tuple[int, int]]:
+    """Fixed windows [k*slide, k*slide + size) holding t (tumbling: slide = size)."""
+    size = config.window.size
+    slide = config.window.slide or size
+    first, last = (t - size) // slide + 1, t // slide
+    return [(k * slide, k * slide + size) for k in range(first, last + 1)]
+
+
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+def _fits(total: Any, ftype: FieldType, of_avg: bool) -> bool:
+    """Whether an exact sum fits the type it is kept in: a long sum a long (an average's
+    decimal(38,0)), a decimal(p,s) sum decimal(38,s)."""
+    if ftype.name == "long":
+        return abs(total) < 10**38 if of_avg else LONG_MIN <= total <= LONG_MAX
+    return abs(total) < Decimal(10) ** (38 - (ftype.scale or 0))
+
+
+def _double_sum(values: list[float]) -> float:
+    """The sum of doubles as IEEE 754 defines its limits: the exactly rounded sum, ±Infinity
+    past the double range (the sign of the exact sum), NaN with infinities of both signs."""
+    if not all(math.isfinite(v) for v in values):
+        return sum(values)
+    try:
+        return math.fsum(values)
+    except OverflowError:  # fsum's partial sums left the range: the exact sum decides
+        exact = sum(map(Fraction, values))
+        try:
+            return float(exact)
+        except OverflowError:
+            return math.inf if exact > 0 else -math.inf
+
+
+def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
+              ) -> tuple[dict[str, Any], list[str]]:
+    """Every aggregation of one window over its events' fields, from the definitions; and the
+    aggregations whose exact result did not fit its type (their value is None, and the README
+    promises a quarantine row for each)."""
+    out: dict[str, Any] = {}
+    overflowed: list[str] = []
+    fields = config.event.fields
+    for name, spec in config.aggregations.items():
+        values = ([1] * len(events) if spec.field is None
+                  else [e[spec.field] for e in events if e[spec.field] is not None])
+        fn = spec.function
+        exact = spec.field is not None and fields[spec.field].type.name != "double"
+        if fn == "count":
+            out[name] = len(values)
+        elif fn in ("count_distinct", "approx_count_distinct"):
+            out[name] = len(set(values))
+        elif not values:
+            out[name] = None
+        elif fn in ("sum", "avg") and exact:
+            total = sum(values)
+            if not _fits(total, fields[spec.field].type, of_avg=fn == "avg"):
+                out[name] = None
+                overflowed.append(name)
+            else:
+                out[name] = total if fn == "sum" else float(total) / len(values)
+        elif fn == "sum":
+            out[name] = _double_sum(values)
+        elif fn == "min":
+            out[name] = min(values)
+        elif fn == "max":
+            out[name] = max(values)
+        elif fn == "avg":
+            out[name] = _double_sum(values) / len(values)
+        else:
+            raise AssertionError(f"the audit has no definition of {fn}")
+    return out, overflowed
+
+
+def _audit_decoder(event_format: str) -> Any:
+    """The audit's own decoder class for a Schema Registry format (not the pipeline's)."""
+    from eos.tools.audit_avro import AuditAvroDecoder
+    from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
+    from eos.tools.audit_protobuf import AuditProtobufDecoder
+
+    decoders = {"avro": AuditAvroDecoder, "protobuf": AuditProtobufDecoder,
+                "json_schema": AuditJsonSchemaDecoder}
+    if event_format not in decoders:
+        raise ConfigError(f"the audit cannot read event.format {event_format}")
+    return decoders[event_format]
+
+
+class _Reference:
+    """The pipeline's semantics (DESIGN §3), replayed record by record, epoch by epoch."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        self.parser: Any = Parser(config.event)
+        if config.event.format != "json":  # its own decoding; the field rules are shared
+            from eos.compute.formats.records import RecordParser
+
+            assert config.event.schema_registry is not None
+            self.parser = RecordParser(config.event,
+                                       _audit_decoder(config.event.format)(
+                                           config.event.schema_registry))
+        self.names = list(config.event.fields)
+        self.expected = Expected()
+        self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events
+        self.watermark: int | None = None  # None: minus infinity
+        self.max_event: int | None = None
+
+    def epoch(self, plan: Plan, records: list[Record]) -> None:
+        previous, events = self.watermark, []
+        for r in records:
+            self.expected.records += 1
+            parsed = self.parser.parse(r.value, r.timestamp_ms)
+            if not isinstance(parsed, Parsed):
+                self.expected.rows["quarantine"].append({
+                    "partition": r.partition, "offset": r.offset, "reason": parsed.reason,
+                    "epoch": plan.epoch})
+                continue
+            self.max_event = parsed.event_ms if self.max_event is None else max(
+                self.max_event, parsed.event_ms)
+            events.append(Event(r.partition, r.offset, parsed.event_ms,
+                                dict(zip(self.names, parsed.values, strict=True))))
+        keep = kept_by_filter(self.config, events)
+        self.expected.filtered[plan.epoch] = keep.count(False)
+        for event, kept in zip(events, keep, strict=True):
+            if kept:
+                self._add(event, previous, plan.epoch)
+        self._advance(plan)
+        self._emit(plan.epoch)
+
+    def _late(self, event: Event, start: int, end: int, epoch: int) -> None:
+        self.expected.rows["late"].append({"partition": event.partition, "offset": event.offset,
+                                           "window_start": start, "window_end": end,
+                                           "epoch": epoch})
+
+    def _add(self, event: Event, previous: int | None, epoch: int) -> None:
+        group = tuple(event.fields[g] for g in self.config.group_by)
+        if self.config.window.type == "session":
+            start, end = event.time, event.time + self.config.window.gap
+            if previous is not None and end <= previous:
+                self._late(event, start, end, epoch)
+                return
+            members = [event.fields]
+            for key in [k for k in self.open if k[0] == group and k[1] < end and start < k[2]]:
+                members.extend(self.open.pop(key))
+                start, end = min(start, key[1]), max(end, key[2])
+            self.open[(group, start, end)] = members
+            return
+        for start, end in _windows_of(self.config, event.time):
+            if previous is not None and end <= previous:
+                self._late(event, start, end, epoch)
+            else:
+                self.open.setdefault((group, start, end), []).append(event.fields)
+
+    def _advance(self, plan: Plan) -> None:
+        window = self.config.window
+        if self.max_event is not None:
+            candidate = self.max_event - window.allowed_lateness
+            self.watermark = candidate if self.watermark is None else max(self.watermark,
+                                                                          candidate)
+        if plan.records == 0 and plan.clock_ms is not None and window.idle_timeout is not None:
+            candidate = plan.clock_ms - window.idle_timeout
+            self.watermark = candidate if self.watermark is None else max(self.watermark,
+                                                                          candidate)
+        self.expected.watermarks[plan.epoch] = self.watermark
+
+    def _emit(self, epoch: int) -> None:
+        if self.watermark is None:
+            return
+        for key in [k for k in self.open if k[2] <= self.watermark]:
+            group, start, end = key
+            row = dict(zip(self.config.group_by, group, strict=True))
+            row.update(window_start=start, window_end=end, epoch=epoch)
+            values, overflowed = aggregate(self.config, self.open.pop(key))
+            row.update(values)
+            self.expected.rows["windows"].append(row)
+            for name in overflowed:
+                self.expected.rows["quarantine"].append({
+                    "partition": None, "offset": None, "epoch": epoch,
+                    "reason": self._overflow_reason(name, start, end)})
+
+    def _overflow_reason(self, name: str, start: int, end: int) -> str:
+        """What the README says an overflowed window's quarantine row reads."""
+        spec = self.config.aggregations[name]
+        assert spec.field is not None
+        ftype = self.config.event.fields[spec.field].type
+        return overflow_reason(name, spec.function, spec.field,
+                               overflow_type(spec.function, ftype), start, end)
+
+
+def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
+    """The committed result the protocol promises, recomputed record by record."""
+    model = _Reference(config)
+    for plan, records in epochs:
+        model.epoch(plan, records)
+    return model.expected

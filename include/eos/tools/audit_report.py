@@ -1,0 +1,88 @@
+"""What the audit found: the kinds of problem it reports, and the report ``eos verify`` prints
+and records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class ProblemKind(StrEnum):
+    MISSING = "missing row"  # a record's effect the sink does not hold: lost
+    DUPLICATED = "duplicated row"  # an expected row held more than once: doubled
+    UNEXPECTED = "unexpected row"  # a row no record explains
+    WRONG_VALUES = "wrong values"  # a window whose aggregates disagree with its records
+    COMMITS = "commits"  # a sink's commits are not exactly one per epoch
+    CHECKPOINT = "checkpoint"  # the checkpoint table disagrees with the recomputation
+    OFFSETS = "offsets"  # committed ranges are not contiguous
+    NOTHING = "nothing committed"
+    # The independent reader (eos.tools.independent) read something else than the pipeline's
+    # own library did: one of them is wrong, so nothing the audit concluded can be trusted.
+    READERS_DISAGREE = "readers disagree"
+    SECOND_READER = "independent reader failed"  # it could not read what the audit read
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: ProblemKind
+    where: str
+    detail: str
+    count: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.kind} {self.detail}" + (
+            f" (x{self.count})" if self.count != 1 else "")
+
+
+
+@dataclass
+class AuditReport:
+    pipeline: str
+    committed_epoch: int
+    records: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # sink -> (expected, got)
+    # sink -> why it was not audited (its type cannot be read back, a shared table)
+    unaudited: dict[str, str] = field(default_factory=dict)
+    # What was read twice (the source, a sink) -> the independent reader and rows it read;
+    # what was read once only -> why (no independent reader for it here).
+    second_readings: dict[str, tuple[str, int]] = field(default_factory=dict)
+    single_reader: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def count(self, *kinds: ProblemKind) -> int:
+        return sum(p.count for p in self.problems if p.kind in kinds)
+
+    @property
+    def disagreeing(self) -> int:
+        """Rows (or records) the two readers of one sink or of the source do not agree on."""
+        return self.count(ProblemKind.READERS_DISAGREE)
+
+    @property
+    def lost(self) -> int:
+        return self.count(ProblemKind.MISSING, ProblemKind.WRONG_VALUES)
+
+    @property
+    def doubled(self) -> int:
+        return self.count(ProblemKind.DUPLICATED, ProblemKind.UNEXPECTED)
+
+    def render(self) -> str:
+        lines = [f"audit of pipeline '{self.pipeline}': epochs 0..{self.committed_epoch}, "
+                 f"{self.records} records re-read from Kafka"]
+        for sink, (want, got) in self.counts.items():
+            lines.append(f"  {sink:<28} expected {want:>8}  committed {got:>8}")
+        for sink, why in self.unaudited.items():
+            lines.append(f"  {sink:<28} not audited: {why}")
+        for what, (reader, rows) in self.second_readings.items():
+            lines.append(f"  {what:<28} read again by {reader}: {rows} rows")
+        for what, why in self.single_reader.items():
+            lines.append(f"  {what:<28} read by one reader only: {why}")
+        if self.ok:
+            lines.append("verdict: OK - every record counted exactly once in every sink")
+        else:
+            lines.append(f"verdict: FAILED - {len(self.problems)} problem(s)")
+            lines.extend(f"  - {p}" for p in self.problems[:50])
+        return "\n".join(lines)

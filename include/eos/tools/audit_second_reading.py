@@ -1,0 +1,139 @@
+"""The audit's second readings: everything it reads from Kafka and Delta read again by readers
+that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta
+extension). Any difference between the two readings is a problem of its own
+(``READERS_DISAGREE``): a bug in confluent-kafka or delta-rs cannot show the audit the same wrong
+picture it showed the pipeline."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from eos.core.config import PipelineConfig
+from eos.core.kafka import client_settings
+from eos.core.plan import Plan
+from eos.core.sink import Sink, SupportsReadBack
+from eos.tools import independent
+from eos.tools.audit_reference import Record
+from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+
+LIBRARY_KAFKA = "confluent-kafka"
+LIBRARY_DELTA = "delta-rs"
+READ_BACK_ATTEMPTS = 3
+
+
+def _source_row(partition: int, offset: int, timestamp_ms: int, value: bytes | None) -> dict:
+    return {"partition": partition, "offset": offset, "timestamp_ms": timestamp_ms,
+            "value": value}
+
+
+def reread_source(report: AuditReport, settings: dict[str, Any],
+                  epochs: list[tuple[Plan, list[Record]]]) -> list[Problem]:
+    """The committed ranges read again with aiokafka: the same records (offset, timestamp,
+    value) as confluent-kafka read, or a ``READERS_DISAGREE`` problem per record that differs.
+    A record is compared once even when ranges overlap (``check_offsets`` reports overlaps)."""
+    problems: list[Problem] = []
+    for topic in dict.fromkeys(plan.topic for plan, _ in epochs):
+        ranges = [(r.partition, r.start, r.until) for plan, _ in epochs if plan.topic == topic
+                  for r in plan.ranges]
+        ours = {(r.partition, r.offset): _source_row(*r) for plan, records in epochs
+                if plan.topic == topic for r in records}
+        theirs = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
+                                                      r.value)
+                  for r in independent.read_ranges(settings, topic, ranges)}
+        where = f"source {topic}"
+        report.second_readings[where] = (independent.KAFKA_READER, len(theirs))
+        problems += _disagreements(where, (LIBRARY_KAFKA, ours.values()),
+                                   (independent.KAFKA_READER, theirs.values()))
+    return problems
+
+
+def read_back_with_version(sink: SupportsReadBack) -> tuple[list[dict[str, Any]], int | None]:
+    """The sink's rows as its own reader returns them and, for a Delta sink, the table version
+    they are of (the independent reader reads that version): the version is taken before and
+    after the read, and the read repeated while a commit lands in between. None: no stable
+    version (the audit ran while the table kept changing)."""
+    from eos.sinks.delta import DeltaSink
+
+    if not isinstance(sink, DeltaSink):
+        return sink.read_back(), None
+    from deltalake import DeltaTable
+
+    held: list[dict[str, Any]] = []
+    for _ in range(READ_BACK_ATTEMPTS):
+        before = DeltaTable(sink.path).version()
+        held = sink.read_back()
+        if DeltaTable(sink.path).version() == before:
+            return held, before
+    return held, None
+
+
+def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
+                held: list[dict[str, Any]], version: int | None) -> list[Problem]:
+    """The sink read again by its independent reader and compared whole with ``held`` (what
+    the sink's own reader returned): every row, every column."""
+    from eos.sinks.delta import DeltaSink
+    from eos.sinks.kafka import KafkaSink
+
+    if isinstance(sink, DeltaSink):
+        library, reader, rows = LIBRARY_DELTA, independent.DELTA_READER, _reread_delta(
+            sink, version)
+    elif isinstance(sink, KafkaSink):
+        library, reader, rows = LIBRARY_KAFKA, independent.KAFKA_READER, _reread_kafka(
+            config, sink)
+    else:
+        rows = _Unread(f"no independent reader for {sink.kind} sinks", fails=False)
+    if isinstance(rows, _Unread):
+        if rows.fails:
+            return [Problem(ProblemKind.SECOND_READER, sink.name, rows.why)]
+        report.single_reader[sink.name] = rows.why
+        return []
+    report.second_readings[sink.name] = (reader, len(rows))
+    return _disagreements(sink.name, (library, held), (reader, rows))
+
+
+class _Unread(NamedTuple):
+    """Why a sink was not read a second time; ``fails``: the audit cannot vouch for the sink
+    (else it is only noted in the report, as for a sink type nobody can read twice)."""
+
+    why: str
+    fails: bool
+
+
+def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unread:
+    """DuckDB's reading of the table at ``version``. Object storage is read by one reader only
+    (noted); a table that would not hold still or a DuckDB error fails the audit."""
+    import duckdb
+
+    path = independent.readable_location(sink.path)
+    if path is None:
+        return _Unread(f"{independent.DELTA_READER} reads local and s3:// tables here (no "
+                       "credentials for other stores in DuckDB)", fails=False)
+    if version is None:
+        return _Unread(f"the table changed during each of {READ_BACK_ATTEMPTS} readings: no "
+                       "one version to read twice", fails=True)
+    try:
+        return independent.read_delta(path, version)
+    except (duckdb.Error, OSError, ImportError) as error:
+        return _Unread(f"{independent.DELTA_READER} could not read {path} at version "
+                       f"{version}: {error}", fails=True)
+
+
+def _reread_kafka(config: PipelineConfig, sink: Any) -> list[dict[str, Any]]:
+    """The sink's output topic read with aiokafka, this pipeline's records on the sink's
+    current line decoded by the independent JSON decoder."""
+    from eos.core.outputs import output_schema
+
+    settings = client_settings({**config.kafka.client, **sink.options.client})
+    records = independent.read_topic(settings, sink.options.topic)
+    decode = None
+    if sink.options.format == "avro":  # urllib and fastavro, not the sink's codec
+        from eos.tools.audit_avro import sink_decoder
+
+        decode = sink_decoder(sink.options.schema_registry or config.event.schema_registry)
+    return independent.sink_rows(records, config.name, output_schema(config, sink.output),
+                                 independent.current_line(sink), decode)
+
+
+def _disagreements(where: str, ours: tuple[str, Any], theirs: tuple[str, Any]) -> list[Problem]:
+    return [Problem(ProblemKind.READERS_DISAGREE, where, str(d), d.count)
+            for d in independent.disagreements(ours, theirs)]
