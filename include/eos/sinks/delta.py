@@ -42,9 +42,8 @@ class DeltaSinkOptions(BaseModel):
     becomes the table's ``delta.logRetentionDuration``. delta-rs checkpoints a table every 100
     commits and then deletes the commit files older than that, so the log of a table written
     once per epoch stays bounded instead of keeping 30 days of commits (Delta's default), which
-    every append lists (docs/benchmarks-history.md, 2026-11-22: "bounded Delta logs"). Time
-    travel, and a rewind, reach back as far as the retention. Unset: the table keeps Delta's
-    default, or what its owner set.
+    every append lists. Time travel, and a rewind, reach back as far as the retention. Unset:
+    the table keeps Delta's default, or what its owner set.
 
     ``shared``: other pipelines may write this table too, if each of them declares it shared
     (``eos.core.ownership``; the table records its writers). Unset, the first pipeline to

@@ -1,0 +1,91 @@
+"""A Kafka sink's options, and what of them is refused when the config loads (topic names Kafka
+refuses, an Avro sink without a registry it can use)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from eos.core.config import SchemaRegistryConfig
+from eos.sinks.kafka_markers import MARKER_SUFFIX
+from eos.sinks.kafka_topics import MAX_TOPIC_NAME, check_topic_name
+
+if TYPE_CHECKING:
+    from eos.core.config import PipelineConfig
+
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's and Kafka's default record limit
+
+
+class KafkaSinkOptions(BaseModel):
+    """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {},
+    format: json|avro, schema_registry: {...}}}``. ``marker_topic``: where this sink's markers
+    live, exclusive to this sink (default ``<topic>.eos-markers.<pipeline>``, see
+    ``eos.sinks.kafka_markers``). ``format: avro``: values in the Schema Registry wire format
+    (``eos.sinks.kafka_avro``), registered with ``schema_registry``, else the event's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    marker_topic: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    partitions: int | None = Field(default=None, gt=0)  # when the sink creates the topic
+    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistryConfig | None = None
+
+    @model_validator(mode="after")
+    def _registry_for_avro(self) -> KafkaSinkOptions:
+        if self.format == "json" and self.schema_registry is not None:
+            raise ValueError("a kafka sink's schema_registry is for format: avro")
+        return self
+
+    @model_validator(mode="after")
+    def _topic_names(self) -> KafkaSinkOptions:
+        """Names Kafka accepts, checked as far as they are known without the pipeline's name
+        (the default marker topic's full name is checked by ``KafkaSink.resources``)."""
+        check_topic_name(self.topic, "topic")
+        if self.marker_topic is not None:
+            check_topic_name(self.marker_topic, "marker_topic")
+        elif len(self.topic) + len(MARKER_SUFFIX) + 2 > MAX_TOPIC_NAME:
+            raise ValueError(f"topic '{self.topic[:40]}...' leaves no room for its marker topic "
+                             f"'<topic>{MARKER_SUFFIX}.<pipeline>' within Kafka's "
+                             f"{MAX_TOPIC_NAME} characters; name a shorter marker_topic")
+        return self
+
+    @property
+    def legacy_markers(self) -> str:
+        """Where version 2 kept this sink's markers (key = the pipeline name): read only, to
+        migrate (see ``eos.sinks.kafka_markers``)."""
+        return self.marker_topic or self.topic + MARKER_SUFFIX
+
+
+def marker_topic_of(options: KafkaSinkOptions, pipeline: str) -> str:
+    """The topic whose partition 0 holds this sink's markers and nothing else; a ValueError when
+    the default name is longer than Kafka allows."""
+    if options.marker_topic is not None:
+        return options.marker_topic
+    return check_topic_name(f"{options.topic}{MARKER_SUFFIX}.{pipeline}",
+                            f"the marker topic of sink kafka:{options.topic}")
+
+
+def registry_of(options: KafkaSinkOptions,
+                config: PipelineConfig) -> SchemaRegistryConfig | None:
+    """The registry an Avro sink registers with: its own, else the event's."""
+    return options.schema_registry or config.event.schema_registry
+
+
+def check_avro(options: KafkaSinkOptions, config: PipelineConfig) -> None:
+    """Load-time refusals of a ``format: avro`` sink: no registry, credentials it cannot read.
+    Every output column the grammar allows has an Avro mapping (``kafka_avro.value_schema``;
+    ``tests/test_kafka_avro_sink.py`` maps every aggregation of every field type), so the
+    columns are not checked here: that needs pyarrow, which the DAG file's parse must not
+    import (``tests/test_dags.py``)."""
+    registry = registry_of(options, config)
+    if registry is None:
+        raise ValueError(f"kafka sink {options.topic}: format avro needs a Schema Registry: "
+                         "give the sink a schema_registry {url, auth_env}, or read an Avro "
+                         "event (its event.schema_registry is used)")
+    if registry.connection is not None:
+        raise ValueError(f"kafka sink {options.topic}: a sink reads the registry's "
+                         "credentials from auth_env only (sinks run without Airflow, so not "
+                         f"from connection '{registry.connection}'); give the sink a "
+                         "schema_registry with auth_env")

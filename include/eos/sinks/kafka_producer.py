@@ -1,0 +1,102 @@
+"""A Kafka sink's transactional producer: made with the sink's fixed ``transactional.id`` and
+fenced (``init_transactions``), rows produced while the client's queue drains, the commit
+retried while the broker calls its failure retriable, and refusals told from transient
+failures."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from eos.core.errors import SinkRejected, SinkUnavailable
+from eos.sinks.kafka_topics import TIMEOUT_S, kafka_error
+
+if TYPE_CHECKING:
+    import confluent_kafka as ck
+
+
+def fenced_producer(settings: dict[str, Any], transactional_id: str, sink: str) -> ck.Producer:
+    """A producer of ``transactional_id`` after ``init_transactions``: every earlier producer
+    of that id is fenced and its pending transaction aborted."""
+    import confluent_kafka as ck
+
+    producer = ck.Producer({
+        **settings,
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "transaction.timeout.ms": 60_000,
+        "partitioner": "murmur2_random",  # Java clients' partitioner: same key, same partition
+        "linger.ms": 20,
+    })
+    try:
+        producer.init_transactions(TIMEOUT_S)
+    except ck.KafkaException as error:
+        raise SinkUnavailable(
+            f"Kafka sink {sink}: init_transactions for '{transactional_id}' failed: "
+            f"{kafka_error(error)}"
+        ) from None
+    return producer
+
+
+def produce_rows(producer: ck.Producer, topic: str, sink: str,
+                 headers: list[tuple[str, bytes]], keys: list[bytes | None],
+                 values: list[bytes]) -> None:
+    """Every record into ``topic`` inside the open transaction, delivered before it returns;
+    a refusal (``SinkRejected``) or a transient failure (``SinkUnavailable``) otherwise."""
+    import confluent_kafka as ck
+
+    failures: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(err)
+
+    for key, value in zip(keys, values, strict=True):
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, headers=headers,
+                                 on_delivery=delivered)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                producer.poll(0.1)
+            except ck.KafkaException as error:  # refused before it left the client
+                failures.append(kafka_error(error))
+                break
+        if failures:
+            break
+    if producer.flush(TIMEOUT_S) > 0:
+        raise SinkUnavailable(f"Kafka sink {sink}: rows not delivered within "
+                              f"{TIMEOUT_S:.0f}s")
+    if failures:
+        first = failures[0]
+        kind = SinkRejected if _is_rejection(first) else SinkUnavailable
+        raise kind(f"Kafka sink {sink}: cannot write to topic '{topic}': "
+                   f"{first} ({len(failures)} records refused)")
+
+
+def commit_transaction(producer: ck.Producer) -> None:
+    """Commit the open transaction, retried (up to five times) while its failure is
+    retriable."""
+    import confluent_kafka as ck
+
+    for attempt in range(5):
+        try:
+            producer.commit_transaction(TIMEOUT_S)
+            return
+        except ck.KafkaException as error:
+            failure = kafka_error(error)
+            if failure is not None and failure.retriable() and attempt < 4:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise
+
+
+def _is_rejection(error: Any) -> bool:
+    import confluent_kafka as ck
+
+    code = error.code() if hasattr(error, "code") else None
+    return code in (ck.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    ck.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                    ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.RECORD_LIST_TOO_LARGE,
+                    ck.KafkaError.INVALID_RECORD)
