@@ -56,7 +56,7 @@ def epoch(config: PipelineConfig, spark: Any, run_id: str,
 
 def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe:
     """``probes`` empty epochs, timed and their Delta calls counted."""
-    import eos.compute.stage
+    import eos.compute.precommit.resume
     import eos.core.checkpoints
     import eos.core.delta
     import eos.core.epochlog
@@ -64,8 +64,8 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
 
     # every module calling ``scan`` (eos.core.delta's own readers, read_table and read_existing,
     # call it there)
-    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.stage, eos.core.tables,
-               eos.core.delta)
+    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.precommit.resume,
+               eos.core.tables, eos.core.delta)
     scans: dict[str, int] = {}
     phase = {"name": "other"}
     originals = {m: m.scan for m in readers}

@@ -73,7 +73,7 @@ def run_epoch(config: PipelineConfig, run_id: str | None = None, *, spark: Any =
         plan = begin(config, run_id=run_id, source=source)
     with phase("precommit"):
         if stager is None and spark is not None:
-            from eos.compute.stage import SparkStager
+            from eos.compute.precommit.stager import SparkStager
 
             stager = SparkStager(spark)
         if stager is not None:

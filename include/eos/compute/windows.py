@@ -7,7 +7,7 @@ The contract (``WindowType``), for the Spark side of ``precommit``:
   (sessions: iff ``t + gap <= wm(N-1)``). Late pairs never reach an aggregate.
 - ``combine``: merge this epoch's partial windows with every open window of epoch N-1,
   giving every window's merged state (an epoch that stages a snapshot). Which windows are
-  emitted (end <= wm(N)) is decided after, in ``eos.compute.stage``, the same way for every
+  emitted (end <= wm(N)) is decided after, in ``eos.compute.precommit``, the same way for every
   type.
 - ``reads`` and ``advance``, for an epoch that stages only its changes (``eos.core.state``):
   which of the open rows the epoch needs at wm(N), and from those and its partial windows,
@@ -47,7 +47,7 @@ class WindowType(ABC):
     @abstractmethod
     def windows_per_event(self) -> int:
         """The most rows ``assign`` gives one event: what bounds an epoch's new windows and late
-        rows (``eos.compute.stage`` sizes the staging write by it)."""
+        rows (``eos.compute.precommit.write`` sizes the staging write by it)."""
 
     @abstractmethod
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:

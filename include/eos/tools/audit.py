@@ -8,7 +8,7 @@ table. Everything it reads from Kafka and Delta is read a second time by readers
 library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta extension), and
 any difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug
 in confluent-kafka or delta-rs cannot show the audit the same wrong picture it showed the
-pipeline. It shares only the parse rules (``eos.compute.parse.Parser``: they are the
+pipeline. It shares only the parse rules (``eos.compute.formats.json.Parser``: they are the
 specification of a valid event) with the pipeline; the filter runs on DuckDB (not Spark),
 windows and aggregations are written out again here, and the HyperLogLog estimates are checked
 against exact distinct counts within the sketch's error bound.
@@ -29,7 +29,9 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from eos.compute.parse import NEG_INF, Parsed, Parser
+from eos.compute.formats import Parsed
+from eos.compute.formats.json import Parser
+from eos.compute.precommit.watermark import NEG_INF
 from eos.core import checkpoints
 from eos.core.config import OUTPUTS, FieldType, PipelineConfig
 from eos.core.errors import ConfigError
