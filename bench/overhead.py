@@ -28,7 +28,7 @@ from typing import Any
 
 from bench import deltaops
 from bench.env import Env, environment
-from eos.compute.epochs import EpochRun, run_epoch
+from eos.compute.epochs import EpochResult, run_epoch
 from eos.core.config import PipelineConfig, parse_duration_ms
 from eos.core.kafka import local_broker
 
@@ -46,7 +46,7 @@ class Probe:
 
 
 def epoch(config: PipelineConfig, spark: Any, run_id: str,
-          in_phase: Callable[[str], AbstractContextManager[Any]] | None = None) -> EpochRun:
+          in_phase: Callable[[str], AbstractContextManager[Any]] | None = None) -> EpochResult:
     """One empty epoch through the epoch loop (``in_phase``: see ``run_epoch``)."""
     run = run_epoch(config, run_id, spark=spark, in_phase=in_phase)
     if run.plan.records:

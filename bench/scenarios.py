@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.env import Env
-from eos.compute.epochs import EpochRun, run_epoch, run_until_caught_up
+from eos.compute.epochs import EpochResult, run_epoch, run_until_caught_up
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 from eos.tools.mock_cluster import DEFAULT_PARTITIONS
@@ -116,7 +116,7 @@ class EpochTiming:
         return self.begin + self.precommit + self.commit
 
 
-def epoch_timing(run: EpochRun) -> EpochTiming:
+def epoch_timing(run: EpochResult) -> EpochTiming:
     """One run of the epoch loop as the benchmarks report it: its phases' seconds, and
     precommit's parts as precommit timed them."""
     ms = run.staged.timings_ms

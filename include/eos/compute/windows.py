@@ -73,6 +73,7 @@ class FixedWindows(WindowType):
 
     def __init__(self, window: WindowConfig) -> None:
         super().__init__(window)
+        assert window.size is not None  # a tumbling or hopping window has one (WindowConfig)
         self.size = window.size
         self.slide = window.slide or window.size
 

@@ -1,18 +1,18 @@
 """Staging an epoch in files: executors (or, for a small epoch, the driver) write Parquet, and the
 driver commits the files in one Delta transaction.
 
-The state is not bounded by one process's memory:
 Spark's executors write N's rows as Parquet files into a directory of its own under the
-staging table (``epoch=N/attempt-<uuid>/``), one sub-directory per kind of row, and the driver
-commits those files into staging in **one** Delta transaction that replaces partition
-``epoch=N`` (``DeltaTable.create_write_transaction`` with add actions for files already
-written; DESIGN §4: "one commit per epoch"). What the driver holds is a list of file names.
+staging table (``epoch=N/attempt-<uuid>/``), one sub-directory per kind of row, so the state is
+not bounded by one process's memory; the driver commits those files into staging in **one**
+Delta transaction that replaces partition ``epoch=N``
+(``DeltaTable.create_write_transaction`` with add actions for files already written; DESIGN
+§4: "one commit per epoch"). What the driver holds is a list of file names.
 
 A small epoch (``eos.compute.precommit.write.collects``: predicted small from the last epoch's
 row count, and bounded before it runs) is collected to the driver as Arrow instead and written
 there, one file per kind (``write_collected``): a Spark file write costs a job, a task per
-partition and the Hadoop commit protocol however small the epoch. The directory, the files' statistics and the one commit are the
-same either way.
+partition and the Hadoop commit protocol however small the epoch. The directory, the files'
+statistics and the one commit are the same either way.
 
 The files are written with pyarrow's filesystems, by the executors' Python workers and by the
 driver alike, never by Spark's Hadoop writers: the pyspark wheel has no S3A (or GCS, ABFS)

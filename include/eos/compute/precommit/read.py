@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -15,7 +15,8 @@ from eos.core.plan import Plan
 from eos.core.schema import parsed_schema
 
 
-def parse_records(event: EventConfig):
+def parse_records(event: EventConfig) -> Callable[[Iterator[pa.RecordBatch]],
+                                                  Iterator[pa.RecordBatch]]:
     """mapInArrow function: raw Kafka records -> parsed events or quarantine reasons. The parser
     is compiled on the worker (from the picklable config), once per task."""
 

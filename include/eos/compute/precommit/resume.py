@@ -57,6 +57,7 @@ def resume_state(config: PipelineConfig, tables: Tables,
     if previous is None:
         return ResumePoint(EMPTY, NEG_INF, None)
     staging = handle(tables, tables.staging)
+    assert staging is not None  # a committed epoch N-1 staged its rows there
     mark = scan(staging, filters=[("epoch", "=", previous.epoch), ("kind", "=", WATERMARK),
                                   ("plan_hash", "=", previous.plan_hash)]).to_pylist()
     if not mark:
