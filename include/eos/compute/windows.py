@@ -27,8 +27,8 @@ from eos.core.state import END, START, WindowRead
 
 def columns(F: Any, *names: str) -> list[Any]:
     """``names`` as unresolved columns, for ``groupBy``: Spark Connect's ``groupBy`` checks a
-    name given as a string against the frame's schema, one round trip to the server each time
-    (23 ms a ``groupBy`` in a profile of precommit; docs/benchmarks-history.md, 2026-11-26)."""
+    name given as a string against the frame's schema, one round trip to the server each
+    time."""
     return [F.col(name) for name in names]
 
 
@@ -103,8 +103,8 @@ class FixedWindows(WindowType):
         # gives both: a closing window merged with its earlier rows, and a window still open
         # as this epoch's partial alone (merging one row is the identity), staged as one more
         # row of it (merged when it closes). One aggregation reads the partial windows once:
-        # splitting them by END first computed them twice (two scans of the parsed input and
-        # two shuffles; docs/benchmarks-history.md, 2026-11-26).
+        # splitting them by END first would compute them twice (two scans of the parsed input
+        # and two shuffles).
         return self.combine(F, partials.unionByName(previous), group, merges)
 
 
