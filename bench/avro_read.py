@@ -67,7 +67,7 @@ def _send(env: Env, topic: str, values: list[bytes]) -> None:
 
 def measure(env: Env, events: int, repeat: int, url: str, user_info: str
             ) -> tuple[dict[str, Plan], dict[str, float], dict[str, list[float]]]:
-    from eos.compute.stage import read_ranges
+    from eos.compute.precommit.read import read_ranges
     from eos.core.protocol import begin
 
     orders = _orders(events)

@@ -1,7 +1,7 @@
 """Where precommit's time goes, per record, in plain Python on the benchmark's own data.
 
 Spark runs the reader (``eos.compute.reader.read_split``) and the parser
-(``eos.compute.parse.Parser.parse_batch``) in Python workers; here both run directly,
+(``eos.compute.formats.json.Parser.parse_batch``) in Python workers; here both run directly,
 single-threaded, on the same Kafka ranges, so their per-record cost can be set against a bare
 consumer and against the Spark stage that wraps them.
 """
@@ -47,7 +47,7 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
     """µs per record (CPU and wall) of each piece of the read+parse stage, median of ``reps``."""
     import msgspec
 
-    from eos.compute.parse import Parser
+    from eos.compute.formats.json import Parser
     from eos.compute.reader import read_split
 
     settings = env.settings()
@@ -97,7 +97,7 @@ def per_record(env: Env, config: PipelineConfig, plans: list[Plan], reps: int) -
 
 def profile_parse(config: PipelineConfig, batches: list[pa.RecordBatch], top: int = 8) -> str:
     """cProfile of ``Parser.parse_batch`` on real batches: the functions with most own time."""
-    from eos.compute.parse import Parser
+    from eos.compute.formats.json import Parser
 
     parser = Parser(config.event)
     profiler = cProfile.Profile()
@@ -115,7 +115,7 @@ def spark_fusion(env: Env, config: PipelineConfig, plans: list[Plan],
     """Spark read+parse of the same ranges (``count()``, no cache): parsing in a second Python
     stage (``mapInArrow``, what the library did before) against the library, which parses
     inside the reader (``eos.compute.reader``'s ``parse_event`` option)."""
-    from eos.compute.stage import parse_records, read_ranges
+    from eos.compute.precommit.read import parse_records, read_ranges
     from eos.core.schema import ddl, parsed_schema
 
     spark = env.spark

@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import deltaops
 from bench.env import Env, environment
-from eos.compute.epochs import EpochRun, run_epoch
+from eos.compute.epochs import EpochResult, run_epoch
 from eos.core.config import PipelineConfig, parse_duration_ms
 from eos.core.kafka import local_broker
 
@@ -45,7 +45,7 @@ class Probe:
 
 
 def epoch(config: PipelineConfig, spark: Any, run_id: str,
-          in_phase: Callable[[str], AbstractContextManager[Any]] | None = None) -> EpochRun:
+          in_phase: Callable[[str], AbstractContextManager[Any]] | None = None) -> EpochResult:
     """One empty epoch through the epoch loop (``in_phase``: see ``run_epoch``)."""
     run = run_epoch(config, run_id, spark=spark, in_phase=in_phase)
     if run.plan.records:
@@ -55,7 +55,7 @@ def epoch(config: PipelineConfig, spark: Any, run_id: str,
 
 def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe:
     """``probes`` empty epochs, timed and their Delta calls counted."""
-    import eos.compute.stage
+    import eos.compute.precommit.resume
     import eos.core.checkpoints
     import eos.core.delta
     import eos.core.epochlog
@@ -63,8 +63,8 @@ def probe(config: PipelineConfig, spark: Any, logged: int, probes: int) -> Probe
 
     # every module calling ``scan`` (eos.core.delta's own readers, read_table and read_existing,
     # call it there)
-    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.stage, eos.core.tables,
-               eos.core.delta)
+    readers = (eos.core.epochlog, eos.core.checkpoints, eos.compute.precommit.resume,
+               eos.core.tables, eos.core.delta)
     scans: dict[str, int] = {}
     phase = {"name": "other"}
     originals = {m: m.scan for m in readers}

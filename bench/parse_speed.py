@@ -3,7 +3,7 @@
 ``python -m bench.parse_speed [--events N] [--repeat R]`` produces N records of each shape to
 the embedded broker (a topic per shape), then times precommit's read+parse stage on 2 cores
 (``eos_kafka`` + ``mapInArrow(Parser.parse_batch)``, ``count()``, no cache; the same Spark calls
-``eos.compute.stage.compute_epoch`` makes) and, single-threaded in this process,
+``eos.compute.precommit.frames.epoch_frames`` makes) and, single-threaded in this process,
 ``Parser.parse_batch`` on the same records. Prints figures and ratios side by side; the median
 of R runs each.
 """
@@ -55,7 +55,7 @@ def _plan(config: PipelineConfig) -> Plan:
 
 
 def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
-    from eos.compute.stage import read_ranges
+    from eos.compute.precommit.read import read_ranges
 
     samples = []
     for _ in range(repeat):
@@ -67,7 +67,7 @@ def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> flo
 
 
 def python_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
-    from eos.compute.parse import Parser
+    from eos.compute.formats.json import Parser
     from eos.compute.reader import read_split, splits_of
 
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]

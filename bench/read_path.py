@@ -42,7 +42,7 @@ def timed_count(read: Callable[[], Any], records: int) -> float:
 
 def measure(env: Env, topic: str, events: int, repeat: int) -> tuple[Plan, dict[str, list[float]]]:
     """Seconds of each way over one plan of ``events`` records of ``topic``, interleaved."""
-    from eos.compute.stage import Planner, read_ranges
+    from eos.compute.precommit.read import Planner, read_ranges
     from eos.core.protocol import begin
 
     sc.send_chunk(env, topic, sc.generator(events), events)

@@ -4,9 +4,9 @@ The exactly-once (EO) path is the library's one epoch loop, in-process on the sh
 exactly as the test suite runs it: ``eos.compute.epochs.run_epoch(config, run_id, spark=session)``
 (begin -> precommit -> commit, each phase timed).
 The at-least-once (ALO) baseline runs the same Spark read and aggregation
-(``eos.compute.stage.compute_epoch`` with an empty state) over the same offset ranges and appends
-the result straight to a Delta table: no epoch log, no staging, no commit phase, no state
-carried.
+(``eos.compute.precommit.frames.epoch_frames`` with an empty state) over the same offset
+ranges and appends the result straight to a Delta table: no epoch log, no staging, no commit
+phase, no state carried.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.env import Env
-from eos.compute.epochs import EpochRun, run_epoch, run_until_caught_up
+from eos.compute.epochs import EpochResult, run_epoch, run_until_caught_up
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 from eos.tools.mock_cluster import DEFAULT_PARTITIONS
@@ -116,7 +116,7 @@ class EpochTiming:
         return self.begin + self.precommit + self.commit
 
 
-def epoch_timing(run: EpochRun) -> EpochTiming:
+def epoch_timing(run: EpochResult) -> EpochTiming:
     """One run of the epoch loop as the benchmarks report it: its phases' seconds, and
     precommit's parts as precommit timed them."""
     ms = run.staged.timings_ms
@@ -194,7 +194,8 @@ def alo_run(spark: Any, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     import pyarrow.compute as pc
     from deltalake import write_deltalake
 
-    from eos.compute.stage import epoch_frames, resume_state
+    from eos.compute.precommit.frames import epoch_frames
+    from eos.compute.precommit.resume import resume_state
     from eos.core.outputs import window_rows
     from eos.core.tables import ensure_tables
 
@@ -238,7 +239,7 @@ def run_alo(env: Env, config: PipelineConfig, plans: list[Plan], path: str) -> A
 
 def spark_read_only(env: Env, config: PipelineConfig, plans: list[Plan]) -> float:
     """Seconds for Spark to read the same ranges through ``eos_kafka`` and count them."""
-    from eos.compute.stage import read_ranges
+    from eos.compute.precommit.read import read_ranges
 
     seconds = 0.0
     for plan in plans:
@@ -301,7 +302,7 @@ def bare_read(env: Env, plans: list[Plan]) -> float:
 
 def _fabricated_windows(n_rows: int, size_ms: int) -> pa.Table:
     """``n_rows`` merged windows of the clicks aggregations (three events of 12.5 each), in
-    the columns ``eos.compute.stage.compute_epoch`` returns."""
+    the columns ``eos.compute.precommit.frames.epoch_frames`` returns."""
     from decimal import Decimal
 
     from eos.tools.generator import BASE_TIME_MS
@@ -331,7 +332,10 @@ def stage_fabricated_epoch(config: PipelineConfig, spark: Any, epoch: int, n_row
     """Pre-commit epoch N holding exactly ``n_rows`` closed windows (output rows), as precommit
     stages them: plan in the epoch log, the rows written as files by Spark and committed into
     staging in one Delta commit, with N-1's state carried over."""
-    from eos.compute.stage import Frames, epoch_watermark, resume_state, write_epoch
+    from eos.compute.precommit.frames import Frames
+    from eos.compute.precommit.resume import resume_state
+    from eos.compute.precommit.watermark import epoch_watermark
+    from eos.compute.precommit.write import write_epoch
     from eos.core import checkpoints, epochlog
     from eos.core import staging as staging_files
     from eos.core.plan import PartitionRange

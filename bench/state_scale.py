@@ -36,7 +36,7 @@ def inject_state(config_path: str, windows: int) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from eos.compute.stage import state_columns
+    from eos.compute.precommit.resume import state_columns
     from eos.core import checkpoints
     from eos.core.delta import replace_epoch
     from eos.core.tables import ensure_tables, read_epoch, staging_schema

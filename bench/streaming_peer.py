@@ -7,7 +7,8 @@ The peer is a Spark Structured Streaming query, started once and kept running:
 - source: ``eos_kafka_stream`` (this module), a Python streaming data source over the same
   broker and topic; its offsets are ``{"partition": offset}`` JSON and a micro-batch reads
   ``[start, end)`` per partition with ``eos.compute.reader``'s own splits and consumer loop;
-- the same parser (``eos.compute.stage.parse_records`` through ``mapInArrow``), then what a Spark
+- the same parser (``eos.compute.precommit.read.parse_records`` through ``mapInArrow``), then
+  what a Spark
   user writes for the pipeline's windows: ``withWatermark(event time, allowed lateness)``,
   ``groupBy(window(...), keys).agg(...)``, output mode append, Spark's state store and
   ``checkpointLocation`` under the work dir;
@@ -210,7 +211,7 @@ def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
     """The streaming DataFrame of closed windows, in our windows output's columns."""
     from pyspark.sql import functions as F
 
-    from eos.compute.stage import parse_records
+    from eos.compute.precommit.read import parse_records
     from eos.core.aggregations import aggregations_for
     from eos.core.kafka import client_settings
     from eos.core.schema import EVENT_MS, REASON, ddl, parsed_schema

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core.config import load_pipeline
 from eos.core.errors import EosError, SparkJobFailed, carried, describe_failure, exit_code
 from eos.core.phaselog import configure

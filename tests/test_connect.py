@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from eos.compute import connect
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.errors import EXIT_TRANSIENT, ComputeUnavailable

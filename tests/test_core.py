@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from test_windows import MESSY, pageview_pipeline, produce
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_existing, read_table, replace_epoch
@@ -164,7 +164,7 @@ def test_the_reader_parses_as_a_separate_parse_stage_would(committed_pipeline: t
     """Precommit reads with the reader parsing (one Python stage): the same rows, quarantine
     reasons included, as the raw records parsed by a second stage, for every record of the
     range exactly once."""
-    from eos.compute.stage import parse_records, read_ranges
+    from eos.compute.precommit.read import parse_records, read_ranges
     from eos.core.schema import OFFSET, PARTITION, REASON, ddl, parsed_schema
 
     config, plans = committed_pipeline

@@ -25,7 +25,7 @@ import yaml
 from deltalake import DeltaTable
 
 from eos.compute.epochs import run_epoch
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig, load_config
 from eos.core.delta import read_table, replace_epoch

@@ -24,10 +24,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eos.compute.formats import parser_for
+from eos.compute.formats import Parsed, Rejected, parser_for
 from eos.compute.formats.avro import AvroDecoder
 from eos.compute.formats.registry import WriterSchemas
-from eos.compute.parse import Parsed, Rejected
 from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import parse_config
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable

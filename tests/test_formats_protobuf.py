@@ -32,9 +32,8 @@ from test_formats_avro import (  # the Avro tests' constants and event builder
 )
 from test_formats_avro import event as avro_event
 
-from eos.compute.formats import parser_for
+from eos.compute.formats import Parsed, Rejected, parser_for
 from eos.compute.formats.records import RecordParser
-from eos.compute.parse import Parsed, Rejected
 from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import parse_config
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable

@@ -18,7 +18,7 @@ import pytest
 from test_windows import MESSY, pageview_pipeline, produce
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
@@ -178,12 +178,12 @@ def test_a_rewind_into_a_chain_replays_the_same_windows(tmp_path: Path, kafka: s
 
 def test_a_local_frame_keeps_every_row_whatever_its_chunks(spark: Any) -> None:
     """Small state is read by precommit's own process and handed to Spark as a local relation
-    (``eos.compute.stage.local_frame``). Classic PySpark 4.0.1's ``createDataFrame`` of an
-    Arrow table drops every row after an empty chunk between others (a chain file holding no
-    row the epoch reads makes one); ``local_frame`` keeps them all."""
+    (``eos.compute.precommit.resume.local_frame``). Classic PySpark 4.0.1's ``createDataFrame``
+    of an Arrow table drops every row after an empty chunk between others (a chain file holding
+    no row the epoch reads makes one); ``local_frame`` keeps them all."""
     import pyarrow as pa
 
-    from eos.compute.stage import local_frame
+    from eos.compute.precommit.resume import local_frame
 
     schema = pa.schema([("group_key", pa.string()), ("count_state", pa.int64())])
 

@@ -24,7 +24,7 @@ import confluent_kafka as ck
 import pytest
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core.config import PipelineConfig, load_pipeline
 from eos.core.delta import read_table
 from eos.core.kafka import client_settings, topic_watermarks

@@ -15,7 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eos.compute.parse import MAX_DEPTH, MAX_TS_MS, NEG_INF, Parsed, Parser, Rejected
+from eos.compute.formats import Parsed, Rejected
+from eos.compute.formats.json import Parser
+from eos.compute.formats.json_diagnostics import MAX_DEPTH
+from eos.compute.formats.values import MAX_TS_MS
+from eos.compute.precommit.watermark import NEG_INF
 from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import EventConfig, parse_config
 from eos.core.schema import parsed_schema

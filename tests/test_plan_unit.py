@@ -70,7 +70,9 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
     The guarantee: the state rows read + records x windows per event (a hopping window of
     60 s sliding by 20 s puts an event in 3) within ``COLLECT_MAX_ROWS``. Unknown counts,
     wide quarantined records and ``collect_rows: 0`` go to the executors."""
-    from eos.compute.stage import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, EpochState, Frames, collects
+    from eos.compute.precommit.frames import Frames
+    from eos.compute.precommit.resume import ResumePoint
+    from eos.compute.precommit.write import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, collects
     from eos.core.config import parse_config
     from eos.core.state import EMPTY
 
@@ -91,8 +93,8 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
 
     narrow, wide = frames(), frames(raw=COLLECT_RAW_BYTES + 1)
 
-    def state(rows: int | None, snapshot: bool = False) -> EpochState:
-        return EpochState(EMPTY, 0, None, rows, snapshot)
+    def state(rows: int | None, snapshot: bool = False) -> ResumePoint:
+        return ResumePoint(EMPTY, 0, None, rows, snapshot)
 
     assert collects(tumbling, small, state(0, snapshot=True), frames(0))  # epoch 0
     assert collects(tumbling, small, state(1000), narrow)

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from eos.compute.formats import parser_for
-from eos.compute.parse import Parsed, Rejected
+from eos.compute.formats import Parsed, Rejected, parser_for
 from eos.core.config import PIPELINES_DIR_ENV, load_config
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.tools.cli import main

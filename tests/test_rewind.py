@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from eos.compute.epochs import run_epoch
-from eos.compute.stage import SparkStager
+from eos.compute.precommit.stager import SparkStager
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_table

@@ -63,7 +63,7 @@ EVERY_AGGREGATION = {
     "approx_users": "approx_count_distinct(user)",
 }
 # Only functions that lift (``eos.core.aggregations.Lifts``): the events merge with the open
-# windows in one aggregation, without aggregating them first (``eos.compute.stage``).
+# windows in one aggregation, without aggregating them first (``eos.compute.precommit.frames``).
 LIFTING = {name: spec for name, spec in EVERY_AGGREGATION.items()
            if not spec.startswith(("count_distinct", "approx_count_distinct"))}
 AGGREGATIONS = {"every": EVERY_AGGREGATION, "lifting": LIFTING}

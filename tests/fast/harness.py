@@ -8,7 +8,8 @@ each written from scratch against the contract it stands in for (no Spark, no br
 - ``RewindableMemorySink`` (``{memory_rewind: NAME}``): the same plus ``SupportsRewind``;
   ``KeptMemorySink`` (``{memory_keep: NAME}``) cannot withdraw what it published (a topic).
 - ``MemoryStager``: the compute half of precommit (``eos.core.staging.Stager``) in pyarrow:
-  the files ``eos.compute.stage.write_epoch`` writes, from a trivial deterministic computation.
+  the files ``eos.compute.precommit.write.write_epoch`` writes, from a trivial deterministic
+  computation.
 - ``MemorySource``: the planner's source (``eos.core.plan.Source``), offsets and cluster id set
   by the test.
 - ``make_pipeline``: a pipeline YAML in a temporary directory, loaded like any other.
@@ -235,9 +236,10 @@ def record(partition: int, offset: int) -> str:
 
 @dataclass
 class MemoryStager:
-    """``eos.core.staging.Stager`` in pyarrow, writing what ``eos.compute.stage.write_epoch``
-    writes (one attempt directory, one file per kind, the driver's offsets and watermark row;
-    nothing committed) from a trivial computation, a pure function of the plan and N-1's state:
+    """``eos.core.staging.Stager`` in pyarrow, writing what
+    ``eos.compute.precommit.write.write_epoch`` writes (one attempt directory, one file per kind,
+    the driver's offsets and watermark row; nothing committed) from a trivial computation, a
+    pure function of the plan and N-1's state:
 
     - a record whose offset ends in 9 is quarantined, one ending in 8 is late, others count;
     - one ``output`` row: window [N * 10 s, (N + 1) * 10 s) of key ``k`` with the count;

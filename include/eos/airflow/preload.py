@@ -40,7 +40,7 @@ TASK_MODULES = (
     "pyspark.sql.connect.datasource",  # registering the reader
     "eos.compute.connect",
     "eos.compute.spark",
-    "eos.compute.stage",
+    "eos.compute.precommit.stager",  # and the rest of eos.compute.precommit
     "eos.compute.reader",  # and the parser: the driver builds its options
     "eos.core.protocol",
     "eos.core.rewind",

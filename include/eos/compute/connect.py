@@ -40,8 +40,7 @@ SESSION_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.ansi.enabled": "true",  # a long overflow fails the epoch instead of wrapping
     # Precommit caches its parsed input for one epoch's jobs (read once, used three times);
-    # compressing that cache costs more than it saves: 1.80 s against 2.00 s for an epoch of
-    # 200k records (docs/benchmarks-history.md, 2026-11-26). Nothing else is cached.
+    # compressing that cache costs more time than it saves. Nothing else is cached.
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 

@@ -23,7 +23,7 @@ PHASES = ("begin", "precommit", "commit")
 
 
 @dataclass(frozen=True)
-class EpochRun:
+class EpochResult:
     """What one pass of the loop did: the plan, precommit's and commit's results, the wall
     seconds of the whole epoch and of each phase (``phases``: ``begin``, ``precommit``,
     ``commit``; the benchmarks report them)."""
@@ -48,7 +48,7 @@ class EpochRun:
 def run_epoch(config: PipelineConfig, run_id: str | None = None, *, spark: Any = None,
               stager: Stager | None = None, source: Source | None = None,
               in_phase: Callable[[str], AbstractContextManager[Any]] | None = None
-              ) -> EpochRun:
+              ) -> EpochResult:
     """One epoch: its plan (a new one, or the logged plan a cleared run is bound to), staged,
     committed. Precommit runs with ``stager`` when given (the fast tests' in-process one), else
     on ``spark`` (a session this process holds: tests, benchmarks, chaos), else where the
@@ -73,7 +73,7 @@ def run_epoch(config: PipelineConfig, run_id: str | None = None, *, spark: Any =
         plan = begin(config, run_id=run_id, source=source)
     with phase("precommit"):
         if stager is None and spark is not None:
-            from eos.compute.stage import SparkStager
+            from eos.compute.precommit.stager import SparkStager
 
             stager = SparkStager(spark)
         if stager is not None:
@@ -84,16 +84,16 @@ def run_epoch(config: PipelineConfig, run_id: str | None = None, *, spark: Any =
             staged = run_precommit(config, plan.epoch, plan.hash)
     with phase("commit"):
         committed = commit(config, plan.epoch)
-    return EpochRun(plan, staged, committed, time.perf_counter() - started, phases)
+    return EpochResult(plan, staged, committed, time.perf_counter() - started, phases)
 
 
 def run_until_caught_up(config: PipelineConfig, run_prefix: str, *, spark: Any = None,
                         limit: int = DEFAULT_LIMIT,
-                        on_epoch: Callable[[EpochRun], None] | None = None) -> list[EpochRun]:
+                        on_epoch: Callable[[EpochResult], None] | None = None) -> list[EpochResult]:
     """Epochs until one is empty (everything the topic held when it was planned is committed).
     Run ids are ``<run_prefix>-<i>``. Raises ``RuntimeError`` after ``limit`` non-empty epochs:
     a producer faster than the pipeline never lets this return."""
-    runs: list[EpochRun] = []
+    runs: list[EpochResult] = []
     while len(runs) < limit:
         runs.append(run_epoch(config, f"{run_prefix}-{len(runs)}", spark=spark))
         if on_epoch is not None:

@@ -57,16 +57,12 @@ QUEUE_BACKOFF = {"fetch.queue.backoff.ms": 10}
 PARSE_OPTION = "parse_event"
 # Values that change every epoch (precommit's wm(N-1)), given as ``{"column": long}``: the reader
 # appends each to every row as a column. Spark compiles a literal into the generated code of the
-# stage that uses it, so a value that is new each epoch, written in the plan, cost a compile of
-# that stage every epoch; as data it costs nothing (docs/benchmarks-history.md, 2026-11-26,
-# second session).
+# stage that uses it, so a value that is new each epoch, written in the plan, would cost a
+# compile of that stage every epoch; as data it costs nothing.
 CONSTANTS_OPTION = "constants"
 
 # Per Python worker, which Spark reuses from task to task (``spark.python.worker.reuse``): the
-# parser of each event declaration, compiled by the first split that needed it. (Keeping the
-# consumers too was measured slower, 8.8 s against 4.3 s for 1M records in 32 splits, before the
-# queue backoff below was found, which very likely explains it; not re-measured:
-# docs/benchmarks-history.md, 2026-11-25.)
+# parser of each event declaration, compiled by the first split that needed it.
 _parsers: dict[str, Any] = {}
 
 

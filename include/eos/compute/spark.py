@@ -106,7 +106,7 @@ def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None 
     from pyspark.errors import PySparkException
 
     from eos.compute import connect
-    from eos.compute.stage import SparkStager
+    from eos.compute.precommit.stager import SparkStager
     from eos.core.protocol import precommit
 
     endpoint = endpoint or connect.resolve_endpoint()

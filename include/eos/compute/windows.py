@@ -7,7 +7,7 @@ The contract (``WindowType``), for the Spark side of ``precommit``:
   (sessions: iff ``t + gap <= wm(N-1)``). Late pairs never reach an aggregate.
 - ``combine``: merge this epoch's partial windows with every open window of epoch N-1,
   giving every window's merged state (an epoch that stages a snapshot). Which windows are
-  emitted (end <= wm(N)) is decided after, in ``eos.compute.stage``, the same way for every
+  emitted (end <= wm(N)) is decided after, in ``eos.compute.precommit``, the same way for every
   type.
 - ``reads`` and ``advance``, for an epoch that stages only its changes (``eos.core.state``):
   which of the open rows the epoch needs at wm(N), and from those and its partial windows,
@@ -27,8 +27,8 @@ from eos.core.state import END, START, WindowRead
 
 def columns(F: Any, *names: str) -> list[Any]:
     """``names`` as unresolved columns, for ``groupBy``: Spark Connect's ``groupBy`` checks a
-    name given as a string against the frame's schema, one round trip to the server each time
-    (23 ms a ``groupBy`` in a profile of precommit; docs/benchmarks-history.md, 2026-11-26)."""
+    name given as a string against the frame's schema, one round trip to the server each
+    time."""
     return [F.col(name) for name in names]
 
 
@@ -47,7 +47,7 @@ class WindowType(ABC):
     @abstractmethod
     def windows_per_event(self) -> int:
         """The most rows ``assign`` gives one event: what bounds an epoch's new windows and late
-        rows (``eos.compute.stage`` sizes the staging write by it)."""
+        rows (``eos.compute.precommit.write`` sizes the staging write by it)."""
 
     @abstractmethod
     def combine(self, F: Any, partials: Any, group: list[str], merges: list[Any]) -> Any:
@@ -73,6 +73,7 @@ class FixedWindows(WindowType):
 
     def __init__(self, window: WindowConfig) -> None:
         super().__init__(window)
+        assert window.size is not None  # a tumbling or hopping window has one (WindowConfig)
         self.size = window.size
         self.slide = window.slide or window.size
 
@@ -102,8 +103,8 @@ class FixedWindows(WindowType):
         # gives both: a closing window merged with its earlier rows, and a window still open
         # as this epoch's partial alone (merging one row is the identity), staged as one more
         # row of it (merged when it closes). One aggregation reads the partial windows once:
-        # splitting them by END first computed them twice (two scans of the parsed input and
-        # two shuffles; docs/benchmarks-history.md, 2026-11-26).
+        # splitting them by END first would compute them twice (two scans of the parsed input
+        # and two shuffles).
         return self.combine(F, partials.unionByName(previous), group, merges)
 
 

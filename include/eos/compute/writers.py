@@ -1,21 +1,18 @@
 """Staging an epoch in files: executors (or, for a small epoch, the driver) write Parquet, and the
 driver commits the files in one Delta transaction.
 
-Precommit used to collect every row of epoch N (its whole state of open windows included) to
-the driver and write it with delta-rs, so the state was bounded by one process's memory. Now
 Spark's executors write N's rows as Parquet files into a directory of its own under the
-staging table (``epoch=N/attempt-<uuid>/``), one sub-directory per kind of row, and the driver
-commits those files into staging in **one** Delta transaction that replaces partition
-``epoch=N`` (``DeltaTable.create_write_transaction`` with add actions for files already
-written; DESIGN §4: "one commit per epoch"). What the driver holds is a list of file names.
+staging table (``epoch=N/attempt-<uuid>/``), one sub-directory per kind of row, so the state is
+not bounded by one process's memory; the driver commits those files into staging in **one**
+Delta transaction that replaces partition ``epoch=N``
+(``DeltaTable.create_write_transaction`` with add actions for files already written; DESIGN
+§4: "one commit per epoch"). What the driver holds is a list of file names.
 
-A small epoch (``eos.compute.stage.collects``: predicted small from the last epoch's row count, and
-bounded before it runs) is collected to the driver as Arrow instead and written there, one
-file per kind (``write_collected``): a Spark file write costs ~0.5 s per epoch however small (a
-job, a task per partition, the Hadoop commit protocol), which was most of what exactly-once cost
-over at-least-once on 200k-record epochs (docs/benchmarks-history.md, 2026-11-22: "small
-epochs staged by the driver"). The directory, the files' statistics and the one commit are the
-same either way.
+A small epoch (``eos.compute.precommit.write.collects``: predicted small from the last epoch's
+row count, and bounded before it runs) is collected to the driver as Arrow instead and written
+there, one file per kind (``write_collected``): a Spark file write costs a job, a task per
+partition and the Hadoop commit protocol however small the epoch. The directory, the files'
+statistics and the one commit are the same either way.
 
 The files are written with pyarrow's filesystems, by the executors' Python workers and by the
 driver alike, never by Spark's Hadoop writers: the pyspark wheel has no S3A (or GCS, ABFS)
@@ -152,9 +149,8 @@ def write_frame(frame: Any, staging: str, directory: str, schema: pa.Schema,
     with the state) and the side rows (one partition per Kafka split, twice: late and
     quarantined). Written as they come, every partition writes a file per kind it holds: ~10
     small files for a 200k-record epoch, each with its own task, writer and footer read. A
-    ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in ~6 files: ~0.2 s less per
-    epoch here (docs/benchmarks-history.md, 2026-11-22: "the reader parses"), and fewer files
-    for the next epoch and ``commit`` to open."""
+    ``coalesce`` (no shuffle) to ``tasks`` writes the same rows in ~6 files: fewer tasks and
+    writers, and fewer files for the next epoch and ``commit`` to open."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     written = (frame.select(*schema.names).coalesce(max(1, tasks))

@@ -8,7 +8,7 @@ table. Everything it reads from Kafka and Delta is read a second time by readers
 library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta extension), and
 any difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug
 in confluent-kafka or delta-rs cannot show the audit the same wrong picture it showed the
-pipeline. It shares only the parse rules (``eos.compute.parse.Parser``: they are the
+pipeline. It shares only the parse rules (``eos.compute.formats.json.Parser``: they are the
 specification of a valid event) with the pipeline; the filter runs on DuckDB (not Spark),
 windows and aggregations are written out again (``eos.tools.audit_reference``), and the
 HyperLogLog estimates are checked against exact distinct counts within the sketch's error bound

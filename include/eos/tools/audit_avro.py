@@ -19,9 +19,8 @@ import urllib.request
 from io import BytesIO
 from typing import Any
 
-from eos.compute.formats import Decoded
+from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.avro import unsafe_schema
-from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import SchemaRegistryUnavailable
 

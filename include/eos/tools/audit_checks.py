@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from eos.compute.parse import NEG_INF
+from eos.compute.precommit.watermark import NEG_INF
 from eos.core import checkpoints
 from eos.core.config import PipelineConfig
 from eos.core.layout import Tables

@@ -13,8 +13,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from eos.compute.formats import Decoded
-from eos.compute.parse import REASON_CHARS, Rejected
+from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.tools.audit_avro import AuditAvroDecoder
 
 

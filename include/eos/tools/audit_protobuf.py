@@ -18,9 +18,8 @@ from decimal import MAX_PREC, Context, Decimal
 from io import BytesIO
 from typing import Any
 
-from eos.compute.formats import Decoded
+from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.protobuf import _DECIMAL_TEXT, MAX_INDEXES, _builtin_files
-from eos.compute.parse import REASON_CHARS, Rejected
 from eos.tools.audit_avro import AuditAvroDecoder
 
 

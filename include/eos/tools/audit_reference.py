@@ -1,7 +1,7 @@
 """The audit's reference: what every output of a pipeline should hold, recomputed from the
 committed input records in plain Python (no Spark, no staging).
 
-It shares only the parse rules (``eos.compute.parse.Parser``: they are the specification of a
+It shares only the parse rules (``eos.compute.formats.json.Parser``: they are the specification of a
 valid event) with the pipeline; the filter runs on DuckDB (not Spark), and windows, watermarks and
 aggregations are written out again here, so that a bug in the pipeline's own code cannot make the
 reference agree with it.
@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from eos.compute.parse import Parsed, Parser
+from eos.compute.formats import Parsed
+from eos.compute.formats.json import Parser
 from eos.core.config import OUTPUTS, FieldType, PipelineConfig
 from eos.core.errors import ConfigError
 from eos.core.outputs import overflow_reason, overflow_type

@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos.compute.precommit.stager import SparkStager
 from eos.compute.session import local_session
-from eos.compute.stage import SparkStager
 from eos.core.config import PipelineConfig
 from eos.core.errors import EXIT_TRANSIENT, ProtocolViolation
 from eos.core.kafka import client_settings, is_embedded_broker

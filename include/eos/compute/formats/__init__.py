@@ -15,24 +15,35 @@ bytes look like:
 * A record that cannot be an event is quarantined, never dropped; a dependency that is away
   (a Schema Registry) is a ``TransientError`` and quarantines nothing.
 
-``json`` is the specialised parser of ``eos.compute.parse``. A Schema Registry format supplies
-a ``RecordDecoder`` (bytes -> a decoded record) and ``eos.compute.formats.records`` applies the
-declared fields to it with the same rules and reasons as JSON's.
+``json`` is the specialised parser of ``eos.compute.formats.json``. A Schema Registry format
+supplies a ``RecordDecoder`` (bytes -> a decoded record) and ``eos.compute.formats.records``
+applies the declared fields to it with the same rules and reasons as JSON's.
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
 from importlib import import_module
 from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
-from eos.compute.parse import Parsed, Rejected
 from eos.core.config import EventConfig
 
 FORMATS = {"json": "eos.compute.formats.json", "avro": "eos.compute.formats.avro",
            "protobuf": "eos.compute.formats.protobuf",
            "json_schema": "eos.compute.formats.json_schema"}
+REASON_CHARS = 200  # a malformed-JSON message is cut to this
+
+
+class Parsed(NamedTuple):
+    event_ms: int
+    values: tuple  # in the declared order of event.fields; None for an absent optional field
+
+
+class Rejected(NamedTuple):
+    reason: str
 
 
 class EventParser(Protocol):
@@ -68,3 +79,16 @@ def parser_for(event: EventConfig) -> EventParser:
     module: Any = import_module(FORMATS[event.format])
     parser: EventParser = module.parser(event)
     return parser
+
+
+def without_gc(parse: Callable[[pa.RecordBatch], pa.RecordBatch],
+               batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``parse(batch)`` with Python's cycle collector off: a parsed batch makes no cycles, so
+    collections triggered by its millions of new objects would only rescan them."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return parse(batch)
+    finally:
+        if collecting:
+            gc.enable()

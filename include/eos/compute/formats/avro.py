@@ -23,10 +23,9 @@ import json
 from io import BytesIO
 from typing import Any
 
-from eos.compute.formats import Decoded
+from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.records import RecordParser
 from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
-from eos.compute.parse import REASON_CHARS, Rejected
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
 MAGIC = 0

@@ -1,7 +1,7 @@
 """The declared fields applied to a decoded record (a Schema Registry format's dicts).
 
-The rules are JSON's (``eos.compute.parse``: the same accept and explain functions, the same
-order: event time, then the fields as declared, first failure wins), so a field means the same
+The rules are JSON's (``eos.compute.formats.values``: the same accept and explain functions, the
+same order: event time, then the fields as declared, first failure wins), so a field means the same
 whatever the format. What a binary format adds is typed values that JSON has no word for; they
 map exactly or not at all:
 
@@ -24,18 +24,15 @@ from uuid import UUID
 
 import pyarrow as pa
 
-from eos.compute.formats import Decoded, RecordDecoder
-from eos.compute.parse import (
+from eos.compute.formats import Decoded, Parsed, RecordDecoder, Rejected, without_gc
+from eos.compute.formats.values import (
     BAD,
     MAX_TS_MS,
     TIME_ACCEPT,
-    Parsed,
-    Rejected,
     declared_uses,
     explain_time,
     lookup,
     shown,
-    without_gc,
 )
 from eos.core.config import EventConfig
 from eos.core.schema import parsed_schema

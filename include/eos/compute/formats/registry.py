@@ -36,7 +36,7 @@ import threading
 import warnings
 from typing import Any
 
-from eos.compute.parse import Rejected
+from eos.compute.formats import Rejected
 from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 

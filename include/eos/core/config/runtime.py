@@ -41,12 +41,12 @@ class SparkConfig(Strict):
     driver_memory: str = Field(default="2g", pattern=r"^\d+[kmgt]?$")
     conf: dict[str, str] = Field(default_factory=dict)
     # An epoch whose previous epoch staged at most this many rows (and whose own rows are bounded
-    # by ``eos.compute.stage.COLLECT_MAX_ROWS`` before it runs) is collected to the driver as
-    # Arrow and written there, one Parquet file per kind: a Spark file write costs ~0.5 s per
-    # epoch however small. Other epochs are written by the executors and never held by the
-    # driver. 0: always the executors. Either way the files enter staging in one Delta commit.
-    # The open windows an epoch reads are read by the driver too when their files hold at most
-    # this many rows.
+    # by ``eos.compute.precommit.write.COLLECT_MAX_ROWS`` before it runs) is collected to the
+    # driver as Arrow and written there, one Parquet file per kind: a Spark file write costs
+    # ~0.5 s per epoch however small. Other epochs are written by the executors and never held
+    # by the driver. 0: always the executors. Either way the files enter staging in one Delta
+    # commit. The open windows an epoch reads are read by the driver too when their files hold
+    # at most this many rows.
     collect_rows: int = Field(default=50_000, ge=0)
 
 

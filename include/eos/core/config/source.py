@@ -170,8 +170,9 @@ class EventConfig(Strict):
     fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
     filter: str | None = None
     max_future: DurationMs = 86_400_000
-    # A longer string field quarantines its record (``eos.compute.parse``): every output record
-    # must fit every sink's record limit (checked against the Kafka sinks when the config loads).
+    # A longer string field quarantines its record (``eos.compute.formats.values``): every
+    # output record must fit every sink's record limit (checked against the Kafka sinks when the
+    # config loads).
     max_string_bytes: int = Field(default=MAX_STRING_BYTES, ge=64)
 
     @model_validator(mode="after")
