@@ -48,7 +48,7 @@ def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[lis
     from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
-    from eos.airflow.epochs_view import create_app
+    from eos.airflow.epochs_app import create_app
     from eos.core.config import PIPELINES_DIR_ENV
     from eos.core.status import pipeline_status
     from eos.tools.audit import verify

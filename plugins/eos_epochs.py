@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from eos.airflow.epochs_view import EXTERNAL_VIEW, fastapi_app
+from eos.airflow.epochs_view import EXTERNAL_VIEW
 
 
 class EpochsViewPlugin(AirflowPlugin):
@@ -16,4 +16,6 @@ class EpochsViewPlugin(AirflowPlugin):
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
         # Built when the API server asks, not when a task process loads plugins.
+        from eos.airflow.epochs_app import fastapi_app
+
         return [fastapi_app()]

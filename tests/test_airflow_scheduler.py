@@ -21,7 +21,7 @@ What it proves:
   "none", every run active at once, only ``begin``'s wait for earlier runs keeps the order) and
   the first commit crashing between two sinks, the
   retried commit skips the sink already committed, and each run still processes the next epoch
-  (a regression test for the ``begin >> commit`` edge in ``eos.airflow.dag_factory``).
+  (a regression test for the ``begin >> commit`` edge in ``eos.airflow.pipeline_dag``).
 Everything Airflow started (the whole process group and any descendant) is gone afterwards.
 """
 

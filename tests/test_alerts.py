@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from alert_notifier import PATH as NOTIFIER
 
-from eos.airflow.dag_factory import build_dag
+from eos.airflow.pipeline_dag import build_dag
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.sinks.kafka_topics import ensure_topic

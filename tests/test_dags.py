@@ -29,7 +29,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from eos.airflow.dag_factory import PrecommitOperator
+from eos.airflow.precommit_operator import PrecommitOperator
 from eos.core import epochlog
 from eos.core.config import PipelineConfig, load_config, pipeline_path
 from eos.core.delta import read_table
@@ -88,7 +88,8 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("EOS_PIPELINES_DIR", raising=False)
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from eos.airflow.dag_factory import PrecommitOperator, sink_assets
+    from eos.airflow.assets import sink_assets
+    from eos.airflow.precommit_operator import PrecommitOperator
 
     dag = af.load_dag("eos_clicks")
     config = load_config(pipeline_path("clicks"))

@@ -44,7 +44,8 @@ import httpx
 import pytest
 from airflow_standalone import Airflow, backfill, make_pipeline, running_airflow
 
-from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX, create_app
+from eos.airflow.epochs_app import create_app
+from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for

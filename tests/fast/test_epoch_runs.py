@@ -36,7 +36,7 @@ MANUAL = "manual__2026-11-25T20:01:00+00:00"
 
 
 class Tries:
-    """The DAG's tasks' way of logging their tries (``eos.airflow.dag_factory``): the phase
+    """The DAG's tasks' way of logging their tries (``eos.airflow.task_tries``): the phase
     gets the try (``epochlog.Attempt``) and names it in its own row when it does the work;
     the try logs a ``tried`` row only when it found the work done (``epochlog.log_finished``).
     ``carried=False`` logs a ``tried`` row for every finished try, as the tasks did before
@@ -199,7 +199,7 @@ def test_a_one_task_dag_links_every_phase_to_the_epoch_tasks_try(
         pipeline: PipelineConfig, source: MemorySource) -> None:
     """``compute.tasks: one``: the three phases run in the ``epoch`` task, so each phase's log
     link opens the try of that task that did the phase (the first died before commit)."""
-    from eos.airflow.dag_factory import EPOCH_TASK, phase_tasks
+    from eos.airflow.tasks import EPOCH_TASK, phase_tasks
 
     one = pipeline.model_copy(update={"compute": pipeline.compute.model_copy(
         update={"tasks": "one"})})

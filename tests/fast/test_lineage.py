@@ -1,4 +1,4 @@
-"""Asset names for lineage (``eos.core.lineage``, ``eos.airflow.dag_factory``): the OpenLineage
+"""Asset names for lineage (``eos.core.lineage``, ``eos.airflow.assets``): the OpenLineage
 dataset naming spec as Airflow's providers spell it, ``kafka://{bootstrap host}:{port}/{topic}``
 for a topic (``apache-airflow-providers-apache-kafka``) and the table's location for a Delta
 table (``file:///abs/path`` as ``common-io`` makes it, ``s3://bucket/path``); no credential in a
@@ -70,7 +70,7 @@ def test_a_table_is_named_by_its_location(tmp_path: Path) -> None:
 
 def test_the_dag_declares_the_source_inlet_and_every_sink_outlet(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from eos.airflow.dag_factory import sink_assets, source_assets
+    from eos.airflow.assets import sink_assets, source_assets
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", f"PLAINTEXT://u:{SECRET}@b1:9093,b2:9093")
     config = make_pipeline(tmp_path, sinks={

@@ -60,8 +60,8 @@ def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
         # LocalExecutor forks this many workers up front; the tasks here are few and Spark-heavy.
         "AIRFLOW__CORE__PARALLELISM": "4",
         # No AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME: Airflow's default 1 s, not
-        # compose's 0.2 s. On SQLite the faster loop's extra transactions made the API server's
-        # backfill insert fail with "database is locked" (a CI run, 2026-11-26).
+        # compose's 0.2 s. On SQLite the faster loop's extra transactions make the API server's
+        # backfill insert fail with "database is locked".
         # bench.dag_runs sets 0.2 s, as deployed.
         # Task processes report to the API server; its default URL assumes port 8080.
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",

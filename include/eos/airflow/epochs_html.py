@@ -89,7 +89,7 @@ def pipeline_page(status: PipelineStatus, links: Links, took_ms: float,
     """``sink_state``: how old the sinks' epochs and the lag are (they are read in the
     background, ``eos.airflow.epochs_cache``); None: they were read for this page.
     ``can_audit``: the user may start an audit (the server checks again on the POST).
-    ``tasks``: the DAG's task running each phase (``dag_factory.phase_tasks``; by default the
+    ``tasks``: the DAG's task running each phase (``eos.airflow.tasks.phase_tasks``; by default the
     task named as the phase), whose logs the page links."""
     return _environment().get_template("pipeline.html").render(
         status=status, links=links, phases=PHASES, colours=PHASE_COLOURS,

@@ -24,8 +24,7 @@ from collections.abc import Sequence
 log = logging.getLogger(__name__)
 
 # What begin, precommit (on Spark Connect), commit and abort import, including what they load
-# only when first used (~70 ms a task that the preload did not cover until 2026-11-26,
-# listed by a forked task's new ``sys.modules`` after an epoch).
+# only when first used (listed by a forked task's new ``sys.modules`` after an epoch).
 TASK_MODULES = (
     "pyspark.sql.connect.session",  # pandas, grpc, protobuf
     "pyarrow.parquet",
