@@ -96,7 +96,7 @@ class PipelineConfig(Strict):
 
     @property
     def dag_id(self) -> str:
-        """The Airflow DAG that runs this pipeline's epochs (``eos.airflow.dag_factory``)."""
+        """The Airflow DAG that runs this pipeline's epochs (``eos.airflow.pipeline_dag``)."""
         return f"eos_{self.name}"
 
     @property
