@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from eos.core import checkpoints, epochlog, faults, maintenance, protocol, staging
+from eos.core import checkpoints, epochlog, faults, maintenance, staging
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
     ConfigError,
@@ -27,8 +27,17 @@ from eos.core.errors import (
 )
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
-from eos.core.plan import Plan
-from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
+from eos.core.plan import Plan, plan_of
+from eos.core.protocol import (
+    abort,
+    begin,
+    commit,
+    committed_epoch,
+    committing,
+    precommit,
+    precommitting,
+    sealing,
+)
 from eos.core.rewind import rewind
 from eos.core.tables import ensure_tables, staging_schema
 
@@ -97,13 +106,13 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
     refused, no sink is written, and the rerun computes N again."""
     plan = begin(pipeline, source=source)
     precommit(pipeline, 0, MemoryStager())
-    seal = protocol.seal
+    seal = sealing.seal
 
     def abort_first(*args: Any) -> bool:
         assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
         return seal(*args)
 
-    monkeypatch.setattr(protocol, "seal", abort_first)
+    monkeypatch.setattr(sealing, "seal", abort_first)
     with pytest.raises(ProtocolViolation, match=r"dropped .* run precommit again"):
         commit(pipeline, 0)
     monkeypatch.undo()
@@ -162,7 +171,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
     (the next epoch's state, the audit) kept the other attempt's."""
     plan = begin(pipeline, source=source)
     assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
-    seal, pending = protocol.seal, [True]
+    seal, pending = sealing.seal, [True]
 
     def misread(partition: int, offset: int) -> str:
         return "quarantine" if offset == 0 else record(partition, offset)
@@ -177,7 +186,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
                                       pipeline.app_id, plan.hash) is None
         return seal(*args)
 
-    monkeypatch.setattr(protocol, "seal", another_attempt_writes)
+    monkeypatch.setattr(sealing, "seal", another_attempt_writes)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     monkeypatch.undo()
     staged = staged_rows(pipeline, 0, plan.hash) or []
@@ -320,7 +329,7 @@ def staged_and_half_committed(config: PipelineConfig, epoch: int, arm) -> list[d
     with pytest.raises(InjectedFault):
         commit(config, epoch)
     arm("")
-    rows = staged_rows(config, epoch, protocol.plan_of(tables_for(config), epoch).hash)
+    rows = staged_rows(config, epoch, plan_of(tables_for(config), epoch).hash)
     assert rows is not None and store(config, "memory:a").marker == epoch
     return rows
 
@@ -334,7 +343,7 @@ def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
     a sink, and the commit's retry promoted the new rows to the other sinks."""
     plan = begin(pipeline, source=source)
     first: list[list[dict[str, Any]]] = []
-    check, pending = protocol._check_no_rewind, [True]
+    check, pending = precommitting.check_no_rewind, [True]
 
     def meanwhile(tables: Any) -> None:  # between the zombie's staged check and its write
         if pending:
@@ -343,7 +352,7 @@ def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
             monkeypatch.setattr(harness, "record", drifted)
         check(tables)
 
-    monkeypatch.setattr(protocol, "_check_no_rewind", meanwhile)
+    monkeypatch.setattr(precommitting, "check_no_rewind", meanwhile)
     zombie = precommit(pipeline, 0, MemoryStager())
     monkeypatch.undo()
     assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
@@ -379,7 +388,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
     sinks disagreed with staging."""
     plan = begin(pipeline, source=source)
     precommit(pipeline, 0, MemoryStager())
-    seal = protocol.seal
+    seal = sealing.seal
     replaced: list[bool] = []
 
     def replace_first(*args: Any) -> bool:
@@ -391,7 +400,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
                 assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
         return seal(*args)
 
-    monkeypatch.setattr(protocol, "seal", replace_first)
+    monkeypatch.setattr(sealing, "seal", replace_first)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     monkeypatch.undo()
     staged = staged_rows(pipeline, 0, plan.hash)
@@ -408,7 +417,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
 def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfig:
     """A rewindable pipeline whose commit of every third epoch maintains its tables, deleting
     what it may at once (a vacuum retention of 0 hours: what 24 hours later looks like)."""
-    monkeypatch.setattr(protocol, "maintain", partial(maintenance.maintain, retention_hours=0))
+    monkeypatch.setattr(committing, "maintain", partial(maintenance.maintain, retention_hours=0))
     return make_pipeline(tmp_path, sinks=REWINDABLE_SINKS,
                          epoch={"max_records": 1000, "staging_retention": 2,
                                 "maintenance_every": 3})
