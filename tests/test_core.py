@@ -33,10 +33,10 @@ from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import EpochState, pipeline_status, render
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.staging import files_holding, staged_epoch
 from eos.core.state import open_rows
-from eos.core.status import EpochState, pipeline_status, render
 from eos.core.tables import ensure_tables, staging_schema
 from eos.tools.audit import audit, read_range
 from eos.tools.produce import BAD_KINDS, GeneratorSpec, generate, send

@@ -33,10 +33,10 @@ from eos.core.errors import EosError
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import EpochState, pipeline_status
 from eos.core.plan import plan_of
 from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.staging import staged_epoch
-from eos.core.status import EpochState, pipeline_status
 from eos.core.tables import ensure_tables
 from eos.tools.audit import audit
 from eos.tools.chaos import CONCURRENT_COMMITS, POISON, chaos

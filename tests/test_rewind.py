@@ -22,11 +22,11 @@ from eos.core.errors import ConfigError, DataLoss, RewindRefused, RewindUnfinish
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import EpochState, pipeline_status
 from eos.core.plan import Plan, plan_of
 from eos.core.protocol import begin, committed_epoch
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
-from eos.core.status import EpochState, pipeline_status
 from eos.tools.audit import audit, verify
 from eos.tools.produce import GeneratorSpec, generate, send
 

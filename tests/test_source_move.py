@@ -20,9 +20,9 @@ from eos.core.errors import SourceChanged
 from eos.core.identity import SourceIdentity
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import pipeline_status
 from eos.core.plan import PartitionRange, Plan, plan_of
 from eos.core.protocol import begin, committed_epoch
-from eos.core.status import pipeline_status
 from eos.tools.audit import ProblemKind, audit, check_offsets
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send

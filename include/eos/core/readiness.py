@@ -26,8 +26,8 @@ from eos.core import checkpoints
 from eos.core.config import PipelineConfig, ScheduleConfig
 from eos.core.errors import DataLoss
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import PartitionLag, partition_lags
 from eos.core.plan import KafkaSource, Source
-from eos.core.status import PartitionLag, partition_lags
 
 REFIRE_MS = 300_000  # a request not answered by a commit within this long is made again
 
