@@ -36,8 +36,8 @@ from eos.core.outcomes import Outcome
 from eos.core.pipeline_status import EpochState, pipeline_status, render
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.staging import files_holding, staged_epoch
-from eos.core.state import open_rows
 from eos.core.tables import ensure_tables, staging_schema
+from eos.core.window_state import open_rows
 from eos.tools.audit import audit, read_range
 from eos.tools.produce import BAD_KINDS, GeneratorSpec, generate, send
 

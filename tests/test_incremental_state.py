@@ -1,4 +1,4 @@
-"""Incremental state (``eos.core.state``): epochs stage the open windows they changed, and a
+"""Incremental state (``eos.core.window_state``): epochs stage the open windows they changed, and a
 snapshot every few epochs; the output is the same as staging every open window every epoch.
 
 Real broker, real Spark, real Delta. Each test checks that what it names happened (change

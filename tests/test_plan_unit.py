@@ -72,7 +72,7 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
     wide quarantined records and ``collect_rows: 0`` go to the executors."""
     from eos.compute.stage import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, EpochState, Frames, collects
     from eos.core.config import parse_config
-    from eos.core.state import EMPTY
+    from eos.core.window_state import EMPTY
 
     def config(window: dict, collect_rows: int = 1000):
         return parse_config({

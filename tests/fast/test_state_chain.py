@@ -1,4 +1,4 @@
-"""``eos.core.state``: the state of epoch N as a snapshot plus the changes since, as the
+"""``eos.core.window_state``: the state of epoch N as a snapshot plus the changes since, as the
 protocol keeps it: bases named by the watermark rows, the chain resolved from committed rows,
 the prune keeping every epoch back to the base, a rewind into the middle of a chain, and when
 a snapshot is due. No Spark: a stager that stages the fast tier's running total as changes."""
@@ -23,7 +23,8 @@ from eos.core.plan import Plan
 from eos.core.protocol import committed_epoch
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK, base_of
-from eos.core.state import (
+from eos.core.tables import OpenTables, ensure_tables, scan
+from eos.core.window_state import (
     EMPTY,
     SNAPSHOT_MIN_ROWS,
     Chain,
@@ -33,7 +34,6 @@ from eos.core.state import (
     open_rows,
     snapshot_due,
 )
-from eos.core.tables import OpenTables, ensure_tables, scan
 
 from .harness import (
     NEVER_ENDS,

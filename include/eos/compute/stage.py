@@ -53,7 +53,8 @@ from eos.core.staging import (
     base_of,
     rows_staged,
 )
-from eos.core.state import (
+from eos.core.tables import group_column, handle, staging_schema
+from eos.core.window_state import (
     EMPTY,
     EVERY_ROW,
     Chain,
@@ -62,13 +63,12 @@ from eos.core.state import (
     read_state_file,
     snapshot_due,
 )
-from eos.core.tables import group_column, handle, staging_schema
 
 
 @dataclass(frozen=True)
 class EpochState:
     """What epoch N resumes from: where epoch N-1's open windows are (its chain: a snapshot
-    and the changes since, ``eos.core.state``), its watermark, and whether N stages a
+    and the changes since, ``eos.core.window_state``), its watermark, and whether N stages a
     snapshot or changes.
 
     The windows themselves are not read here: ``state_frame`` reads only the files the epoch
