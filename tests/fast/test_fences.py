@@ -31,8 +31,8 @@ from eos.core.plan import Plan, plan_of
 from eos.core.protocol import (
     abort,
     begin,
+    checkpointed_epoch,
     commit,
-    committed_epoch,
     committing,
     precommit,
     precommitting,
@@ -96,7 +96,7 @@ def test_an_abort_while_the_epoch_commits_is_refused(pipeline: PipelineConfig,
     assert staged_rows(pipeline, 0, plan.hash) is not None  # the state epoch 1 resumes from
     source.produce(0, 5)
     assert run_epoch(pipeline, source).epoch == 1
-    assert committed_epoch(pipeline) == 1
+    assert checkpointed_epoch(pipeline) == 1
 
 
 def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
@@ -117,7 +117,7 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
         commit(pipeline, 0)
     monkeypatch.undo()
     assert [store(pipeline, n).marker for n in ("memory:a", "memory:b", "memory:c")] == [-1] * 3
-    assert committed_epoch(pipeline) == -1
+    assert checkpointed_epoch(pipeline) == -1
     assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     assert staged_rows(pipeline, 0, plan.hash) is not None
@@ -212,7 +212,7 @@ def test_a_zombie_that_computed_before_a_rewind_and_replay_is_not_staged(
 
     zombie = MemoryStager(during=rewind_and_replay)
     assert precommit(rewindable, 2, zombie).outcome is Outcome.SUPERSEDED
-    assert committed_epoch(fixed) == 1
+    assert checkpointed_epoch(fixed) == 1
     assert precommit(fixed, 2, MemoryStager()).outcome is Outcome.STAGED
 
 
@@ -231,7 +231,7 @@ def test_a_precommit_that_read_its_state_before_a_rewind_began_is_superseded(
 
     assert precommit(rewindable, 2, MemoryStager(during=rewind_crashes)).outcome \
         is Outcome.SUPERSEDED
-    assert committed_epoch(rewindable) == 1
+    assert checkpointed_epoch(rewindable) == 1
     with pytest.raises(RewindUnfinished):  # and a new attempt is refused until it finishes
         precommit(rewindable, 2, MemoryStager())
     assert rewind(rewindable, 0).outcome is Outcome.REWOUND
@@ -256,7 +256,7 @@ def test_a_rewind_waits_for_an_epoch_whose_commit_began(rewindable: PipelineConf
     assert abort(rewindable, 2, reason="operator") is Outcome.IN_COMMIT
     assert commit(rewindable, 2).outcome is Outcome.COMMITTED
     assert rewind(rewindable, 0).outcome is Outcome.REWOUND
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
 
 
 def test_a_commit_that_has_not_sealed_is_refused_while_a_rewind_is_unfinished(
@@ -272,7 +272,7 @@ def test_a_commit_that_has_not_sealed_is_refused_while_a_rewind_is_unfinished(
         commit(rewindable, 2)
     assert store(rewindable, "memory_rewind:a").marker == 1  # no sink received epoch 2
     assert rewind(rewindable, 0).outcome is Outcome.REWOUND
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
 
 
 def test_a_commit_finishing_during_a_rewind_never_prunes_the_rewound_state(
@@ -287,9 +287,9 @@ def test_a_commit_finishing_during_a_rewind_never_prunes_the_rewound_state(
     at_point(monkeypatch, "commit.after_checkpoint", lambda: rewind(rewindable, 0))
     result = commit(rewindable, 3)
     assert result.outcome is Outcome.COMMITTED and result.pruned_before is None
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
     replayed = run_epoch(rewindable, source)  # resumes from epoch 0's staged state
-    assert replayed.epoch == 1 and committed_epoch(rewindable) == 1
+    assert replayed.epoch == 1 and checkpointed_epoch(rewindable) == 1
 
 
 # -- the schema view at commit ------------------------------------------------------------------
@@ -377,7 +377,7 @@ def test_a_precommit_paused_while_its_epoch_is_sealed_stages_nothing(
     assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
     assert staged_rows(pipeline, 0, plan.hash) == first[0]
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
-    assert committed_epoch(pipeline) == 0
+    assert checkpointed_epoch(pipeline) == 0
 
 
 def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: MemorySource,
@@ -426,7 +426,7 @@ def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfi
 def replays(config: PipelineConfig, source: MemorySource, to_epoch: int) -> None:
     """The pipeline goes on from ``to_epoch``: the next epoch resumes from its staged state."""
     assert run_epoch(config, source).epoch == to_epoch + 1
-    assert committed_epoch(config) == to_epoch + 1
+    assert checkpointed_epoch(config) == to_epoch + 1
 
 
 def test_maintenance_stands_aside_while_a_rewind_is_unfinished(
@@ -503,7 +503,7 @@ def test_a_rewind_whose_history_went_while_it_was_logged_is_abandoned(
     with pytest.raises(RewindRefused, match="abandoned"):
         rewind(maintained, 0)
     monkeypatch.undo()
-    assert committed_epoch(maintained) == 2
+    assert checkpointed_epoch(maintained) == 2
     assert all(store(maintained, n).marker == 2 for n in
                ("memory_rewind:a", "memory_rewind:b", "memory_rewind:c"))
     replays(maintained, source, 2)

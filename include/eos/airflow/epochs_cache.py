@@ -161,7 +161,7 @@ def recorded_status(config: PipelineConfig, limit: int,
     tables = tables_for(config)
     if is_remote(tables.root):
         export_credentials()  # the API server reads the tables with the tasks' connection
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
     try:
         settings = client_settings(config.kafka.client)

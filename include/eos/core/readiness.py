@@ -126,7 +126,7 @@ def observe(config: PipelineConfig, *, source: Source | None = None,
     ``with_oldest``, the timestamp of the first record after the checkpoint per lagging
     partition. Creates no table; before the first epoch the checkpoint is empty."""
     tables = tables_for(config)
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
     if last is not None and last.source is not None and last.source.topic != config.kafka.topic:

@@ -164,7 +164,7 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
                 republish: bool) -> RewindPlan | None:
     """Check a rewind to ``to_epoch`` and find every table's version of it; None if there is
     nothing to rewind. Raises ``RewindRefused`` with the reason and what would work."""
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     if not NO_EPOCH <= to_epoch <= committed:
         raise RewindRefused(
             f"cannot rewind '{config.name}' to epoch {to_epoch}: the committed epochs are "
@@ -290,7 +290,7 @@ def _fence(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> None
     compared with an older checkpoint than its own."""
     for _ in range(FENCE_ATTEMPTS):
         tables.refresh(tables.checkpoints)
-        committed = checkpoints.committed_epoch(tables, config.app_id)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
         snapshot = tables.refreshed(tables.staging)
         fence = Fence.of(snapshot, config.app_id)
         if fence.rewinds > plan.seq:

@@ -36,7 +36,7 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
     from eos.core.kafka import client_settings, redact
 
     tables = tables_for(config)
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
     sinks, sinks_error = _sinks(config, committed)
     try:

@@ -87,7 +87,7 @@ def check_stall(config: PipelineConfig, stall_after_ms: int | None = None,
     if stall_after_ms is None:
         raise ConfigError(f"pipeline {config.name} sets no alerts.stall_after")
     tables = tables_for(config)
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     last = checkpoints.last(tables, committed)
     try:
         marks, lag_error = (source or KafkaSource()).watermarks(config), None

@@ -29,7 +29,7 @@ committed epoch, the sinks', an unfinished rewind) and ``results`` what the step
 """
 
 from eos.core.protocol.aborting import abort
-from eos.core.protocol.authority import check_sinks, committed_epoch
+from eos.core.protocol.authority import check_sinks, checkpointed_epoch
 from eos.core.protocol.beginning import Began, begin, begin_epoch
 from eos.core.protocol.committing import commit
 from eos.core.protocol.precommitting import precommit
@@ -44,8 +44,8 @@ __all__ = [
     "begin",
     "begin_epoch",
     "check_sinks",
+    "checkpointed_epoch",
     "commit",
-    "committed_epoch",
     "precommit",
     "recover",
 ]

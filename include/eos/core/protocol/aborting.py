@@ -53,7 +53,7 @@ def _drop_staged(config: PipelineConfig, tables: OpenTables, epoch: int
     snapshot = tables.refreshed(tables.staging)
     for _ in range(STAGE_ATTEMPTS):
         tables.refresh(tables.checkpoints)
-        if checkpoints.committed_epoch(tables, config.app_id) >= epoch:
+        if checkpoints.last_checkpointed(tables, config.app_id) >= epoch:
             return Outcome.NOTHING_TO_ABORT, None
         if Fence.of(snapshot, config.app_id).sealed >= epoch:
             return Outcome.IN_COMMIT, None

@@ -15,9 +15,9 @@ from eos.core.tables import OpenTables
 STAGE_ATTEMPTS = 5  # fenced staging writes re-decided after a concurrent fenced step
 
 
-def committed_epoch(config: PipelineConfig) -> int:
+def checkpointed_epoch(config: PipelineConfig) -> int:
     """The last committed epoch of the pipeline, -1 if none: the checkpoint table's answer."""
-    return checkpoints.committed_epoch(tables_for(config), config.app_id)
+    return checkpoints.last_checkpointed(tables_for(config), config.app_id)
 
 
 def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False

@@ -52,7 +52,7 @@ def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
     statistics), the last checkpoint read once, one append.
     """
     with timed() as took, ensure_tables(config) as tables:
-        committed = checkpoints.committed_epoch(tables, config.app_id)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
         last = checkpoints.last(tables, committed)
         checkpoints.check_schema_view(last, config)
         logged = epochlog.plan_rows(tables, committed + 1, run_id)

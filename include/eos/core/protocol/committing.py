@@ -41,7 +41,7 @@ def commit(config: PipelineConfig, epoch: int, *,
     with timed() as took, ensure_tables(config) as tables:
         plan = plan_of(tables, epoch)
         result = CommitResult(epoch, plan.hash, Outcome.COMMITTED)
-        committed = checkpoints.committed_epoch(tables, config.app_id)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
         if committed >= epoch:
             result.outcome = Outcome.ALREADY_COMMITTED
         elif committed != epoch - 1:

@@ -54,7 +54,7 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
                 f"{plan.hash}; refusing to stage a plan the log does not hold"
             )
         result = StageResult(epoch, plan.hash, Outcome.STAGED)
-        committed = checkpoints.committed_epoch(tables, config.app_id)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
         if committed >= epoch:
             result.outcome = Outcome.ALREADY_COMMITTED
         elif (existing := staged_epoch(tables, epoch, plan.hash)) is not None:
@@ -140,7 +140,7 @@ def _still_next(config: PipelineConfig, tables: OpenTables, plan: Plan,
     """After computing: is N still the epoch after the last checkpoint? (The compute took a
     while: the checkpoint table is asked again, at its latest version.)"""
     tables.refresh(tables.checkpoints)
-    now = checkpoints.committed_epoch(tables, config.app_id)
+    now = checkpoints.last_checkpointed(tables, config.app_id)
     if now >= plan.epoch:
         result.outcome = Outcome.DISCARDED  # our files stay invisible; a vacuum deletes them
         return False

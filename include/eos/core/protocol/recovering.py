@@ -19,7 +19,7 @@ def recover(config: PipelineConfig) -> tuple[int | None, Outcome]:
     A pre-committed epoch is always committed as staged, never recomputed differently.
     """
     with ensure_tables(config) as tables:
-        pending = checkpoints.committed_epoch(tables, config.app_id) + 1
+        pending = checkpoints.last_checkpointed(tables, config.app_id) + 1
         row = epochlog.first_plan_row(tables, pending)
         if row is None:
             return None, Outcome.NOTHING_PENDING
