@@ -4,11 +4,10 @@ epochs N+1.. from their logged plans with the current code and config.
 Flink users restart from a savepoint; Spark users delete the checkpoint and reprocess. Here
 every epoch's plan is logged and every table is versioned, so every committed epoch is a
 savepoint: ``rewind(N)`` restores each Delta sink, staging and the checkpoint table to the
-version at which N was committed (``eos.core.timetravel``: Delta ``RESTORE`` with the marker set
-back to
-N in the same commit). The epoch log is not rewound: it keeps every plan, so the next ``begin``
-finds N+1's logged plan and the replay reads exactly the ranges it read the first time (or
-fails loudly, ``DataLoss``, if Kafka no longer holds them).
+version at which N was committed (``eos.core.timetravel``: Delta ``RESTORE`` with the marker
+set back to N in the same commit). The epoch log is not rewound: it keeps every plan, so the
+next ``begin`` finds N+1's logged plan and the replay reads exactly the ranges it read the first
+time (or fails loudly, ``DataLoss``, if Kafka no longer holds them).
 
 The steps, each idempotent; a crash anywhere is repaired by running the same rewind again:
 
