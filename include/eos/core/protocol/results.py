@@ -35,6 +35,8 @@ class StageResult:
 
 @dataclass
 class CommitResult:
+    """What ``commit`` did: each sink's write (or that it held N already) and the checkpoint."""
+
     epoch: int
     plan_hash: str
     outcome: Outcome

@@ -21,7 +21,7 @@ def sealed_already(config: PipelineConfig, tables: OpenTables, epoch: int) -> bo
 
 
 def seal_epoch(config: PipelineConfig, tables: OpenTables, plan: Plan,
-          staged: pa.Table) -> tuple[int, pa.Table]:
+               staged: pa.Table) -> tuple[int, pa.Table]:
     """Seal N in staging before any sink write (``eos.core.staging.Fence``); return the count
     of rewinds it was sealed under (the prune after the checkpoint needs it) and N's staged
     rows as sealed: ``staged`` (read through the staging handle) when the seal was written
