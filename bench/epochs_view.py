@@ -4,7 +4,8 @@ with 50 epochs (the goal: "in under a second", measured, not asserted).
 A pipeline runs ``--epochs`` non-empty epochs in-process (``bench.scenarios.eo_epoch``, run ids
 shaped like Airflow's so every row has its links), is verified once (so the page has a verdict),
 and then the view is timed, median of ``--repeat``:
-- ``status``: ``eos.core.status.pipeline_status(limit=50)``, what every page and ``eos status`` read
+- ``status``: ``eos.core.pipeline_status.pipeline_status(limit=50)``, what every page and ``eos
+status`` read
   (epoch log and checkpoints of those epochs, each sink's marker, the topic's high watermarks);
 - ``page``: ``GET /pipelines/<name>`` on the plugin's FastAPI app in this process (Starlette's
   test client; Airflow's authentication dependency replaced by a fixed user, since the app's
@@ -50,7 +51,7 @@ def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[lis
 
     from eos.airflow.epochs_app import create_app
     from eos.core.config import PIPELINES_DIR_ENV
-    from eos.core.status import pipeline_status
+    from eos.core.pipeline_status import pipeline_status
     from eos.tools.audit import verify
 
     config = env.config("view", "bench-view", max_records=epoch_records)

@@ -445,14 +445,14 @@ def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
       ``session`` is the SparkSession creation time the app itself logs.
     """
     from eos.compute.spark import submit_precommit
-    from eos.core.protocol import committed_epoch
+    from eos.core.protocol import checkpointed_epoch
 
     submit = config.model_copy(
         update={"compute": config.compute.model_copy(update={"mode": "submit"})})
     out: dict[str, list[float]] = {"committed": [], "empty": [], "session": [],
                                    "empty_inside": []}
     for i in range(reps):
-        last = committed_epoch(config)
+        last = checkpointed_epoch(config)
         t0 = now()
         submit_precommit(config, last)
         out["committed"].append(now() - t0)

@@ -50,7 +50,7 @@ from airflow_standalone import (
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for
-from eos.core.protocol import committed_epoch
+from eos.core.protocol import checkpointed_epoch
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec
 
@@ -95,7 +95,7 @@ def assert_one_epoch_per_run_in_order(airflow: Airflow, config: PipelineConfig,
     assert [row["epoch"] for row in plans] == list(range(RUNS)), f"{summary}\n{begins}"
     ranges = [json.loads(row["plan"])["ranges"] for row in plans]
     assert [sum(r["until"] - r["start"] for r in rs) for rs in ranges] == [1000, 1000, 400]
-    assert committed_epoch(config) == RUNS - 1
+    assert checkpointed_epoch(config) == RUNS - 1
 
     tis = [{task: task_instance(airflow, dag_id, run["dag_run_id"], task)
             for task in ("begin", "precommit", "commit", "abort")} for run in runs]

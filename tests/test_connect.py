@@ -30,7 +30,7 @@ from eos.core.errors import EXIT_TRANSIENT, ComputeUnavailable
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.processes import group_members
-from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
 from eos.tools import spark_server as supervisor
 from eos.tools.audit import audit
@@ -238,7 +238,7 @@ def test_server_restart_mid_epoch_fails_the_attempt_and_the_retry_commits_once(
     retried = eos_cli(config, "precommit", "--epoch", "0", env=env)
     assert retried.returncode == 0, retried.stderr[-2000:]
     assert commit(config, 0).epoch == 0
-    assert committed_epoch(config) == 0
+    assert checkpointed_epoch(config) == 0
     audited(config, spark, "after-restart")
 
 

@@ -33,11 +33,11 @@ from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
-from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
+from eos.core.pipeline_status import EpochState, pipeline_status, render
+from eos.core.protocol import abort, begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import files_holding, staged_epoch
-from eos.core.state import open_rows
-from eos.core.status import EpochState, pipeline_status, render
 from eos.core.tables import ensure_tables, staging_schema
+from eos.core.window_state import open_rows
 from eos.tools.audit import audit, read_range
 from eos.tools.generator import BAD_KINDS, GeneratorSpec, generate
 from eos.tools.produce import send
@@ -125,7 +125,7 @@ def test_every_epoch_commits_once_with_its_txn(committed_pipeline: tuple) -> Non
     epochs = [p.epoch for p in plans]
     for name in ("delta:target", "delta:late", "delta:quarantine"):
         assert sink(config, name).commits() == epochs, name
-    assert committed_epoch(config) == plans[-1].epoch
+    assert checkpointed_epoch(config) == plans[-1].epoch
     rows = checkpoints.read_all(tables_for(config))
     assert [c.epoch for c in rows] == epochs
     assert [c.plan_hash for c in rows] == [p.hash for p in plans]
@@ -192,7 +192,7 @@ def test_commit_compacts_the_epoch_log_every_n_epochs(committed_pipeline: tuple)
     for path, per_epoch in ((t.epochs, 3), (t.staging, 2), (t.checkpoints, 1)):
         commits = list(Path(path, "_delta_log").glob("*.json"))
         assert 0 < len(commits) <= per_epoch * (since + 1) + 3 < per_epoch * len(plans), commits
-    assert committed_epoch(config) == plans[-1].epoch
+    assert checkpointed_epoch(config) == plans[-1].epoch
 
 
 def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -> None:
@@ -245,13 +245,13 @@ def test_log_cleanup_keeps_the_authority_rows_and_pooled_handles_right(tmp_path:
     assert done["epoch_log_log_files_deleted"] >= 6 and done["checkpoints_log_files_deleted"] >= 6
     tables = ensure_tables(config)
     assert epochlog.rows(tables) == log_rows
-    assert checkpoints.committed_epoch(tables, config.app_id) == 5
+    assert checkpoints.last_checkpointed(tables, config.app_id) == 5
     again = checkpoints.Checkpoint(epoch=5, plan_hash=f"{5:016x}", until={0: 5}, watermark_ms=5)
     assert checkpoints.append(tables, config.app_id, again).outcome is Outcome.ALREADY_COMMITTED
     nxt = checkpoints.Checkpoint(epoch=6, plan_hash=f"{6:016x}", until={0: 6}, watermark_ms=6)
     assert checkpoints.append(ensure_tables(config), config.app_id, nxt).outcome \
         is Outcome.COMMITTED
-    assert checkpoints.committed_epoch(ensure_tables(config), config.app_id) == 6
+    assert checkpoints.last_checkpointed(ensure_tables(config), config.app_id) == 6
     log = DeltaTable(tables_for(config).checkpoints).metadata().configuration
     assert log["delta.logRetentionDuration"] == "interval 0 seconds"
 

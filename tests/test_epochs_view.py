@@ -9,7 +9,8 @@ records: 1,800 events, some late, some malformed). Then:
 - headless Chromium (Debian's ``chromium``, driven by Playwright) logs in through Airflow's
   login form, opens Browse -> "Exactly-once epochs", follows the pipeline's link, and finds the
   epochs, their states, runs and counts equal to what the epoch log and the checkpoint table hold
-  (read here directly, not through ``eos.core.status``); it presses "Verify now" and waits for the
+  (read here directly, not through ``eos.core.pipeline_status``); it presses "Verify now" and waits
+  for the
   audit's verdict on the page; a task-log link opens that log in the Airflow UI. Screenshots go
   to ``test-output/`` at the project root.
 - then, in Airflow's own UI with its dialogs' defaults, a run triggered from the Trigger

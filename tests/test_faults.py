@@ -33,10 +33,10 @@ from eos.core.errors import EosError
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import EpochState, pipeline_status
 from eos.core.plan import plan_of
-from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
-from eos.core.status import EpochState, pipeline_status
 from eos.core.tables import ensure_tables
 from eos.tools.audit import audit
 from eos.tools.chaos import CONCURRENT_COMMITS, POISON, chaos
@@ -93,7 +93,7 @@ def in_any_order(rows: pa.Table) -> list[str]:
 def held(config: PipelineConfig) -> dict[str, int]:
     """The epoch each sink holds, and the checkpoint's."""
     return {**{name: sink(config, name).committed_epoch() for name in SINKS},
-            "checkpoint": committed_epoch(config)}
+            "checkpoint": checkpointed_epoch(config)}
 
 
 def test_crash_after_begin_reruns_with_the_logged_plan(pipeline: PipelineConfig, spark: Any,
@@ -158,7 +158,7 @@ def test_spark_killed_during_precommit_stages_nothing(pipeline: PipelineConfig, 
         assert "precommit of epoch 0 failed" in crashed.stderr
     assert staged_epoch(tables, 0, plan.hash) is None
     assert read_table(tables.staging).num_rows == 0
-    assert committed_epoch(pipeline) == -1
+    assert checkpointed_epoch(pipeline) == -1
     if point == "precommit.mid_read":
         assert eos_cli(pipeline, "abort", "--epoch", "0").returncode == 0
         assert epochlog.rows(tables, 0)[-1]["phase"] == epochlog.ABORTED
@@ -389,7 +389,7 @@ def test_one_oversized_record_never_halts_a_pipeline(tmp_path: Path, kafka: str,
         producer.produce(config.kafka.topic, value=value, timestamp=kts, partition=0)
     assert producer.flush(30) == 0
     run_epoch(config, "oversized", spark=spark)
-    assert committed_epoch(config) == 0
+    assert checkpointed_epoch(config) == 0
     rows = sorted(read_table(delta_path(config, "quarantine")).to_pylist(),
                   key=lambda r: r["offset"])
     assert [r["offset"] for r in rows] == [0, 1]

@@ -1,4 +1,4 @@
-"""Incremental state (``eos.core.state``): epochs stage the open windows they changed, and a
+"""Incremental state (``eos.core.window_state``): epochs stage the open windows they changed, and a
 snapshot every few epochs; the output is the same as staging every open window every epoch.
 
 Real broker, real Spark, real Delta. Each test checks that what it names happened (change
@@ -24,7 +24,7 @@ from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
-from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK
 from eos.tools.audit import audit, verify
@@ -142,7 +142,7 @@ def test_a_crash_at_each_step_of_a_snapshot_and_a_change_epoch_converges(
                           faults_dir=tmp_path / f"c{epoch}")
         assert crashed.returncode == KILLED, crashed.stderr
         assert commit(config, epoch).outcome is Outcome.COMMITTED
-        assert committed_epoch(config) == epoch and plan.epoch == epoch
+        assert checkpointed_epoch(config) == epoch and plan.epoch == epoch
     assert {e: bases(config)[e] for e in (2, 3)} == {2: 2, 3: 2}
     staging = read_table(tables_for(config).staging)
     kinds = {(row["epoch"], row["kind"]) for row in staging.select(["epoch", "kind"]).to_pylist()}
@@ -163,7 +163,7 @@ def test_a_rewind_into_a_chain_replays_the_same_windows(tmp_path: Path, kafka: s
     for to_epoch in (4, 2):
         done = rewind(config, to_epoch, run_id=f"back-{to_epoch}")
         assert done.outcome is Outcome.REWOUND
-        assert committed_epoch(config) == to_epoch
+        assert checkpointed_epoch(config) == to_epoch
         replayed = [r.plan for r in run_until_caught_up(config, f"replay-{to_epoch}",
                                                          spark=spark)]
         assert [p.hash for p in replayed] == [p.hash for p in first[to_epoch + 1:]]

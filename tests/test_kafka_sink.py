@@ -31,7 +31,7 @@ from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs
-from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec, generate
@@ -113,7 +113,7 @@ def assert_topic_equals_target_once(config: PipelineConfig) -> None:
     in_topic = Counter(window_of_record(m) for m in records)
     assert max(in_topic.values()) == 1, "a window appears twice in the output topic"
     assert in_topic == Counter(window_of_row(r) for r in target)
-    epochs = [e for e in range(committed_epoch(config) + 1)]
+    epochs = [e for e in range(checkpointed_epoch(config) + 1)]
     assert out_sink(config).commits() == epochs
 
 
@@ -181,7 +181,7 @@ def test_crash_after_commit_transaction_retry_skips_the_topic(
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
     kafka_sink = out_sink(pipeline)
-    assert kafka_sink.committed_epoch() == 0 and committed_epoch(pipeline) == -1
+    assert kafka_sink.committed_epoch() == 0 and checkpointed_epoch(pipeline) == -1
     retried = commit(pipeline, 0)
     assert retried.skipped == [kafka_sink.name]
     run_until_caught_up(pipeline, "after-tx", spark=spark)
@@ -216,7 +216,7 @@ def test_clicks_to_kafka_ten_epochs_with_crashes_at_every_commit_point(
         expected = (Outcome.ALREADY_COMMITTED if points[epoch % 3] == "commit.after_checkpoint"
                     else Outcome.COMMITTED)
         assert commit_summary(retry.stdout)["outcome"] == expected
-    assert committed_epoch(config) == 9
+    assert checkpointed_epoch(config) == 9
     assert_topic_equals_target_once(config)
     verify = eos_cli(config, "verify")
     assert verify.returncode == 0 and "verdict: OK" in verify.stdout, verify.stdout
@@ -259,7 +259,7 @@ def test_three_kafka_sinks_of_one_pipeline_each_hold_what_their_delta_twin_holds
     run_until_caught_up(config, "three", spark=spark)
     report = audit(config)
     assert report.ok, report.render()
-    last = committed_epoch(config)
+    last = checkpointed_epoch(config)
     for output, table in outputs.items():
         twin = read_table(delta_path(config, table)).num_rows
         assert twin > 0, output

@@ -74,7 +74,7 @@ def test_an_epoch_is_collected_when_predicted_small_and_bounded_small() -> None:
     from eos.compute.precommit.resume import ResumePoint
     from eos.compute.precommit.write import COLLECT_MAX_ROWS, COLLECT_RAW_BYTES, collects
     from eos.core.config import parse_config
-    from eos.core.state import EMPTY
+    from eos.core.window_state import EMPTY
 
     def config(window: dict, collect_rows: int = 1000):
         return parse_config({

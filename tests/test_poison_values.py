@@ -29,7 +29,7 @@ from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.outputs import windows_schema
-from eos.core.protocol import committed_epoch
+from eos.core.protocol import checkpointed_epoch
 from eos.core.sink import sinks_for
 from eos.sinks.kafka_records import decode_value
 from eos.tools.audit import audit
@@ -96,7 +96,7 @@ def test_poison_values_neither_halt_nor_lie(tmp_path: Path, kafka: str, spark: A
         window={"type": "tumbling", "size": "1s", "idle_timeout": "0ms"},
         aggregations=AGGREGATIONS, epoch={"max_records": 4})
     runs = run_until_caught_up(config, "poison", spark=spark, limit=6)
-    assert runs[-1].plan.records == 0 and committed_epoch(config) == runs[-1].plan.epoch
+    assert runs[-1].plan.records == 0 and checkpointed_epoch(config) == runs[-1].plan.epoch
 
     windows = {row["k"]: row for row in read_table(delta_path(config, "target")).to_pylist()}
     assert windows.keys() == {"poison", "plain", "negative"}

@@ -22,11 +22,11 @@ from eos.core.errors import ConfigError, DataLoss, RewindRefused, RewindUnfinish
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import EpochState, pipeline_status
 from eos.core.plan import Plan, plan_of
-from eos.core.protocol import begin, committed_epoch
+from eos.core.protocol import begin, checkpointed_epoch
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
-from eos.core.status import EpochState, pipeline_status
 from eos.tools.audit import audit, verify
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
@@ -83,7 +83,7 @@ def contents(config: PipelineConfig) -> dict[str, Any]:
 
 def markers(config: PipelineConfig) -> dict[str, int]:
     return {**{s.name: s.committed_epoch(fence=False) for s in sinks_for(config)},
-            "checkpoint": committed_epoch(config)}
+            "checkpoint": checkpointed_epoch(config)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path
     intruder = on_table("b", shared=False)
     with pytest.raises(TableOwned, match="windows-of-both"):
         begin(intruder, run_id="intruder")
-    assert committed_epoch(intruder) == -1
+    assert checkpointed_epoch(intruder) == -1
 
     # The owner declares the table shared, then a second pipeline joins.
     a = same_pipeline(a, tmp_path / "a", sinks={
@@ -359,7 +359,7 @@ def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path
     with pytest.raises(RewindRefused, match=f"pipeline {b.name}"):
         rewind(a, 0)
     assert sorted(map(repr, read_table(str(table)).to_pylist())) == theirs
-    assert committed_epoch(a) == 2 and committed_epoch(b) == 2
+    assert checkpointed_epoch(a) == 2 and checkpointed_epoch(b) == 2
     checkpointed = sum(c.rows["windows"] for config in (a, b)
                        for c in checkpoints.read_all(tables_for(config)))
     assert len(theirs) == checkpointed > 0

@@ -20,9 +20,9 @@ from eos.core.errors import SourceChanged
 from eos.core.identity import SourceIdentity
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import pipeline_status
 from eos.core.plan import PartitionRange, Plan, plan_of
-from eos.core.protocol import begin, committed_epoch
-from eos.core.status import pipeline_status
+from eos.core.protocol import begin, checkpointed_epoch
 from eos.tools.audit import audit
 from eos.tools.audit_checks import check_offsets
 from eos.tools.audit_report import ProblemKind
@@ -48,7 +48,7 @@ def test_a_pipeline_moved_to_another_topic_counts_each_of_its_records_once(
     settings = client_settings(config.kafka.client)
     send(generate(SPEC_A), SPEC_A.events, config.kafka.topic, settings, progress=False)
     before = run_until_caught_up(config, "on-a", spark=spark)
-    assert len(before) >= 3 and committed_epoch(config) == before[-1].epoch
+    assert len(before) >= 3 and checkpointed_epoch(config) == before[-1].epoch
 
     topic_b = unique_topic("move-b")
     send(generate(SPEC_B), SPEC_B.events, topic_b, settings, progress=False)
@@ -76,7 +76,7 @@ def test_a_pipeline_moved_to_another_topic_counts_each_of_its_records_once(
     # Every record of topic B is planned exactly once, from its log start.
     tables = tables_for(moved)
     first_b = before[-1].epoch + 1
-    plans_b = [plan_of(tables, e) for e in range(first_b, committed_epoch(moved) + 1)]
+    plans_b = [plan_of(tables, e) for e in range(first_b, checkpointed_epoch(moved) + 1)]
     assert {p.topic for p in plans_b} == {topic_b}
     assert {r.partition: r.start for r in plans_b[0].ranges} == {
         p: low for p, (low, _) in marks.items()}

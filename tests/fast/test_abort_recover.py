@@ -9,7 +9,7 @@ import pytest
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.outcomes import Outcome
-from eos.core.protocol import abort, begin, commit, committed_epoch, precommit, recover
+from eos.core.protocol import abort, begin, checkpointed_epoch, commit, precommit, recover
 
 from .harness import MemorySource, MemoryStager, log_rows, run_epoch, staged_rows, store
 
@@ -65,7 +65,7 @@ def test_recover_leaves_a_planned_epoch_to_precommit(pipeline: PipelineConfig,
                                                      source: MemorySource) -> None:
     begin(pipeline, source=source)
     assert recover(pipeline) == (0, Outcome.NEEDS_PRECOMMIT)
-    assert committed_epoch(pipeline) == -1 and store(pipeline, "memory:a").written == []
+    assert checkpointed_epoch(pipeline) == -1 and store(pipeline, "memory:a").written == []
 
 
 def test_recover_commits_a_staged_epoch_as_staged(pipeline: PipelineConfig,
@@ -74,7 +74,7 @@ def test_recover_commits_a_staged_epoch_as_staged(pipeline: PipelineConfig,
     precommit(pipeline, 0, MemoryStager())
     rows = store(pipeline, "memory:a")
     assert recover(pipeline) == (0, Outcome.COMMITTED)
-    assert committed_epoch(pipeline) == 0 and rows.written == [0]
+    assert checkpointed_epoch(pipeline) == 0 and rows.written == [0]
     assert rows.rows[0].to_pylist()[0]["n"] == 34
     assert recover(pipeline) == (None, Outcome.NOTHING_PENDING)
     assert staged_rows(pipeline, 0, plan.hash) is not None

@@ -14,7 +14,7 @@ from eos.core.identity import SourceIdentity
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.plan import KafkaSource, PartitionRange, Plan, new_plan
-from eos.core.protocol import begin, check_sinks, commit, committed_epoch, precommit
+from eos.core.protocol import begin, check_sinks, checkpointed_epoch, commit, precommit
 from eos.core.tables import ensure_tables
 
 from .harness import (
@@ -101,7 +101,7 @@ def test_a_cleared_run_gets_its_own_epoch_even_after_commit(
     stager = MemoryStager()
     assert precommit(pipeline, 0, stager).outcome is Outcome.ALREADY_COMMITTED
     assert commit(pipeline, 0).outcome is Outcome.ALREADY_COMMITTED
-    assert stager.staged == [] and committed_epoch(pipeline) == 1
+    assert stager.staged == [] and checkpointed_epoch(pipeline) == 1
     assert source.asked == 2  # the cleared runs planned nothing
 
 
@@ -171,7 +171,7 @@ def test_a_plan_is_capped_fairly_and_may_be_empty(tmp_path: Path, source: Memory
                                                 PartitionRange(1, 5, 10))
     latest = make_pipeline(tmp_path, kafka={"topic": "in-memory", "start": "latest"})
     empty = run_epoch(latest, source)  # starts at the high watermarks: an empty epoch
-    assert empty.records == 0 and committed_epoch(latest) == 0
+    assert empty.records == 0 and checkpointed_epoch(latest) == 0
 
 
 def test_without_a_source_begin_asks_kafka(pipeline: PipelineConfig, source: MemorySource,

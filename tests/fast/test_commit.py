@@ -12,7 +12,7 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import InjectedFault, ProtocolViolation
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
-from eos.core.protocol import CommitResult, begin, commit, committed_epoch, precommit
+from eos.core.protocol import CommitResult, begin, checkpointed_epoch, commit, precommit
 
 from .harness import MemorySource, MemoryStager, at_once, log_plan, log_rows, run_epoch, store
 
@@ -80,7 +80,7 @@ def test_an_epoch_not_staged_is_not_committed(pipeline: PipelineConfig,
     with pytest.raises(ProtocolViolation, match=f"epoch 0 is not pre-committed for plan "
                                                 f"{plan.hash}; run precommit first"):
         commit(pipeline, 0)
-    assert written(pipeline) == {n: [] for n in SINKS} and committed_epoch(pipeline) == -1
+    assert written(pipeline) == {n: [] for n in SINKS} and checkpointed_epoch(pipeline) == -1
 
 
 def test_a_retry_after_a_crash_between_sinks_skips_the_sinks_holding_the_epoch(
@@ -90,12 +90,12 @@ def test_a_retry_after_a_crash_between_sinks_skips_the_sinks_holding_the_epoch(
     with pytest.raises(InjectedFault):
         commit(pipeline, epoch)
     assert written(pipeline) == {"memory:a": [0], "memory:b": [], "memory:c": []}
-    assert committed_epoch(pipeline) == -1
+    assert checkpointed_epoch(pipeline) == -1
     retry = commit(pipeline, epoch)
     assert retry.outcome is Outcome.COMMITTED and retry.checkpoint_version is not None
     assert retry.skipped == ["memory:a"] and not retry.sinks[0].raced
     assert sorted(retry.versions) == ["memory:b", "memory:c"]
-    assert written(pipeline) == {n: [0] for n in SINKS} and committed_epoch(pipeline) == 0
+    assert written(pipeline) == {n: [0] for n in SINKS} and checkpointed_epoch(pipeline) == 0
 
 
 def test_a_retry_after_a_crash_before_the_checkpoint_only_checkpoints(
@@ -104,10 +104,10 @@ def test_a_retry_after_a_crash_before_the_checkpoint_only_checkpoints(
     arm("commit.before_checkpoint:fail")
     with pytest.raises(InjectedFault):
         commit(pipeline, epoch)
-    assert written(pipeline) == {n: [0] for n in SINKS} and committed_epoch(pipeline) == -1
+    assert written(pipeline) == {n: [0] for n in SINKS} and checkpointed_epoch(pipeline) == -1
     retry = commit(pipeline, epoch)
     assert retry.outcome is Outcome.COMMITTED and retry.skipped == SINKS
-    assert written(pipeline) == {n: [0] for n in SINKS} and committed_epoch(pipeline) == 0
+    assert written(pipeline) == {n: [0] for n in SINKS} and checkpointed_epoch(pipeline) == 0
 
 
 def test_two_attempts_at_once_write_each_sink_and_the_checkpoint_once(

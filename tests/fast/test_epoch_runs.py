@@ -1,7 +1,8 @@
 """Every run that touched an epoch, and which of its task tries did the work: the tries the
 epoch log names (in the phase's own row for a try that did the work, ``epochlog.with_try``;
 in a ``tried`` row for one that found it done, ``epochlog.log_try``), folded by
-``eos.core.status`` and rendered by the epochs view (``eos.airflow.epochs_html``) with links
+``eos.core.pipeline_status`` and rendered by the epochs view (``eos.airflow.epochs_html``) with
+links
 to each try's own log.
 
 The scenario is the one a default backfill beside the ``*/1`` schedule makes: a backfill run
@@ -23,8 +24,8 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import InjectedFault
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import EpochState, pipeline_status
 from eos.core.protocol import abort, begin_epoch, commit, precommit
-from eos.core.status import EpochState, pipeline_status
 
 from .harness import MemorySource, MemoryStager
 

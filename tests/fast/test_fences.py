@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from eos.core import checkpoints, epochlog, faults, maintenance, protocol, staging
+from eos.core import checkpoints, epochlog, faults, maintenance, staging
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
     ConfigError,
@@ -27,8 +27,17 @@ from eos.core.errors import (
 )
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
-from eos.core.plan import Plan
-from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
+from eos.core.plan import Plan, plan_of
+from eos.core.protocol import (
+    abort,
+    begin,
+    checkpointed_epoch,
+    commit,
+    committing,
+    precommit,
+    precommitting,
+    sealing,
+)
 from eos.core.rewind import rewind
 from eos.core.tables import ensure_tables, staging_schema
 
@@ -87,7 +96,7 @@ def test_an_abort_while_the_epoch_commits_is_refused(pipeline: PipelineConfig,
     assert staged_rows(pipeline, 0, plan.hash) is not None  # the state epoch 1 resumes from
     source.produce(0, 5)
     assert run_epoch(pipeline, source).epoch == 1
-    assert committed_epoch(pipeline) == 1
+    assert checkpointed_epoch(pipeline) == 1
 
 
 def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
@@ -97,18 +106,18 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
     refused, no sink is written, and the rerun computes N again."""
     plan = begin(pipeline, source=source)
     precommit(pipeline, 0, MemoryStager())
-    seal = protocol.seal
+    seal = sealing.seal
 
     def abort_first(*args: Any) -> bool:
         assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
         return seal(*args)
 
-    monkeypatch.setattr(protocol, "seal", abort_first)
+    monkeypatch.setattr(sealing, "seal", abort_first)
     with pytest.raises(ProtocolViolation, match=r"dropped .* run precommit again"):
         commit(pipeline, 0)
     monkeypatch.undo()
     assert [store(pipeline, n).marker for n in ("memory:a", "memory:b", "memory:c")] == [-1] * 3
-    assert committed_epoch(pipeline) == -1
+    assert checkpointed_epoch(pipeline) == -1
     assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     assert staged_rows(pipeline, 0, plan.hash) is not None
@@ -162,7 +171,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
     (the next epoch's state, the audit) kept the other attempt's."""
     plan = begin(pipeline, source=source)
     assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
-    seal, pending = protocol.seal, [True]
+    seal, pending = sealing.seal, [True]
 
     def misread(partition: int, offset: int) -> str:
         return "quarantine" if offset == 0 else record(partition, offset)
@@ -177,7 +186,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
                                       pipeline.app_id, plan.hash) is None
         return seal(*args)
 
-    monkeypatch.setattr(protocol, "seal", another_attempt_writes)
+    monkeypatch.setattr(sealing, "seal", another_attempt_writes)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     monkeypatch.undo()
     staged = staged_rows(pipeline, 0, plan.hash) or []
@@ -203,7 +212,7 @@ def test_a_zombie_that_computed_before_a_rewind_and_replay_is_not_staged(
 
     zombie = MemoryStager(during=rewind_and_replay)
     assert precommit(rewindable, 2, zombie).outcome is Outcome.SUPERSEDED
-    assert committed_epoch(fixed) == 1
+    assert checkpointed_epoch(fixed) == 1
     assert precommit(fixed, 2, MemoryStager()).outcome is Outcome.STAGED
 
 
@@ -222,7 +231,7 @@ def test_a_precommit_that_read_its_state_before_a_rewind_began_is_superseded(
 
     assert precommit(rewindable, 2, MemoryStager(during=rewind_crashes)).outcome \
         is Outcome.SUPERSEDED
-    assert committed_epoch(rewindable) == 1
+    assert checkpointed_epoch(rewindable) == 1
     with pytest.raises(RewindUnfinished):  # and a new attempt is refused until it finishes
         precommit(rewindable, 2, MemoryStager())
     assert rewind(rewindable, 0).outcome is Outcome.REWOUND
@@ -247,7 +256,7 @@ def test_a_rewind_waits_for_an_epoch_whose_commit_began(rewindable: PipelineConf
     assert abort(rewindable, 2, reason="operator") is Outcome.IN_COMMIT
     assert commit(rewindable, 2).outcome is Outcome.COMMITTED
     assert rewind(rewindable, 0).outcome is Outcome.REWOUND
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
 
 
 def test_a_commit_that_has_not_sealed_is_refused_while_a_rewind_is_unfinished(
@@ -263,7 +272,7 @@ def test_a_commit_that_has_not_sealed_is_refused_while_a_rewind_is_unfinished(
         commit(rewindable, 2)
     assert store(rewindable, "memory_rewind:a").marker == 1  # no sink received epoch 2
     assert rewind(rewindable, 0).outcome is Outcome.REWOUND
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
 
 
 def test_a_commit_finishing_during_a_rewind_never_prunes_the_rewound_state(
@@ -278,9 +287,9 @@ def test_a_commit_finishing_during_a_rewind_never_prunes_the_rewound_state(
     at_point(monkeypatch, "commit.after_checkpoint", lambda: rewind(rewindable, 0))
     result = commit(rewindable, 3)
     assert result.outcome is Outcome.COMMITTED and result.pruned_before is None
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
     replayed = run_epoch(rewindable, source)  # resumes from epoch 0's staged state
-    assert replayed.epoch == 1 and committed_epoch(rewindable) == 1
+    assert replayed.epoch == 1 and checkpointed_epoch(rewindable) == 1
 
 
 # -- the schema view at commit ------------------------------------------------------------------
@@ -320,7 +329,7 @@ def staged_and_half_committed(config: PipelineConfig, epoch: int, arm) -> list[d
     with pytest.raises(InjectedFault):
         commit(config, epoch)
     arm("")
-    rows = staged_rows(config, epoch, protocol.plan_of(tables_for(config), epoch).hash)
+    rows = staged_rows(config, epoch, plan_of(tables_for(config), epoch).hash)
     assert rows is not None and store(config, "memory:a").marker == epoch
     return rows
 
@@ -334,7 +343,7 @@ def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
     a sink, and the commit's retry promoted the new rows to the other sinks."""
     plan = begin(pipeline, source=source)
     first: list[list[dict[str, Any]]] = []
-    check, pending = protocol._check_no_rewind, [True]
+    check, pending = precommitting.check_no_rewind, [True]
 
     def meanwhile(tables: Any) -> None:  # between the zombie's staged check and its write
         if pending:
@@ -343,7 +352,7 @@ def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
             monkeypatch.setattr(harness, "record", drifted)
         check(tables)
 
-    monkeypatch.setattr(protocol, "_check_no_rewind", meanwhile)
+    monkeypatch.setattr(precommitting, "check_no_rewind", meanwhile)
     zombie = precommit(pipeline, 0, MemoryStager())
     monkeypatch.undo()
     assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
@@ -368,7 +377,7 @@ def test_a_precommit_paused_while_its_epoch_is_sealed_stages_nothing(
     assert zombie.outcome is Outcome.SEALED and zombie.staging_version is None
     assert staged_rows(pipeline, 0, plan.hash) == first[0]
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
-    assert committed_epoch(pipeline) == 0
+    assert checkpointed_epoch(pipeline) == 0
 
 
 def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: MemorySource,
@@ -379,7 +388,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
     sinks disagreed with staging."""
     plan = begin(pipeline, source=source)
     precommit(pipeline, 0, MemoryStager())
-    seal = protocol.seal
+    seal = sealing.seal
     replaced: list[bool] = []
 
     def replace_first(*args: Any) -> bool:
@@ -391,7 +400,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
                 assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
         return seal(*args)
 
-    monkeypatch.setattr(protocol, "seal", replace_first)
+    monkeypatch.setattr(sealing, "seal", replace_first)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
     monkeypatch.undo()
     staged = staged_rows(pipeline, 0, plan.hash)
@@ -408,7 +417,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
 def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfig:
     """A rewindable pipeline whose commit of every third epoch maintains its tables, deleting
     what it may at once (a vacuum retention of 0 hours: what 24 hours later looks like)."""
-    monkeypatch.setattr(protocol, "maintain", partial(maintenance.maintain, retention_hours=0))
+    monkeypatch.setattr(committing, "maintain", partial(maintenance.maintain, retention_hours=0))
     return make_pipeline(tmp_path, sinks=REWINDABLE_SINKS,
                          epoch={"max_records": 1000, "staging_retention": 2,
                                 "maintenance_every": 3})
@@ -417,7 +426,7 @@ def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfi
 def replays(config: PipelineConfig, source: MemorySource, to_epoch: int) -> None:
     """The pipeline goes on from ``to_epoch``: the next epoch resumes from its staged state."""
     assert run_epoch(config, source).epoch == to_epoch + 1
-    assert committed_epoch(config) == to_epoch + 1
+    assert checkpointed_epoch(config) == to_epoch + 1
 
 
 def test_maintenance_stands_aside_while_a_rewind_is_unfinished(
@@ -494,7 +503,7 @@ def test_a_rewind_whose_history_went_while_it_was_logged_is_abandoned(
     with pytest.raises(RewindRefused, match="abandoned"):
         rewind(maintained, 0)
     monkeypatch.undo()
-    assert committed_epoch(maintained) == 2
+    assert checkpointed_epoch(maintained) == 2
     assert all(store(maintained, n).marker == 2 for n in
                ("memory_rewind:a", "memory_rewind:b", "memory_rewind:c"))
     replays(maintained, source, 2)

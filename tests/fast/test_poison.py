@@ -61,7 +61,7 @@ def test_a_sealed_epoch_is_not_checked_again_it_can_only_go_forward(
     store(pipeline, "memory:a").refuse = "would have been refused before the seal"
     assert commit(pipeline, plan.epoch).outcome is Outcome.COMMITTED
     assert store(pipeline, "memory:a").checked == [0]
-    assert checkpoints.committed_epoch(tables_for(pipeline), pipeline.app_id) == 0
+    assert checkpoints.last_checkpointed(tables_for(pipeline), pipeline.app_id) == 0
 
 
 def test_json_values_write_the_doubles_json_has_no_number_for() -> None:

@@ -11,7 +11,7 @@ from eos.core.errors import ConfigError, ProtocolViolation
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.plan import Plan
-from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 
 from .harness import (
@@ -126,7 +126,7 @@ def test_a_zombie_discards_what_it_computed(pipeline: PipelineConfig,
     assert held and not [uri for uri in held if zombie.attempts[0] in uri]
     assert all(rival.attempts[0] in uri for uri in held)
     assert len(log_rows(pipeline, 0, epochlog.PRECOMMITTED)) == 1  # the rival's
-    assert committed_epoch(pipeline) == 0
+    assert checkpointed_epoch(pipeline) == 0
 
 
 def test_a_rewind_while_computing_is_refused(rewindable: PipelineConfig,
@@ -140,4 +140,4 @@ def test_a_rewind_while_computing_is_refused(rewindable: PipelineConfig,
     with pytest.raises(ProtocolViolation, match="the last checkpoint is now epoch -1"):
         precommit(rewindable, 1, stager)
     assert stager.staged == [1] and staged_rows(rewindable, 1, plan.hash) is None
-    assert committed_epoch(rewindable) == -1
+    assert checkpointed_epoch(rewindable) == -1

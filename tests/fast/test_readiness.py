@@ -12,8 +12,8 @@ import pytest
 
 from eos.core.config import PipelineConfig, ScheduleConfig
 from eos.core.errors import ConfigError
+from eos.core.pipeline_status import PartitionLag
 from eos.core.readiness import Decision, Fired, Observation, Reason, decide, observe
-from eos.core.status import PartitionLag
 
 from .harness import MemorySource, make_pipeline, run_epoch, same_pipeline
 

@@ -70,7 +70,7 @@ def test_the_begin_log_line_shows_no_value_from_the_environment(leaky: PipelineC
 def test_eos_status_and_the_epochs_view_show_no_value_from_the_environment(
         leaky: PipelineConfig) -> None:
     from eos.airflow.epochs_cache import recorded_status
-    from eos.core.status import pipeline_status, render
+    from eos.core.pipeline_status import pipeline_status, render
 
     status = pipeline_status(leaky, limit=5, with_lag=False)
     assert status.client["client.id"] == "${MY_SECRET}", status.client

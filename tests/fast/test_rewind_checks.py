@@ -14,7 +14,7 @@ from eos.core.errors import ConfigError, InjectedFault, RewindRefused, RewindUnf
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.plan import Plan
-from eos.core.protocol import begin, committed_epoch
+from eos.core.protocol import begin, checkpointed_epoch
 from eos.core.rewind import RewindResult, rewind
 from eos.core.sink import SupportsRewind, sinks_for
 
@@ -60,7 +60,7 @@ def test_an_epoch_that_is_not_committed_is_refused(rewindable: PipelineConfig,
     three_epochs(rewindable, source)
     with pytest.raises(RewindRefused, match=f"to epoch {to_epoch}: the committed epochs are 0..2"):
         rewind(rewindable, to_epoch)
-    assert nothing_written(rewindable, SINKS) and committed_epoch(rewindable) == 2
+    assert nothing_written(rewindable, SINKS) and checkpointed_epoch(rewindable) == 2
 
 
 def test_the_last_committed_epoch_is_nothing_to_rewind(rewindable: PipelineConfig,
@@ -81,7 +81,7 @@ def test_a_sink_without_the_rewind_capability_is_refused(tmp_path: Path,
             as refused:
         rewind(config, 0)
     assert "memory_rewind:a" not in str(refused.value)
-    assert nothing_written(config, ["memory_rewind:a"]) and committed_epoch(config) == 2
+    assert nothing_written(config, ["memory_rewind:a"]) and checkpointed_epoch(config) == 2
 
 
 def test_a_sink_that_cannot_withdraw_needs_consent_to_republish(tmp_path: Path,
@@ -114,7 +114,7 @@ def test_a_changed_config_is_refused_for_a_partial_rewind(rewindable: PipelineCo
         rewind(changed, 0)
     assert nothing_written(rewindable, SINKS)
     assert rewind(changed, -1).outcome is Outcome.REWOUND
-    assert committed_epoch(changed) == -1
+    assert checkpointed_epoch(changed) == -1
 
 
 def test_a_sink_that_cannot_go_back_refuses_before_anything_is_written(
@@ -134,7 +134,7 @@ def test_a_rewind_takes_every_table_back_and_the_replay_reads_the_logged_plans(
     plans = three_epochs(rewindable, source)
     first = {n: [store(rewindable, n).rows[e].to_pylist() for e in range(3)] for n in SINKS}
     done = rewind(rewindable, 0)
-    assert done.outcome is Outcome.REWOUND and committed_epoch(rewindable) == 0
+    assert done.outcome is Outcome.REWOUND and checkpointed_epoch(rewindable) == 0
     assert held(rewindable) == dict.fromkeys(SINKS, (0, [0]))
     assert [c.epoch for c in checkpoints.read_all(tables_for(rewindable))] == [0]
     # The replay: epoch 1's logged plan (not what the source holds now), resumed from epoch 0's
@@ -150,7 +150,7 @@ def test_a_full_rewind_replays_from_the_first_epoch(rewindable: PipelineConfig,
                                                     source: MemorySource) -> None:
     plans = three_epochs(rewindable, source)
     assert rewind(rewindable, -1).outcome is Outcome.REWOUND
-    assert committed_epoch(rewindable) == -1
+    assert checkpointed_epoch(rewindable) == -1
     assert held(rewindable) == dict.fromkeys(SINKS, (-1, []))
     assert begin(rewindable, "replay-0", source=source) == plans[0]
 
@@ -161,7 +161,7 @@ def test_an_unfinished_rewind_blocks_begin_until_it_is_run_again(
     arm("rewind.before_checkpoints:fail")  # sinks and staging restored, the checkpoint not
     with pytest.raises(InjectedFault):
         rewind(rewindable, 0)
-    assert committed_epoch(rewindable) == 2
+    assert checkpointed_epoch(rewindable) == 2
     assert held(rewindable) == dict.fromkeys(SINKS, (0, [0]))
     with pytest.raises(RewindUnfinished, match=r"a rewind to epoch 0 .* finish it"):
         begin(rewindable, source=source)
@@ -172,7 +172,7 @@ def test_an_unfinished_rewind_blocks_begin_until_it_is_run_again(
     assert resumed.outcome is Outcome.REWOUND and resumed.plan is not None
     assert resumed.plan.rewind_id in started["details"]  # the logged rewind, finished
     assert [store(rewindable, n).rewinds for n in SINKS] == [[resumed.plan.rewind_id]] * 3
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
     assert begin(rewindable, source=source).epoch == 1
 
 
@@ -215,5 +215,5 @@ def test_racing_rewinds_log_one_rewind_and_restore_once(
     ids = {r.plan.rewind_id for r in results if r.plan is not None}
     assert len(ids) == 1 and ids.pop() in started["details"]
     assert all(len(store(rewindable, n).rewinds) == 1 for n in SINKS)
-    assert committed_epoch(rewindable) == 0
+    assert checkpointed_epoch(rewindable) == 0
     assert held(rewindable) == dict.fromkeys(SINKS, (0, [0]))

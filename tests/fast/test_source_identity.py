@@ -18,11 +18,11 @@ from eos.core.identity import SourceIdentity
 from eos.core.layout import tables_for
 from eos.core.move import StartPosition, move_source
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import pipeline_status, render
 from eos.core.plan import PartitionRange, Plan
 from eos.core.protocol import begin, commit, precommit
 from eos.core.readiness import Reason, decide, observe
 from eos.core.rewind import rewind
-from eos.core.status import pipeline_status, render
 from eos.core.tables import ensure_tables
 
 from .harness import (

@@ -1,4 +1,5 @@
-"""The stall decision (``alerts.stall_after``, ``eos.core.status.check_stall``): the checkpoint's
+"""The stall decision (``alerts.stall_after``, ``eos.core.pipeline_status.check_stall``): the
+checkpoint's
 age and the lag behind it, read from the pipeline's real checkpoint table and its source's
 watermarks. The Airflow half (the deadline that asks, the callback that alerts) is in
 tests/test_alerts.py."""
@@ -13,7 +14,7 @@ import pytest
 
 from eos.core.config import PipelineConfig
 from eos.core.errors import ConfigError, KafkaUnavailable
-from eos.core.status import StallVerdict, check_stall, stall_verdict
+from eos.core.pipeline_status import StallVerdict, check_stall, stall_verdict
 
 from .harness import MemorySource, make_pipeline, run_epoch
 

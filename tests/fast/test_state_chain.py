@@ -1,4 +1,4 @@
-"""``eos.core.state``: the state of epoch N as a snapshot plus the changes since, as the
+"""``eos.core.window_state``: the state of epoch N as a snapshot plus the changes since, as the
 protocol keeps it: bases named by the watermark rows, the chain resolved from committed rows,
 the prune keeping every epoch back to the base, a rewind into the middle of a chain, and when
 a snapshot is due. No Spark: a stager that stages the fast tier's running total as changes."""
@@ -20,10 +20,11 @@ from eos.core.delta import read_table
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.plan import Plan
-from eos.core.protocol import committed_epoch
+from eos.core.protocol import checkpointed_epoch
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK, base_of
-from eos.core.state import (
+from eos.core.tables import OpenTables, ensure_tables, scan
+from eos.core.window_state import (
     EMPTY,
     SNAPSHOT_MIN_ROWS,
     Chain,
@@ -33,7 +34,6 @@ from eos.core.state import (
     open_rows,
     snapshot_due,
 )
-from eos.core.tables import OpenTables, ensure_tables, scan
 
 from .harness import (
     NEVER_ENDS,
@@ -146,7 +146,7 @@ def test_a_rewind_into_a_chain_replays_the_same_state(tmp_path: Path,
     assert want == counted_through(plans)
     for to_epoch in (4, 1):
         assert rewind(config, to_epoch, run_id=f"back-{to_epoch}").outcome is Outcome.REWOUND
-        assert committed_epoch(config) == to_epoch
+        assert checkpointed_epoch(config) == to_epoch
         assert staged(config)[to_epoch][1] == (3 if to_epoch == 4 else 0)
         for i in range(to_epoch + 1, 6):
             replayed = run_epoch(config, source, ChainStager(), run_id=f"replay-{to_epoch}-{i}")

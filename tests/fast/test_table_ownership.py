@@ -22,7 +22,7 @@ from eos.core.config import PipelineConfig
 from eos.core.delta import create_table, fenced_append, read_table, txn_version
 from eos.core.errors import InjectedFault, RewindRefused, TableOwned
 from eos.core.outcomes import Outcome
-from eos.core.protocol import begin, commit, committed_epoch, precommit
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
 
@@ -77,15 +77,15 @@ def test_a_rewind_never_removes_rows_another_pipeline_committed_to_a_shared_tabl
     epochs(a, source_a, 2)
     epochs(b, source_b, 2)
     before = rows(table)
-    assert committed_epoch(b) == 1 and len(before) == 4
+    assert checkpointed_epoch(b) == 1 and len(before) == 4
 
     with pytest.raises(RewindRefused, match=r"(?s)pipeline b .*committed to .*shared-windows"):
         rewind(a, 0)
     # Nothing moved: B's rows are there and its marker tells the truth; A is untouched too.
     assert rows(table) == before and log_rows(a, phase=epochlog.REWINDING) == []
-    assert txn_version(str(table), b.app_id) == 1 and committed_epoch(a) == 1
+    assert txn_version(str(table), b.app_id) == 1 and checkpointed_epoch(a) == 1
     epochs(b, source_b, 1)  # and B goes on
-    assert committed_epoch(b) == 2
+    assert checkpointed_epoch(b) == 2
 
 
 def test_a_rewind_of_a_table_another_pipeline_wrote_before_ownership_keeps_its_rows(
@@ -118,7 +118,7 @@ def test_a_rewind_to_after_the_other_writers_last_commit_keeps_its_rows(tmp_path
     epochs(a, source_a, 2)
 
     assert rewind(a, 1).outcome is Outcome.REWOUND
-    assert committed_epoch(a) == 1 and all(r in rows(table) for r in theirs)
+    assert checkpointed_epoch(a) == 1 and all(r in rows(table) for r in theirs)
     assert [e for e, _ in rows(table)] == [0, 0, 1]  # A's 0 and 1, B's 0
     with pytest.raises(RewindRefused, match="pipeline b"):
         rewind(a, 0)  # B's epoch 0 came after A's epoch 0
@@ -155,7 +155,7 @@ def test_a_writer_that_commits_after_the_rewind_was_planned_stops_the_restore(
     (abandoned,) = [r for r in log_rows(a, phase=epochlog.REWOUND)]
     assert "abandoned" in json.loads(abandoned["details"])
     epochs(a, source_a, 1)
-    assert committed_epoch(a) == 2
+    assert checkpointed_epoch(a) == 2
 
 
 # -- who may write ------------------------------------------------------------------------------
@@ -171,12 +171,12 @@ def test_a_second_pipeline_is_refused_before_its_first_commit(tmp_path: Path) ->
         begin(b, source=source_b)
     message = str(refused.value)
     assert str(table) in message and "pipeline a" in message and "shared: true" in message
-    assert apps(table) == {a.app_id} and committed_epoch(b) == -1 and writers(table) == ["a"]
+    assert apps(table) == {a.app_id} and checkpointed_epoch(b) == -1 and writers(table) == ["a"]
     # Declaring it shared alone is not enough: the owner did not.
     with pytest.raises(TableOwned, match="pipeline a"):
         begin(pipeline(tmp_path, "b", table, shared=True), source=source_b)
     epochs(a, source_a, 1)  # the owner goes on
-    assert committed_epoch(a) == 1
+    assert checkpointed_epoch(a) == 1
 
 
 def test_a_commit_is_refused_to_a_pipeline_the_table_does_not_list(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_a_table_declared_shared_by_both_pipelines_takes_both(tmp_path: Path) ->
     epochs(b, source_b, 2)
     epochs(a, source_a, 1)
     assert writers(table) == ["a", "b"]
-    assert (committed_epoch(a), committed_epoch(b)) == (1, 1)
+    assert (checkpointed_epoch(a), checkpointed_epoch(b)) == (1, 1)
     assert len(rows(table)) == 4 and apps(table) == {a.app_id, b.app_id}
     # A writer of a shared table that stops declaring it shared is refused: it is not alone.
     with pytest.raises(TableOwned, match="pipeline b"):
@@ -261,7 +261,7 @@ def test_an_emptied_record_hands_the_table_over(tmp_path: Path) -> None:
     DeltaTable(str(table)).alter.set_table_properties({"eos.writers": "[]"},
                                                       raise_if_not_exists=False)
     epochs(b, source_b, 1)
-    assert writers(table) == ["b"] and committed_epoch(b) == 0
+    assert writers(table) == ["b"] and checkpointed_epoch(b) == 0
 
 
 def test_a_malformed_record_is_refused_naming_the_property(tmp_path: Path) -> None:
@@ -289,4 +289,4 @@ def test_a_rewind_keeps_a_writer_that_joined_after_its_epoch(tmp_path: Path) -> 
     assert rewind(a, 0).outcome is Outcome.REWOUND
     assert writers(table) == ["a", "b"]
     assert commit(b, 0).outcome is Outcome.COMMITTED
-    assert committed_epoch(b) == 0 and [e for e, _ in rows(table)] == [0, 0]
+    assert checkpointed_epoch(b) == 0 and [e for e, _ in rows(table)] == [0, 0]

@@ -5,7 +5,8 @@ Each run of a pipeline's DAG gets a deadline ``stall_after`` after it was queued
 prunes its deadline); one that has not succeeded by then (failed, or still running: waiting behind
 an earlier run in ``begin``, or slow) makes the scheduler hand ``stall_alert`` to the
 triggerer (Airflow 3.1 runs only ``AsyncCallback`` deadline callbacks). ``stall_alert`` then
-looks at the pipeline itself (``eos.core.status.check_stall``: the checkpoint's age and the lag
+looks at the pipeline itself (``eos.core.pipeline_status.check_stall``: the checkpoint's age and
+the lag
 from the broker's watermarks): a missed deadline alone is no stall (a backfill queues many runs at
 once; a quiet topic has nothing to commit). Only a stall is reported: one structured log line
 (``eos alert: stall ...``, in the triggerer's log) and the configured notifier
@@ -52,7 +53,7 @@ async def stall_alert(config_path: str, context: dict[str, Any] | None = None) -
     callback's event). The notifier's failure fails the callback, after the log line."""
     from eos.airflow.storage import aexport_credentials
     from eos.core.config import load_config
-    from eos.core.status import check_stall
+    from eos.core.pipeline_status import check_stall
     from eos.core.storage import is_remote
 
     context = dict(context or {})

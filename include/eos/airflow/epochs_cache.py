@@ -23,7 +23,7 @@ from eos.core import verdicts as audits
 from eos.core.config import PipelineConfig
 from eos.core.errors import EosError
 from eos.core.layout import tables_for
-from eos.core.status import PartitionLag, PipelineStatus, partition_lags
+from eos.core.pipeline_status import PartitionLag, PipelineStatus, partition_lags
 from eos.core.storage import is_remote
 
 REFRESH_S = 15.0  # how often a watched pipeline's sinks and watermarks are read again
@@ -73,8 +73,9 @@ class SinkState:
 
 def read_broker(config: PipelineConfig) -> BrokerReading:
     """The slow part, for the background thread only: each sink's marker and the watermarks
-    (``eos.core.status.pipeline_status``, which reports a broker it cannot read, not raises)."""
-    from eos.core.status import pipeline_status
+    (``eos.core.pipeline_status.pipeline_status``, which reports a broker it cannot read, not
+    raises)."""
+    from eos.core.pipeline_status import pipeline_status
 
     try:
         status = pipeline_status(config, limit=0, with_lag=True)
@@ -153,12 +154,14 @@ def recorded_status(config: PipelineConfig, limit: int,
     """
     from eos.airflow.storage import export_credentials
     from eos.core.kafka import client_settings, redact
-    from eos.core.status import _epochs  # the status's own epoch folding (see the report)
+    from eos.core.pipeline_status.reading import (
+        _epochs,  # the status's own epoch folding (see the report)
+    )
 
     tables = tables_for(config)
     if is_remote(tables.root):
         export_credentials()  # the API server reads the tables with the tasks' connection
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
     try:
         settings = client_settings(config.kafka.client)

@@ -1,6 +1,7 @@
 """HTML for the epochs view: a pipeline's ``PipelineStatus`` as a page, and the index of pipelines.
 
-Rendering only: every figure comes from a ``PipelineStatus`` (``eos.core.status``, what ``eos
+Rendering only: every figure comes from a ``PipelineStatus`` (``eos.core.pipeline_status``, what
+``eos
 status`` prints; the view's comes from ``eos.airflow.epochs_cache``), nothing is computed from
 the tables here. Templates are Jinja2 with
 autoescaping on. Links into the Airflow UI are marked ``data-airflow``: the page is shown in a
@@ -19,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from eos.airflow.epochs_cache import SinkState
-from eos.core.status import EpochStatus, PipelineStatus
+from eos.core.pipeline_status import EpochStatus, PipelineStatus
 
 TEMPLATES = Path(__file__).parent / "templates"
 PHASES = ("begin", "precommit", "commit")

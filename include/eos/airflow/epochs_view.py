@@ -1,7 +1,8 @@
 """The Airflow UI's epochs view (Flink's Checkpoints tab, inside Airflow): a FastAPI app the
 Airflow 3.1 API server mounts from ``plugins/eos_epochs.py``, and the nav entry that shows it.
 
-Thin by design: every page and API answer is a ``PipelineStatus`` (``eos.core.status``, what
+Thin by design: every page and API answer is a ``PipelineStatus`` (``eos.core.pipeline_status``,
+what
 ``eos status`` prints; here from ``eos.airflow.epochs_cache``) rendered by
 ``eos.airflow.epochs_html``; the verify button starts ``eos verify`` through
 ``eos.airflow.verify_runs``. The app writes no table (an audit it starts records its verdict, as

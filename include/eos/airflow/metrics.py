@@ -57,7 +57,7 @@ def begin_metrics(config: PipelineConfig, plan: Any, duration_ms: float) -> None
     if not enabled():
         return
     from eos.core.kafka import client_settings, topic_watermarks
-    from eos.core.status import partition_lags
+    from eos.core.pipeline_status import partition_lags
 
     stats = _stats()
     stats.gauge(name(config, "planned_records"), plan.records)

@@ -9,7 +9,7 @@ The contract (``WindowType``), for the Spark side of ``precommit``:
   giving every window's merged state (an epoch that stages a snapshot). Which windows are
   emitted (end <= wm(N)) is decided after, in ``eos.compute.precommit``, the same way for every
   type.
-- ``reads`` and ``advance``, for an epoch that stages only its changes (``eos.core.state``):
+- ``reads`` and ``advance``, for an epoch that stages only its changes (``eos.core.window_state``):
   which of the open rows the epoch needs at wm(N), and from those and its partial windows,
   the windows it emits (merged, end <= wm(N)) and the change rows it stages (end > wm(N)).
 
@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from eos.core.config import WindowConfig
-from eos.core.state import END, START, WindowRead
+from eos.core.window_state import END, START, WindowRead
 
 
 def columns(F: Any, *names: str) -> list[Any]:

@@ -45,8 +45,8 @@ import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 
 from eos.core.staging import KIND_DIR, StagedFile
-from eos.core.state import END, START, read_state_file
 from eos.core.storage import filesystem
+from eos.core.window_state import END, START, read_state_file
 
 #: What an executor task returns for each file it wrote (``StagedFile`` without the kind range).
 FILES = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modified_ms", pa.int64()),
@@ -188,7 +188,8 @@ def read_state(files: list[tuple[str, str]], columns: list[str],
                                               Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function reading the open windows an epoch needs on the executors:
     each input row is the index of one of ``files`` (a chain file's URI and its epoch's
-    committed plan hash, ``eos.core.state``); its open-window rows of that plan hash that pass
+    committed plan hash, ``eos.core.window_state``); its open-window rows of that plan hash that
+    pass
     ``filters`` (alive, and what the window type reads) come out with ``columns``, in
     ``schema``."""
 

@@ -154,7 +154,7 @@ class Lifts(ABC):
     """The capability to state one event's partial state as a row-level expression: the state
     of a window holding that event alone. ``merge`` over lifted events equals ``partial`` over
     the events, so an epoch whose every aggregation lifts merges its events and the open
-    windows in one aggregation, one shuffle (``eos.compute.stage``), instead of aggregating its
+    windows in one aggregation, one shuffle (``eos.compute.precommit``), instead of aggregating its
     events first and merging the result (two shuffles)."""
 
     @abstractmethod

@@ -63,7 +63,7 @@ class Checkpoint:
         )
 
 
-def committed_epoch(tables: Tables, app_id: str) -> int:
+def last_checkpointed(tables: Tables, app_id: str) -> int:
     """The last committed epoch of the pipeline (-1 if none): the checkpoint ``txn`` version,
     as of the phase's snapshot of the table (``OpenTables``: opened once per phase)."""
     return txn_version(tables.checkpoints, app_id, handle(tables, tables.checkpoints))
@@ -72,7 +72,7 @@ def committed_epoch(tables: Tables, app_id: str) -> int:
 def append(tables: Tables, app_id: str, checkpoint: Checkpoint) -> FencedWrite:
     """Record epoch N as committed, exactly once even when two commit attempts race.
 
-    Fenced through the phase's snapshot of the table, the one ``committed_epoch`` answered
+    Fenced through the phase's snapshot of the table, the one ``last_checkpointed`` answered
     from: if another attempt checkpointed N since, this append is refused (see
     ``fenced_append``)."""
     data = pa.Table.from_pylist([checkpoint.to_row()], schema=CHECKPOINTS_SCHEMA)

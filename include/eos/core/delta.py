@@ -102,38 +102,54 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
     conflict and be checked again.
     """
     snapshot = snapshot if snapshot is not None else DeltaTable(path)
+    conflict: CommitFailedError | None = None
     for attempt in range(WRITE_ATTEMPTS):
         held = txn_version(path, app_id, snapshot)
         if held >= epoch:
             return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=attempt > 0)
-        if in_order and held != epoch - 1:
-            raise ProtocolViolation(
-                f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch "
-                f"{epoch} (epochs are committed in order, one at a time)"
-            )
+        _check_next(path, app_id, epoch, held, in_order)
         if check is not None:
             check(snapshot)
         if attempt == 0:
             faults.hit(fault_point)
-        try:
-            write_deltalake(snapshot, data, mode="append",
-                            schema_mode="merge" if merge_schema else None,
-                            commit_properties=commit_properties(app_id, epoch, op))
+        conflict = _append(path, snapshot, data, app_id, epoch, op, merge_schema)
+        if conflict is None:
             return FencedWrite(Outcome.COMMITTED, snapshot.version())
-        except CommitFailedError as error:
-            # The handle must not keep answering from before the race: the next check (a
-            # concurrent attempt's epoch, or not) reads the commits that beat ours.
-            snapshot.update_incremental()
-            conflict = error
-        except OSError as error:
-            raise SinkUnavailable(f"cannot write epoch {epoch} to Delta table {path}: "
-                                  f"{error}") from None
     if txn_version(path, app_id, snapshot) >= epoch:
         return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=True)
     raise CommitConflict(
         f"commit of epoch {epoch} to {path} conflicted with concurrent writes "
         f"{WRITE_ATTEMPTS} times and the epoch is still not there ({conflict}); retrying is safe"
     )
+
+
+def _check_next(path: str, app_id: str, epoch: int, held: int, in_order: bool) -> None:
+    """Epochs are appended in order: the table must hold ``epoch - 1`` (unless ``in_order`` is
+    False)."""
+    if in_order and held != epoch - 1:
+        raise ProtocolViolation(
+            f"Delta table {path} holds epoch {held} of {app_id}; it cannot receive epoch "
+            f"{epoch} (epochs are committed in order, one at a time)"
+        )
+
+
+def _append(path: str, snapshot: DeltaTable, data: pa.Table, app_id: str, epoch: int, op: str,
+            merge_schema: bool) -> CommitFailedError | None:
+    """One append of ``data`` with ``txn(app_id, epoch)`` through ``snapshot``: None when it
+    landed (``snapshot`` is then at the version written), else the conflict that refused it."""
+    try:
+        write_deltalake(snapshot, data, mode="append",
+                        schema_mode="merge" if merge_schema else None,
+                        commit_properties=commit_properties(app_id, epoch, op))
+        return None
+    except CommitFailedError as error:
+        # The handle must not keep answering from before the race: the next check (a
+        # concurrent attempt's epoch, or not) reads the commits that beat ours.
+        snapshot.update_incremental()
+        return error
+    except OSError as error:
+        raise SinkUnavailable(f"cannot write epoch {epoch} to Delta table {path}: "
+                              f"{error}") from None
 
 
 def create_table(path: str, schema: pa.Schema, partition_by: list[str] | None = None,

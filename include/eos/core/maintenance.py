@@ -27,7 +27,7 @@ DEFAULT_LOG_RETENTION_MS = 86_400_000  # epoch.log_retention's default
 def prune_staging(tables: Tables, app_id: str, committed: int, retention: int,
                   rewinds: int, state_base: int | None = None) -> int | None:
     """Drop staged epochs older than the retention; the last committed one and every epoch
-    back to the base of its state (``state_base``, ``eos.core.state``) always stay: they are
+    back to the base of its state (``state_base``, ``eos.core.window_state``) always stay: they are
     the state the next epoch resumes from. Returns the first epoch kept, None if nothing went.
 
     Fenced like every staging write (``eos.core.staging.Fence``): if another fenced step

@@ -115,7 +115,7 @@ def move_source(config: PipelineConfig, position: StartPosition, *,
     from ``position``: log the plan of the epoch after the last checkpoint from there (see the
     module's docstring). ``MoveRefused`` when it cannot, nothing written."""
     with timed() as took, ensure_tables(config) as tables:
-        committed = checkpoints.committed_epoch(tables, config.app_id)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
         last = checkpoints.last(tables, committed)
         logged = epochlog.plan_rows(tables, committed + 1, None)
         check_none_unfinished(logged)

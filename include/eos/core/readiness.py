@@ -26,8 +26,8 @@ from eos.core import checkpoints
 from eos.core.config import PipelineConfig, ScheduleConfig
 from eos.core.errors import DataLoss
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import PartitionLag, partition_lags
 from eos.core.plan import KafkaSource, Source
-from eos.core.status import PartitionLag, partition_lags
 
 REFIRE_MS = 300_000  # a request not answered by a commit within this long is made again
 
@@ -126,7 +126,7 @@ def observe(config: PipelineConfig, *, source: Source | None = None,
     ``with_oldest``, the timestamp of the first record after the checkpoint per lagging
     partition. Creates no table; before the first epoch the checkpoint is empty."""
     tables = tables_for(config)
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
     if last is not None and last.source is not None and last.source.topic != config.kafka.topic:

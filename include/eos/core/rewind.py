@@ -4,11 +4,10 @@ epochs N+1.. from their logged plans with the current code and config.
 Flink users restart from a savepoint; Spark users delete the checkpoint and reprocess. Here
 every epoch's plan is logged and every table is versioned, so every committed epoch is a
 savepoint: ``rewind(N)`` restores each Delta sink, staging and the checkpoint table to the
-version at which N was committed (``eos.core.timetravel``: Delta ``RESTORE`` with the marker set
-back to
-N in the same commit). The epoch log is not rewound: it keeps every plan, so the next ``begin``
-finds N+1's logged plan and the replay reads exactly the ranges it read the first time (or
-fails loudly, ``DataLoss``, if Kafka no longer holds them).
+version at which N was committed (``eos.core.timetravel``: Delta ``RESTORE`` with the marker
+set back to N in the same commit). The epoch log is not rewound: it keeps every plan, so the
+next ``begin`` finds N+1's logged plan and the replay reads exactly the ranges it read the first
+time (or fails loudly, ``DataLoss``, if Kafka no longer holds them).
 
 The steps, each idempotent; a crash anywhere is repaired by running the same rewind again:
 
@@ -164,7 +163,7 @@ def plan_rewind(config: PipelineConfig, tables: OpenTables, to_epoch: int,
                 republish: bool) -> RewindPlan | None:
     """Check a rewind to ``to_epoch`` and find every table's version of it; None if there is
     nothing to rewind. Raises ``RewindRefused`` with the reason and what would work."""
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     if not NO_EPOCH <= to_epoch <= committed:
         raise RewindRefused(
             f"cannot rewind '{config.name}' to epoch {to_epoch}: the committed epochs are "
@@ -290,7 +289,7 @@ def _fence(config: PipelineConfig, tables: OpenTables, plan: RewindPlan) -> None
     compared with an older checkpoint than its own."""
     for _ in range(FENCE_ATTEMPTS):
         tables.refresh(tables.checkpoints)
-        committed = checkpoints.committed_epoch(tables, config.app_id)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
         snapshot = tables.refreshed(tables.staging)
         fence = Fence.of(snapshot, config.app_id)
         if fence.rewinds > plan.seq:

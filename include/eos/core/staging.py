@@ -2,7 +2,7 @@
 
 Epoch N is pre-committed when staging holds, in **one** Delta commit, every row of N for N's
 plan hash: output windows, open windows (``state``), late and quarantined records, the offsets,
-and last the ``watermark`` row. A compute (``Stager``: Spark in ``eos.compute.stage``, or any
+and last the ``watermark`` row. A compute (``Stager``: Spark in ``eos.compute.precommit``, or any
 other implementation) writes N's rows as Parquet files under a directory of its own
 (``epoch=N/attempt-<uuid>/``); ``commit`` makes exactly those files partition ``epoch=N`` in
 one transaction, dropping any earlier attempt's. Files no commit names are invisible to every
@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from eos.core.tables import OpenTables
 
 WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
-STATE, CHANGE = "state", "change"  # open windows: a snapshot, or changes (``eos.core.state``)
+# Open windows: a snapshot, or changes (``eos.core.window_state``).
+STATE, CHANGE = "state", "change"
 BASE = "state_base"  # the watermark row's column naming the base of the epoch's state
 
 
@@ -65,7 +66,7 @@ class StagedFile:
     kind_min: str
     kind_max: str
     # The window bounds' ranges in a file of open windows (None elsewhere): what lets an epoch
-    # read only the files that may hold a window it closes (``eos.core.state``).
+    # read only the files that may hold a window it closes (``eos.core.window_state``).
     start_min: int | None = None
     start_max: int | None = None
     end_min: int | None = None
@@ -337,7 +338,7 @@ def _own_schema(staging: DeltaTable) -> pa.Schema:
 
 def epoch_files(staging: DeltaTable, epoch: int) -> frozenset[str]:
     """The files staging holds for epoch N and the epochs back to the base of its state
-    (``eos.core.state``): the identity of the state N + 1 computes from."""
+    (``eos.core.window_state``): the identity of the state N + 1 computes from."""
     if epoch < 0:
         return frozenset()
     base = state_base(staging, epoch)

@@ -3,8 +3,8 @@
 A pipeline's ``tables.root`` (and a Delta sink's table) is a local path or an absolute URI of an
 object store that both of the libraries that touch table files support: delta-rs (every commit,
 read, time travel, vacuum) and pyarrow (the staging files the executors and the driver write
-and read, ``eos.compute.writers``). Anything else is refused when the config loads: a root
-``s3:/bucket`` used to become the local directory ``data/s3:/bucket`` without a word.
+and read, ``eos.compute.writers``). Anything else is refused when the config loads, so a root
+``s3:/bucket`` never becomes the local directory ``data/s3:/bucket`` without a word.
 
 Endpoint and credentials come from the standard variables both libraries read themselves
 (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,

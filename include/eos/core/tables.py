@@ -59,7 +59,8 @@ STAGING_PROTOCOL = pa.schema(
         ("raw_value", pa.binary()),
         ("reason", pa.string()),
         # The watermark row: the epoch whose snapshot N's open windows build on (N itself when
-        # N staged a snapshot; ``eos.core.state``). Added later: older tables gain it on open.
+        # N staged a snapshot; ``eos.core.window_state``). Added later: older tables gain it on
+        # open.
         ("state_base", pa.int64()),
     ]
 )

@@ -69,7 +69,7 @@ def verify(config: PipelineConfig) -> AuditReport:
 def audit(config: PipelineConfig) -> AuditReport:
     """Recompute every committed epoch from Kafka and compare every sink and the checkpoints."""
     tables = tables_for(config)
-    committed = checkpoints.committed_epoch(tables, config.app_id)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
     report = AuditReport(config.name, committed)
     if committed == NO_EPOCH:
         report.problems.append(Problem(ProblemKind.NOTHING, config.name, "yet"))

@@ -31,7 +31,7 @@ from eos.core.errors import EXIT_TRANSIENT, ProtocolViolation
 from eos.core.kafka import client_settings, is_embedded_broker
 from eos.core.layout import tables_for
 from eos.core.plan import plan_of
-from eos.core.protocol import abort, begin, check_sinks, commit, committed_epoch, precommit
+from eos.core.protocol import abort, begin, check_sinks, checkpointed_epoch, commit, precommit
 from eos.tools.audit import audit
 from eos.tools.audit_checks import check_offsets
 from eos.tools.audit_report import Problem, ProblemKind
@@ -159,9 +159,9 @@ def _poisoned(config: PipelineConfig, chunk: list[GeneratedRecord]) -> list[Gene
 
 def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
     problems = []
-    if committed_epoch(config) != epoch:
+    if checkpointed_epoch(config) != epoch:
         problems.append(Problem(ProblemKind.CHECKPOINT, f"after epoch {epoch}",
-                                f"checkpoint at {committed_epoch(config)}"))
+                                f"checkpoint at {checkpointed_epoch(config)}"))
     for name, held in check_sinks(config, epoch).items():
         if held != epoch:
             problems.append(Problem(ProblemKind.COMMITS, name, f"at {held} after epoch {epoch}"))
@@ -212,7 +212,7 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
         send(chunk, len(chunk), config.kafka.topic, settings, progress=False)
         report.records += len(chunk)
         run_id = f"chaos-{seed}-{i}"
-        epoch = committed_epoch(config) + 1
+        epoch = checkpointed_epoch(config) + 1
         # The phases are called one by one, not through the epoch loop (eos.compute.epochs):
         # a fault goes between them, its attempt first (an ``eos`` process), then the attempt
         # that recovers, in this process.

@@ -34,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from eos.core.status import pipeline_status, render
+    from eos.core.pipeline_status import pipeline_status, render
 
     print(render(pipeline_status(_config(args), limit=args.limit)))
     return 0

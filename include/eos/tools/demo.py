@@ -123,8 +123,8 @@ def _airflow_runner(config: PipelineConfig):
 
 def summary(config: PipelineConfig) -> str:
     """The status, then what each sink holds, read back the way its consumers read it."""
+    from eos.core.pipeline_status import pipeline_status, render
     from eos.core.sink import SupportsReadBack, sinks_for
-    from eos.core.status import pipeline_status, render
 
     lines = [render(pipeline_status(config)), ""]
     for sink in sinks_for(config):

@@ -25,8 +25,8 @@ from eos.core.errors import ConfigError
 from eos.core.phaselog import timed
 from eos.core.plan import Plan
 from eos.core.schema import EVENT_MS, KAFKA_TS, OFFSET, PARTITION, RAW_KEY, RAW_VALUE, REASON
-from eos.core.state import EVERY_ROW
 from eos.core.tables import group_column
+from eos.core.window_state import EVERY_ROW
 
 
 @dataclass(frozen=True)

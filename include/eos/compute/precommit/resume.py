@@ -1,5 +1,5 @@
 """Where epoch N resumes from: epoch N-1's committed watermark and the chain of files holding
-its open windows (``eos.core.state``), read only as far as epoch N needs them.
+its open windows (``eos.core.window_state``), read only as far as epoch N needs them.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from eos.core.delta import scan
 from eos.core.errors import ProtocolViolation
 from eos.core.layout import Tables
 from eos.core.staging import WATERMARK, base_of, rows_staged
-from eos.core.state import EMPTY, Chain, WindowRead, chain_of, read_state_file, snapshot_due
 from eos.core.tables import group_column, handle, staging_schema
+from eos.core.window_state import EMPTY, Chain, WindowRead, chain_of, read_state_file, snapshot_due
 
 
 @dataclass(frozen=True)
 class ResumePoint:
     """What epoch N resumes from: where epoch N-1's open windows are (its chain: a snapshot
-    and the changes since, ``eos.core.state``), its watermark, and whether N stages a
+    and the changes since, ``eos.core.window_state``), its watermark, and whether N stages a
     snapshot or changes.
 
     The windows themselves are not read here: ``state_frame`` reads only the files the epoch

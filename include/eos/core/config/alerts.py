@@ -13,7 +13,7 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 class AlertsConfig(Strict):
-    """When a stalled pipeline raises an alert (``eos.core.status.check_stall``, the DAG's
+    """When a stalled pipeline raises an alert (``eos.core.pipeline_status.check_stall``, the DAG's
     deadline in ``eos.airflow.alerts``). ``stall_after``: how long the checkpoint may stay put
     while records wait (unset: no alert). ``notifier``: the dotted path of what is told besides
     the log: an Airflow notifier class (``BaseNotifier``, built with ``notifier_kwargs``) or a

@@ -18,7 +18,7 @@ class EpochConfig(Strict):
     staging_retention: int = Field(default=3, ge=1)
     maintenance_every: int = Field(default=100, ge=0)
     # An epoch stages only the open windows it changed; every this many epochs (or once the
-    # changes outnumber the last snapshot's rows) it stages them all (``eos.core.state``).
+    # changes outnumber the last snapshot's rows) it stages them all (``eos.core.window_state``).
     # 1: every epoch a snapshot (no incremental state).
     state_snapshot_every: int = Field(default=20, ge=1)
     # How long the epoch log's, staging's and the checkpoint table's Delta log history is kept

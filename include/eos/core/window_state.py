@@ -1,8 +1,8 @@
 """Epoch N's open windows as staged: a snapshot, plus the changes of the epochs since.
 
-Every epoch used to stage all its open windows (kind ``state``) and the next read them all
-back: ~4-6 µs per open window per epoch, whatever the epoch's input. Now an epoch stages one
-of two things (Flink's incremental checkpoints, Spark's changelog state store):
+Staging all its open windows (kind ``state``) every epoch, for the next to read them all back,
+would cost per open window per epoch, whatever the epoch's input. So an epoch stages one of two
+things (Flink's incremental checkpoints, Spark's changelog state store):
 
 - a **snapshot** (kind ``state``): every open window of N, merged; N is its own *base*;
 - **changes** (kind ``change``): only the partial windows N's records made (and, for

@@ -1,0 +1,214 @@
+"""Reading a pipeline's status from its tables, its sinks and its topic. Reads only: no table is
+created, no sink is prepared or fenced, so looking at a pipeline never disturbs a commit in
+flight."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from eos.core import checkpoints, epochlog
+from eos.core import verdicts as audits
+from eos.core.config import PipelineConfig
+from eos.core.errors import EosError
+from eos.core.layout import Tables, tables_for
+from eos.core.pipeline_status.model import (
+    DEFAULT_LIMIT,
+    EpochRun,
+    EpochState,
+    EpochStatus,
+    PartitionLag,
+    PipelineStatus,
+    TaskTry,
+)
+from eos.core.plan import Plan, first_offset
+
+
+def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
+                    with_lag: bool = True) -> PipelineStatus:
+    """The pipeline's last ``limit`` epochs, its sinks, its lag and its last audit.
+
+    Reads the epoch log and the checkpoints of those epochs only (filtered by epoch), each
+    sink's marker without fencing, and the topic's high watermarks (``with_lag``). A sink or
+    broker that cannot be read is reported in the status, not raised: the page must show
+    what it can.
+    """
+    from eos.core.kafka import client_settings, redact
+
+    tables = tables_for(config)
+    committed = checkpoints.last_checkpointed(tables, config.app_id)
+    epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
+    sinks, sinks_error = _sinks(config, committed)
+    try:
+        settings, lag_error = client_settings(config.kafka.client), None
+    except EosError as error:  # no broker configured: show what the config says
+        settings, lag_error = dict(config.kafka.client), str(error)
+    partitions: list[PartitionLag] = []
+    if with_lag and lag_error is None:
+        partitions, lag_error = _lag(config, settings, tables, committed)
+    return PipelineStatus(
+        name=config.name, topic=config.kafka.topic, dag_id=config.dag_id,
+        tables_root=str(tables.root), committed_epoch=committed, epochs=epochs,
+        epochs_logged=None if last_logged is None else last_logged + 1,
+        sinks=sinks, sinks_error=sinks_error, partitions=partitions, lag_error=lag_error,
+        last_audit=audits.latest(tables), client=redact(settings),
+    )
+
+
+def _epochs(tables: Tables, committed: int, limit: int) -> tuple[list[EpochStatus], int | None]:
+    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log.
+
+    ``begin`` only ever plans the epoch after the checkpoint, so the log's last epoch is the
+    checkpoint's or the next one: reading from ``committed + 1 - limit`` covers the last
+    ``limit`` epochs either way (the oldest read is dropped when ``committed + 1`` is logged;
+    epochs beyond, should any exist, are read too).
+    """
+    since = max(0, committed + 1 - limit)
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    for row in epochlog.rows(tables, since=since):
+        by_epoch.setdefault(row["epoch"], []).append(row)
+    shown = sorted(by_epoch)[-limit:]
+    done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])} if shown else {}
+    epochs = [_epoch(epoch, by_epoch[epoch], epoch <= committed, done.get(epoch))
+              for epoch in shown]
+    return epochs, (shown[-1] if shown else (committed if committed >= 0 else None))
+
+
+def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
+           checkpoint: checkpoints.Checkpoint | None) -> EpochStatus:
+    """Fold one epoch's log rows (in logged order) into its status."""
+    runs = _runs(rows)
+    rows = [r for r in rows if r["phase"] != epochlog.TRIED] or rows
+    planned = next((r for r in rows if r["phase"] == epochlog.PLANNED), None)
+    plan = Plan.from_json(planned["plan"]) if planned else None
+    staged = _last(rows, epochlog.PRECOMMITTED)
+    done = _last(rows, epochlog.COMMITTED)
+    staged_details = _details(staged)
+    done_details = _details(done)
+    if committed:
+        state = EpochState.COMMITTED
+    elif (replay := _since_rewound(rows)) is not None:
+        # Logged as committed (or as where a rewind's replay starts) but not in the checkpoint
+        # table: a rewind took it back. What the replay did with it since, if anything:
+        phases = {r["phase"] for r in replay}
+        state = (EpochState.PRECOMMITTED if epochlog.PRECOMMITTED in phases
+                 else EpochState.PLANNED if epochlog.PLANNED in phases else EpochState.REWOUND)
+    elif rows[-1]["phase"] == epochlog.ABORTED:
+        state = EpochState.ABORTED
+    else:
+        state = EpochState.PRECOMMITTED if staged else EpochState.PLANNED
+    return EpochStatus(
+        epoch=epoch, state=state, plan_hash=plan.hash if plan else None,
+        run_id=next((r["run_id"] for r in rows if r["phase"] == epochlog.PLANNED and r["run_id"]),
+                    None),
+        records=plan.records if plan else 0, ranges=plan.ranges if plan else (),
+        counts=staged_details.get("rows", {}),
+        watermark_ms=(checkpoint.watermark_ms if checkpoint
+                      else staged_details.get("watermark_ms")),
+        durations_ms={"begin": planned["duration_ms"] if planned else None,
+                      "precommit": staged["duration_ms"] if staged else None,
+                      "commit": done["duration_ms"] if done else None},
+        staging_version=staged_details.get("staging_version"),
+        sink_versions={name: s.get("version") for name, s in
+                       (checkpoint.sinks if checkpoint else done_details.get("sinks", {})).items()},
+        checkpoint_version=done_details.get("checkpoint_version"),
+        planned_at=planned["at"] if planned else None,
+        committed_at=checkpoint.committed_at if checkpoint else None,
+        aborts=sum(1 for r in rows if r["phase"] == epochlog.ABORTED),
+        runs=runs, moved=epochlog.move_of(planned) if planned else None,
+    )
+
+
+def _runs(rows: list[dict[str, Any]]) -> tuple[EpochRun, ...]:
+    """Every run named by the epoch's rows (its plan's, the runs bound to it, the tries),
+    in the order they first appear, with their tries."""
+    order: list[str] = []
+    roles: dict[str, str] = {}
+    tries: dict[str, list[TaskTry]] = {}
+    planner_seen = False  # the first plan row is the planner's (``eos run``'s has no run id)
+    for row in rows:
+        run_id = row["run_id"]
+        first_plan = row["phase"] == epochlog.PLANNED and not planner_seen
+        planner_seen = planner_seen or row["phase"] == epochlog.PLANNED
+        if not run_id:
+            continue
+        if run_id not in order:
+            order.append(run_id)
+        if row["phase"] == epochlog.PLANNED and run_id not in roles:
+            roles[run_id] = "planned" if first_plan else "adopted"
+        done = epochlog.try_facts(row)  # a tried row, or the try a phase's row carries
+        if done is not None:
+            tries.setdefault(run_id, []).append(TaskTry(
+                task=done.get("task", "?"), try_number=done.get("try"),
+                outcome=done.get("outcome", "?"), wrote=bool(done.get("wrote")), at=row["at"],
+                row=None if row["phase"] == epochlog.TRIED else row["phase"]))
+    return tuple(EpochRun(run_id, roles.get(run_id), tuple(tries.get(run_id, ())))
+                 for run_id in order)
+
+
+def _since_rewound(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """For an epoch not committed now: its rows after the last sign that a rewind took it back
+    (a ``committed`` or rewind row), or None if there is none (it was never committed)."""
+    marks = [i for i, r in enumerate(rows)
+             if r["phase"] in (epochlog.COMMITTED, epochlog.REWINDING, epochlog.REWOUND)]
+    return rows[marks[-1] + 1:] if marks else None
+
+
+def _last(rows: list[dict[str, Any]], phase: str) -> dict[str, Any] | None:
+    return next((r for r in reversed(rows) if r["phase"] == phase), None)
+
+
+def _details(row: dict[str, Any] | None) -> dict[str, Any]:
+    return json.loads(row["details"]) if row and row["details"] else {}
+
+
+def _sinks(config: PipelineConfig, committed: int) -> tuple[dict[str, int], str | None]:
+    from eos.core.protocol import check_sinks
+
+    try:
+        return check_sinks(config, committed, read_only=True), None
+    except EosError as error:
+        return {}, str(error)
+
+
+def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, committed: int
+         ) -> tuple[list[PartitionLag], str | None]:
+    from eos.core.kafka import topic_watermarks
+
+    last = checkpoints.last(tables, committed)
+    offsets = last.until if last else {}
+    problem: str | None = None
+    if last is not None and last.source is not None and last.source.topic != config.kafka.topic:
+        # Offsets of another topic say nothing of this one's lag (``eos move-source``).
+        return [], (f"the committed offsets are of {last.source.describe()}, the config reads "
+                    f"topic '{config.kafka.topic}': move the pipeline (eos move-source)")
+    try:
+        marks = topic_watermarks(settings, config.kafka.topic)
+    except EosError as error:
+        marks, problem = {}, str(error)
+    return partition_lags(config, offsets, marks), problem
+
+
+def partition_lags(config: PipelineConfig, offsets: dict[int, int],
+                   marks: dict[int, tuple[int, int]]) -> list[PartitionLag]:
+    """Each partition's lag from the checkpoint's ``offsets`` and the topic's watermarks
+    (``marks``: partition -> (low, high)), for ``eos status`` and the epochs view."""
+    return [_partition_lag(config, offsets, p, marks.get(p))
+            for p in sorted(set(offsets) | set(marks))]
+
+
+def _partition_lag(config: PipelineConfig, offsets: dict[int, int], partition: int,
+                   marks: tuple[int, int] | None) -> PartitionLag:
+    """Where the next epoch starts reading ``partition`` and how far behind that is. A partition
+    no checkpoint knows yet (before the first epoch, or added later) starts where the plan
+    would start it (``first_offset``: the log start, or with ``kafka.start: latest`` the high
+    watermark for a brand-new pipeline), so its lag is the backlog the next epochs will read,
+    not unknown."""
+    low, high = marks if marks is not None else (None, None)
+    start = offsets.get(partition)
+    if start is None and low is not None and high is not None:
+        start = first_offset(config, offsets, low, high)
+    lag = high - start if start is not None and high is not None else None
+    return PartitionLag(partition, start, high, lag, low)
+
+

@@ -1,0 +1,125 @@
+"""``commit``: promote a pre-committed epoch into every sink exactly once, then checkpoint it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from eos.core import checkpoints, epochlog, faults
+from eos.core.checkpoints import Checkpoint
+from eos.core.config import PipelineConfig
+from eos.core.errors import ProtocolViolation
+from eos.core.maintenance import maintain, prune_staging
+from eos.core.outcomes import Outcome
+from eos.core.outputs import epoch_outputs
+from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
+from eos.core.plan import Plan, plan_of
+from eos.core.protocol.results import CommitResult, sink_summary
+from eos.core.protocol.sealing import seal_epoch, sealed_already
+from eos.core.sink import sinks_for
+from eos.core.staging import base_of, staged_epoch, watermark_row
+from eos.core.tables import OpenTables, ensure_tables
+
+
+def commit(config: PipelineConfig, epoch: int, *,
+           attempt: epochlog.Attempt | None = None) -> CommitResult:
+    """Promote pre-committed epoch N into every sink exactly once, then checkpoint it. The
+    committed row names ``attempt`` (a scheduler's task try) as the one that committed N.
+
+    Like Flink's ``notifyCheckpointComplete``, this must eventually succeed once N is staged:
+    it is retried until it does, and every retry is safe. Scenarios:
+    - N's checkpoint exists: nothing, ``ALREADY_COMMITTED`` (a retry after a crash after the
+      checkpoint, a cleared committed run, the loser of a race);
+    - the last checkpoint is not N-1: ``ProtocolViolation`` (epochs commit in order);
+    - N is not staged for this plan: ``ProtocolViolation`` (run precommit first);
+    - some sinks hold N already (a crash between sinks, or before the checkpoint): they skip,
+      the others write, then the checkpoint is appended;
+    - two attempts at once: each sink write and the checkpoint append are fenced; exactly one
+      attempt writes each, the other finds it committed (``raced``). The attempt that loses
+      the checkpoint race reports ``ALREADY_COMMITTED`` and leaves the bookkeeping to the
+      winner.
+    """
+    with timed() as took, ensure_tables(config) as tables:
+        plan = plan_of(tables, epoch)
+        result = CommitResult(epoch, plan.hash, Outcome.COMMITTED)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
+        if committed >= epoch:
+            result.outcome = Outcome.ALREADY_COMMITTED
+        elif committed != epoch - 1:
+            raise ProtocolViolation(
+                f"cannot commit epoch {epoch}: the last checkpoint is epoch {committed}; "
+                "epochs commit in order"
+            )
+        else:
+            _commit_sinks_and_checkpoint(config, tables, plan, result, took, attempt)
+    result.duration_ms = took["ms"]
+    log_epoch_phase(
+        "commit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
+        ranges=plan.describe_ranges(","), records=plan.records, rows=result.rows,
+        delta_versions={**result.delta_versions, "checkpoints": result.checkpoint_version},
+        duration_ms=result.duration_ms, sinks={s.sink: sink_summary(s) for s in result.sinks},
+        checkpoint_version=result.checkpoint_version, pruned_staging_before=result.pruned_before,
+        maintenance=result.maintenance,
+    )
+    return result
+
+
+def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, plan: Plan,
+                                 result: CommitResult, took: dict[str, float],
+                                 attempt: epochlog.Attempt | None) -> None:
+    epoch = plan.epoch
+    # Open windows stay in staging: the commit promotes outputs, never reads the state.
+    staged = staged_epoch(tables, epoch, plan.hash, state=False)
+    if staged is None:
+        raise ProtocolViolation(
+            f"epoch {epoch} is not pre-committed for plan {plan.hash}; run precommit first"
+        )
+    previous = checkpoints.last(tables, epoch - 1)
+    checkpoints.check_schema_view(previous, config)  # N is checkpointed with this config's view
+    watermark = previous.watermark_ms if previous else None
+    outputs = epoch_outputs(config, staged, epoch, watermark)
+    sinks = sinks_for(config)
+    # Every deterministic failure is found here, before the seal, while N can be aborted:
+    # once sealed, N's commit must eventually succeed (DESIGN §9.1). A retry of a sealed N
+    # checks nothing: it can only go forward.
+    if not sealed_already(config, tables, epoch):
+        for sink in sinks:
+            sink.check(epoch, outputs[sink.output])
+    rewinds, sealed = seal_epoch(config, tables, plan, staged)
+    if sealed is not staged:  # read again after a lost seal: promote what was sealed
+        staged, outputs = sealed, epoch_outputs(config, sealed, epoch, watermark)
+    result.rows = {output: rows.num_rows for output, rows in outputs.items()}
+    for i, sink in enumerate(sinks):
+        done = sink.commit(epoch, outputs[sink.output], plan.hash)
+        result.sinks.append(done)
+        if sink.versions_tables and done.outcome is Outcome.COMMITTED:
+            result.delta_versions[sink.name] = done.version
+        if i < len(sinks) - 1:
+            faults.hit("commit.between_sinks")
+    faults.hit("commit.before_checkpoint")
+    checkpoint = Checkpoint(
+        epoch=epoch, plan_hash=plan.hash, until={r.partition: r.until for r in plan.ranges},
+        watermark_ms=_staged_watermark(staged), rows=result.rows,
+        sinks={s.sink: sink_summary(s) for s in result.sinks}, config=config.schema_view(),
+        source=plan.source,
+    )
+    written = checkpoints.append(tables, config.app_id, checkpoint)
+    faults.hit("commit.after_checkpoint")
+    if written.outcome is Outcome.ALREADY_COMMITTED:
+        result.outcome = Outcome.ALREADY_COMMITTED  # a concurrent attempt checkpointed N first
+        return
+    result.checkpoint_version = written.version
+    epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
+                    run_id=attempt.run_id if attempt else None, duration_ms=elapsed_ms(took),
+                    details=epochlog.with_try(result.summary(), attempt, result.outcome))
+    result.pruned_before = prune_staging(tables, config.app_id, epoch,
+                                         config.epoch.staging_retention, rewinds,
+                                         base_of(watermark_row(staged)))
+    every = config.epoch.maintenance_every
+    if every and epoch > 0 and epoch % every == 0:
+        result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
+                                      app_id=config.app_id, epoch=epoch, rewinds=rewinds)
+
+
+def _staged_watermark(staged: pa.Table) -> int:
+    """wm(N): the watermark row staged with epoch N."""
+    return watermark_row(staged)["watermark_ms"]
