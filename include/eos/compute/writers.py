@@ -5,8 +5,8 @@ Spark's executors write N's rows as Parquet files into a directory of its own un
 staging table (``epoch=N/attempt-<uuid>/``), one sub-directory per kind of row, so the state is
 not bounded by one process's memory; the driver commits those files into staging in **one**
 Delta transaction that replaces partition ``epoch=N``
-(``DeltaTable.create_write_transaction`` with add actions for files already written; DESIGN
-§4: "one commit per epoch"). What the driver holds is a list of file names.
+(``DeltaTable.create_write_transaction`` with add actions for files already written;
+one commit per epoch). What the driver holds is a list of file names.
 
 A small epoch (``eos.compute.precommit.write.collects``: predicted small from the last epoch's
 row count, and bounded before it runs) is collected to the driver as Arrow instead and written

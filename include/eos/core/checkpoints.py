@@ -1,4 +1,4 @@
-"""The checkpoint table: **the** authority on which epochs are committed (DESIGN §4).
+"""The checkpoint table: **the** authority on which epochs are committed (README "Tables").
 
 One row per committed epoch (epoch, plan hash, ``until`` per partition, watermark, row counts,
 sink versions, time), appended as the last step of ``commit`` with ``txn(app id, N)`` through the

@@ -1,4 +1,4 @@
-"""Moving a pipeline to another source: ``eos move-source`` (DESIGN §9.2).
+"""Moving a pipeline to another source: ``eos move-source`` (README "Operations").
 
 A checkpoint's offsets belong to one topic on one cluster (``eos.core.identity``); ``begin``
 refuses to plan a configured source other than the last checkpoint's (``SourceChanged``). Moving

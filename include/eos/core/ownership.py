@@ -1,4 +1,5 @@
-"""Who writes a sink table (DESIGN §9.3): a table records its writers, and a second pipeline is
+"""Who writes a sink table (README "Guarantees"): a table records its writers, and a second
+pipeline is
 refused before its first commit unless every writer declared the table shared.
 
 Why: a rewind takes a sink back by restoring an older version of it. Rows another pipeline

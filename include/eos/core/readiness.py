@@ -2,7 +2,7 @@
 (``schedule: {lag_records, max_delay}``, watched in Airflow's triggerer by
 ``eos.airflow.triggers``).
 
-It reads only what the planner's start rule reads (DESIGN §4): the last checkpoint (where the
+It reads only what the planner's start rule reads (README "Tables"): the last checkpoint (where the
 next epoch starts, ``partition_lags``) and the topic's watermarks, plus, for ``max_delay``, the
 Kafka timestamp of the first record after the checkpoint in each partition, read by offset with
 ``assign`` (no consumer group is joined, no offset is committed). What an epoch reads is still

@@ -1,4 +1,5 @@
-"""The two-phase-commit sink contract (DESIGN §6), after Flink's ``TwoPhaseCommitSinkFunction``
+"""The two-phase-commit sink contract (README "Outputs and sinks"), after Flink's
+``TwoPhaseCommitSinkFunction``
 and Sink V2: a small committer, and what else a sink can do as separate capabilities.
 
 The pre-commit half is shared by every sink: ``precommit`` stages epoch N's rows in Delta
@@ -156,7 +157,7 @@ class Sink(ABC):
 
     def check(self, epoch: int, rows: pa.Table) -> None:  # noqa: B027 - optional hook
         """Prove that ``commit(epoch, rows)`` can only fail transiently; raise
-        ``SinkCannotTake`` naming what it cannot take otherwise (DESIGN §9.1).
+        ``SinkCannotTake`` naming what it cannot take otherwise (README "Guarantees").
 
         Called for every sink before the commit seals ``epoch``, while an abort is still
         possible: after the seal the commit must eventually succeed, so every deterministic

@@ -157,7 +157,7 @@ def _audit_decoder(event_format: str) -> Any:
 
 
 class _Reference:
-    """The pipeline's semantics (DESIGN §3), replayed record by record, epoch by epoch."""
+    """The pipeline's semantics (README "Semantics"), replayed record by record, epoch by epoch."""
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config

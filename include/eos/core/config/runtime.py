@@ -58,7 +58,8 @@ def _default_compute_mode() -> Any:  # checked by ComputeConfig._known_mode
 
 
 class ComputeConfig(Strict):
-    """Where precommit's Spark work runs (DESIGN §2). ``connect`` (the default): a long-lived
+    """Where precommit's Spark work runs (README "Guarantees"). ``connect`` (the default): a
+    long-lived
     Spark Connect server reached through the Airflow connection ``connection`` (outside Airflow:
     ``EOS_SPARK_REMOTE`` or the server ``eos spark start`` runs). ``submit``: one Spark application
     per epoch (``spark-submit``), for clusters that want that. Both run the same precommit."""

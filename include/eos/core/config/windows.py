@@ -52,7 +52,8 @@ Aggregations = Annotated[dict[str, AggregationSpec], BeforeValidator(_aggregatio
 
 
 class WindowConfig(Strict):
-    """DESIGN §3: tumbling (size), hopping (size, slide) or session (gap) event-time windows."""
+    """README "Semantics": tumbling (size), hopping (size, slide) or session (gap) event-time
+    windows."""
 
     type: Literal["tumbling", "hopping", "session"] = "tumbling"
     size: DurationMs | None = None
