@@ -1,4 +1,5 @@
-"""Helpers for tests that run real Airflow DAG runs (imported by tests/test_dags.py).
+"""Helpers for tests that run real Airflow DAG runs in-process (the test modules that do import
+this module first).
 
 Airflow reads AIRFLOW_HOME and its settings when it is first imported, so importing this module
 points Airflow at a throwaway home (SQLite metadata DB, no examples, the project's dags/ and
@@ -56,9 +57,9 @@ def airflow_db() -> Iterator[Path]:
 
     if str(_HOME) not in str(settings.SQL_ALCHEMY_CONN):
         pytest.fail(
-            "airflow was imported before tests/conftest_airflow.py could point AIRFLOW_HOME at a "
-            f"temporary directory (it uses {settings.SQL_ALCHEMY_CONN}); import conftest_airflow "
-            "first"
+            "airflow was imported before support.airflow_home could point AIRFLOW_HOME at a "
+            f"temporary directory (it uses {settings.SQL_ALCHEMY_CONN}); import "
+            "support.airflow_home first"
         )
     initdb()
     yield _HOME

@@ -28,9 +28,8 @@ import pytest
 from eos.airflow.environment import PASSWORDS_FILE, airflow_env
 from eos.core.config import PipelineConfig
 from eos.core.phaselog import PHASE_KEYS
-from eos.tools.produce import GeneratorSpec
 
-from support import dag_pipeline, free_port
+from support.harness import free_port
 
 EPOCH_PHASES = ("begin", "precommit", "commit", "abort")  # their lines share PHASE_KEYS
 
@@ -70,7 +69,7 @@ KeepingAuthManager().run()
 def __getattr__(name: str) -> Any:
     """``DagScopedAuthManager``, built on first use: Airflow's API server imports it by name
     (``[core] auth_manager``), while the test process, which must not import ``airflow`` before
-    tests/conftest_airflow.py has set AIRFLOW_HOME, never asks for it."""
+    support.airflow_home has set AIRFLOW_HOME, never asks for it."""
     if name == "DagScopedAuthManager":
         return _dag_scoped_auth_manager()
     raise AttributeError(name)
@@ -223,13 +222,6 @@ def stop_process_tree(proc: subprocess.Popen) -> list[str]:
     return [f"{p.pid} {' '.join(p.cmdline())[:200]}" for p in leftovers]
 
 
-def make_pipeline(directory: Path, data_dir: Path, prefix: str,
-                  spec: GeneratorSpec) -> PipelineConfig:
-    """A pipeline on SCHEDULE, so that a backfill has logical dates (Airflow 3:
-    CronTriggerTimetable, logical date = fire time, 00:00 UTC on the first of each month)."""
-    return dag_pipeline(directory, data_dir, prefix, spec, schedule=SCHEDULE)
-
-
 @contextlib.contextmanager
 def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *,
                     users: str | None = None, dag_grants: dict[str, list[str]] | None = None,
@@ -246,7 +238,7 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
     env = airflow_env(configs, home, port)
     env.update({
         # This instance's own settings, whatever the outer environment says (tests/
-        # conftest_airflow.py points AIRFLOW_* at another home for the DAG.test() tests).
+        # support/airflow_home.py points AIRFLOW_* at another home for the DAG.test() tests).
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         # SQLite allows one writer at a time: wait for the lock up to a minute, not the default

@@ -1,7 +1,7 @@
-"""The test harness shared by every test module (fixtures live in conftest.py): pipelines (the
-library's factory, ``eos.tools.pipelines.write_pipeline``, imported here for every test), table
-versions, sinks by name, and the ``eos`` command in a process. Epochs run through the library's
-one loop, ``eos.compute.epochs``."""
+"""The harness the integration tests share (fixtures live in conftest.py): free ports, table
+versions, sinks by name, recovery then audit, and the ``eos`` command in a process. Epochs run
+through the library's one loop, ``eos.compute.epochs``; pipelines come from
+``support.pipelines``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from typing import Any
 
 from eos.compute.epochs import run_until_caught_up
 from eos.core.config import PipelineConfig
-from eos.core.kafka import client_settings
-from eos.tools.pipelines import unique_topic, write_pipeline
-from eos.tools.produce import GeneratorSpec, produce
 
 KILLED = -9  # the return code of a process a fault point SIGKILLed (eos.core.faults)
 
@@ -26,33 +23,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def dag_pipeline(directory: Path, data_dir: Path, prefix: str, spec: GeneratorSpec,
-                 **overrides: object) -> PipelineConfig:
-    """A pipeline for the Airflow tests: a topic of its own holding ``spec``'s records, epochs
-    of 1,000 records, tables under ``data_dir``; its YAML in ``directory``, where dags/ finds
-    it (``EOS_PIPELINES_DIR``)."""
-    name = f"{prefix}_{unique_topic('')[1:]}"
-    config = write_pipeline(
-        directory,
-        name=name,
-        kafka={"topic": unique_topic(prefix), "read_timeout": "30s"},
-        window={"size": "10s", "allowed_lateness": "2s"},
-        epoch={"max_records": 1000, "staging_retention": 3},
-        tables={"root": str(data_dir / name)},
-        **overrides,
-    )
-    produce(spec, config.kafka.topic, client_settings(config.kafka.client), progress=False)
-    return config
-
-
-def kafka_sink_pipeline(directory: Path, **overrides: object) -> PipelineConfig:
-    """A pipeline whose windows go to a Kafka topic and a Delta table (the seeds' job)."""
-    out = unique_topic("out")
-    sinks = {"windows": [{"kafka": out}, {"delta": "target"}], "late": [{"delta": "late"}],
-             "quarantine": [{"delta": "quarantine"}]}
-    return write_pipeline(directory, sinks=sinks, **overrides)
 
 
 def finish_and_audit(config: PipelineConfig, spark: Any, tag: str, records: int) -> None:

@@ -11,7 +11,7 @@ each written from scratch against the contract it stands in for (no Spark, no br
   the files ``eos.compute.stage.write_epoch`` writes, from a trivial deterministic computation.
 - ``MemorySource``: the planner's source (``eos.core.plan.Source``), offsets and cluster id set
   by the test.
-- ``make_pipeline``: a pipeline YAML in a temporary directory, loaded like any other.
+- ``IN_MEMORY``: the sections of a pipeline on these stand-ins (``support.pipelines``).
 
 A sink's state lives in ``STORES``, keyed by (pipeline, sink name): every instance of the sink
 (``sinks_for`` builds new ones in each phase) sees the same store, as every client of a real
@@ -23,7 +23,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -219,7 +218,7 @@ class MemorySource:
 
 # -- the stager ---------------------------------------------------------------------------------
 
-SIZE_MS = 10_000  # the pipeline's tumbling window (make_pipeline)
+SIZE_MS = 10_000  # the pipeline's tumbling window (IN_MEMORY)
 NEVER_ENDS = 2**62  # the running total's window: always after the watermark, so always open
 KEY, TOTAL = "k", "total"
 
@@ -319,36 +318,19 @@ class MemoryStager:
         return state[state_column("n", "n")][0].as_py()
 
 
-# -- pipelines ----------------------------------------------------------------------------------
+# -- the pipeline shape --------------------------------------------------------------------------
 
-
-def make_pipeline(directory: Path, *, name: str | None = None,
-                  sinks: dict[str, Any] | None = None, **overrides: Any) -> PipelineConfig:
-    """A pipeline of the one factory (``eos.tools.pipelines.write_pipeline``: a YAML loaded with
-    ``load_config``, so sink options are validated through the registered sink types) with the
-    fast tier's shape: memory sinks, one key, ``count(*)``, a topic nobody contacts (plans come
-    from a ``MemorySource``). ``overrides`` replace top-level sections; the same ``name`` is the
-    same pipeline."""
-    from eos.tools.pipelines import write_pipeline
-
-    sections: dict[str, Any] = {
-        "kafka": {"topic": "in-memory"},  # never contacted: plans come from a MemorySource
-        "event": {"time": {"field": "ts", "format": "epoch_ms"}, "fields": {"key": "string"}},
-        "group_by": ["key"],
-        "window": {"type": "tumbling", "size": "10s"},
-        "aggregations": {"n": "count(*)"},
-        "epoch": {"max_records": 1000, "staging_retention": 2},
-        "sinks": sinks or MEMORY_SINKS,
-    }
-    return write_pipeline(directory, **({"name": name} if name else {}),
-                          **{**sections, **overrides})
-
-
-def same_pipeline(config: PipelineConfig, **overrides: Any) -> PipelineConfig:
-    """``config``'s pipeline (same name, tables and sinks) with sections replaced."""
-    directory = Path(str(config.source_path)).parent
-    sinks = overrides.pop("sinks", None) or config.sinks.model_dump()
-    return make_pipeline(directory, name=config.name, sinks=sinks, **overrides)
+# The in-memory shape (``support.pipelines.make_pipeline(directory, base=IN_MEMORY)``): memory
+# sinks, one key, ``count(*)``, a topic nobody contacts (plans come from a ``MemorySource``).
+IN_MEMORY: dict[str, Any] = {
+    "kafka": {"topic": "in-memory"},  # never contacted: plans come from a MemorySource
+    "event": {"time": {"field": "ts", "format": "epoch_ms"}, "fields": {"key": "string"}},
+    "group_by": ["key"],
+    "window": {"type": "tumbling", "size": "10s"},
+    "aggregations": {"n": "count(*)"},
+    "epoch": {"max_records": 1000, "staging_retention": 2},
+    "sinks": MEMORY_SINKS,
+}
 
 
 def run_epoch(config: PipelineConfig, source: MemorySource, stager: MemoryStager | None = None,

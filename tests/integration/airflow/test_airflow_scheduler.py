@@ -35,17 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_standalone import (
-    RUNS,
-    Airflow,
-    backfill,
-    make_pipeline,
-    phase_line,
-    running_airflow,
-    summarize,
-    task_instance,
-    task_log,
-)
 
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
@@ -53,6 +42,19 @@ from eos.core.layout import tables_for
 from eos.core.protocol import committed_epoch
 from eos.tools.audit import audit
 from eos.tools.produce import GeneratorSpec
+
+from support.airflow_standalone import (
+    RUNS,
+    SCHEDULE,
+    Airflow,
+    backfill,
+    phase_line,
+    running_airflow,
+    summarize,
+    task_instance,
+    task_log,
+)
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -68,7 +70,8 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, kafka: s
               ) -> dict[str, PipelineConfig]:
     """Two pipelines (two DAGs), each on its own topic holding SPEC's records."""
     directory = tmp_path_factory.mktemp("sched-pipelines")
-    return {test: make_pipeline(directory, data_dir, prefix, SPEC)
+    return {test: make_pipeline(directory, dag=(data_dir, prefix), records=SPEC,
+                                schedule=SCHEDULE)
             for test, prefix in (("sequential", "afseq"), ("default", "afdef"))}
 
 

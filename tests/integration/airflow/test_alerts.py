@@ -12,7 +12,7 @@ pipeline's real checkpoint table and its topic's watermarks on the test broker.
 from __future__ import annotations
 
 # Must come first: it points Airflow at a throwaway AIRFLOW_HOME before airflow is imported.
-import conftest_airflow as af  # isort: skip
+import support.airflow_home as af  # isort: skip
 
 import asyncio
 import json
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from alert_notifier import PATH as NOTIFIER
 
 from eos.airflow.dag_factory import build_dag
 from eos.core.config import PipelineConfig
@@ -30,7 +29,8 @@ from eos.core.kafka import client_settings
 from eos.sinks.kafka_topics import ensure_topic
 from eos.tools.produce import GeneratorSpec
 
-from support import dag_pipeline
+from support.alert_notifier import PATH as NOTIFIER
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -42,8 +42,9 @@ def alerting_pipeline(directory: Path, data_dir: Path, prefix: str, events: int,
                       sent: Path, stall_after: str = "20m", **overrides: Any) -> PipelineConfig:
     """A pipeline on a topic of ``events`` records, alerting after ``stall_after`` to a
     ``FileNotifier`` that writes to ``sent``."""
-    return dag_pipeline(
-        directory, data_dir, prefix, GeneratorSpec(events=events, keys=3, seed=7), **overrides,
+    return make_pipeline(
+        directory, dag=(data_dir, prefix), records=GeneratorSpec(events=events, keys=3, seed=7),
+        **overrides,
         alerts={"stall_after": stall_after, "notifier": NOTIFIER,
                 "notifier_kwargs": {"path": str(sent), "text": "{{ message }}"}})
 
@@ -66,7 +67,8 @@ def test_the_dag_carries_a_deadline_on_queued_runs_only_when_asked(
     assert [(type(d.reference).__name__, d.interval, d.callback.path) for d in restored.deadline
             ] == [("DagRunQueuedAtDeadline", timedelta(minutes=20),
                    "eos.airflow.alerts.stall_alert")]
-    plain = dag_pipeline(tmp_path, data_dir, "alnone", GeneratorSpec(events=0, keys=1))
+    plain = make_pipeline(tmp_path, dag=(data_dir, "alnone"),
+                          records=GeneratorSpec(events=0, keys=1))
     assert build_dag(plain).deadline is None
 
 

@@ -1,6 +1,6 @@
 """The Airflow DAGs: their shape, and real DAG runs (begin -> spark-submit precommit -> commit).
 
-The runs use Airflow 3's ``DAG.test()`` on a SQLite metadata DB (see conftest_airflow), the
+The runs use Airflow 3's ``DAG.test()`` on a SQLite metadata DB (see support.airflow_home), the
 embedded Kafka-protocol broker, real ``spark-submit`` and real Delta tables. What they prove:
 three runs commit three epochs in order (target ``txn`` 0, 1, 2) and publish the target asset;
 a run whose precommit dies is aborted without touching the target, and clearing and rerunning it
@@ -11,7 +11,7 @@ clearing a committed run changes no table at all (the epoch log records the no-o
 from __future__ import annotations
 
 # Must come first: it points Airflow at a throwaway AIRFLOW_HOME before airflow is imported.
-import conftest_airflow as af  # isort: skip
+import support.airflow_home as af  # isort: skip
 
 import contextlib
 import json
@@ -37,11 +37,12 @@ from eos.core.layout import tables_for
 from eos.tools.audit import audit
 from eos.tools.produce import GeneratorSpec
 
-from support import dag_pipeline, delta_path, sink, table_versions
+from support.harness import delta_path, sink, table_versions
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
-# Fixtures shared through conftest_airflow (tests/conftest.py belongs to the core tests).
+# Fixtures shared through support.airflow_home (tests/conftest.py belongs to the core tests).
 airflow_db = af.airflow_db
 pipelines_dir = af.pipelines_dir
 
@@ -51,14 +52,6 @@ SPEC = GeneratorSpec(
     bad_fraction=0.02, seed=20260101,
 )
 SUCCESS = {"begin": "success", "precommit": "success", "commit": "success", "abort": "skipped"}
-
-
-def make_pipeline(pipelines_dir: Path, data_dir: Path, prefix: str,
-                  mode: str = "connect") -> PipelineConfig:
-    """A pipeline on a fresh topic holding SPEC's records; dags/ builds ``eos_<name>`` for it.
-    ``mode``: its ``compute.mode`` (connect: the session's Spark Connect server, found through
-    ``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT``; submit: spark-submit on ``spark_default``)."""
-    return dag_pipeline(pipelines_dir, data_dir, prefix, SPEC, compute={"mode": mode})
 
 
 def txn_by_version(path: str, app_id: str) -> list[int | None]:
@@ -186,7 +179,8 @@ def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str,
               spark_server: dict) -> dict:
     """A pipeline driven by three successful DAG runs on Spark Connect (the default compute):
     the result a failure (in submit mode, below) must reproduce."""
-    config = make_pipeline(pipelines_dir, data_dir, "afref")
+    config = make_pipeline(pipelines_dir, dag=(data_dir, "afref"), records=SPEC,
+                           compute={"mode": "connect"})
     dag = af.load_dag(config.dag_id)
     with statsd_listener() as packets:
         runs = [af.run_dag(dag, i) for i in range(3)]
@@ -332,7 +326,8 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     # compute.mode submit: the SparkSubmitOperator path, compared with the Connect reference.
-    config = make_pipeline(pipelines_dir, data_dir, "affail", mode="submit")
+    config = make_pipeline(pipelines_dir, dag=(data_dir, "affail"), records=SPEC,
+                           compute={"mode": "submit"})
     tables = tables_for(config)
     target = delta_path(config, "target")
     dag = af.load_dag(config.dag_id)
@@ -454,7 +449,7 @@ def test_the_one_task_dag_commits_the_same_epochs_and_aborts_a_failed_try(
     the reference's epochs row for row; a try that fails after staging (no retry left) is
     aborted by ``abort``, which finds the run's plan in the XCom the task pushed as soon as it
     began, and the cleared run commits the same epoch with the same plan."""
-    config = dag_pipeline(pipelines_dir, data_dir, "afone", SPEC,
+    config = make_pipeline(pipelines_dir, dag=(data_dir, "afone"), records=SPEC,
                           compute={"mode": "connect", "tasks": "one"})
     tables = tables_for(config)
     target = delta_path(config, "target")
@@ -527,7 +522,8 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
     reference: dict, pipelines_dir: Path, data_dir: Path, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture,
 ) -> None:
-    config = make_pipeline(pipelines_dir, data_dir, "afretry")
+    config = make_pipeline(pipelines_dir, dag=(data_dir, "afretry"), records=SPEC,
+                           compute={"mode": "connect"})
     dag = af.load_dag(config.dag_id)
     commit = dag.get_task("commit")
     assert commit.retries >= 50
@@ -559,7 +555,8 @@ def test_permanent_error_fails_commit_on_first_try_and_transient_is_retried(
 def test_the_rewind_dag_rewinds_and_rerunning_the_same_runs_replays_them(
     reference: dict, pipelines_dir: Path, data_dir: Path
 ) -> None:
-    config = make_pipeline(pipelines_dir, data_dir, "afrw")
+    config = make_pipeline(pipelines_dir, dag=(data_dir, "afrw"), records=SPEC,
+                           compute={"mode": "connect"})
     dag = af.load_dag(config.dag_id)
     for index in range(3):
         assert af.task_states(af.run_dag(dag, index)) == SUCCESS

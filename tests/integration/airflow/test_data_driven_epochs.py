@@ -34,7 +34,6 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from airflow_standalone import POLL_S, Airflow, running_airflow, wait_for
 
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
@@ -42,9 +41,11 @@ from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.readiness import KafkaStamps, Reason, decide, observe
 from eos.sinks.kafka_topics import ensure_topic
+from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, produce
 
-from support import dag_pipeline, write_pipeline
+from support.airflow_standalone import POLL_S, Airflow, running_airflow, wait_for
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -59,10 +60,10 @@ SPEC = GeneratorSpec(events=500, keys=10, interval_ms=50, seed=28)
 def pipelines(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, kafka: str
               ) -> dict[str, PipelineConfig]:
     directory = tmp_path_factory.mktemp("data-driven")
-    delay = dag_pipeline(directory, data_dir, "ddelay", replace(SPEC, events=0),
+    delay = make_pipeline(directory, dag=(data_dir, "ddelay"), records=replace(SPEC, events=0),
                          schedule={"max_delay": f"{DELAY_S}s", "poll": "1s"})
     ensure_topic(client_settings(delay.kafka.client), delay.kafka.topic, None)  # quiet, empty
-    lag = dag_pipeline(directory, data_dir, "ddlag", SPEC,
+    lag = make_pipeline(directory, dag=(data_dir, "ddlag"), records=SPEC,
                        schedule={"lag_records": LAG_RECORDS, "poll": "1s"})
     return {"delay": delay, "lag": lag}
 

@@ -30,7 +30,7 @@ page waits for the unreachable broker.
 from __future__ import annotations
 
 # Must come first: it points Airflow at a throwaway AIRFLOW_HOME before airflow is imported.
-import conftest_airflow  # noqa: F401  # isort: skip
+import support.airflow_home  # noqa: F401  # isort: skip
 
 import json
 import shutil
@@ -42,7 +42,6 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from airflow_standalone import Airflow, backfill, make_pipeline, running_airflow
 
 from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX, create_app
 from eos.core import checkpoints, epochlog
@@ -51,7 +50,9 @@ from eos.core.layout import tables_for
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import GeneratorSpec
 
-from support import free_port
+from support.airflow_standalone import SCHEDULE, Airflow, backfill, running_airflow
+from support.harness import free_port
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
@@ -73,7 +74,7 @@ def view(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, kafka: str,
     """Airflow with the plugin, after a backfill of three epochs of one pipeline; a second
     pipeline (never run) whose broker is unreachable; users limited to the first one's DAG."""
     directory = tmp_path_factory.mktemp("view-pipelines")
-    config = make_pipeline(directory, data_dir, "afview", SPEC)
+    config = make_pipeline(directory, dag=(data_dir, "afview"), records=SPEC, schedule=SCHEDULE)
     down = unreachable_pipeline(directory, data_dir)
     grants = {"alice": [config.dag_id], "vera": [config.dag_id]}
     with running_airflow(tmp_path_factory.mktemp("airflow-home"), [config, down], data_dir,
@@ -383,7 +384,7 @@ def log_in(page: Any, airflow: Airflow, username: str = "admin") -> None:
 
 def wait_for_runs(airflow: Airflow, dag_id: str, done: Any, what: str) -> list[dict[str, Any]]:
     """Poll the DAG's runs until ``done(runs)``; fail at once on a failed run."""
-    from airflow_standalone import dag_runs, summarize, wait_for
+    from support.airflow_standalone import dag_runs, summarize, wait_for
 
     def check() -> list[dict[str, Any]] | None:
         runs = dag_runs(airflow, dag_id)
@@ -421,8 +422,9 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
     it touched, with its type and tries; a phase's log link opens the try that did the work
     (after the clear the latest try is the no-op one). The screenshots go to docs/screenshots/
     (the README shows them)."""
-    from airflow_standalone import first_of_month, task_instance
     from playwright.sync_api import expect, sync_playwright
+
+    from support.airflow_standalone import first_of_month, task_instance
 
     airflow: Airflow = view["airflow"]
     config: PipelineConfig = view["config"]

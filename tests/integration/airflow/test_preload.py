@@ -15,9 +15,8 @@ import pytest
 from eos.airflow.preload import TASK_MODULES, is_scheduler
 from eos.core.kafka import client_settings
 from eos.tools.audit import audit
+from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import GeneratorSpec, generate, send
-
-from support import write_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ environment keeps Airflow's output quiet (no alembic ``setup plugin`` lines).
 from __future__ import annotations
 
 # Must come first: it points Airflow at a throwaway AIRFLOW_HOME before airflow is imported.
-import conftest_airflow  # noqa: F401  # isort: skip
+import support.airflow_home  # noqa: F401  # isort: skip
 
 import json
 import os
@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from airflow_standalone import TESTS_DIR, running_airflow, wait_for
-from alert_notifier import PATH as NOTIFIER
 
 from eos.tools.produce import GeneratorSpec
 
-from support import dag_pipeline
+from support.airflow_standalone import TESTS_DIR, running_airflow, wait_for
+from support.alert_notifier import PATH as NOTIFIER
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -36,8 +36,9 @@ STALL_AFTER_S = 20
 def test_a_queued_run_that_misses_its_deadline_alerts_through_the_triggerer(
         tmp_path: Path, data_dir: Path, kafka: str) -> None:
     sent = tmp_path / "sent.json"
-    config = dag_pipeline(
-        tmp_path / "pipelines", data_dir, "alsa", GeneratorSpec(events=120, keys=3, seed=3),
+    config = make_pipeline(
+        tmp_path / "pipelines", dag=(data_dir, "alsa"),
+        records=GeneratorSpec(events=120, keys=3, seed=3),
         alerts={"stall_after": f"{STALL_AFTER_S}s", "notifier": NOTIFIER,
                 "notifier_kwargs": {"path": str(sent), "text": "{{ message }}"}})
     home = tmp_path / "home"

@@ -6,7 +6,7 @@ data-driven epochs' ``EpochDueTrigger`` and the stall alert's callback, did not,
 every poll failed with one warning (no run was ever asked for) and a stall raised instead of
 alerting.
 
-Here the store (SeaweedFS's S3 gateway, ``fixtures_store``) holds a pipeline's tables with one
+Here the store (SeaweedFS's S3 gateway, ``support.store``) holds a pipeline's tables with one
 epoch committed; its credentials are then only in an Airflow connection (a secrets backend
 reading a file, as a deployment's would be), none in this process's environment. The trigger's
 own loop and the alert's callback run on an event loop, as in the triggerer, and must read the
@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_standalone import running_airflow, wait_for
-from fast.harness import MemoryStager, make_pipeline, run_epoch
 
 from eos.core import storage
 from eos.core.config import PipelineConfig
@@ -32,6 +30,10 @@ from eos.core.kafka import client_settings
 from eos.core.plan import KafkaSource
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import GeneratorSpec, produce
+
+from support.airflow_standalone import running_airflow, wait_for
+from support.memory import MemoryStager, run_epoch
+from support.pipelines import IN_MEMORY, make_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +48,7 @@ def on_store(tmp_path: Path, object_store: Any, s3_root: str, kafka: str,
     store's credentials only in the ``eos_object_store`` connection of a file secrets backend
     (this process's ``AWS_*`` variables removed, its cached filesystems dropped)."""
     config = make_pipeline(
-        tmp_path, kafka={"topic": unique_topic("trig")}, tables={"root": s3_root},
+        tmp_path, base=IN_MEMORY, kafka={"topic": unique_topic("trig")}, tables={"root": s3_root},
         schedule={"lag_records": LAG_RECORDS, "poll": "1s"}, alerts={"stall_after": "1s"})
     settings = client_settings(config.kafka.client)
     produce(GeneratorSpec(events=30, seed=6), config.kafka.topic, settings, progress=False)

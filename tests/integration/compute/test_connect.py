@@ -34,9 +34,10 @@ from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.staging import staged_epoch
 from eos.tools import spark_server as supervisor
 from eos.tools.audit import audit
+from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import GeneratorSpec, generate, send
 
-from support import eos_cli, finish_and_audit, free_port, table_versions, write_pipeline
+from support.harness import eos_cli, finish_and_audit, free_port, table_versions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ import yaml
 
 from eos.core.config import load_config
 
-from support import free_port
+from support.harness import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,7 +14,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
-from test_avro_end_to_end import (  # the Avro test's helpers
+
+from eos.tools.pipelines import unique_topic
+from eos.tools.schema_registry import SchemaRegistryServer
+
+from support.orders_end_to_end import (
     BASE_MS,
     START,
     order,
@@ -23,10 +27,6 @@ from test_avro_end_to_end import (  # the Avro test's helpers
     produce,
     run_and_check,
 )
-
-from eos.tools.schema_registry import SchemaRegistryServer
-
-from support import unique_topic
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours

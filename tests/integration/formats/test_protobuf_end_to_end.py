@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from protobuf_messages import order as message
-from protobuf_messages import order_class, serializer
-from test_avro_end_to_end import (  # the Avro test's helpers
+
+from eos.tools.pipelines import unique_topic
+from eos.tools.schema_registry import SchemaRegistryServer
+
+from support.orders_end_to_end import (
     BASE_MS,
     order,
     orders_pipeline,
@@ -23,10 +25,8 @@ from test_avro_end_to_end import (  # the Avro test's helpers
     produce,
     run_and_check,
 )
-
-from eos.tools.schema_registry import SchemaRegistryServer
-
-from support import unique_topic
+from support.protobuf_messages import order as message
+from support.protobuf_messages import order_class, serializer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

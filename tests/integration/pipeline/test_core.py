@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from test_windows import MESSY, pageview_pipeline, produce
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.compute.stage import SparkStager
@@ -39,9 +38,11 @@ from eos.core.state import open_rows
 from eos.core.status import EpochState, pipeline_status, render
 from eos.core.tables import ensure_tables, staging_schema
 from eos.tools.audit import audit, read_range
+from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import BAD_KINDS, GeneratorSpec, generate, send
 
-from support import delta_path, sink, table_versions, write_pipeline
+from support.harness import delta_path, sink, table_versions
+from support.pageviews import MESSY, pageview_pipeline, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from test_windows import MESSY, pageview_pipeline, produce
 
 from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.compute.stage import SparkStager
@@ -30,7 +29,8 @@ from eos.core.staging import CHANGE, STATE, WATERMARK
 from eos.tools.audit import audit, row_identity, value_differences, verify
 from eos.tools.produce import GeneratorSpec
 
-from support import delta_path, eos_cli, finish_and_audit
+from support.harness import delta_path, eos_cli, finish_and_audit
+from support.pageviews import MESSY, pageview_pipeline, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

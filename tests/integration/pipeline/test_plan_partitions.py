@@ -25,9 +25,7 @@ from eos.core.config import PipelineConfig
 from eos.core.identity import SourceIdentity
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.plan import KafkaSource, new_plan
-from eos.tools.pipelines import unique_topic
-
-from support import write_pipeline
+from eos.tools.pipelines import unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration]
 

@@ -33,8 +33,10 @@ from eos.core.protocol import committed_epoch
 from eos.core.sink import sinks_for
 from eos.sinks.kafka_records import decode_value
 from eos.tools.audit import aggregate, audit, value_differences
+from eos.tools.pipelines import unique_topic, write_pipeline
 
-from support import delta_path, kafka_sink_pipeline, unique_topic, write_pipeline
+from support.harness import delta_path
+from support.pipelines import kafka_sinks, make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -89,8 +91,8 @@ def read_json_sink(topic: str, schema: Any) -> list[dict[str, Any]]:
 def test_poison_values_neither_halt_nor_lie(tmp_path: Path, kafka: str, spark: Any) -> None:
     topic = unique_topic("poison")
     produced = produce_poison(topic)
-    config = kafka_sink_pipeline(
-        tmp_path, kafka={"topic": topic}, event=EVENT, group_by=["k"],
+    config = make_pipeline(tmp_path, base=kafka_sinks(), kafka={"topic": topic}, event=EVENT,
+                           group_by=["k"],
         window={"type": "tumbling", "size": "1s", "idle_timeout": "0ms"},
         aggregations=AGGREGATIONS, epoch={"max_records": 4})
     runs = run_until_caught_up(config, "poison", spark=spark, limit=6)
@@ -205,8 +207,8 @@ def test_extreme_values_never_halt_and_equal_the_reference(
         producer.produce(topic, partition=0, timestamp=T0 + i,
                          value=_property_record(i, key, window, l_, m, d, -1 if negative else 1))
     assert producer.flush(30) == 0
-    config = kafka_sink_pipeline(
-        tmp_path_factory.mktemp("extreme"), kafka={"topic": topic},
+    config = make_pipeline(tmp_path_factory.mktemp("extreme"), base=kafka_sinks(),
+                           kafka={"topic": topic},
         event={"time": {"field": "ts", "format": "epoch_ms"},
                "fields": {"k": "string", "l": "long", "m": "decimal(38,9)", "d": "double"}},
         group_by=["k"], window={"type": "tumbling", "size": "1s", "idle_timeout": "0ms"},
@@ -225,7 +227,7 @@ def test_every_sink_checks_hostile_rows_before_the_seal(tmp_path: Path, kafka: s
 
     from eos.core.errors import SinkCannotTake
 
-    config = kafka_sink_pipeline(tmp_path, kafka={"topic": unique_topic("never")},
+    config = make_pipeline(tmp_path, base=kafka_sinks(), kafka={"topic": unique_topic("never")},
                                  event=EVENT, group_by=["k"],
                                  window={"type": "tumbling", "size": "1s"},
                                  aggregations=AGGREGATIONS)

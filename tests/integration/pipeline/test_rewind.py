@@ -30,15 +30,9 @@ from eos.core.status import EpochState, pipeline_status
 from eos.tools.audit import audit, verify
 from eos.tools.produce import GeneratorSpec, generate, send
 
-import support
-from support import (
-    KILLED,
-    delta_path,
-    eos_cli,
-    kafka_sink_pipeline,
-    table_versions,
-    write_pipeline,
-)
+from support import harness
+from support.harness import KILLED, delta_path, eos_cli, table_versions
+from support.pipelines import kafka_sinks, make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,20 +42,12 @@ BEFORE = {"count": "count(*)", "sum": "sum(value)"}
 AFTER = {**BEFORE, "max": "max(value)"}  # the fix: a new aggregation
 
 
-def make_pipeline(directory: Path, max_records: int, **overrides: Any) -> PipelineConfig:
-    config = write_pipeline(directory, epoch={"max_records": max_records,
-                                              "staging_retention": 1}, **overrides)
-    send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
-    return config
-
-
-def same_pipeline(config: PipelineConfig, directory: Path, **overrides: Any) -> PipelineConfig:
+def rewritten(config: PipelineConfig, directory: Path, **sections: Any) -> PipelineConfig:
     """``config`` with sections replaced: same name, topic and tables (the YAML is rewritten)."""
-    return write_pipeline(directory, name=config.name,
-                          kafka={"topic": config.kafka.topic, "read_timeout": "30s"},
-                          tables={"root": str(config.root)},
-                          epoch={"max_records": config.epoch.max_records,
-                                 "staging_retention": 1}, **overrides)
+    return make_pipeline(directory, name=config.name,
+                         kafka={"topic": config.kafka.topic, "read_timeout": "30s"},
+                         tables={"root": str(config.root)},
+                         max_records=config.epoch.max_records, staging_retention=1, **sections)
 
 
 def run_epochs(config: PipelineConfig, spark: Any, tag: str, n: int) -> list[Plan]:
@@ -92,12 +78,13 @@ def markers(config: PipelineConfig) -> dict[str, int]:
 def test_a_changed_aggregation_replays_ten_epochs_once_after_a_full_rewind(
     tmp_path: Path, kafka: str, spark: Any
 ) -> None:
-    old = make_pipeline(tmp_path, max_records=240, aggregations=BEFORE)
+    old = make_pipeline(tmp_path, max_records=240, staging_retention=1, records=SPEC,
+                        aggregations=BEFORE)
     plans = run_epochs(old, spark, "first", 10)
     assert sum(p.records for p in plans) == SPEC.events
     assert audit(old).ok
 
-    new = same_pipeline(old, tmp_path, aggregations=AFTER)
+    new = rewritten(old, tmp_path, aggregations=AFTER)
     with pytest.raises(ConfigError, match="rewind --to-epoch -1"):
         begin(new, run_id="too-early")
     # Epoch 0 was computed without max: keeping it committed would mix two schemas.
@@ -125,7 +112,7 @@ def test_a_changed_aggregation_replays_ten_epochs_once_after_a_full_rewind(
     keys = [(row["key"], row["window_start"]) for row in windows]
     assert len(keys) == len(set(keys))  # once per window
     for name in ("delta:target", "delta:late", "delta:quarantine"):
-        assert support.sink(new, name).commits() == list(range(10)), name
+        assert harness.sink(new, name).commits() == list(range(10)), name
 
     logged = epochlog.rows(tables_for(new), 0)
     assert [r["phase"] for r in logged if r["phase"] in (epochlog.REWINDING,
@@ -173,7 +160,7 @@ def replay_with_a_crash(config: PipelineConfig, spark: Any, directory: Path, tag
 def test_a_crash_at_every_step_of_a_rewind_and_of_the_replay_converges(
     tmp_path: Path, kafka: str, spark: Any
 ) -> None:
-    config = make_pipeline(tmp_path, max_records=400)
+    config = make_pipeline(tmp_path, max_records=400, staging_retention=1, records=SPEC)
     run_epochs(config, spark, "first", 3)
     at_two = contents(config)
     run_epochs(config, spark, "more", 3)
@@ -196,7 +183,7 @@ def test_a_crash_at_every_step_of_a_rewind_and_of_the_replay_converges(
 
 def test_an_unfinished_rewind_stops_epochs_until_it_is_rerun(tmp_path: Path, kafka: str,
                                                              spark: Any) -> None:
-    config = make_pipeline(tmp_path, max_records=800)
+    config = make_pipeline(tmp_path, max_records=800, staging_retention=1, records=SPEC)
     run_epochs(config, spark, "first", 3)
     crashed = eos_cli(config, "rewind", "--to-epoch", "0", faults="rewind.between_tables",
                       faults_dir=tmp_path)
@@ -207,7 +194,7 @@ def test_an_unfinished_rewind_stops_epochs_until_it_is_rerun(tmp_path: Path, kaf
         rewind(config, 1)  # another target must wait for the first rewind
     status = pipeline_status(config, with_lag=False)
     (tmp_path / "moved").mkdir()
-    moved = same_pipeline(config, tmp_path / "moved", sinks={"late": [{"delta": "late2"}]})
+    moved = rewritten(config, tmp_path / "moved", sinks={"late": [{"delta": "late2"}]})
     before = table_versions(config)
     with pytest.raises(ConfigError, match="finish the rewind under the config it began with"):
         rewind(moved, 0)  # the sinks changed between the crash and the rerun
@@ -227,7 +214,7 @@ def test_two_rewinds_released_together_log_one_rewind_and_agree(
 ) -> None:
     """Two attempts of the rewind task at once (a zombie and its retry), held right before the
     rewind is logged: exactly one logs it; the other finishes that rewind or finds it done."""
-    config = make_pipeline(tmp_path, max_records=800)
+    config = make_pipeline(tmp_path, max_records=800, staging_retention=1, records=SPEC)
     run_epochs(config, spark, "first", 3)
     reference = contents(config)
     env = {"EOS_BARRIER_STAGGER_MS": str(stagger_ms)}
@@ -250,15 +237,15 @@ def test_two_rewinds_released_together_log_one_rewind_and_agree(
 def test_rewinds_that_cannot_be_done_are_refused_before_anything_is_written(
     tmp_path: Path, kafka: str, spark: Any
 ) -> None:
-    config = make_pipeline(tmp_path, max_records=1200)
+    config = make_pipeline(tmp_path, max_records=1200, staging_retention=1, records=SPEC)
     run_epochs(config, spark, "first", 2)
-    before = support.table_versions(config)
+    before = harness.table_versions(config)
     with pytest.raises(RewindRefused, match=r"committed epochs are 0\.\.1"):
         rewind(config, 2)
     with pytest.raises(RewindRefused, match=r"committed epochs are 0\.\.1"):
         rewind(config, -2)
     assert rewind(config, 1).outcome is Outcome.NOTHING_TO_REWIND
-    assert support.table_versions(config) == before
+    assert harness.table_versions(config) == before
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +254,8 @@ def test_rewinds_that_cannot_be_done_are_refused_before_anything_is_written(
 
 def test_a_kafka_sink_is_rewound_only_by_republishing(tmp_path: Path, kafka: str,
                                                       spark: Any) -> None:
-    config = kafka_sink_pipeline(tmp_path, epoch={"max_records": 800, "staging_retention": 1})
+    config = make_pipeline(tmp_path, base=kafka_sinks(),
+                           epoch={"max_records": 800, "staging_retention": 1})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     run_epochs(config, spark, "first", 3)
     topic_sink = next(s for s in sinks_for(config) if s.kind == "kafka")
@@ -302,7 +290,7 @@ def test_a_replay_of_a_range_kafka_no_longer_holds_fails_naming_it(
     tmp_path: Path, kafka: str, spark: Any
 ) -> None:
     admin = ck.admin.AdminClient(client_settings())
-    config = make_pipeline(tmp_path, max_records=800)
+    config = make_pipeline(tmp_path, max_records=800, staging_retention=1, records=SPEC)
     run_epochs(config, spark, "first", 3)
     try:
         gone = admin.delete_records([ck.TopicPartition(config.kafka.topic, 0, 500)])
@@ -336,7 +324,8 @@ def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path
 
     def on_table(directory: str, shared: bool) -> PipelineConfig:
         sink = {"table": str(table), **({"shared": True} if shared else {})}
-        return make_pipeline(tmp_path / directory, 1000,
+        return make_pipeline(tmp_path / directory, max_records=1000, staging_retention=1,
+                             records=SPEC,
                              sinks={"windows": [{"delta": sink}], "late": [{"delta": "late"}],
                                     "quarantine": [{"delta": "quarantine"}]})
 
@@ -348,7 +337,7 @@ def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path
     assert committed_epoch(intruder) == -1
 
     # The owner declares the table shared, then a second pipeline joins.
-    a = same_pipeline(a, tmp_path / "a", sinks={
+    a = rewritten(a, tmp_path / "a", sinks={
         "windows": [{"delta": {"table": str(table), "shared": True}}],
         "late": [{"delta": "late"}], "quarantine": [{"delta": "quarantine"}]})
     b = on_table("c", shared=True)

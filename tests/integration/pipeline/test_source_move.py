@@ -24,10 +24,10 @@ from eos.core.plan import PartitionRange, Plan, plan_of
 from eos.core.protocol import begin, committed_epoch
 from eos.core.status import pipeline_status
 from eos.tools.audit import ProblemKind, audit, check_offsets
-from eos.tools.pipelines import unique_topic
+from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send
 
-from support import eos_cli, write_pipeline
+from support.harness import eos_cli
 
 pytestmark = [pytest.mark.integration]
 

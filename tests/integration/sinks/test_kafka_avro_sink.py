@@ -30,10 +30,11 @@ from eos.core.outputs import windows_schema
 from eos.sinks.kafka_avro import AvroValues, value_schema
 from eos.tools.audit import audit
 from eos.tools.independent import canonical_row
+from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import GeneratorSpec, produce
 from eos.tools.schema_registry import SchemaRegistryServer
 
-from support import delta_path, sink, unique_topic, write_pipeline
+from support.harness import delta_path, sink
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours

@@ -33,9 +33,7 @@ from eos.core.sink import sinks_for
 from eos.sinks import kafka_topics
 from eos.sinks.kafka import KafkaSink
 from eos.sinks.kafka_topics import ensure_topic, marker_loss
-from eos.tools.pipelines import unique_topic
-
-from support import write_pipeline
+from eos.tools.pipelines import unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration]
 

@@ -36,13 +36,8 @@ from eos.core.staging import staged_epoch
 from eos.tools.audit import audit
 from eos.tools.produce import GeneratorSpec, generate, send
 
-from support import (
-    KILLED,
-    commit_summary,
-    delta_path,
-    eos_cli,
-    kafka_sink_pipeline,
-)
+from support.harness import KILLED, commit_summary, delta_path, eos_cli
+from support.pipelines import kafka_sinks, make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -118,7 +113,8 @@ def assert_topic_equals_target_once(config: PipelineConfig) -> None:
 
 @pytest.fixture
 def pipeline(tmp_path: Path, kafka: str) -> PipelineConfig:
-    config = kafka_sink_pipeline(tmp_path, epoch={"max_records": 800, "staging_retention": 1})
+    config = make_pipeline(tmp_path, base=kafka_sinks(),
+                           epoch={"max_records": 800, "staging_retention": 1})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     return config
 
@@ -194,7 +190,7 @@ def test_clicks_to_kafka_ten_epochs_with_crashes_at_every_commit_point(
     between the last sink and the checkpoint, after the checkpoint), recovered by retrying."""
     shipped = load_pipeline("clicks_to_kafka")
     assert [s.name for s in _sinks(shipped)][:2] == ["kafka:clicks-per-minute", "delta:target"]
-    config = kafka_sink_pipeline(tmp_path, window=shipped.window.model_dump(),
+    config = make_pipeline(tmp_path, base=kafka_sinks(), window=shipped.window.model_dump(),
                                  epoch={"max_records": 100_000, "staging_retention": 2})
     spec = GeneratorSpec(events=5000, keys=20, interval_ms=400, disorder_ms=3000,
                          late_fraction=0.02, late_delay_ms=180_000, bad_fraction=0.02, seed=10)
@@ -230,7 +226,7 @@ def test_an_unwritable_record_fails_permanently_with_a_clear_message(
     from eos.core.errors import SinkRejected
     from eos.core.outputs import windows_schema
 
-    config = kafka_sink_pipeline(tmp_path)
+    config = make_pipeline(tmp_path, base=kafka_sinks())
     sink_ = out_sink(config)
     # Parsing bounds keys to 1024 characters, so such a window is built by hand here.
     row = {"key": "x" * 2_000_000, "window_start": None, "window_end": None, "count": 1,

@@ -29,16 +29,16 @@ import pyarrow as pa
 import pytest
 
 from eos.compute.connect import REMOTE_ENV
+from eos.compute.epochs import run_until_caught_up
 from eos.core.config import TABLES_BASE_ENV, PipelineConfig
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.processes import alive
 from eos.tools.chaos import chaos
+from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import GeneratorSpec, generate, send
 
-import support
-from support import eos_cli, kafka_sink_pipeline
-from test_faults import (  # noqa: F401  # the rows, and the fixtures they take their pipeline from
+from support.failure_matrix import (  # noqa: F401  # the rows and the fixtures they take
     mode,
     pipeline,
     test_clearing_a_committed_run_changes_nothing,
@@ -50,6 +50,8 @@ from test_faults import (  # noqa: F401  # the rows, and the fixtures they take 
     test_two_commits_released_before_their_first_sink_write_write_it_once,
     test_zombie_precommit_after_commit_changes_nothing,
 )
+from support.harness import eos_cli
+from support.pipelines import kafka_sinks, make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -106,13 +108,14 @@ def test_end_to_end_on_the_cluster_and_the_store(tmp_path: Path, kafka: str, spa
     from eos.core.tables import handle
     from eos.tools.audit import audit
 
-    config = kafka_sink_pipeline(tmp_path, epoch={"max_records": 700, "staging_retention": 2},
+    config = make_pipeline(tmp_path, base=kafka_sinks(),
+                           epoch={"max_records": 700, "staging_retention": 2},
                                  spark={"shuffle_partitions": 2, "collect_rows": 0})
     assert config.root.startswith(cluster_env)
     spec = GeneratorSpec(events=3000, keys=25, interval_ms=20, disorder_ms=600,
                          late_fraction=0.02, late_delay_ms=20_000, bad_fraction=0.02, seed=21)
     send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
-    results = support.run_until_caught_up(config, "cluster", spark=spark)
+    results = run_until_caught_up(config, "cluster", spark=spark)
     assert len(results) >= 4
     assert {r.staged.written_by for r in results} == {"executors"}
     report = audit(config)
@@ -136,7 +139,7 @@ def test_chaos_on_the_cluster_and_the_store(tmp_path: Path, kafka: str, spark: A
     """`eos chaos` with every table on the store and Spark on the cluster: at least 20 epochs
     and 10 faults (crashes in every phase; commit races are the race rows above), nothing
     lost, nothing doubled. Measured: 20 epochs, 36 faults, 0 lost, 0 doubled."""
-    config = support.write_pipeline(tmp_path, compute={"mode": "connect"})
+    config = write_pipeline(tmp_path, compute={"mode": "connect"})
     report = chaos(config, epochs=CHAOS_EPOCHS, seed=31, fault_rate=0.6, events_per_epoch=100,
                    spark=spark)
     print(report.render())

@@ -34,7 +34,8 @@ from eos.tools import independent
 from eos.tools.audit import ProblemKind, audit
 from eos.tools.produce import GeneratorSpec, generate, send
 
-from support import kafka_sink_pipeline, sink
+from support.harness import sink
+from support.pipelines import kafka_sinks, make_pipeline
 
 SPEC = GeneratorSpec(events=1500, keys=10, interval_ms=25, disorder_ms=800, late_fraction=0.03,
                      late_delay_ms=20_000, bad_fraction=0.03, seed=26)
@@ -48,7 +49,7 @@ def key(row: dict[str, Any]) -> tuple:
 def committed(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any) -> PipelineConfig:
     """Windows to a Kafka topic and a Delta table, late and quarantine to Delta: several
     epochs, committed."""
-    config = kafka_sink_pipeline(tmp_path_factory.mktemp("independent"),
+    config = make_pipeline(tmp_path_factory.mktemp("independent"), base=kafka_sinks(),
                                  epoch={"max_records": 600, "staging_retention": 1})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     assert len(run_until_caught_up(config, "independent", spark=spark)) >= 3

@@ -7,7 +7,7 @@ only proves that ``python -m bench`` works and that its table is complete.
 from __future__ import annotations
 
 # bench.epochs_view imports airflow: point it at the tests' throwaway AIRFLOW_HOME first.
-import conftest_airflow  # noqa: F401  # isort: skip
+import support.airflow_home  # noqa: F401  # isort: skip
 
 import sys
 from pathlib import Path

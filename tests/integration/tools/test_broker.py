@@ -19,9 +19,8 @@ from eos.core.kafka import broker_state_path, client_settings, local_broker, top
 from eos.core.processes import alive
 from eos.tools import broker as embedded
 from eos.tools.audit import read_range
+from eos.tools.pipelines import unique_topic
 from eos.tools.produce import GeneratorSpec, generate, produce
-
-from support import unique_topic
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,10 @@ from eos.compute.parse import Parsed, Rejected
 from eos.core.config import PIPELINES_DIR_ENV, load_config
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.tools.cli import main
+from eos.tools.pipelines import unique_topic
 from eos.tools.produce import GeneratorSpec
 from eos.tools.produce_avro import UNKNOWN_ID, generate_avro, writer_schema
 from eos.tools.schema_registry import SchemaRegistryServer
-
-from support import unique_topic
 
 pytestmark = [pytest.mark.integration]
 

@@ -16,9 +16,8 @@ from eos.core.kafka import client_settings
 from eos.core.pool import checkin, checkout
 from eos.core.protocol import begin
 from eos.core.tables import ensure_tables
+from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import GeneratorSpec, generate, send
-
-from support import write_pipeline
 
 ROWS = pa.table({"n": pa.array([1, 2], pa.int64())})
 

@@ -18,7 +18,8 @@ import pytest
 from eos.core import faults, kafka
 from eos.core.config import PipelineConfig
 
-from .harness import REWINDABLE_SINKS, STORES, MemorySource, MemoryStager, make_pipeline
+from support.memory import REWINDABLE_SINKS, STORES, MemorySource, MemoryStager
+from support.pipelines import IN_MEMORY, make_pipeline
 
 
 @pytest.fixture(autouse=True)
@@ -50,13 +51,13 @@ def stager() -> MemoryStager:
 @pytest.fixture
 def pipeline(tmp_path: Path) -> PipelineConfig:
     """A pipeline whose sinks are memory sinks: windows -> a, late -> b, quarantine -> c."""
-    return make_pipeline(tmp_path)
+    return make_pipeline(tmp_path, base=IN_MEMORY)
 
 
 @pytest.fixture
 def rewindable(tmp_path: Path) -> PipelineConfig:
     """The same pipeline, its sinks able to rewind (``SupportsRewind``)."""
-    return make_pipeline(tmp_path, sinks=REWINDABLE_SINKS)
+    return make_pipeline(tmp_path, base=IN_MEMORY, sinks=REWINDABLE_SINKS)
 
 
 @pytest.fixture

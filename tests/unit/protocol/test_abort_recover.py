@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.outcomes import Outcome
 from eos.core.protocol import abort, begin, commit, committed_epoch, precommit, recover
 
-from .harness import MemorySource, MemoryStager, log_rows, run_epoch, staged_rows, store
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager, log_rows, run_epoch, staged_rows, store
 
 SINKS = ["memory:a", "memory:b", "memory:c"]
 

@@ -17,19 +17,16 @@ from eos.core.plan import KafkaSource, PartitionRange, Plan, new_plan
 from eos.core.protocol import begin, check_sinks, commit, committed_epoch, precommit
 from eos.core.tables import ensure_tables
 
-from .harness import (
+from support.memory import (
     MemorySink,
     MemorySource,
     MemoryStager,
     at_once,
     log_rows,
-    make_pipeline,
     run_epoch,
-    same_pipeline,
     store,
 )
-
-pytestmark = pytest.mark.fast
+from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
 
 
 def logged_plan(config: PipelineConfig, epoch: int) -> Plan | None:
@@ -165,11 +162,13 @@ def test_a_plan_is_refused_when_the_source_lost_records(
 
 
 def test_a_plan_is_capped_fairly_and_may_be_empty(tmp_path: Path, source: MemorySource) -> None:
-    config = make_pipeline(tmp_path, epoch={"max_records": 10, "staging_retention": 2})
+    config = make_pipeline(tmp_path, base=IN_MEMORY,
+                           epoch={"max_records": 10, "staging_retention": 2})
     assert run_epoch(config, source).ranges == (PartitionRange(0, 0, 5), PartitionRange(1, 0, 5))
     assert run_epoch(config, source).ranges == (PartitionRange(0, 5, 10),
                                                 PartitionRange(1, 5, 10))
-    latest = make_pipeline(tmp_path, kafka={"topic": "in-memory", "start": "latest"})
+    latest = make_pipeline(tmp_path, base=IN_MEMORY,
+                           kafka={"topic": "in-memory", "start": "latest"})
     empty = run_epoch(latest, source)  # starts at the high watermarks: an empty epoch
     assert empty.records == 0 and committed_epoch(latest) == 0
 

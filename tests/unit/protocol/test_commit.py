@@ -14,9 +14,7 @@ from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.protocol import CommitResult, begin, commit, committed_epoch, precommit
 
-from .harness import MemorySource, MemoryStager, at_once, log_plan, log_rows, run_epoch, store
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager, at_once, log_plan, log_rows, run_epoch, store
 
 SINKS = ["memory:a", "memory:b", "memory:c"]
 

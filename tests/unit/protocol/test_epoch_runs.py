@@ -26,9 +26,7 @@ from eos.core.outcomes import Outcome
 from eos.core.protocol import abort, begin_epoch, commit, precommit
 from eos.core.status import EpochState, pipeline_status
 
-from .harness import MemorySource, MemoryStager
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager
 
 BACKFILL = "backfill__2026-11-01T00:00:00+00:00"
 SCHEDULED = "scheduled__2026-11-25T20:00:00+00:00"

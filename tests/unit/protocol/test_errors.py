@@ -26,8 +26,6 @@ from eos.core.errors import (
     is_permanent,
 )
 
-pytestmark = pytest.mark.fast
-
 LIBRARY = Path(errors.__file__).resolve().parents[1]
 BASES = (EosError, TransientError, PermanentError)
 

@@ -32,21 +32,18 @@ from eos.core.protocol import abort, begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 from eos.core.tables import ensure_tables, staging_schema
 
-from . import harness
-from .harness import (
+from support import memory
+from support.memory import (
     REWINDABLE_SINKS,
     MemorySource,
     MemoryStager,
     log_rows,
-    make_pipeline,
     record,
     run_epoch,
-    same_pipeline,
     staged_rows,
     store,
 )
-
-pytestmark = pytest.mark.fast
+from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
 
 
 def at_point(monkeypatch: pytest.MonkeyPatch, point: str, then: Callable[[], Any]) -> None:
@@ -170,7 +167,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
     def another_attempt_writes(*args: Any) -> bool:
         if pending and pending.pop():
             with monkeypatch.context() as patch, ensure_tables(pipeline) as tables:
-                patch.setattr(harness, "record", misread)
+                patch.setattr(memory, "record", misread)
                 snapshot = tables.refreshed(tables.staging)
                 files = MemoryStager().stage(pipeline, tables, plan, None, {}).files
                 assert staging.commit(snapshot, files, 0, staging_schema(pipeline),
@@ -306,7 +303,7 @@ def test_a_changed_schema_view_is_refused_at_commit(pipeline: PipelineConfig,
 # -- precommit against the seal -----------------------------------------------------------------
 
 def drifted(partition: int, offset: int) -> str:
-    """``harness.record`` after an outside answer changed (a schema registry's, say): the same
+    """``memory.record`` after an outside answer changed (a schema registry's, say): the same
     plan now computes other rows. Determinism is what keeps a zombie's rows identical; the seal
     must not depend on it."""
     return "quarantine"
@@ -340,7 +337,7 @@ def test_a_precommit_that_finds_its_epoch_sealed_stages_nothing(
         if pending:
             pending.clear()
             first.append(staged_and_half_committed(pipeline, 0, arm))
-            monkeypatch.setattr(harness, "record", drifted)
+            monkeypatch.setattr(memory, "record", drifted)
         check(tables)
 
     monkeypatch.setattr(protocol, "_check_no_rewind", meanwhile)
@@ -387,7 +384,7 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
             replaced.append(True)
             assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
             with monkeypatch.context() as patch:
-                patch.setattr(harness, "record", drifted)
+                patch.setattr(memory, "record", drifted)
                 assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
         return seal(*args)
 
@@ -409,7 +406,7 @@ def maintained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineConfi
     """A rewindable pipeline whose commit of every third epoch maintains its tables, deleting
     what it may at once (a vacuum retention of 0 hours: what 24 hours later looks like)."""
     monkeypatch.setattr(protocol, "maintain", partial(maintenance.maintain, retention_hours=0))
-    return make_pipeline(tmp_path, sinks=REWINDABLE_SINKS,
+    return make_pipeline(tmp_path, base=IN_MEMORY, sinks=REWINDABLE_SINKS,
                          epoch={"max_records": 1000, "staging_retention": 2,
                                 "maintenance_every": 3})
 

@@ -10,8 +10,6 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-pytestmark = pytest.mark.fast
-
 HERE = Path(__file__).resolve().parent
 
 

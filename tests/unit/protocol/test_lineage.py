@@ -14,9 +14,7 @@ import pytest
 from eos.core.lineage import kafka_server, kafka_uri, table_uri, topic_uri
 from eos.core.storage import scheme
 
-from .harness import make_pipeline
-
-pytestmark = pytest.mark.fast
+from support.pipelines import IN_MEMORY, make_pipeline
 
 SECRET = "s3cr3t"
 
@@ -73,7 +71,7 @@ def test_the_dag_declares_the_source_inlet_and_every_sink_outlet(
     from eos.airflow.dag_factory import sink_assets, source_assets
 
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", f"PLAINTEXT://u:{SECRET}@b1:9093,b2:9093")
-    config = make_pipeline(tmp_path, sinks={
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks={
         "windows": [{"kafka": {"topic": "per-minute"}},
                     {"kafka": {"topic": "mirrored", "client": {"bootstrap.servers": "dr:19092"}}},
                     {"delta": "target"}],

@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from eos.core.phaselog import PHASE_KEYS
 from eos.core.protocol import abort, begin, commit, precommit
 
-from .harness import MemorySource, MemoryStager, make_pipeline
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager
+from support.pipelines import IN_MEMORY, make_pipeline
 
 SINKS = {"windows": [{"delta": "target"}], "late": [{"memory": "b"}],
          "quarantine": [{"memory": "c"}]}
@@ -32,7 +29,7 @@ def fields(line: str) -> dict[str, str]:
 
 def test_every_epoch_phase_line_starts_with_the_documented_keys(
         tmp_path: Path, source: MemorySource, phases) -> None:
-    config = make_pipeline(tmp_path, sinks=SINKS)
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks=SINKS)
     plan = begin(config, "run-0", source=source)
     precommit(config, 0, MemoryStager())
     commit(config, 0)

@@ -26,9 +26,8 @@ from eos.core.tables import group_column, staging_schema
 from eos.sinks.delta import schema_conflicts
 from eos.sinks.kafka_records import decode_value, encode_values
 
-from .harness import MemorySource, MemoryStager, make_pipeline, run_epoch, store
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager, run_epoch, store
+from support.pipelines import IN_MEMORY, make_pipeline
 
 SINKS = ["memory:a", "memory:b", "memory:c"]
 
@@ -76,9 +75,10 @@ def test_json_values_write_the_doubles_json_has_no_number_for() -> None:
 
 def _long_sums(tmp_path: Path) -> PipelineConfig:
     return make_pipeline(
-        tmp_path, event={"time": {"field": "ts", "format": "epoch_ms"},
-                         "fields": {"key": "string", "amount": "long", "price": "decimal(38,9)",
-                                    "ratio": "double"}},
+        tmp_path, base=IN_MEMORY,
+        event={"time": {"field": "ts", "format": "epoch_ms"},
+               "fields": {"key": "string", "amount": "long", "price": "decimal(38,9)",
+                          "ratio": "double"}},
         aggregations={"total": "sum(amount)", "mean": "avg(price)", "ratios": "sum(ratio)"})
 
 
@@ -114,7 +114,7 @@ def test_a_delta_table_of_another_schema_is_named_before_the_seal() -> None:
 
 
 def _delta_windows(tmp_path: Path) -> PipelineConfig:
-    return make_pipeline(tmp_path, sinks={"windows": [{"delta": "target"}],
+    return make_pipeline(tmp_path, base=IN_MEMORY, sinks={"windows": [{"delta": "target"}],
                                           "late": [{"memory": "b"}],
                                           "quarantine": [{"memory": "c"}]})
 

@@ -14,17 +14,8 @@ from eos.core.plan import Plan
 from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 
-from .harness import (
-    MemorySource,
-    MemoryStager,
-    log_plan,
-    log_rows,
-    run_epoch,
-    same_pipeline,
-    staged_rows,
-)
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager, log_plan, log_rows, run_epoch, staged_rows
+from support.pipelines import same_pipeline
 
 
 def staging_version(config: PipelineConfig) -> int:

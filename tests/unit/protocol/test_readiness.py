@@ -15,9 +15,8 @@ from eos.core.errors import ConfigError
 from eos.core.readiness import Decision, Fired, Observation, Reason, decide, observe
 from eos.core.status import PartitionLag
 
-from .harness import MemorySource, make_pipeline, run_epoch, same_pipeline
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, run_epoch
+from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
 
 NOW = 1_800_000_000_000
 
@@ -26,20 +25,21 @@ NOW = 1_800_000_000_000
 
 def test_a_cron_string_stays_a_cron_passed_as_written(tmp_path: Path) -> None:
     for text in ("*/5 * * * *", "@once", "@continuous", "@daily"):
-        schedule = make_pipeline(tmp_path, schedule=text).schedule
+        schedule = make_pipeline(tmp_path, base=IN_MEMORY, schedule=text).schedule
         assert schedule is not None
         assert (schedule.cron, schedule.data_driven) == (text, False)
 
 
 def test_the_mapping_form_reads_thresholds_and_durations(tmp_path: Path) -> None:
-    schedule = make_pipeline(tmp_path, schedule={"cron": "*/5 * * * *", "lag_records": 50_000,
+    schedule = make_pipeline(tmp_path, base=IN_MEMORY,
+                             schedule={"cron": "*/5 * * * *", "lag_records": 50_000,
                                                  "max_delay": "2m", "poll": "10s"}).schedule
     assert schedule == ScheduleConfig(cron="*/5 * * * *", lag_records=50_000,
                                       max_delay=120_000, poll=10_000)
     assert schedule.data_driven
-    alone = make_pipeline(tmp_path, schedule={"max_delay": "30s"}).schedule
+    alone = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"max_delay": "30s"}).schedule
     assert alone == ScheduleConfig(max_delay=30_000)  # poll defaults to 5 s, no cron
-    assert make_pipeline(tmp_path).schedule is None  # no schedule: manual runs only
+    assert make_pipeline(tmp_path, base=IN_MEMORY).schedule is None  # no schedule: manual runs only
 
 
 @pytest.mark.parametrize(("schedule", "message"), [
@@ -60,7 +60,7 @@ def test_the_mapping_form_reads_thresholds_and_durations(tmp_path: Path) -> None
 def test_a_bad_schedule_fails_at_load_naming_the_field(tmp_path: Path, schedule: object,
                                                        message: str) -> None:
     with pytest.raises(ConfigError) as raised:
-        make_pipeline(tmp_path, schedule=schedule)
+        make_pipeline(tmp_path, base=IN_MEMORY, schedule=schedule)
     assert message in str(raised.value)
 
 
@@ -139,7 +139,7 @@ class Stamps:
 
 
 def test_before_the_first_epoch_the_backlog_is_the_lag(tmp_path: Path) -> None:
-    config = make_pipeline(tmp_path, schedule={"lag_records": 30})
+    config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"lag_records": 30})
     source, stamps = MemorySource(), Stamps()  # 25 + 15 records
     observed = observe(config, source=source, stamps=stamps)
     assert (observed.committed_epoch, observed.lag) == (-1, 40)
@@ -150,7 +150,7 @@ def test_before_the_first_epoch_the_backlog_is_the_lag(tmp_path: Path) -> None:
 
 
 def test_the_lag_counts_from_the_last_checkpoint(tmp_path: Path) -> None:
-    config = make_pipeline(tmp_path, schedule={"lag_records": 30},
+    config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"lag_records": 30},
                            epoch={"max_records": 1000, "staging_retention": 2})
     source = MemorySource()
     run_epoch(config, source)  # epoch 0 reads all 40
@@ -169,7 +169,7 @@ def test_the_lag_counts_from_the_last_checkpoint(tmp_path: Path) -> None:
 
 
 def test_a_drained_topic_reads_no_record(tmp_path: Path) -> None:
-    config = make_pipeline(tmp_path, schedule={"max_delay": "1s"})
+    config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"max_delay": "1s"})
     source = MemorySource()
     run_epoch(config, source)
     stamps = Stamps()
@@ -180,7 +180,7 @@ def test_a_drained_topic_reads_no_record(tmp_path: Path) -> None:
 
 def test_records_gone_after_the_checkpoint_are_due_so_begin_reports_them(tmp_path: Path
                                                                          ) -> None:
-    config = make_pipeline(tmp_path, schedule={"max_delay": "10m"})
+    config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"max_delay": "10m"})
     source = MemorySource()
     run_epoch(config, source)
     source.produce(0, 10)
@@ -193,7 +193,7 @@ def test_records_gone_after_the_checkpoint_are_due_so_begin_reports_them(tmp_pat
 
 def test_kafka_start_latest_counts_nothing_before_the_first_epoch(tmp_path: Path) -> None:
     """The plan's start rule, reused: a new pipeline starting at ``latest`` has no backlog."""
-    config = make_pipeline(tmp_path, schedule={"lag_records": 1})
+    config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"lag_records": 1})
     config = same_pipeline(config, kafka={"topic": "in-memory", "start": "latest"},
                            schedule={"lag_records": 1})
     observed = observe(config, source=MemorySource(), stamps=Stamps())
@@ -208,7 +208,8 @@ def test_the_trigger_serializes_to_its_classpath_and_kwargs(tmp_path: Path) -> N
 
     from eos.airflow.triggers import EpochDueTrigger, epoch_schedule, lag_asset_uri
 
-    config = make_pipeline(tmp_path, schedule={"lag_records": 500, "max_delay": "2m",
+    config = make_pipeline(tmp_path, base=IN_MEMORY,
+                           schedule={"lag_records": 500, "max_delay": "2m",
                                                "poll": "3s"})
     (asset,) = epoch_schedule(config)
     assert asset.uri == lag_asset_uri(config) == f"x-eos-lag://{config.name}"

@@ -19,9 +19,7 @@ from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings, redact
 from eos.core.plan import KafkaSource
 
-from .harness import make_pipeline
-
-pytestmark = pytest.mark.fast
+from support.pipelines import IN_MEMORY, make_pipeline
 
 SECRET = "s3cr3t-value-from-the-environment"  # a test value, nothing real
 
@@ -38,7 +36,7 @@ def secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def leaky(tmp_path: Path, secret_env: None) -> PipelineConfig:
     """A pipeline whose non-secret-looking client settings are expanded from the environment."""
-    return make_pipeline(tmp_path, kafka={"topic": "in-memory", "client": {
+    return make_pipeline(tmp_path, base=IN_MEMORY, kafka={"topic": "in-memory", "client": {
         "client.id": "${MY_SECRET}", "client.rack": "rack-${MY_SECRET}", "acks": "all"}})
 
 

@@ -18,18 +18,8 @@ from eos.core.protocol import begin, committed_epoch
 from eos.core.rewind import RewindResult, rewind
 from eos.core.sink import SupportsRewind, sinks_for
 
-from .harness import (
-    MemorySource,
-    RewindableMemorySink,
-    at_once,
-    log_rows,
-    make_pipeline,
-    run_epoch,
-    same_pipeline,
-    store,
-)
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, RewindableMemorySink, at_once, log_rows, run_epoch, store
+from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
 
 SINKS = ["memory_rewind:a", "memory_rewind:b", "memory_rewind:c"]
 
@@ -74,7 +64,7 @@ def test_a_sink_without_the_rewind_capability_is_refused(tmp_path: Path,
                                                          source: MemorySource) -> None:
     sinks = {"windows": [{"memory_rewind": "a"}], "late": [{"memory": "b"}],
              "quarantine": [{"memory": "c"}]}
-    config = make_pipeline(tmp_path, sinks=sinks)
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
     assert [isinstance(s, SupportsRewind) for s in sinks_for(config)] == [True, False, False]
     three_epochs(config, source)
     with pytest.raises(RewindRefused, match=r"sink\(s\) memory:b, memory:c cannot be rewound") \
@@ -88,7 +78,7 @@ def test_a_sink_that_cannot_withdraw_needs_consent_to_republish(tmp_path: Path,
                                                                 source: MemorySource) -> None:
     sinks = {"windows": [{"memory_keep": "a"}], "late": [{"memory_rewind": "b"}],
              "quarantine": [{"memory_rewind": "c"}]}
-    config = make_pipeline(tmp_path, sinks=sinks)
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
     three_epochs(config, source)
     with pytest.raises(RewindRefused, match=r"sink\(s\) memory_keep:a cannot withdraw the "
                                             r"records of epochs 1\.\.2"):

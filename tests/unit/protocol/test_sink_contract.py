@@ -21,9 +21,7 @@ from eos.core.sink import (
     sinks_for,
 )
 
-from .harness import MemorySink, RewindableMemorySink, at_once, store
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySink, RewindableMemorySink, at_once, store
 
 ROWS = pa.table({"x": [1, 2]})
 

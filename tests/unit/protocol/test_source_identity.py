@@ -25,17 +25,8 @@ from eos.core.rewind import rewind
 from eos.core.status import pipeline_status, render
 from eos.core.tables import ensure_tables
 
-from .harness import (
-    MemorySource,
-    MemoryStager,
-    at_once,
-    log_rows,
-    make_pipeline,
-    run_epoch,
-    same_pipeline,
-)
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager, at_once, log_rows, run_epoch
+from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
 
 A = SourceIdentity("in-memory", "memory-cluster")  # the fast pipeline's topic and cluster
 B = SourceIdentity("topic-b", "memory-cluster")
@@ -272,7 +263,7 @@ def test_a_data_driven_schedule_asks_for_an_epoch_when_the_source_changed(
         tmp_path: Path, source: MemorySource) -> None:
     """Another topic's offsets give no lag (here A's would say 10 records, below the
     threshold): the trigger fires, so begin refuses loudly, or runs a move's plan."""
-    config = make_pipeline(tmp_path, schedule={"lag_records": 1000})
+    config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"lag_records": 1000})
     run_epoch(config, source)
     moved, b = same_pipeline(config, kafka={"topic": B.topic}, schedule={"lag_records": 1000}), \
         b_source()

@@ -15,9 +15,8 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import ConfigError, KafkaUnavailable
 from eos.core.status import StallVerdict, check_stall, stall_verdict
 
-from .harness import MemorySource, make_pipeline, run_epoch
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, run_epoch
+from support.pipelines import IN_MEMORY, make_pipeline
 
 FIFTEEN_MIN_S = 900.0
 
@@ -38,7 +37,7 @@ def test_the_verdict(age_s: float | None, lag: int | None, verdict: StallVerdict
 
 @pytest.fixture
 def alerting(tmp_path: Path) -> PipelineConfig:
-    return make_pipeline(tmp_path, alerts={"stall_after": "15m"})
+    return make_pipeline(tmp_path, base=IN_MEMORY, alerts={"stall_after": "15m"})
 
 
 def test_a_pipeline_with_a_backlog_and_no_checkpoint_is_stalled(
@@ -99,16 +98,18 @@ def test_a_broker_that_does_not_answer_leaves_the_lag_unknown_not_the_pipeline_h
 
 
 def test_alerts_config(tmp_path: Path) -> None:
-    config = make_pipeline(tmp_path, alerts={"stall_after": "15m", "notifier": "pkg.mod.Notify",
+    config = make_pipeline(tmp_path, base=IN_MEMORY,
+                           alerts={"stall_after": "15m", "notifier": "pkg.mod.Notify",
                                              "notifier_kwargs": {"channel": "#data"}})
     assert config.alerts.stall_after == 900_000
     assert config.alerts.notifier == "pkg.mod.Notify"
-    assert make_pipeline(tmp_path / "b").alerts.stall_after is None
+    assert make_pipeline(tmp_path / "b", base=IN_MEMORY).alerts.stall_after is None
     with pytest.raises(ConfigError, match=r"set alerts\.stall_after too"):
-        make_pipeline(tmp_path / "c", alerts={"notifier": "pkg.mod.Notify"})
+        make_pipeline(tmp_path / "c", base=IN_MEMORY, alerts={"notifier": "pkg.mod.Notify"})
     with pytest.raises(ConfigError, match="dotted path"):
-        make_pipeline(tmp_path / "d", alerts={"stall_after": "1m", "notifier": "not a path"})
+        make_pipeline(tmp_path / "d", base=IN_MEMORY,
+                      alerts={"stall_after": "1m", "notifier": "not a path"})
     with pytest.raises(ConfigError, match=r"alerts\.stall_after"):
-        make_pipeline(tmp_path / "e", alerts={"stall_after": "500ms"})
+        make_pipeline(tmp_path / "e", base=IN_MEMORY, alerts={"stall_after": "500ms"})
     with pytest.raises(ConfigError, match=r"sets no alerts\.stall_after"):
-        check_stall(make_pipeline(tmp_path / "f"), source=MemorySource())
+        check_stall(make_pipeline(tmp_path / "f", base=IN_MEMORY), source=MemorySource())

@@ -10,7 +10,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 
 from eos.core import checkpoints
 from eos.core.aggregations import state_column
@@ -35,18 +34,16 @@ from eos.core.state import (
 )
 from eos.core.tables import OpenTables, ensure_tables, scan
 
-from .harness import (
+from support.memory import (
     NEVER_ENDS,
     REWINDABLE_SINKS,
     MemorySource,
     MemoryStager,
     at_once,
-    make_pipeline,
     record,
     run_epoch,
 )
-
-pytestmark = pytest.mark.fast
+from support.pipelines import IN_MEMORY, make_pipeline
 
 N = state_column("n", "n")
 
@@ -94,7 +91,8 @@ def staged(config: PipelineConfig) -> dict[int, tuple[set[str], int | None]]:
 
 
 def every(tmp_path: Path, snapshot_every: int, **overrides: Any) -> PipelineConfig:
-    return make_pipeline(tmp_path, epoch={"max_records": 1000, "staging_retention": 1,
+    return make_pipeline(tmp_path, base=IN_MEMORY,
+                         epoch={"max_records": 1000, "staging_retention": 1,
                                           "state_snapshot_every": snapshot_every}, **overrides)
 
 

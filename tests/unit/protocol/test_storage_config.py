@@ -15,8 +15,6 @@ from eos.core.errors import ConfigError, StoreUnsafe
 from eos.core.layout import tables_for
 from eos.core.storage import join, refuse_unsafe_settings, resolve
 
-pytestmark = pytest.mark.fast
-
 GOOD: dict[str, Any] = {
     "name": "stored",
     "kafka": {"topic": "t"},

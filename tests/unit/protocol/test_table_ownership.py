@@ -26,9 +26,8 @@ from eos.core.protocol import begin, commit, committed_epoch, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
 
-from .harness import MemorySource, MemoryStager, log_rows, make_pipeline, run_epoch
-
-pytestmark = pytest.mark.fast
+from support.memory import MemorySource, MemoryStager, log_rows, run_epoch
+from support.pipelines import IN_MEMORY, make_pipeline
 
 
 def pipeline(tmp_path: Path, name: str, table: Path, shared: bool | None = None
@@ -38,7 +37,8 @@ def pipeline(tmp_path: Path, name: str, table: Path, shared: bool | None = None
     windows: Any = str(table) if shared is None else {"table": str(table), "shared": shared}
     sinks = {"windows": [{"delta": windows}], "late": [{"memory_rewind": "late"}],
              "quarantine": [{"memory_rewind": "quarantine"}]}
-    return make_pipeline(tmp_path, name=name, sinks=sinks)  # roots: tmp_path/a, tmp_path/b
+    return make_pipeline(tmp_path, base=IN_MEMORY, name=name,
+                         sinks=sinks)  # roots: tmp_path/a, tmp_path/b
 
 
 def sources() -> tuple[MemorySource, MemorySource]:

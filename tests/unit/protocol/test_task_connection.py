@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.fast
-
 TOKEN = "tok/with+odd=chars"
 
 

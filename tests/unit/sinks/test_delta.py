@@ -16,8 +16,7 @@ from eos.core.maintenance import LOG_RETENTION
 from eos.core.outcomes import Outcome
 from eos.core.sink import sinks_for
 from eos.sinks.delta import DeltaSink, DeltaSinkOptions
-
-from support import write_pipeline
+from eos.tools.pipelines import write_pipeline
 
 
 def rows(epoch: int) -> pa.Table:

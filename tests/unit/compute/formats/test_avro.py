@@ -34,15 +34,14 @@ from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 from eos.core.schema import RAW_VALUE, REASON
 from eos.tools.schema_registry import SchemaRegistryServer
 
+from support.registry_formats import AUTH_ENV, KTS, TOPIC, UNKNOWN_1, config_of, event
+
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours
     warnings.simplefilter("ignore")
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
 
-KTS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-AUTH_ENV = "EOS_TEST_SR_AUTH"
-TOPIC = "orders"
 
 V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "string"},
@@ -70,27 +69,6 @@ V3 = {**V1, "fields": [
                                   "fields": [{"name": "id", "type": "long"}]}},
     V1["fields"][3], V1["fields"][4],
 ]}
-FIELDS = {
-    "order_id": {"path": "id", "type": "string"},
-    "customer": {"path": "customer.id", "type": "long"},
-    "tier": {"path": "customer.tier", "type": "string"},
-    "amount": {"type": "decimal(12,2)"},
-    "note": {"type": "string", "optional": True},
-}
-
-
-def event(registry: dict[str, Any] | None, fields: dict | None = None,
-          time: dict | None = None, fmt: str = "avro") -> Any:
-    """The parsed ``event`` section of a pipeline reading ``fmt`` (every Schema Registry
-    format's tests build theirs here)."""
-    return parse_config({
-        "name": "p", "kafka": {"topic": TOPIC},
-        "event": {"format": fmt, "schema_registry": registry,
-                  "time": time or {"field": "ts", "format": "epoch_ms"},
-                  "fields": fields or FIELDS},
-        "window": {"type": "tumbling", "size": "10s"},
-        "aggregations": {"n": "count(*)"},
-    }).event
 
 
 @pytest.fixture
@@ -98,10 +76,6 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[SchemaRegistryServer]:
     with SchemaRegistryServer() as server:
         monkeypatch.setenv(AUTH_ENV, server.user_info)
         yield server
-
-
-def config_of(server: SchemaRegistryServer, **more: Any) -> dict[str, Any]:
-    return {"url": server.url, "auth_env": AUTH_ENV, **more}
 
 
 def serializer(server: SchemaRegistryServer, schema: dict) -> AvroSerializer:
@@ -313,8 +287,6 @@ def test_parse_batch_agrees_with_parse_and_is_deterministic(
 
 
 # --- an id the registry does not know (yet) -------------------------------------------------
-
-UNKNOWN_1 = "schema id 1 is not known to the Schema Registry"
 
 
 def test_an_unknown_id_is_asked_again_in_the_next_batch_not_for_the_worker_life(

@@ -22,15 +22,6 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from protobuf_messages import F, build, field, new_file, order, order_class, serializer
-from test_formats_avro import (  # the Avro tests' constants and event builder
-    AUTH_ENV,
-    KTS,
-    TOPIC,
-    UNKNOWN_1,
-    config_of,
-)
-from test_formats_avro import event as avro_event
 
 from eos.compute.formats import parser_for
 from eos.compute.formats.records import RecordParser
@@ -42,6 +33,10 @@ from eos.core.schema import REASON
 from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
 from eos.tools.audit_protobuf import AuditProtobufDecoder
 from eos.tools.schema_registry import SchemaRegistryServer
+
+from support.protobuf_messages import F, build, field, new_file, order, order_class, serializer
+from support.registry_formats import AUTH_ENV, KTS, TOPIC, UNKNOWN_1, config_of
+from support.registry_formats import event as avro_event
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours
