@@ -9,15 +9,10 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 import eos.core.pool
-from eos.core.kafka import client_settings
 from eos.core.pool import checkin, checkout
-from eos.core.protocol import begin
-from eos.core.tables import ensure_tables
-from eos.tools.pipelines import write_pipeline
-from eos.tools.produce import GeneratorSpec, generate, send
 
 ROWS = pa.table({"n": pa.array([1, 2], pa.int64())})
 
@@ -84,15 +79,3 @@ def test_a_table_created_again_under_the_same_path_is_opened_afresh(tmp_path: Pa
     assert sorted(fresh.to_pyarrow_table()["n"].to_pylist()) == [7, 8]
 
 
-def test_a_phase_gives_its_handles_back_when_it_is_done(tmp_path: Path, kafka: str) -> None:
-    config = write_pipeline(tmp_path)
-    spec = GeneratorSpec(events=20, keys=2)
-    send(generate(spec), spec.events, config.kafka.topic, client_settings(), progress=False)
-    begin(config, run_id="r0")  # no garbage collection: the phase gives its handles back itself
-    tables = ensure_tables(config)
-    pooled = [held for held, _ in eos.core.pool._pool.get(tables.epochs, [])]
-    assert len(pooled) == 1, "begin did not give its handle of the epoch log back"
-    log = tables.handle(tables.epochs)  # the next phase borrows it, brought up to date
-    assert log is pooled[0]
-    assert log.version() == DeltaTable(tables.epochs).version()
-    assert checkout(tables.epochs) is not log, "a handle in use was lent again"
