@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
 DAGS_DIR = PROJECT / "dags"
 PLUGINS_DIR = PROJECT / "plugins"
 BASE_DATE = datetime(2026, 1, 1, tzinfo=UTC)

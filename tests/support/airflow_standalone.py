@@ -43,10 +43,10 @@ BACKFILL_TIMEOUT_S = 1200.0
 CLI_TIMEOUT_S = 300.0
 POLL_S = 3.0
 AIRFLOW = Path(sys.executable).parent / "airflow"
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]  # holds the support package
 # DagScopedAuthManager's grants: {"username": ["dag_id", ...]}; a user not named may use any DAG.
 DAG_GRANTS_ENV = "EOS_TEST_DAG_GRANTS"
-DAG_SCOPED_AUTH_MANAGER = "airflow_standalone.DagScopedAuthManager"
+DAG_SCOPED_AUTH_MANAGER = "support.airflow_standalone.DagScopedAuthManager"
 # ``airflow standalone`` replaces any ``[core] auth_manager`` with SimpleAuthManager before it
 # starts the components; this is the same command keeping the one configured.
 STANDALONE_KEEPING_AUTH_MANAGER = """

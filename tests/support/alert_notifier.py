@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
-PATH = "alert_notifier.FileNotifier"
+PATH = "support.alert_notifier.FileNotifier"
 
 
 class FileNotifier(BaseNotifier):

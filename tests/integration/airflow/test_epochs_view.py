@@ -58,7 +58,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
 SPEC = GeneratorSpec(events=1800, keys=12, interval_ms=250, late_fraction=0.02,
                      late_delay_ms=30_000, bad_fraction=0.03, seed=20261121)
-OUTPUT = Path(__file__).resolve().parents[1] / "test-output"
+OUTPUT = Path(__file__).resolve().parents[3] / "test-output"
 CHROMIUM = shutil.which("chromium")
 BROWSER_TIMEOUT_MS = 60_000
 VERIFY_TIMEOUT_MS = 240_000
@@ -363,7 +363,7 @@ def test_no_page_waits_for_an_unreachable_broker(view: dict[str, Any]) -> None:
 
 # -- the operator's workflows in Airflow's own UI: trigger, backfill, clear-and-rerun ------------
 
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
 DOCS_VIEWPORT = {"width": 1280, "height": 800}
 RUNS_TIMEOUT_S = 900.0
 

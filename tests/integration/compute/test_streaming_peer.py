@@ -18,36 +18,22 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project root holds bench/
 
 from bench import streaming_peer as peer_bench
 from eos.compute.connect import CONNECT_MARKS
 from eos.core.delta import read_table
 
+from support.streaming_peer import FIGURES
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 WINDOW = ("key", "window_start", "window_end")
 EXACT = ("count", "sum", "min", "max")
 
 
-def synthetic_result() -> peer_bench.Result:
-    """A result with every field set, for the renderer alone."""
-    from bench.scenarios import EpochTiming
-
-    timing = EpochTiming(epoch=0, records=10, begin=0.1, precommit=1.0, commit=0.1,
-                         counts={"output": 3, "late": 1, "quarantine": 1})
-    batch = peer_bench.Batch(batch_id=1, input_rows=10, trigger_s=0.5, dropped_by_watermark=1,
-                             malformed=1, start={"0": 0}, end={"0": 10})
-    replay = peer_bench.Replay("x", skipped=True, rows_before=3, rows_after=3, txn=1, seconds=1.0)
-    return peer_bench.Result(events=10, eo=[timing], stream=[1.0], batches=[batch], start_s=1.0,
-                             eo_rows=3, peer_rows=3, peer_appends=1, eo_replay=replay,
-                             peer_replay=replay,
-                             comparison=peer_bench.Comparison(both=3, equal=3))
-
-
-FIGURES = [label for label, _, _ in peer_bench.rows(synthetic_result())]
 
 
 def cells(table: str, figure: str) -> list[str]:
@@ -72,13 +58,6 @@ def windows(path: str) -> dict[tuple[Any, ...], dict[str, Any]]:
         assert key not in out, f"window {key} written twice to {path}"
         out[key] = row
     return out
-
-
-def test_markdown_table_has_every_figure() -> None:
-    table = peer_bench.render(synthetic_result(), markdown=True)
-    for figure in FIGURES:
-        assert f"| {figure} |" in table
-    assert "What each guarantees:" in table
 
 
 def test_quick_peer_prints_every_figure_and_matches_eo(kafka: str, data_dir: Path,

@@ -23,7 +23,7 @@ from support.harness import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_orders_avro_demo_runs_end_to_end_and_the_audit_agrees(tmp_path: Path) -> None:

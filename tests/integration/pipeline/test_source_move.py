@@ -17,13 +17,12 @@ from eos.airflow.epochs_html import Links, pipeline_page
 from eos.compute.epochs import run_until_caught_up
 from eos.core import epochlog
 from eos.core.errors import SourceChanged
-from eos.core.identity import SourceIdentity
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
-from eos.core.plan import PartitionRange, Plan, plan_of
+from eos.core.plan import plan_of
 from eos.core.protocol import begin, committed_epoch
 from eos.core.status import pipeline_status
-from eos.tools.audit import ProblemKind, audit, check_offsets
+from eos.tools.audit import audit
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import BASE_TIME_MS, GeneratorSpec, generate, send
 
@@ -91,21 +90,3 @@ def test_a_pipeline_moved_to_another_topic_counts_each_of_its_records_once(
     assert verify.returncode == 0 and "verdict: OK" in verify.stdout, verify.stdout
 
 
-def test_the_audit_starts_a_moved_source_afresh_and_only_at_a_logged_move() -> None:
-    """``check_offsets``: ranges continue per partition on one source; the first plan after a
-    logged move starts where the move says; a plan on another source without a move, and a
-    gap after the move, are problems."""
-    a, b = SourceIdentity("a", "c-1"), SourceIdentity("b", "c-1")
-
-    def plan(epoch: int, on: SourceIdentity, *ranges: tuple[int, int, int]) -> Plan:
-        return Plan("p", on.topic, epoch, tuple(PartitionRange(*r) for r in ranges), None,
-                    on.cluster_id)
-
-    plans = [plan(0, a, (0, 0, 700)), plan(1, a, (0, 700, 750)), plan(2, b, (0, 0, 400)),
-             plan(3, b, (0, 400, 900))]
-    assert check_offsets(plans, {2}) == []
-    unexplained = check_offsets(plans)
-    assert [(p.kind, p.where) for p in unexplained] == [(ProblemKind.OFFSETS, "epoch 2")]
-    assert "no move is logged" in unexplained[0].detail
-    gap = [*plans[:3], plan(3, b, (0, 401, 900))]
-    assert [p.where for p in check_offsets(gap, {2})] == ["epoch 3"]

@@ -32,7 +32,7 @@ from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
 from eos.sinks import kafka_topics
 from eos.sinks.kafka import KafkaSink
-from eos.sinks.kafka_topics import ensure_topic, marker_loss
+from eos.sinks.kafka_topics import ensure_topic
 from eos.tools.pipelines import unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration]
@@ -135,23 +135,6 @@ def test_a_pipeline_whose_kafka_sinks_share_a_marker_topic_does_not_load(
              "late": [{"kafka": {"topic": unique_topic("l"), "marker_topic": markers}}]}
     with pytest.raises(ConfigError, match=markers):
         write_pipeline(tmp_path, sinks=sinks)
-
-
-def test_a_kafka_sink_claims_its_marker_topic_and_not_its_output_topic() -> None:
-    default = KafkaSink.parse_options("out")
-    assert KafkaSink.resources(default, "p1") == frozenset({"kafka-topic:out.eos-markers.p1"})
-    explicit = KafkaSink.parse_options({"topic": "out", "marker_topic": "m"})
-    assert KafkaSink.resources(explicit, "p1") == frozenset({"kafka-topic:m"})
-
-
-def test_marker_topic_names_longer_than_kafka_allows_are_refused() -> None:
-    with pytest.raises(ValueError, match="249"):
-        KafkaSink.parse_options("t" * 250)
-    with pytest.raises(ValueError, match="249"):
-        KafkaSink.parse_options({"topic": "t", "marker_topic": "m" * 250})
-    long_default = KafkaSink.parse_options("t" * 200)
-    with pytest.raises(ValueError, match="249"):
-        KafkaSink.resources(long_default, "p" * 40)
 
 
 def test_a_too_long_default_marker_topic_is_refused_at_run_time(tmp_path: Path,
@@ -296,20 +279,6 @@ def test_an_open_foreign_transaction_seen_by_the_embedded_broker_is_refused(
 
 
 # -- issue 42 item 8: a marker topic that deletes its markers -----------------------------------
-
-def test_a_topic_deletes_markers_when_it_deletes_by_time_or_size() -> None:
-    """The rule ``check_marker_topic`` applies to what DescribeConfigs answers."""
-    assert marker_loss({"cleanup.policy": "compact", "retention.ms": "3600000"}) is None
-    assert marker_loss({"cleanup.policy": "delete", "retention.ms": "-1",
-                        "retention.bytes": "-1"}) is None  # kept for ever: nothing lost
-    assert marker_loss({"cleanup.policy": "compact,delete", "retention.ms": "-1"}) is None
-    assert marker_loss({"cleanup.policy": "delete", "retention.ms": "604800000",
-                        "retention.bytes": "-1"}) == (
-        "cleanup.policy=delete with retention.ms=604800000")
-    assert marker_loss({"cleanup.policy": "compact, delete", "retention.ms": "-1",
-                        "retention.bytes": "1048576"}) == (
-        "cleanup.policy=compact, delete with retention.bytes=1048576")
-    assert marker_loss({}) == "cleanup.policy=delete with retention.ms=604800000"  # Kafka's
 
 
 def test_on_the_embedded_broker_the_marker_topic_is_not_checked_and_the_log_says_so(

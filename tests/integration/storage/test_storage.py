@@ -28,7 +28,7 @@ from eos.core.storage import filesystem, probe_fence
 
 pytestmark = [pytest.mark.integration]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def objects_under(uri: str) -> list[str]:
@@ -45,8 +45,8 @@ def test_the_fast_tier_holds_with_every_table_on_the_store(object_store: Any,
     code, a different store, the same decisions."""
     base = f"s3://{object_store.bucket}/fast-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, TABLES_BASE_ENV: base}
-    done = subprocess.run([sys.executable, "-m", "pytest", "tests/fast", "-q", "-x", "-m", "fast",
-                           "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/unit/protocol", "-q", "-x",
+                           "-m", "fast", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
                            "--basetemp", str(tmp_path / "fast")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

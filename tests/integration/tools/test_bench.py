@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project root holds bench/
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project root holds bench/
 
 from bench import (
     dag_runs,

@@ -154,14 +154,6 @@ def test_missing_topic_and_unreachable_broker_have_clear_errors(kafka: str) -> N
                          "anything")
 
 
-def test_no_broker_configured_says_how_to_start_one(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
-    monkeypatch.setenv("EOS_DATA_DIR", str(tmp_path))
-    with pytest.raises(KafkaUnavailable, match="eos broker start"):
-        client_settings()
-
-
 def test_produced_records_read_back_exactly(kafka: str) -> None:
     """Acceptance: 100000 events with 1% bad records, seed 7, all read back, nothing more."""
     topic = unique_topic("clicks")
@@ -226,9 +218,3 @@ def test_a_topic_named_at_start_gets_its_partitions_and_holds_more(tmp_path: Pat
         embedded.stop(tmp_path)
 
 
-@pytest.mark.parametrize("text", ["", ":3", "t:", "t:0", "t:x", "t:-1"])
-def test_a_topic_spec_is_a_name_and_a_positive_count(text: str) -> None:
-    with pytest.raises(ConfigError, match="NAME or NAME:PARTITIONS"):
-        embedded.TopicSpec.parse(text)
-    assert embedded.TopicSpec.parse("t:3") == embedded.TopicSpec("t", 3)
-    assert str(embedded.TopicSpec.parse("t")) == "t"

@@ -28,7 +28,7 @@ from eos.tools.schema_registry import SchemaRegistryServer
 pytestmark = [pytest.mark.integration]
 
 AUTH_ENV = "EOS_TEST_SR_AUTH"
-SHIPPED = Path(__file__).resolve().parents[1] / "include" / "pipelines" / "orders_avro.yaml"
+SHIPPED = Path(__file__).resolve().parents[3] / "include" / "pipelines" / "orders_avro.yaml"
 
 
 def orders_pipeline(directory: Path, registry: SchemaRegistryServer) -> Any:

@@ -16,10 +16,11 @@ HERE = Path(__file__).resolve().parent
 def test_the_fast_tier_imports_no_spark_and_no_airflow() -> None:
     """Every module of the tier, imported in a fresh interpreter (the tier's own imports: the
     suite's root conftest is not part of it)."""
-    modules = sorted(f"{HERE.name}.{p.stem}" for p in HERE.glob("*.py") if p.stem != "__init__")
+    package = f"{HERE.parent.name}.{HERE.name}"
+    modules = sorted(f"{package}.{p.stem}" for p in HERE.glob("*.py") if p.stem != "__init__")
     code = (
         "import importlib, json, sys\n"
-        f"sys.path.insert(0, {str(HERE.parent)!r})\n"
+        f"sys.path.insert(0, {str(HERE.parents[1])!r})\n"
         f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
         "import eos.core.kafka as k\n"
