@@ -1,9 +1,9 @@
-"""A real ``airflow standalone`` for tests (tests/test_airflow_scheduler.py,
-tests/test_epochs_view.py): started in a process group of its own with a throwaway AIRFLOW_HOME
-(SQLite), the project's dags/ and plugins/ folders and the environment ``eos ui`` gives Airflow
-(``eos.airflow.environment.airflow_env``); helpers to read it through its REST API as a
-person's UI would, and to backfill a pipeline's DAG. Nothing here imports ``airflow``: every
-Airflow process is a child.
+"""A real ``airflow standalone`` for tests (tests/integration/airflow/test_airflow_scheduler.py,
+tests/integration/airflow/test_epochs_view.py): started in a process group of its own with a
+throwaway AIRFLOW_HOME (SQLite), the project's dags/ and plugins/ folders and the environment
+``eos ui`` gives Airflow (``eos.airflow.environment.airflow_env``); helpers to read it through
+its REST API as a person's UI would, and to backfill a pipeline's DAG. Nothing here imports
+``airflow``: every Airflow process is a child.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The DAG under the real Airflow scheduler: backfills, and per-phase task logs over the REST API.
 
-tests/test_dags.py drives runs through ``DAG.test()``; here nothing is in-process. One
-``airflow standalone`` (API server, scheduler with the LocalExecutor, DAG processor, triggerer)
-runs in a process group of its own with a throwaway AIRFLOW_HOME (SQLite), the project's dags/
-folder building two DAGs from test pipeline YAMLs (``EOS_PIPELINES_DIR``, monthly schedule), the
-embedded broker (found by every task through ``EOS_DATA_DIR``) and ``spark_default`` naming
+tests/integration/airflow/test_dags.py drives runs through ``DAG.test()``; here nothing is
+in-process. One ``airflow standalone`` (API server, scheduler with the LocalExecutor, DAG processor,
+triggerer) runs in a process group of its own with a throwaway AIRFLOW_HOME (SQLite), the project's
+dags/ folder building two DAGs from test pipeline YAMLs (``EOS_PIPELINES_DIR``, monthly schedule),
+the embedded broker (found by every task through ``EOS_DATA_DIR``) and ``spark_default`` naming
 ``local[2]``: the environment ``eos ui`` gives Airflow (``eos.airflow.environment.airflow_env``).
 Each pipeline's topic holds 2,400 events, and ``epoch.max_records`` is 1,000: three non-empty
 epochs.

@@ -1,6 +1,6 @@
 """The Airflow UI's epochs view (plugins/eos_epochs.py) in a real Airflow and a real browser.
 
-One ``airflow standalone`` (the harness in tests/airflow_standalone.py) with the project's
+One ``airflow standalone`` (the harness in tests/support/airflow_standalone.py) with the project's
 plugins/ folder runs a backfill of three DAG runs of one pipeline (epochs of 1,000, 800 and 0
 records: 1,800 events, some late, some malformed). Then:
 - every route of the plugin's app refuses a request without credentials (401) and with a forged

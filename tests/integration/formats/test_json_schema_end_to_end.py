@@ -1,8 +1,8 @@
 """``event.format: json_schema`` end to end: real broker, real Spark, real Delta, and the audit
-(``eos.tools.audit_json_schema``). The shape and helpers are ``tests/test_avro_end_to_end.py``'s;
-records are written by Confluent's ``JSONSerializer`` through ``eos.tools.schema_registry`` (the
-test stand-in for a Schema Registry), and a few by hand where the serializer would refuse them
-(a record that does not validate)."""
+(``eos.tools.audit_json_schema``). The shape and helpers are the Avro test's
+(``support.orders_end_to_end``); records are written by Confluent's ``JSONSerializer`` through
+``eos.tools.schema_registry`` (the test stand-in for a Schema Registry), and a few by hand where the
+serializer would refuse them (a record that does not validate)."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 decode), real Delta, and the audit, which decodes the records with its own reader
 (``eos.tools.audit_protobuf``: urllib, its own header and index reading, its own walk).
 
-The shape and the helpers are ``tests/test_avro_end_to_end.py``'s: the same orders, windows and
-registry outage, written by Confluent's ``ProtobufSerializer`` (message classes built at run
-time, ``tests/protobuf_messages.py``) through ``eos.tools.schema_registry``, the test stand-in
-for a Schema Registry (not Confluent's server, which does not install here)."""
+The shape and the helpers are the Avro test's (``support.orders_end_to_end``): the same orders,
+windows and registry outage, written by Confluent's ``ProtobufSerializer`` (message classes
+built at run time, ``support.protobuf_messages``) through ``eos.tools.schema_registry``, the test
+stand-in for a Schema Registry (not Confluent's server, which does not install here)."""
 
 from __future__ import annotations
 

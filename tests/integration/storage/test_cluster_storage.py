@@ -8,8 +8,9 @@ their own, which see the environment the workers were started with (how the stor
 credentials reach them) and import the library; every JVM authenticates and binds loopback.
 (One module: a session-scoped cluster is started once per test worker that needs it.)
 
-The failure matrix's crash and race rows run here unchanged (imported from tests/test_faults.py:
-the same functions, with this module's ``spark`` and every pipeline's tables on the store), then
+The failure matrix's crash and race rows run here unchanged (imported from
+``support.failure_matrix``, as tests/integration/pipeline/test_faults.py does: the same
+functions, with this module's ``spark`` and every pipeline's tables on the store), then
 an end-to-end run with its audit and ``eos verify``, a chaos run, and a search of the local
 disks for any file of the pipeline.
 """

@@ -7,7 +7,7 @@ talked to over HTTP by delta-rs and pyarrow exactly as AWS S3 would be.
 - maintenance deletes what a killed attempt left, and a rewind's time travel works there.
 
 The end-to-end runs on Spark (a two-worker standalone cluster writing staging to the store)
-are in tests/test_cluster_storage.py.
+are in tests/integration/storage/test_cluster_storage.py.
 """
 
 from __future__ import annotations

@@ -83,7 +83,8 @@ def test_the_dag_declares_the_source_inlet_and_every_sink_outlet(
     assert {name: a.uri for name, a in assets.items()} == {
         "kafka:per-minute": "kafka://b1:9093/per-minute",
         "kafka:mirrored": "kafka://dr:19092/mirrored",
-        # a local root, or the object store the whole fast tier runs on (tests/test_storage.py)
+        # a local root, or the object store the whole fast tier runs on
+        # (tests/integration/storage/test_storage.py)
         "delta:target": (f"{config.root}/target" if scheme(config.root) else
                          f"file://{Path(config.root).resolve()}/target"),
         "delta:s3://bucket/late": "s3://bucket/late",

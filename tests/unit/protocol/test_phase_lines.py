@@ -18,7 +18,7 @@ SINKS = {"windows": [{"delta": "target"}], "late": [{"memory": "b"}],
 
 
 def fields(line: str) -> dict[str, str]:
-    """``k=v`` tokens of a phase line, in order (as tests/airflow_standalone.phase_line)."""
+    """``k=v`` tokens of a phase line, in order (as tests/support/airflow_standalone.phase_line)."""
     found: dict[str, str] = {}
     for token in line.split(" "):
         key, sep, value = token.partition("=")

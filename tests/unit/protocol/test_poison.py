@@ -3,7 +3,7 @@ and values a sink format has no number for are written, not refused.
 
 The state machine on real Delta tables with in-process sinks; the encodings and the audit's
 reference as plain functions. The same rules against real Spark, Kafka and Delta are in
-``tests/test_poison_values.py``.
+``tests/integration/pipeline/test_poison_values.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Data-driven schedules: the ``schedule`` grammar, and when the data asks for an epoch
 (``eos.core.readiness``: an observation of the real checkpoint table and a source's watermarks,
 and the pure decision on it). The trigger that runs this in Airflow's triggerer, against a real
-broker, scheduler and triggerer: tests/test_data_driven_epochs.py."""
+broker, scheduler and triggerer: tests/integration/airflow/test_data_driven_epochs.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The stall decision (``alerts.stall_after``, ``eos.core.status.check_stall``): the checkpoint's
 age and the lag behind it, read from the pipeline's real checkpoint table and its source's
 watermarks. The Airflow half (the deadline that asks, the callback that alerts) is in
-tests/test_alerts.py."""
+tests/integration/airflow/test_alerts.py."""
 
 from __future__ import annotations
 

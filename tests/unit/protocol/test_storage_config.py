@@ -1,7 +1,7 @@
 """Where tables may live, decided when the config loads (``eos.core.storage``): local paths and the
 object stores both delta-rs and pyarrow write; nothing else, and no storage setting under which
-two writers could commit one Delta version. No store is contacted here (tests/test_storage.py
-runs pipelines on a real S3 server)."""
+two writers could commit one Delta version. No store is contacted here
+(tests/integration/storage/test_storage.py runs pipelines on a real S3 server)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ GOOD: dict[str, Any] = {
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("EOS_DATA_DIR", str(tmp_path / "data"))
     # Neither an unsafe setting nor a deployment's base for relative roots from outside (the
-    # fast tier also runs with EOS_TABLES_BASE on a store: tests/test_storage.py).
+    # fast tier also runs with EOS_TABLES_BASE on a store:
+    # tests/integration/storage/test_storage.py).
     for name in ("AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER", "AWS_CONDITIONAL_PUT",
                  "EOS_TABLES_BASE"):
         monkeypatch.delenv(name, raising=False)
