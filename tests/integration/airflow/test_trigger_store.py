@@ -1,4 +1,4 @@
-"""The triggerer's looks at a pipeline whose tables are on an object store (#42 item 6).
+"""The triggerer's looks at a pipeline whose tables are on an object store.
 
 A task exports the store's Airflow connection (``eos.airflow.storage.STORAGE_CONN_ID``) into
 its environment before a phase runs; the triggerer's two readers of the same tables, the

@@ -1,4 +1,4 @@
-"""Partitions that appear after a pipeline's first epoch (issue #26 item 3): under
+"""Partitions that appear after a pipeline's first epoch: under
 ``kafka.start: latest`` only a brand-new pipeline starts at the high watermarks; a partition
 added later starts at its log start (as Spark's Kafka source does), so nothing produced to it
 before it was first planned is skipped.

@@ -312,12 +312,12 @@ def test_a_replay_of_a_range_kafka_no_longer_holds_fails_naming_it(
 
 def test_two_pipelines_on_one_table_neither_loses_the_others_rows(tmp_path: Path, kafka: str,
                                                                    spark: Any) -> None:
-    """Issue #42's defect, end to end: two pipelines whose ``windows`` sink is the same
-    absolute Delta table. Unshared, the second is refused at ``begin`` (before, both wrote it);
-    declared shared, both commit, a rewind of one is refused while the other has committed
-    since its target (before, the RESTORE removed the other's rows for good, its ``txn``
-    still saying committed), the table holds every window both checkpointed, and each audit
-    holds (the shared table reported unaudited, not the other's rows as problems)."""
+    """Two pipelines whose ``windows`` sink is the same absolute Delta table. Unshared, the
+    second is refused at ``begin`` (before, both wrote it); declared shared, both commit, a
+    rewind of one is refused while the other has committed since its target (before, the RESTORE
+    removed the other's rows for good, its ``txn`` still saying committed), the table holds
+    every window both checkpointed, and each audit holds (the shared table reported unaudited,
+    not the other's rows as problems)."""
     from eos.core.errors import TableOwned
 
     table = tmp_path / "windows-of-both"

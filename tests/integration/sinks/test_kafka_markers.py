@@ -1,4 +1,4 @@
-"""The Kafka sink's markers (DESIGN §6, issue #26 items 1 and 2): a marker identifies one sink of
+"""The Kafka sink's markers (DESIGN §6): a marker identifies one sink of
 one pipeline, and lives in a marker partition only that sink's transactional id writes.
 
 These tests call the sinks directly with hand-built rows (no Spark): what they check is what the
@@ -278,7 +278,7 @@ def test_an_open_foreign_transaction_seen_by_the_embedded_broker_is_refused(
     assert all_records(sink.options.topic) and len(all_records(sink.options.topic)) == 1
 
 
-# -- issue 42 item 8: a marker topic that deletes its markers -----------------------------------
+# -- a marker topic that deletes its markers ------------------------------------------------------
 
 
 def test_on_the_embedded_broker_the_marker_topic_is_not_checked_and_the_log_says_so(

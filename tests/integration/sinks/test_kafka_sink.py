@@ -240,7 +240,7 @@ def test_an_unwritable_record_fails_permanently_with_a_clear_message(
 
 def test_three_kafka_sinks_of_one_pipeline_each_hold_what_their_delta_twin_holds(
         tmp_path: Path, kafka: str, spark: Any) -> None:
-    """Issue #26 item 1 end to end: windows, late and quarantine each go to a Kafka topic and a
+    """End to end: windows, late and quarantine each go to a Kafka topic and a
     Delta table; every topic holds as many records as its twin (the defect left the late and
     quarantine topics empty while their markers said "committed")."""
     from eos.tools.pipelines import unique_topic, write_pipeline

@@ -1,4 +1,4 @@
-"""Doors a config could open (#26 items 5, 8, 9, 10 and the sinks' resources hook), refused
+"""Doors a config could open (and the sinks' resources hook), refused
 when the config loads: a filter that is not a pure function, a Spark Connect token sent in
 plaintext to another host, a secret quoted by a YAML error or shown unredacted, a Delta sink
 that is one of the pipeline's own tables or leaves its root, and two sinks claiming one place.

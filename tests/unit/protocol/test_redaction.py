@@ -1,4 +1,4 @@
-"""A Kafka client setting read from the environment is never shown (#42 item 5).
+"""A Kafka client setting read from the environment is never shown.
 
 ``${VAR}`` is expanded in any ``kafka.client`` key, and ``KAFKA_SASL_*``-style variables become
 settings, but redaction went by the key's name only: ``client.id: ${MY_SECRET}`` showed the
