@@ -22,7 +22,7 @@ from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.tools.cli import main
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import GeneratorSpec
-from eos.tools.produce_avro import UNKNOWN_ID, generate_avro, writer_schema
+from eos.tools.produce_avro import UNKNOWN_ID, generate_avro
 from eos.tools.schema_registry import SchemaRegistryServer
 
 pytestmark = [pytest.mark.integration]
@@ -40,24 +40,6 @@ def orders_pipeline(directory: Path, registry: SchemaRegistryServer) -> Any:
     path = directory / "orders_avro.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_config(path)
-
-
-def test_the_writer_schema_is_derived_from_the_declared_event() -> None:
-    event = load_config(SHIPPED).event
-    v1, v2 = writer_schema(event, 1), writer_schema(event, 2)
-    fields = {f["name"]: f["type"] for f in v1["fields"]}
-    assert fields["ts"] == {"type": "long", "logicalType": "timestamp-millis"}
-    payment = {f["name"]: f["type"] for f in fields["payment"]["fields"]}
-    assert payment["amount"] == {"type": "bytes", "logicalType": "decimal", "precision": 12,
-                                 "scale": 2}
-    assert payment["shipping"][0] == "null"  # optional: a union with null
-    assert fields["coupon"] == ["null", "string"]
-    payment2 = {f["name"]: f["type"] for f in v2["fields"][2]["type"]["fields"]}
-    assert payment2["amount"]["scale"] == 4 and payment2["amount"]["precision"] == 14
-    assert v2["fields"][-1] == {"name": "channel", "type": ["null", "string"], "default": None}
-    spec = GeneratorSpec(events=50, keys=8, bad_fraction=0.2, late_fraction=0.1, seed=3)
-    config = load_config(SHIPPED)
-    assert list(generate_avro(spec, config, 25)) == list(generate_avro(spec, config, 25))
 
 
 def test_eos_produce_writes_two_writer_versions_the_pipeline_reads(
