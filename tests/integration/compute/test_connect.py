@@ -27,7 +27,6 @@ from eos.compute.stage import SparkStager
 from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.errors import EXIT_TRANSIENT, ComputeUnavailable
-from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.processes import group_members
 from eos.core.protocol import begin, commit, committed_epoch, precommit
@@ -35,9 +34,10 @@ from eos.core.staging import staged_epoch
 from eos.tools import spark_server as supervisor
 from eos.tools.audit import audit
 from eos.tools.pipelines import write_pipeline
-from eos.tools.produce import GeneratorSpec, generate, send
+from eos.tools.produce import GeneratorSpec
 
 from support.harness import eos_cli, finish_and_audit, free_port, table_versions
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,12 +47,9 @@ BARRIER = "precommit.mid_read:wait"  # holds a Spark read task after its first b
 
 
 def loaded_pipeline(directory: Path, **overrides: Any) -> PipelineConfig:
-    directory.mkdir(parents=True, exist_ok=True)
-    config = write_pipeline(directory, epoch={"max_records": 1500, "staging_retention": 2},
-                            kafka={"topic": f"c-{directory.name[-12:]}", "read_timeout": "30s",
-                                   "split_records": 500}, **overrides)
-    send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
-    return config
+    return make_pipeline(directory, max_records=1500, staging_retention=2, records=SPEC,
+                         kafka={"topic": f"c-{directory.name[-12:]}", "read_timeout": "30s",
+                                "split_records": 500}, **overrides)
 
 
 def audited(config: PipelineConfig, spark: Any, tag: str) -> None:

@@ -31,6 +31,7 @@ from eos.tools.produce import GeneratorSpec
 
 from support.harness import delta_path, eos_cli, finish_and_audit
 from support.pageviews import MESSY, pageview_pipeline, produce
+from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -111,14 +112,8 @@ SPEC = GeneratorSpec(events=2400, keys=20, interval_ms=25, disorder_ms=800, late
 
 
 def clicks_pipeline(directory: Path, every: int, **overrides: Any) -> PipelineConfig:
-    from eos.core.kafka import client_settings
-    from eos.tools.pipelines import write_pipeline
-    from eos.tools.produce import generate, send
-
-    config = write_pipeline(directory, epoch={"max_records": 300, "staging_retention": 1,
-                                              "state_snapshot_every": every}, **overrides)
-    send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
-    return config
+    return make_pipeline(directory, records=SPEC, epoch={
+        "max_records": 300, "staging_retention": 1, "state_snapshot_every": every}, **overrides)
 
 
 def test_a_crash_at_each_step_of_a_snapshot_and_a_change_epoch_converges(

@@ -31,7 +31,7 @@ AUTH_ENV = "EOS_TEST_SR_AUTH"
 SHIPPED = Path(__file__).resolve().parents[3] / "include" / "pipelines" / "orders_avro.yaml"
 
 
-def orders_pipeline(directory: Path, registry: SchemaRegistryServer) -> Any:
+def shipped_orders_pipeline(directory: Path, registry: SchemaRegistryServer) -> Any:
     """The shipped orders_avro pipeline on a topic of its own, pointed at the test registry."""
     data = yaml.safe_load(SHIPPED.read_text())
     data["kafka"]["topic"] = unique_topic("orders")
@@ -45,7 +45,7 @@ def orders_pipeline(directory: Path, registry: SchemaRegistryServer) -> Any:
 def test_eos_produce_writes_two_writer_versions_the_pipeline_reads(
         tmp_path: Path, kafka: str, registry: SchemaRegistryServer,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    config = orders_pipeline(tmp_path, registry)
+    config = shipped_orders_pipeline(tmp_path, registry)
     monkeypatch.setenv(PIPELINES_DIR_ENV, str(tmp_path))
     events = 600
     code = main(["produce", "--pipeline", "orders_avro", "--events", str(events),
@@ -94,7 +94,7 @@ def test_every_time_format_and_type_is_written_so_the_pipeline_reads_it(
         tmp_path: Path, registry: SchemaRegistryServer, time: dict[str, str]) -> None:
     from eos.tools.produce_avro import serializer
 
-    config = orders_pipeline(tmp_path, registry)
+    config = shipped_orders_pipeline(tmp_path, registry)
     data = yaml.safe_load(Path(str(config.source_path)).read_text())
     data["event"]["time"] = time
     data["event"]["fields"].update({"flag": "boolean", "ratio": "double",
