@@ -3,7 +3,8 @@ scheduler, next to the at-least-once baseline, in one run.
 
 A real ``airflow standalone`` (scheduler with the LocalExecutor, which forks every task from the
 scheduler after ``plugins/airflow_local_settings.py`` preloaded the task modules; DAG processor,
-API server, triggerer; tests/airflow_standalone.py starts it) and one Spark Connect server serve:
+API server, triggerer; tests/support/airflow_standalone.py starts it) and one Spark Connect
+server serve:
 
 - **exactly-once**: the pipeline's DAG (``dags/eos_pipelines.py``: begin -> precommit -> commit),
   one manually triggered run per epoch;
@@ -129,12 +130,12 @@ def turns(epoch: int) -> tuple[str, ...]:
 
 
 def _airflow_harness() -> Any:
-    """tests/airflow_standalone.py: the suite's real ``airflow standalone`` (one way to start
-    one, shared with the tests rather than written twice)."""
+    """tests/support/airflow_standalone.py: the suite's real ``airflow standalone`` (one way to
+    start one, shared with the tests rather than written twice)."""
     tests = str(PROJECT_ROOT / "tests")
     if tests not in sys.path:
         sys.path.insert(0, tests)
-    import airflow_standalone
+    from support import airflow_standalone
 
     return airflow_standalone
 

@@ -9,7 +9,8 @@ status`` read
   (epoch log and checkpoints of those epochs, each sink's marker, the topic's high watermarks);
 - ``page``: ``GET /pipelines/<name>`` on the plugin's FastAPI app in this process (Starlette's
   test client; Airflow's authentication dependency replaced by a fixed user, since the app's
-  own work is what is measured; tests/test_epochs_view.py covers the real login);
+  own work is what is measured; tests/integration/airflow/test_epochs_view.py covers the real
+  login);
 - ``json``: ``GET /api/pipelines/<name>``;
 - ``index``: ``GET /`` (every pipeline's committed epoch and verdict).
 """

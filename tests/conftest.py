@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from eos.tools import broker as embedded
+from eos.tools.pipelines import write_pipeline
 from eos.tools.schema_registry import SchemaRegistryServer
 
-from fixtures_cluster import *  # noqa: F403  # the test Spark cluster's fixtures
-from fixtures_store import *  # noqa: F403  # the embedded object store's fixtures
-from support import free_port, write_pipeline
+from support.harness import free_port
+
+# The embedded object store's and the test Spark cluster's fixtures, started only when asked for.
+pytest_plugins = ["support.store", "support.cluster"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # The test Schema Registry's credentials (eos.tools.schema_registry), made per run and set

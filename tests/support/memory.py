@@ -1,0 +1,402 @@
+"""In-process stand-ins for everything the protocol core talks to besides its own Delta tables,
+each written from scratch against the contract it stands in for (no Spark, no broker):
+
+- ``MemorySink`` (``{memory: NAME}``): a sink implementing only the two-phase-commit methods of
+  ``eos.core.sink.Sink`` (``committed_epoch``, ``commit``, ``abort``, and ``check``, which a
+  test can make refuse), fenced like a real one: a commit is one atomic check-and-write,
+  idempotent, and of two racing attempts one writes.
+- ``RewindableMemorySink`` (``{memory_rewind: NAME}``): the same plus ``SupportsRewind``;
+  ``KeptMemorySink`` (``{memory_keep: NAME}``) cannot withdraw what it published (a topic).
+- ``MemoryStager``: the compute half of precommit (``eos.core.staging.Stager``) in pyarrow:
+  the files ``eos.compute.precommit.write.write_epoch`` writes, from a trivial deterministic
+  computation.
+- ``MemorySource``: the planner's source (``eos.core.plan.Source``), offsets and cluster id set
+  by the test.
+- ``IN_MEMORY``: the sections of a pipeline on these stand-ins (``support.pipelines``).
+
+A sink's state lives in ``STORES``, keyed by (pipeline, sink name): every instance of the sink
+(``sinks_for`` builds new ones in each phase) sees the same store, as every client of a real
+sink sees the same table or topic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from eos.compute.writers import attempt_dir, counts_by_kind, write_collected, write_table
+from eos.core.aggregations import output_column, state_column
+from eos.core.checkpoints import Checkpoint
+from eos.core.config import PipelineConfig
+from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused, SinkCannotTake
+from eos.core.identity import SourceIdentity
+from eos.core.outcomes import NO_EPOCH, Outcome
+from eos.core.plan import Plan
+from eos.core.sink import Sink, SinkCommit, SupportsRewind, register
+from eos.core.staging import WATERMARK, StagedFiles
+from eos.core.tables import OpenTables, group_column, read_epoch, staging_schema
+
+# -- sinks --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """What one memory sink holds for one pipeline, and what was done to it (for assertions)."""
+
+    marker: int = NO_EPOCH  # the last epoch held
+    rows: dict[int, pa.Table] = field(default_factory=dict)  # epoch -> its committed rows
+    # (marker, rows) after every write, oldest first: version 0 is the empty sink.
+    versions: list[tuple[int, dict[int, pa.Table]]] = field(
+        default_factory=lambda: [(NO_EPOCH, {})])
+    written: list[int] = field(default_factory=list)  # epochs commits wrote (a race: once)
+    aborted: list[int] = field(default_factory=list)  # epochs abort was called for
+    fenced: int = 0  # committed_epoch(fence=True) calls
+    looked: int = 0  # committed_epoch(fence=False) calls
+    rewinds: list[str] = field(default_factory=list)  # rewind ids applied
+    # A test's hook, called by ``commit`` after its marker check and before its write: where a
+    # barrier makes two attempts race.
+    before_write: Callable[[int], None] | None = None
+    # A test's poison: ``check`` refuses every epoch with this reason (what a sink that cannot
+    # take the staged rows says before the seal).
+    refuse: str | None = None
+    checked: list[int] = field(default_factory=list)  # epochs ``check`` was called for
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def version(self) -> int:
+        return len(self.versions) - 1
+
+
+STORES: dict[tuple[str, str], Store] = {}
+_stores_lock = threading.Lock()
+
+
+def store(config: PipelineConfig, name: str) -> Store:
+    """The store of sink ``name`` (``memory:a``) of ``config``'s pipeline."""
+    with _stores_lock:
+        return STORES.setdefault((config.name, name), Store())
+
+
+class MemorySink(Sink):
+    """``{memory: NAME}``: a sink in this process's memory. It implements the two-phase-commit
+    methods and nothing else: its options, name and ``prepare`` are ``Sink``'s defaults."""
+
+    kind = "memory"
+
+    def committed_epoch(self, fence: bool = True) -> int:
+        held = store(self.config, self.name)
+        with held.lock:
+            if fence:
+                held.fenced += 1
+            else:
+                held.looked += 1
+            return held.marker
+
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        held = store(self.config, self.name)
+        seen = self.committed_epoch()
+        if seen >= epoch:
+            return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
+        if seen != epoch - 1:
+            raise ProtocolViolation(f"sink {self.name} holds epoch {seen}; it cannot receive "
+                                    f"epoch {epoch}")
+        if held.before_write is not None:
+            held.before_write(epoch)
+        with held.lock:  # the write happens only if nobody wrote since the check (a fence)
+            if held.marker != seen:
+                if held.marker >= epoch:
+                    return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows,
+                                      raced=True)
+                raise CommitConflict(f"sink {self.name} moved to epoch {held.marker} while "
+                                     f"epoch {epoch} was being written")
+            held.rows[epoch] = rows  # the rows and the marker: one step
+            held.marker = epoch
+            held.written.append(epoch)
+            held.versions.append((epoch, dict(held.rows)))
+            return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows, held.version())
+
+    def check(self, epoch: int, rows: pa.Table) -> None:
+        held = store(self.config, self.name)
+        with held.lock:
+            held.checked.append(epoch)
+            if held.refuse is not None:
+                raise SinkCannotTake(f"sink {self.name} cannot take epoch {epoch}: "
+                                     f"{held.refuse}")
+
+    def abort(self, epoch: int) -> None:
+        held = store(self.config, self.name)
+        with held.lock:
+            held.aborted.append(epoch)  # a commit is one step: nothing is ever left prepared
+
+
+class RewindableMemorySink(MemorySink, SupportsRewind):
+    """``{memory_rewind: NAME}``: a memory sink a rewind can take back (its versions)."""
+
+    kind = "memory_rewind"
+
+    def rewind_target(self, epoch: int) -> int | None:
+        held = store(self.config, self.name)
+        with held.lock:
+            for version in reversed(range(len(held.versions))):
+                if held.versions[version][0] == epoch:
+                    return version
+        raise RewindRefused(f"sink {self.name} never held epoch {epoch}")
+
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        held = store(self.config, self.name)
+        with held.lock:
+            if rewind_id in held.rewinds:
+                return None
+            if self.withdraws and target is not None:
+                held.rows = dict(held.versions[target][1])
+            held.marker = epoch
+            held.rewinds.append(rewind_id)
+            held.versions.append((epoch, dict(held.rows)))
+            return held.version()
+
+
+class KeptMemorySink(RewindableMemorySink):
+    """``{memory_keep: NAME}``: what it published stays published (a Kafka topic): a rewind
+    moves its marker only, and needs the user's consent to republish."""
+
+    kind = "memory_keep"
+    withdraws = False
+
+
+for _cls in (MemorySink, RewindableMemorySink, KeptMemorySink):
+    register(_cls.kind, _cls)
+
+MEMORY_SINKS = {"windows": [{"memory": "a"}], "late": [{"memory": "b"}],
+                "quarantine": [{"memory": "c"}]}
+REWINDABLE_SINKS = {"windows": [{"memory_rewind": "a"}], "late": [{"memory_rewind": "b"}],
+                    "quarantine": [{"memory_rewind": "c"}]}
+
+
+# -- the source ---------------------------------------------------------------------------------
+
+
+@dataclass
+class MemorySource:
+    """``eos.core.plan.Source`` whose offsets the test sets: partition -> (log start, high)."""
+
+    marks: dict[int, tuple[int, int]] = field(default_factory=lambda: {0: (0, 25), 1: (0, 15)})
+    asked: int = 0
+    cluster: str | None = "memory-cluster"  # the cluster id it reports (None: none)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def produce(self, partition: int, records: int) -> None:
+        with self.lock:
+            low, high = self.marks[partition]
+            self.marks[partition] = (low, high + records)
+
+    def truncate(self, partition: int, low: int) -> None:
+        """Retention removed the records below ``low``."""
+        with self.lock:
+            self.marks[partition] = (low, max(low, self.marks[partition][1]))
+
+    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+        with self.lock:
+            self.asked += 1
+            return dict(self.marks)
+
+    def describe(self, config: PipelineConfig) -> dict[str, Any]:
+        return {"source": "memory"}
+
+    def identity(self, config: PipelineConfig) -> SourceIdentity:
+        """The configured topic on this source's cluster."""
+        return SourceIdentity(config.kafka.topic, self.cluster)
+
+    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
+        """The record at offset o is timestamped o seconds (``MemoryStager``)."""
+        with self.lock:
+            return {p: min(max(-(-ms // 1000), low), high)
+                    for p, (low, high) in self.marks.items()}
+
+
+# -- the stager ---------------------------------------------------------------------------------
+
+SIZE_MS = 10_000  # the pipeline's tumbling window (IN_MEMORY)
+NEVER_ENDS = 2**62  # the running total's window: always after the watermark, so always open
+KEY, TOTAL = "k", "total"
+
+
+def record(partition: int, offset: int) -> str:
+    """What the stager makes of the record at (partition, offset): deterministic by design."""
+    if offset % 10 == 9:
+        return "quarantine"
+    if offset % 10 == 8:
+        return "late"
+    return "counted"
+
+
+@dataclass
+class MemoryStager:
+    """``eos.core.staging.Stager`` in pyarrow, writing what
+    ``eos.compute.precommit.write.write_epoch`` writes (one attempt directory, one file per kind,
+    the driver's offsets and watermark row; nothing committed) from a trivial computation, a
+    pure function of the plan and N-1's state:
+
+    - a record whose offset ends in 9 is quarantined, one ending in 8 is late, others count;
+    - one ``output`` row: window [N * 10 s, (N + 1) * 10 s) of key ``k`` with the count;
+    - one ``state`` row carrying the running total (N-1's state row's, plus N's count): it is
+      read from staging by N-1's checkpointed plan hash, as Spark resumes;
+    - ``offsets`` rows per range, the ``watermark`` row: wm(N) = (N + 1) * 10 s.
+
+    ``during(plan)``, when set, runs after the files are written and before precommit decides
+    whether to commit them: what happened while "Spark" computed (a zombie's rival, a rewind).
+    """
+
+    during: Callable[[Plan], None] | None = None
+    staged: list[int] = field(default_factory=list)  # epochs this stager computed
+    attempts: list[str] = field(default_factory=list)  # their directories' names
+
+    def stage(self, config: PipelineConfig, tables: OpenTables, plan: Plan,
+              previous: Checkpoint | None, timings: dict[str, float]) -> StagedFiles:
+        self.staged.append(plan.epoch)
+        schema = pa.schema([f for f in staging_schema(config) if f.name != "epoch"])
+        key, n_state, n_out = group_column("key"), state_column("n", "n"), output_column("n")
+        common = {"plan_hash": plan.hash}
+        rows: list[dict[str, Any]] = []
+        counted, max_event = 0, None
+        for r in plan.ranges:
+            for offset in range(r.start, r.until):
+                what, at = record(r.partition, offset), offset * 1000
+                max_event = at if max_event is None else max(max_event, at)
+                where = {"partition": r.partition, "offset": offset, "kafka_timestamp_ms": at}
+                if what == "quarantine":
+                    rows.append({**common, **where, "kind": "quarantine",
+                                 "reason": "offset ends in 9",
+                                 "raw_value": f"p{r.partition}o{offset}".encode()})
+                elif what == "late":
+                    rows.append({**common, **where, "kind": "late", key: KEY, "event_ms": at,
+                                 "window_start_ms": 0, "window_end_ms": SIZE_MS})
+                else:
+                    counted += 1
+        start = plan.epoch * SIZE_MS
+        rows.append({**common, "kind": "output", key: KEY, "window_start_ms": start,
+                     "window_end_ms": start + SIZE_MS, n_out: counted})
+        kind, value, base = self.open_row(config, tables, plan, previous, counted)
+        rows.append({**common, "kind": kind, key: TOTAL, "window_start_ms": 0,
+                     "window_end_ms": NEVER_ENDS, n_state: value})
+        watermark = (plan.epoch + 1) * SIZE_MS
+        protocol = [{**common, "kind": "offsets", "partition": r.partition, "offset": r.start,
+                     "until": r.until} for r in plan.ranges]
+        protocol.append({**common, "kind": WATERMARK, "watermark_ms": watermark,
+                         "max_event_ms": max_event, "filtered": 0, "state_base": base})
+        directory = attempt_dir(plan.epoch)
+        self.attempts.append(directory.rsplit("/", 1)[-1])
+        files = write_collected(pa.Table.from_pylist(rows, schema=schema), tables.staging,
+                                directory, schema)
+        files.append(write_table(pa.Table.from_pylist(protocol, schema=schema), tables.staging,
+                                 directory, "protocol", schema))
+        counts = {k: 0 for k in ("output", "state", "late", "quarantine")}
+        counts.update(counts_by_kind(files))
+        counts.update({"offsets": len(plan.ranges), "filtered": 0})
+        timings["aggregate"] = 0.0
+        if self.during is not None:
+            self.during(plan)
+        return StagedFiles(files, counts, watermark, "driver")
+
+    def open_row(self, config: PipelineConfig, tables: OpenTables, plan: Plan,
+                 previous: Checkpoint | None, counted: int) -> tuple[str, int, int]:
+        """The one open window N stages: (kind, value, N's state base). A snapshot every
+        epoch here: the running total."""
+        return "state", self.total(tables, previous) + counted, plan.epoch
+
+    @staticmethod
+    def total(tables: OpenTables, previous: Checkpoint | None) -> int:
+        """N-1's running total, from its state row staged under its checkpointed plan hash."""
+        if previous is None:
+            return 0
+        state = read_epoch(tables, tables.staging, previous.epoch,
+                           filters=[("kind", "=", "state"), ("plan_hash", "=", previous.plan_hash)])
+        if state is None or state.num_rows != 1:
+            raise ProtocolViolation(f"the state of committed epoch {previous.epoch} is missing "
+                                    "from staging")
+        return state[state_column("n", "n")][0].as_py()
+
+
+# -- the pipeline shape --------------------------------------------------------------------------
+
+# The in-memory shape (``support.pipelines.make_pipeline(directory, base=IN_MEMORY)``): memory
+# sinks, one key, ``count(*)``, a topic nobody contacts (plans come from a ``MemorySource``).
+IN_MEMORY: dict[str, Any] = {
+    "kafka": {"topic": "in-memory"},  # never contacted: plans come from a MemorySource
+    "event": {"time": {"field": "ts", "format": "epoch_ms"}, "fields": {"key": "string"}},
+    "group_by": ["key"],
+    "window": {"type": "tumbling", "size": "10s"},
+    "aggregations": {"n": "count(*)"},
+    "epoch": {"max_records": 1000, "staging_retention": 2},
+    "sinks": MEMORY_SINKS,
+}
+
+
+def run_epoch(config: PipelineConfig, source: MemorySource, stager: MemoryStager | None = None,
+              run_id: str | None = None) -> Plan:
+    """One epoch through the library's one loop (``eos.compute.epochs.run_epoch``, which imports
+    no Spark when given a stager), planned from ``source`` and staged in-process."""
+    from eos.compute.epochs import run_epoch as one_epoch
+
+    return one_epoch(config, run_id, stager=stager or MemoryStager(), source=source).plan
+
+
+def log_plan(config: PipelineConfig, epoch: int) -> Plan:
+    """Log a plan for ``epoch`` directly (what a log holds after a rewind moved the checkpoint
+    back past it): the scenarios where a plan exists for an epoch that is not next."""
+    from eos.core import epochlog
+    from eos.core.plan import PartitionRange
+    from eos.core.tables import ensure_tables
+
+    plan = Plan(config.name, config.kafka.topic, epoch, (PartitionRange(0, 0, 5),))
+    with ensure_tables(config) as tables:
+        assert epochlog.log_plan(tables, config.app_id, epoch, plan.to_json(), plan.hash, None,
+                                 None)
+    return plan
+
+
+def staged_rows(config: PipelineConfig, epoch: int, plan_hash: str) -> list[dict[str, Any]] | None:
+    """Epoch N's complete staged rows for ``plan_hash`` in a stable order, or None."""
+    from eos.core.staging import staged_epoch
+    from eos.core.tables import ensure_tables
+
+    with ensure_tables(config) as tables:
+        rows = staged_epoch(tables, epoch, plan_hash)
+    if rows is None:
+        return None
+    return sorted(rows.to_pylist(), key=repr)
+
+
+def log_rows(config: PipelineConfig, epoch: int | None = None,
+             phase: str | None = None) -> list[dict[str, Any]]:
+    """The epoch log's rows (of one epoch, of one phase), in log order."""
+    from eos.core import epochlog
+    from eos.core.layout import tables_for
+
+    return [r for r in epochlog.rows(tables_for(config), epoch)
+            if phase is None or r["phase"] == phase]
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run ``calls`` in threads at the same time (the callers line them up with a barrier) and
+    return their results in call order; the first error any of them raised is raised here."""
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as error:  # raised below, in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results

@@ -1,0 +1,1 @@
+"""The benchmarks' pure parts: their reports and their schedules."""

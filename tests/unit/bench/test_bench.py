@@ -1,0 +1,47 @@
+"""The benchmarks' parts that need no broker, Spark or Airflow: the Delta log benchmark on local
+tables, and the DAG-runs benchmark's turns and report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project root holds bench/
+
+from bench import dag_runs, deltalog
+
+
+def test_delta_log_benchmark_times_kept_and_cleaned_logs() -> None:
+    rows = deltalog.run([12], repeat=2)
+    assert [label for _, label, _ in rows] == ["kept (30-day default)", "cleaned up"]
+    kept, cleaned = rows[0][2], rows[1][2]
+    assert cleaned["log files"] < kept["log files"]  # the cleanup really removed commit files
+    assert all(ms > 0 for name, ms in kept.items() if name != "log files")
+    assert "| 12 | cleaned up |" in deltalog.render(rows)
+
+
+def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
+    # Over three epochs each DAG run is first, second and third once (a fixed order charged
+    # what a run leaves on the shared server to the same next way every epoch).
+    places = {way: sorted(dag_runs.turns(i).index(way) for i in range(3))
+              for way in dag_runs.DAG_WAYS}
+    assert places == {way: [0, 1, 2] for way in dag_runs.DAG_WAYS}
+    figures = dag_runs.Figures(records=[10, 10, 10])
+    for i in range(3):
+        for place, way in enumerate(dag_runs.turns(i)):
+            seconds = 1.0 + place + (way == dag_runs.ALO)
+            figures.seconds[way].append(seconds)
+            figures.by_place.setdefault((way, place), []).append(seconds)
+        figures.seconds[dag_runs.ALO_IN_PROCESS].append(1.0)
+        figures.seconds[dag_runs.EO_IN_PROCESS].append(1.25)
+        for way in dag_runs.DAG_WAYS:
+            figures.waited[way].append(2.0)
+        figures.tasks.append({"begin": 0.1, "precommit": 1.0, "commit": 0.1, "span": 1.5})
+        figures.one_task.append({"epoch": 1.2})
+    out = dag_runs.render(figures)
+    assert "| at-least-once DAG run | 2.00 | 3.00 | 4.00 |" in out, out
+    assert "| exactly-once DAG run, one task | 1.00 | 2.00 | 3.00 |" in out, out
+    # one task 2.0 and ALO 3.0 (medians), in-process 1.25 and 1.0
+    assert "| in-process | 1.25 | 1.00 | +0.25 |" in out, out
+    assert "| DAG run - in-process (Airflow's share) | 0.75 | 2.00 | -1.25 |" in out, out
+

@@ -1,0 +1,48 @@
+"""The audit's reference (``eos.tools.audit.aggregate``) follows the pipeline's rules for values
+at the edges: an exact sum that overflows its type is null and named, a double sum may be
+infinite, and the exact sum decides, not the order of additions."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from pathlib import Path
+
+from eos.core.config import PipelineConfig
+from eos.tools.audit_checks import value_differences
+from eos.tools.audit_reference import aggregate
+from eos.tools.pipelines import write_pipeline
+
+
+def _sums(tmp_path: Path) -> PipelineConfig:
+    return write_pipeline(
+        tmp_path, kafka={"topic": "never-read"}, group_by=["key"],
+        event={"time": {"field": "ts", "format": "epoch_ms"},
+               "fields": {"key": "string", "amount": "long", "price": "decimal(38,9)",
+                          "ratio": "double"}},
+        window={"type": "tumbling", "size": "10s"},
+        aggregations={"total": "sum(amount)", "mean": "avg(price)", "ratios": "sum(ratio)"})
+
+
+def test_the_audit_reference_follows_the_same_rules(tmp_path: Path) -> None:
+    config = _sums(tmp_path)
+    big = 2**62 + 1
+
+    def event(amount: int, price: str, ratio: float) -> dict:
+        return {"key": "k", "amount": amount, "price": Decimal(price), "ratio": ratio}
+
+    values, overflowed = aggregate(config, [event(big, "6" + "0" * 28, 1.5e308),
+                                            event(big, "6" + "0" * 28, 1.5e308)])
+    assert values == {"total": None, "mean": None, "ratios": math.inf}
+    assert overflowed == ["total", "mean"]
+    # The exact sum decides, not the order of additions: this one fits a double.
+    values, overflowed = aggregate(config, [event(1, "1", 1.5e308), event(-1, "1", 1.5e308),
+                                            event(0, "1", -1.5e308)])
+    assert (values["total"], values["ratios"], overflowed) == (0, 1.5e308, [])
+    wrong = value_differences(config, {"total": 1, "mean": 1.0, "ratios": math.nan},
+                              {"total": 1, "mean": 1.0, "ratios": math.nan})
+    assert wrong == []
+    assert value_differences(config, {"total": 1, "mean": 1.0, "ratios": math.inf},
+                             {"total": 1, "mean": 1.0, "ratios": 1e308}) == [
+        "ratios=1e+308, expected inf"]
+
