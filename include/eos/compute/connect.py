@@ -327,7 +327,7 @@ def stop_session(spark: Any) -> None:
     that pool's lock. The garbage collector runs the finalizer wherever a collection happens to
     start: inside that pool's ``submit``, which holds the lock, the process deadlocks (seen: end
     to end tests hung in ``reattach._release_until``). Stopped here, the finalizer finds no
-    client and does nothing (``tests/test_connect.py``)."""
+    client and does nothing (``tests/integration/compute/test_connect.py``)."""
     spark.stop()
     vars(spark).pop("_client", None)
 
