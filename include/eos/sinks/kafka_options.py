@@ -76,7 +76,8 @@ def registry_of(options: KafkaSinkOptions,
 def check_avro(options: KafkaSinkOptions, config: PipelineConfig) -> None:
     """Load-time refusals of a ``format: avro`` sink: no registry, credentials it cannot read.
     Every output column the grammar allows has an Avro mapping (``kafka_avro.value_schema``;
-    ``tests/integration/sinks/test_kafka_avro_sink.py`` maps every aggregation of every field type), so the
+    ``tests/integration/sinks/test_kafka_avro_sink.py`` maps every aggregation of every field
+    type), so the
     columns are not checked here: that needs pyarrow, which the DAG file's parse must not
     import (``tests/integration/airflow/test_dags.py``)."""
     registry = registry_of(options, config)

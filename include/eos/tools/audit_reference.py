@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -89,6 +89,17 @@ def _fits(total: Any, ftype: FieldType, of_avg: bool) -> bool:
     return abs(total) < Decimal(10) ** (38 - (ftype.scale or 0))
 
 
+# Wide enough for any sum of decimal(38,s) values without rounding: Python's default context
+# keeps 28 digits, and a decimal(38,9) sum has up to 38 (more before its overflow is decided).
+_EXACT = Context(prec=100)
+
+
+def _exact_sum(values: list[Any]) -> Any:
+    """The exact sum of longs or decimals, as Spark keeps it: every digit, no rounding."""
+    with localcontext(_EXACT):
+        return sum(values)
+
+
 def _double_sum(values: list[float]) -> float:
     """The sum of doubles as IEEE 754 defines its limits: the exactly rounded sum, ±Infinity
     past the double range (the sign of the exact sum), NaN with infinities of both signs."""
@@ -124,7 +135,7 @@ def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
         elif not values:
             out[name] = None
         elif fn in ("sum", "avg") and exact:
-            total = sum(values)
+            total = _exact_sum(values)
             if not _fits(total, fields[spec.field].type, of_avg=fn == "avg"):
                 out[name] = None
                 overflowed.append(name)

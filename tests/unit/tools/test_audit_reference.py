@@ -1,4 +1,5 @@
-"""The audit's reference (``eos.tools.audit.aggregate``) follows the pipeline's rules for values
+"""The audit's reference (``eos.tools.audit_reference.aggregate``) follows the pipeline's rules for
+values
 at the edges: an exact sum that overflows its type is null and named, a double sum may be
 infinite, and the exact sum decides, not the order of additions."""
 
@@ -46,3 +47,17 @@ def test_the_audit_reference_follows_the_same_rules(tmp_path: Path) -> None:
                              {"total": 1, "mean": 1.0, "ratios": 1e308}) == [
         "ratios=1e+308, expected inf"]
 
+
+
+def test_a_decimal_sum_is_exact_past_pythons_default_28_digits(tmp_path: Path) -> None:
+    """A decimal(38,9) sum has up to 38 digits: the reference keeps every one, as Spark does
+    (Python's default decimal context would round it to 28 and call the pipeline wrong)."""
+    config = write_pipeline(
+        tmp_path, kafka={"topic": "never-read"}, group_by=["key"],
+        event={"time": {"field": "ts", "format": "epoch_ms"},
+               "fields": {"key": "string", "price": "decimal(38,9)"}},
+        window={"type": "tumbling", "size": "10s"}, aggregations={"total": "sum(price)"})
+    prices = ["64899948928417271662936078896.788433063", "0.000022974", "3.211544937"]
+    values, overflowed = aggregate(config, [{"key": "k", "price": Decimal(p)} for p in prices])
+    assert values == {"total": Decimal("64899948928417271662936078900.000000974")}
+    assert overflowed == []

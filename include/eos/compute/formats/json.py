@@ -19,7 +19,8 @@ Two paths, one answer:
   ``eos.compute.formats.json_diagnostics``).
 
 ``parse`` and ``parse_batch`` both accept with the same rules and explain with the same function,
-so a record gets the same outcome and reason either way (``tests/unit/compute/test_parse.py`` holds them to it).
+so a record gets the same outcome and reason either way (``tests/unit/compute/test_parse.py`` holds
+them to it).
 The field rules are those every format applies (``eos.compute.formats.values``).
 """
 

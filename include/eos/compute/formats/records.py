@@ -114,7 +114,8 @@ class RecordParser:
     def _accept(self, record: dict[str, Any], kafka_ts_ms: int | None) -> Parsed | None:
         """The event when every rule holds without a second look, else None (then ``_event``
         decides, and says why): indexing instead of ``lookup``, no reasons built. Accepts
-        nothing ``_event`` refuses, with the same values (``tests/unit/compute/formats/test_avro.py``)."""
+        nothing ``_event`` refuses, with the same values
+        (``tests/unit/compute/formats/test_avro.py``)."""
         if self._time is None:
             if kafka_ts_ms is None or not 0 <= kafka_ts_ms <= MAX_TS_MS:
                 return None
