@@ -1,4 +1,4 @@
-"""Poison values (DESIGN §9.1): an aggregate that overflows its type or is not finite never
+"""Poison values (README, Guarantees): an aggregate that overflows its type or is not finite never
 halts a pipeline and is never silently wrong.
 
 Real broker, real Spark, real Delta, a Kafka (JSON) sink. One window holds the poison (two

@@ -300,7 +300,7 @@ def test_a_replay_of_a_range_kafka_no_longer_holds_fails_naming_it(
         if error.args[0].code() == ck.KafkaError._UNSUPPORTED_FEATURE:
             pytest.skip("needs a broker that deletes records (set KAFKA_BOOTSTRAP_SERVERS): the "
                         "embedded broker, librdkafka's mock cluster, does not implement "
-                        "DeleteRecords, so retention cannot be simulated on it (DESIGN §2)")
+                        "DeleteRecords, so retention cannot be simulated on it")
         raise
     rewind(config, -1)
     plan = begin(config, run_id="replay-0")

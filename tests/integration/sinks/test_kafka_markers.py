@@ -1,4 +1,4 @@
-"""The Kafka sink's markers (DESIGN §6): a marker identifies one sink of
+"""The Kafka sink's markers (README, Outputs and sinks): a marker identifies one sink of
 one pipeline, and lives in a marker partition only that sink's transactional id writes.
 
 These tests call the sinks directly with hand-built rows (no Spark): what they check is what the
@@ -305,7 +305,7 @@ def test_another_producers_open_transaction_on_the_marker_partition_is_never_a_w
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
                     "broker, librdkafka's mock cluster, does not do read_committed filtering / "
-                    "LSO (its last stable offset always equals the high watermark, DESIGN §2)")
+                    "LSO (its last stable offset always equals the high watermark)")
     config = write_pipeline(tmp_path, sinks={"windows": [{"kafka": unique_topic("out")}]})
     (sink,) = kafka_sinks(config)
     sink.prepare(output_schema(config, "windows"))

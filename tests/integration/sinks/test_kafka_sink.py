@@ -1,9 +1,11 @@
-"""The transactional Kafka sink (DESIGN §6): Kafka -> windows -> Kafka, exactly once.
+"""The transactional Kafka sink: Kafka -> windows -> Kafka, exactly once.
 
 Ground truth is the independent audit (``eos verify``) plus a plain ``read_committed`` consumer
-written here, which checks the record format DESIGN §6 promises (key, value, headers).
+written here, which checks the record format README, Outputs and sinks promises (key, value,
+headers).
 
-What runs where (DESIGN §2): the embedded broker is librdkafka's mock cluster, which does not
+What runs where (README, Guarantees): the embedded broker is librdkafka's mock cluster, which does
+not
 filter ``read_committed`` and does not fence transactional ids. The happy path, the skip after a
 committed marker and crashes *outside* a transaction behave the same on it as on Kafka and run
 everywhere. A crash *inside* a transaction (the retry must abort it so that consumers never see
@@ -50,7 +52,7 @@ def require_real_broker(what: str) -> None:
     """Skip on the embedded broker, naming the missing broker feature the test relies on."""
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip(f"needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    f"broker, librdkafka's mock cluster, does not {what} (DESIGN §2)")
+                    f"broker, librdkafka's mock cluster, does not {what} (README, Guarantees)")
 
 
 def out_sink(config: PipelineConfig) -> Any:

@@ -1,4 +1,4 @@
-"""The in-process sink against the two-phase-commit contract (DESIGN §6), on its own: what the
+"""The in-process sink against the two-phase-commit contract, on its own: what the
 protocol tests rely on it to do, as a Delta or Kafka sink does it."""
 
 from __future__ import annotations

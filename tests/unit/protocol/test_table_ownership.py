@@ -1,4 +1,4 @@
-"""Table ownership (DESIGN §9.3) on real Delta tables: a Delta sink table records the pipelines
+"""Table ownership on real Delta tables: a Delta sink table records the pipelines
 that write it; a second pipeline is refused before its first commit unless every writer declares
 the table shared, and a rewind never removes rows another writer committed.
 

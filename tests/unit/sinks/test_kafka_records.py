@@ -1,4 +1,4 @@
-"""The Kafka sink's record encoding (DESIGN §6), without a broker: every output row survives the
+"""The Kafka sink's record encoding, without a broker: every output row survives the
 trip to JSON and back exactly, whatever its values."""
 
 from __future__ import annotations
