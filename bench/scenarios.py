@@ -436,7 +436,7 @@ def _timed_commit(config: PipelineConfig, spark: Any, epoch: int, n_rows: int) -
 
 def spark_submit(config: PipelineConfig, reps: int) -> dict[str, list[float]]:
     """What ``compute.mode: submit`` pays per epoch to start Spark:
-    ``eos.compute.spark.submit_precommit`` (spark-submit of ``spark_apps/precommit.py``) on a
+    ``eos.compute.spark.submit_precommit`` (spark-submit of ``eos/compute/app.py``) on a
     caught-up pipeline.
 
     * ``committed``: an already committed epoch: JVM + Python driver start and exit, no session.

@@ -14,7 +14,7 @@ Compute (``compute.mode``): ``connect`` (default) runs precommit in the task's o
 session on the long-lived Spark Connect server named by the Airflow connection
 ``compute.connection`` (type ``spark_connect`` or a URI ``sc://:<token>@host:port``, default
 ``spark_connect_default``, the token in its password); ``submit`` runs
-``spark_apps/precommit.py`` with ``SparkSubmitOperator`` on connection ``spark_default``: one
+``eos/compute/app.py`` with ``SparkSubmitOperator`` on connection ``spark_default``: one
 Spark application per epoch. Both run ``eos.core.protocol.precommit``.
 """
 

@@ -1,5 +1,5 @@
 """The ``precommit`` task of ``compute.mode: submit``: one ``spark-submit`` of
-``spark_apps/precommit.py`` per epoch, with the protocol's retry policy."""
+``eos/compute/app.py`` per epoch, with the protocol's retry policy."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from eos.core.config import PipelineConfig
 
 SPARK_CONN_ID = "spark_default"
-ERROR_PREFIX = "eos: error:"  # how the app prints its error (spark_apps/precommit.py)
+ERROR_PREFIX = "eos: error:"  # how the app prints its error (eos.compute.app)
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 - ``connect`` (default): this process opens a session on the long-lived Spark Connect server
   (``eos.compute.connect``) and runs ``eos.core.protocol.precommit`` with it.
-- ``submit``: ``spark-submit`` of ``spark_apps/precommit.py``, the same command the DAG's
+- ``submit``: ``spark-submit`` of ``eos/compute/app.py`` (the installed file), the same command the DAG's
   SparkSubmitOperator runs: one Spark application per epoch, the same precommit inside.
 """
 
@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eos.core.config import PROJECT_ROOT, PipelineConfig
+from eos.core.config import PipelineConfig
 from eos.core.errors import (
     EXIT_PERMANENT,
     EosError,
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from eos.core.epochlog import Attempt
     from eos.core.protocol import StageResult
 
-# The DAG file imports this module: what precommit needs is imported where it runs.
-PRECOMMIT_APP = PROJECT_ROOT / "spark_apps" / "precommit.py"
+# The DAG file imports this module: what precommit needs is imported where it runs. The app is
+# named by its file, not imported: spark-submit runs the file of the installed package.
+PRECOMMIT_APP = Path(__file__).resolve().with_name("app.py")
 
 
 def worker_python() -> str:

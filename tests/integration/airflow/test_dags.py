@@ -108,7 +108,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("EOS_COMPUTE_MODE", "submit")
     precommit = af.load_dag("eos_clicks").task_dict["precommit"]
     assert isinstance(precommit, SparkSubmitOperator) and isinstance(precommit, PrecommitOperator)
-    assert precommit.application.endswith("spark_apps/precommit.py")
+    assert precommit.application.endswith("eos/compute/app.py")
     assert "{{ ti.xcom_pull(task_ids='begin')['epoch'] }}" in precommit.application_args
     assert "{{ ti.xcom_pull(task_ids='begin')['plan_hash'] }}" in precommit.application_args
     assert precommit.conf["spark.pyspark.python"] == sys.executable

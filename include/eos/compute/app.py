@@ -1,5 +1,6 @@
 """spark-submit entry point for task ``precommit``: stage epoch N. All logic is in
-eos.core.protocol.
+eos.core.protocol. spark-submit runs this file of the installed package (``APP`` in
+``eos.compute.spark``), so a deployment ships no Spark app of its own.
 
 Exit codes follow ``eos.core.errors``: 0 staged (or nothing to do), ``EXIT_PERMANENT`` for an
 error a retry cannot fix (the DAG's operator then fails the task without retries),
@@ -16,11 +17,22 @@ import os
 import sys
 from pathlib import Path
 
-from eos.compute.precommit.stager import SparkStager
-from eos.core.config import load_pipeline
-from eos.core.errors import EosError, SparkJobFailed, carried, describe_failure, exit_code
-from eos.core.phaselog import configure
-from eos.core.protocol import precommit
+# Run as a file, this module's directory would come first on sys.path and its siblings
+# (``spark``, ``session``, ``connect``...) would shadow top-level modules of those names.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
+
+from eos.compute.precommit.stager import SparkStager  # noqa: E402
+from eos.core.config import load_pipeline  # noqa: E402
+from eos.core.errors import (  # noqa: E402
+    EosError,
+    SparkJobFailed,
+    carried,
+    describe_failure,
+    exit_code,
+)
+from eos.core.phaselog import configure  # noqa: E402
+from eos.core.protocol import precommit  # noqa: E402
 
 # pyspark marks a process that opened a Spark Connect session in its environment; inherited by
 # this app (e.g. from an Airflow worker that ran a Connect task), the mark would make
@@ -30,7 +42,7 @@ for _mark in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="precommit.py")
+    parser = argparse.ArgumentParser(prog="eos.compute.app")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--pipeline")
     group.add_argument("--config")

@@ -1,4 +1,8 @@
-"""Airflow plugin: the "Exactly-once epochs" view under Browse (see ``eos.airflow.epochs_view``)."""
+"""Airflow plugin: the "Exactly-once epochs" view under Browse (see ``eos.airflow.epochs_view``).
+
+Registered through the package's ``airflow.plugins`` entry point: every Airflow component of an
+environment eos is installed in loads it, with no file in a plugins folder. It only registers;
+the app, its pages and its security live in ``eos.airflow.epochs_view`` and ``epochs_app``."""
 
 from __future__ import annotations
 
