@@ -2,11 +2,13 @@
 scheduler, next to the at-least-once baseline, in one run.
 
 A real ``airflow standalone`` (scheduler with the LocalExecutor, which forks every task from the
-scheduler after ``plugins/airflow_local_settings.py`` preloaded the task modules; DAG processor,
+scheduler after the home's ``config/airflow_local_settings.py`` preloaded the task modules; DAG
+processor,
 API server, triggerer; tests/support/airflow_standalone.py starts it) and one Spark Connect
 server serve:
 
-- **exactly-once**: the pipeline's DAG (``dags/eos_pipelines.py``: begin -> precommit -> commit),
+- **exactly-once**: the pipeline's DAG (the documented DAG file, ``environment.DAG_FILE``:
+  begin -> precommit -> commit),
   one manually triggered run per epoch;
 - **exactly-once, one task**: the same pipeline with ``compute.tasks: one`` (its own tables,
   the same records): the three phases in one task;
@@ -47,8 +49,10 @@ from typing import Any
 
 from bench import scenarios as sc
 from bench.env import Env, environment
-from eos.core.config import PROJECT_ROOT, PipelineConfig
+from eos.airflow.environment import DAG_FILE, DAG_FILE_NAME, write_once
+from eos.core.config import PipelineConfig
 
+REPO = Path(__file__).resolve().parents[1]  # the checkout: bench/ and tests/support
 TOPIC = "bench-dag-runs"
 ALO_DAG = "bench_alo"
 ALO_CONFIG_ENV = "EOS_BENCH_ALO_CONFIG"
@@ -132,7 +136,7 @@ def turns(epoch: int) -> tuple[str, ...]:
 def _airflow_harness() -> Any:
     """tests/support/airflow_standalone.py: the suite's real ``airflow standalone`` (one way to
     start one, shared with the tests rather than written twice)."""
-    tests = str(PROJECT_ROOT / "tests")
+    tests = str(REPO / "tests")
     if tests not in sys.path:
         sys.path.insert(0, tests)
     from support import airflow_standalone
@@ -141,11 +145,12 @@ def _airflow_harness() -> Any:
 
 
 def _dags_folder(workdir: Path) -> Path:
-    """The project's DAG file and the baseline's, alone in a folder of their own."""
+    """The documented DAG file (the lines a deployment writes) and the baseline's, alone in a
+    folder of their own."""
     folder = workdir / "dags"
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT_ROOT / "dags" / "eos_pipelines.py", folder)
-    shutil.copy(PROJECT_ROOT / "bench" / "dags" / "bench_alo.py", folder)
+    write_once(folder / DAG_FILE_NAME, DAG_FILE)
+    shutil.copy(REPO / "bench" / "dags" / "bench_alo.py", folder)
     return folder
 
 
@@ -222,7 +227,7 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
     figures = Figures()
     extra = {"AIRFLOW__CORE__DAGS_FOLDER": str(_dags_folder(env.workdir)),
              "EOS_PIPELINES_DIR": str(pipelines),
-             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                          os.environ.get("PYTHONPATH")])),
              ALO_CONFIG_ENV: str(alo.source_path),
              # The scheduler's idle loop as docker-compose.yaml deploys it (Airflow's default:

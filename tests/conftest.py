@@ -28,6 +28,13 @@ from support.harness import free_port
 # The embedded object store's and the test Spark cluster's fixtures, started only when asked for.
 pytest_plugins = ["support.store", "support.cluster"]
 
+# The repository's settings, as ./dev exports them, for a pytest started directly: the package
+# finds nothing through the checkout (eos.core.config.paths).
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_PIPELINES = REPO / "include" / "pipelines"
+os.environ.setdefault("EOS_PIPELINES_DIR", str(SHIPPED_PIPELINES))
+os.environ.setdefault("EOS_DATA_DIR", str(REPO / "data"))
+os.environ.setdefault("AIRFLOW_HOME", str(REPO / "airflow_home"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # The test Schema Registry's credentials (eos.tools.schema_registry), made per run and set
 # before the Spark Connect server starts, so its Python workers read them as a deployment's would.

@@ -2,9 +2,10 @@
 this module first).
 
 Airflow reads AIRFLOW_HOME and its settings when it is first imported, so importing this module
-points Airflow at a throwaway home (SQLite metadata DB, no examples, the project's dags/ and
-plugins/) before anything imports ``airflow``. The DB is created once per session by the
-``airflow_db`` fixture (a fresh DB is created from the ORM models: the same as
+points Airflow at a throwaway home (SQLite metadata DB, no examples, the DAG file a deployment
+writes in its ``dags/``, ``eos.airflow.environment.DAG_FILE``; the epochs view's plugin comes
+from the package's entry point) before anything imports ``airflow``. The DB is created once per
+session by the ``airflow_db`` fixture (a fresh DB is created from the ORM models: the same as
 ``airflow db migrate`` on an empty database, in about three seconds).
 
 DAG runs go through ``DAG.test()``: it runs the scheduler's dependency checks
@@ -29,20 +30,21 @@ from typing import Any
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parents[2]
-DAGS_DIR = PROJECT / "dags"
-PLUGINS_DIR = PROJECT / "plugins"
+from eos.airflow.environment import prepare_home
+
+SHIPPED_PIPELINES = Path(__file__).resolve().parents[2] / "include" / "pipelines"
 BASE_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 LOCAL_SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
 
 _HOME = Path(tempfile.mkdtemp(prefix="eos-airflow-home-"))
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+prepare_home(_HOME)  # the DAG file and the local settings, as `eos ui` writes them
+DAGS_DIR = _HOME / "dags"
 AIRFLOW_ENV = {
     "AIRFLOW_HOME": str(_HOME),
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_DIR),
-    "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_DIR),
 }
 os.environ.update(AIRFLOW_ENV)
 # spark_default names the master; without a connection the provider would fall back to yarn.
@@ -67,7 +69,7 @@ def airflow_db() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def pipelines_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The pipeline YAMLs dags/eos_pipelines.py builds DAGs from during a module's tests
+    """The pipeline YAMLs the DAG file builds DAGs from during a module's tests
     (module-scoped: later modules' ``--pipeline NAME`` means the shipped pipelines again)."""
     path = tmp_path_factory.mktemp("af-pipelines")
     with pytest.MonkeyPatch.context() as mp:
@@ -76,7 +78,8 @@ def pipelines_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def load_dag(dag_id: str) -> Any:
-    """Parse dags/ the way the dag processor does and return one DAG (fails on import errors)."""
+    """Parse the DAG folder the way the dag processor does and return one DAG (fails on import
+    errors)."""
     from airflow.models.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(DAGS_DIR), include_examples=False)

@@ -1,6 +1,7 @@
 """Drive a pipeline's real DAG from Python: ``eos demo`` runs its epochs as Airflow DAG runs.
 
-Each epoch is one ``DAG.test()`` run of the same DAG the scheduler runs (parsed from ``dags/``),
+Each epoch is one ``DAG.test()`` run of the same DAG the scheduler runs (parsed from the DAG file
+in the home's ``dags/``, ``eos.airflow.environment``),
 in a throwaway Airflow home with a SQLite metadata DB: Airflow's dependency checks, trigger rules
 and retries apply; the tasks call the same library code and compute (Spark Connect or
 ``spark-submit``, per ``compute.mode``) as in production.
@@ -19,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from eos.core.config import PROJECT_ROOT, PipelineConfig, data_dir
+from eos.core.config import PipelineConfig, data_dir
 
 
 @contextmanager
@@ -71,7 +72,7 @@ class DagRunner:
     def _load_dag(self) -> Any:
         from airflow.models.dagbag import DagBag
 
-        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"), include_examples=False)
+        bag = DagBag(dag_folder=str(self.home / "dags"), include_examples=False)
         if bag.import_errors:
             raise RuntimeError(f"DAG import errors: {bag.import_errors}")
         return bag.dags[f"eos_{self.config.name}"]

@@ -1,5 +1,10 @@
-"""The environment a local Airflow (``airflow standalone``) runs this project's DAGs in: for
-``eos ui``, the demo's DAG runs and the tests' Airflow instances alike."""
+"""The environment a local Airflow (``airflow standalone``) runs eos's DAGs in: for ``eos ui``,
+the demo's DAG runs and the tests' Airflow instances alike.
+
+Its home (``$AIRFLOW_HOME``, else ``~/airflow``) gets the two files a deployment of its own writes
+by hand, each only when absent: the DAG file in ``dags/`` (``DAG_FILE``) and, in ``config/``
+(on Airflow's ``sys.path``), local settings that preload the tasks' modules in the scheduler
+(``LOCAL_SETTINGS``)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,23 @@ import os
 import sys
 from pathlib import Path
 
-from eos.core.config import PROJECT_ROOT, PipelineConfig
+from eos.core.config import PIPELINES_DIR_ENV, PipelineConfig, pipelines_dir
 
-AIRFLOW_HOME = PROJECT_ROOT / "airflow_home"  # gitignored; the default when AIRFLOW_HOME is unset
+AIRFLOW_HOME = Path("~/airflow").expanduser()  # Airflow's own default when AIRFLOW_HOME is unset
+DAG_FILE_NAME = "eos_pipelines.py"
+# What a deployment's DAG folder holds for eos: one DAG per pipeline YAML (and its rewind DAG).
+DAG_FILE = '''"""eos: the DAGs of every pipeline in the pipelines directory."""
+
+from eos.airflow import pipeline_dags
+
+globals().update(pipeline_dags())
+'''
+# What a deployment's ``airflow_local_settings.py`` adds: the scheduler imports the tasks'
+# modules once, so the tasks it forks start with them (eos.airflow.preload).
+LOCAL_SETTINGS = '''from eos.airflow.preload import preload_in_scheduler
+
+preload_in_scheduler()
+'''
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 # Chatter nobody reads, silenced unless the environment sets these itself: alembic's "setup
 # plugin" lines and the DAG processor's "Not time to refresh bundle"
@@ -31,8 +50,8 @@ QUIET_ENV = {
 
 
 def airflow_home() -> Path:
-    """Where a local Airflow keeps its DB, logs and generated passwords: ``$AIRFLOW_HOME`` as
-    Airflow itself reads it, else ``airflow_home/`` in the project."""
+    """Where a local Airflow keeps its DB, logs, DAG file and generated passwords:
+    ``$AIRFLOW_HOME`` as Airflow itself reads it, else ``~/airflow``."""
     home = os.environ.get("AIRFLOW_HOME", "").strip()
     return Path(home).expanduser().resolve() if home else AIRFLOW_HOME
 
@@ -40,8 +59,10 @@ def airflow_home() -> Path:
 def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
                 port: int = 8080) -> dict[str, str]:
     """The environment ``airflow standalone`` runs in (in ``home``, ``airflow_home()`` by
-    default); settings already in the env win."""
+    default); settings already in the env win, except the DAG folder (``home/dags``, with the DAG
+    file written if absent). Its pipelines directory is this process's, made absolute."""
     home = home or airflow_home()
+    prepare_home(home)
     port = int(os.environ.get("AIRFLOW__API__PORT") or port)
     masters = {config.spark.master for config in configs}
     master = os.environ.get("EOS_SPARK_MASTER") or (
@@ -67,14 +88,32 @@ def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         **QUIET_ENV,
         **os.environ,
+        PIPELINES_DIR_ENV: str(pipelines_dir()),
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     }
     # Every component (and every task) must run this interpreter: the project's venv.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
+
+
+def prepare_home(home: Path) -> None:
+    """The DAG file in ``home/dags`` and the local settings in ``home/config``, each written only
+    when absent: a file someone wrote there stays theirs."""
+    write_once(home / "dags" / DAG_FILE_NAME, DAG_FILE)
+    write_once(home / "config" / "airflow_local_settings.py", LOCAL_SETTINGS)
+
+
+def write_once(path: Path, text: str) -> Path:
+    """``path`` with ``text``, unless the file exists (then it is left as it is)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with path.open("x") as out:
+            out.write(text)
+    except FileExistsError:
+        pass
+    return path
 
 
 def _spark_connect_connection() -> dict[str, str]:

@@ -33,6 +33,7 @@ from fastapi.responses import HTMLResponse
 
 from eos.airflow import epochs_html as epochs_page
 from eos.airflow import verify_runs
+from eos.airflow.deployment import pipelines_dir
 from eos.airflow.epochs_cache import BROKER_STATE, SinkState, recorded_status
 from eos.airflow.epochs_view import NAME, URL_PREFIX
 from eos.core import verdicts as audits
@@ -71,7 +72,7 @@ def create_app() -> FastAPI:
 def config_of(name: str, user: Any, method: str = READ) -> PipelineConfig:
     """The pipeline's config, if ``user`` may ``method`` its DAG's runs; else 403 (404:
     no such pipeline)."""
-    paths = {path.stem: path for path in list_pipelines()}
+    paths = {path.stem: path for path in list_pipelines(pipelines_dir())}
     if name not in paths:
         raise HTTPException(404, f"no pipeline named {name!r}")
     try:
@@ -94,7 +95,7 @@ def links(request: Request) -> epochs_page.Links:
 def summaries(user: Any) -> list[dict[str, Any]]:
     """The index's rows the user may see, from the recorded tables only."""
     rows = []
-    for path in list_pipelines():
+    for path in list_pipelines(pipelines_dir()):
         try:
             config = load_config(path)
         except EosError as error:

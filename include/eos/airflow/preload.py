@@ -8,9 +8,10 @@ Connect's client (which imports pandas) on this machine (docs/benchmarks.md, "Ta
 
 Importing is all this does: no client, connection, thread or file is created here, so nothing
 crosses the fork that a child could find half-used (gRPC and librdkafka start their threads
-when a channel or client is created, in the task). ``plugins/airflow_local_settings.py`` calls
-``preload_in_scheduler`` in every Airflow component; only the scheduler imports anything (an API
-server or DAG processor would only grow).
+when a channel or client is created, in the task). A deployment's ``airflow_local_settings.py``
+calls ``preload_in_scheduler`` (the lines of ``eos.airflow.environment.LOCAL_SETTINGS``) in every
+Airflow component; only the scheduler imports anything (an API server or DAG processor would
+only grow).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 - ``connect`` (default): this process opens a session on the long-lived Spark Connect server
   (``eos.compute.connect``) and runs ``eos.core.protocol.precommit`` with it.
-- ``submit``: ``spark-submit`` of ``eos/compute/app.py`` (the installed file), the same command the DAG's
-  SparkSubmitOperator runs: one Spark application per epoch, the same precommit inside.
+- ``submit``: ``spark-submit`` of ``eos/compute/app.py`` (the installed file), the same
+  command the DAG's SparkSubmitOperator runs: one Spark application per epoch, the same
+  precommit inside.
 """
 
 from __future__ import annotations

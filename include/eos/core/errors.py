@@ -70,6 +70,11 @@ class ConfigError(PermanentError):
     """A pipeline config is missing, unreadable or invalid."""
 
 
+class MissingExtra(ConfigError):
+    """What a pipeline or a command asks for needs an optional part of the package that is not
+    installed here (``pip install 'eos-pipeline[avro]'``): ``eos.core.extras``."""
+
+
 class KafkaUnavailable(TransientError):
     """The broker cannot be reached or does not answer in time."""
 

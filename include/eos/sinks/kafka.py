@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from eos.core import faults
 from eos.core.errors import SinkCannotTake, SinkRejected, SinkUnavailable
+from eos.core.extras import require_format
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
     SinkCommit,
@@ -112,6 +113,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         from eos.core.limits import largest_record_bytes
 
         if options.format == "avro":
+            require_format("avro", "a Kafka sink's format")
             check_avro(options, config)
         client = {**config.kafka.client, **options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))

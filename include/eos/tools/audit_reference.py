@@ -156,6 +156,9 @@ def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
 
 def _audit_decoder(event_format: str) -> Any:
     """The audit's own decoder class for a Schema Registry format (not the pipeline's)."""
+    from eos.core.extras import require_format
+
+    require_format(event_format)
     from eos.tools.audit_avro import AuditAvroDecoder
     from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
     from eos.tools.audit_protobuf import AuditProtobufDecoder

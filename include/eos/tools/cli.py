@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from eos import __version__
+from eos.core.config import PIPELINES_DIR_ENV
 from eos.core.errors import ConfigError, EosError, exit_code
 from eos.core.kafka import broker_state_path
 
 
 def _pipeline_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--pipeline", help="pipeline name, looked up in include/pipelines/")
+    group.add_argument("--pipeline", help="pipeline name: NAME.yaml in the pipelines directory "
+                       "(--pipelines-dir, $EOS_PIPELINES_DIR, else ./pipelines)")
     group.add_argument("--config", help="path to a pipeline config file")
 
 
@@ -134,6 +138,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
         start_ms=start_ms,
         **(generator_options(config, args.shape) if config.event.format == "json" else {}),
     )
+    if config.event.format != "json":
+        from eos.core.extras import require_format
+
+        require_format(config.event.format)
     if config.event.format == "avro":
         summary = _produce_avro(args, spec, config, settings)
     else:
@@ -177,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eos", description="Exactly-once micro-batches: Kafka -> Spark -> Delta Lake"
     )
+    parser.add_argument("--version", action="version", version=f"eos {__version__}")
+    parser.add_argument("--pipelines-dir", metavar="DIR",
+                        help="where --pipeline NAME and the DAGs find pipelines (default: "
+                             "$EOS_PIPELINES_DIR, else ./pipelines)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("broker", help="the embedded Kafka-protocol broker")
@@ -206,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket", default="eos", help="created at start (default eos)")
     p.set_defaults(func=cmd_store)
 
+    _add_produce(sub)
+    _register_protocol_commands(sub)
+    return parser
+
+
+def _add_produce(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("produce", help="produce deterministic sample events")
     _pipeline_args(p)
     p.add_argument("--events", type=int, required=True)
@@ -231,9 +249,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "halfway, -1 never")
     p.set_defaults(func=cmd_produce)
 
-    _register_protocol_commands(sub)
-    return parser
-
 
 def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
     """Commands of the exactly-once core (run, status, ...); see eos.tools.commands."""
@@ -244,6 +259,9 @@ def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.pipelines_dir:
+        # Through the environment, so the processes eos starts (Airflow, spark-submit) agree.
+        os.environ[PIPELINES_DIR_ENV] = str(os.path.abspath(args.pipelines_dir))
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -251,6 +251,9 @@ def start(base: Path | None = None, bucket: str = DEFAULT_BUCKET) -> dict[str, A
     of replacing its keys under it."""
     import fcntl
 
+    from eos.core.extras import require
+
+    require("s3", "eos store")
     directory = home(base)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     directory.chmod(0o700)  # one made by an older version, or by hand

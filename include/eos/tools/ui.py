@@ -12,19 +12,21 @@ from pathlib import Path
 
 from eos.airflow.environment import PASSWORDS_FILE, airflow_env, airflow_home
 from eos.core.config import PipelineConfig, list_pipelines, load_config, load_pipeline
+from eos.core.extras import require
 from eos.core.kafka import local_broker
 
 
 def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
              port: int = 8080) -> int:
     """Run Airflow in the foreground until Ctrl-C; return its exit code. Its home is ``home``,
-    else ``$AIRFLOW_HOME``, else ``airflow_home/`` in the project (``airflow_home()``).
+    else ``$AIRFLOW_HOME``, else ``~/airflow`` (``airflow_home()``).
 
     The embedded broker is started with the named pipelines' topics (all pipelines when none is
     named) unless ``KAFKA_BOOTSTRAP_SERVERS`` names another broker, and the Spark Connect server
     when a pipeline computes on it; each is stopped afterwards only if this call started it.
     Every pipeline's DAG is shown, named or not.
     """
+    require("airflow", "eos ui")
     from eos.compute import connect
     from eos.tools import broker, spark_server
 

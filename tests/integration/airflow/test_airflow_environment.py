@@ -14,8 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from eos.airflow.environment import AIRFLOW_HOME, QUIET_ENV, airflow_env, airflow_home
-from eos.core.config import PROJECT_ROOT, PipelineConfig, load_config
+from eos.airflow.environment import (
+    AIRFLOW_HOME,
+    QUIET_ENV,
+    airflow_env,
+    airflow_home,
+)
+from eos.core.config import PipelineConfig, load_config, pipeline_path
 
 pytestmark = pytest.mark.airflow
 
@@ -32,7 +37,7 @@ logging.getLogger("alembic").error("probe error stays")
 
 @pytest.fixture
 def clicks() -> list[PipelineConfig]:
-    return [load_config(PROJECT_ROOT / "include" / "pipelines" / "clicks.yaml")]
+    return [load_config(pipeline_path("clicks"))]
 
 
 def test_airflow_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -40,8 +45,9 @@ def test_airflow_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, t
     # Settings of the environment win (another test module's Airflow home may have set them).
     for name in ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
         monkeypatch.delenv(name, raising=False)
-    assert airflow_home() == AIRFLOW_HOME == PROJECT_ROOT / "airflow_home"
-    assert airflow_env(clicks)["AIRFLOW_HOME"] == str(AIRFLOW_HOME)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # Airflow's default: ~/airflow
+    assert airflow_home() == AIRFLOW_HOME.expanduser() == tmp_path / "user" / "airflow"
+    assert airflow_env(clicks)["AIRFLOW_HOME"] == str(tmp_path / "user" / "airflow")
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
     assert airflow_home() == tmp_path / "home"

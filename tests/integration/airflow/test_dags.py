@@ -78,7 +78,7 @@ def run_id_of(index: int) -> str:
 
 
 def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EOS_PIPELINES_DIR", raising=False)
+    monkeypatch.setenv("EOS_PIPELINES_DIR", str(af.SHIPPED_PIPELINES))
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from eos.airflow.assets import sink_assets
@@ -152,8 +152,33 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert rewind.params.get_param("to_epoch").schema == {"type": "integer", "minimum": -1}
 
 
+def test_the_pipelines_dir_comes_from_the_variable_when_nothing_else_names_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The DAG file's directory: ``$EOS_PIPELINES_DIR``, else the Variable ``eos_pipelines_dir``
+    (here from Airflow's environment-variable secrets backend), else ``./pipelines``; a Variable
+    that does not exist is the default, with no error logged."""
+    from eos.airflow import pipeline_dags
+
+    monkeypatch.delenv("EOS_PIPELINES_DIR")
+    monkeypatch.setenv("AIRFLOW_VAR_EOS_PIPELINES_DIR", str(af.SHIPPED_PIPELINES))
+    assert "eos_clicks" in pipeline_dags()
+
+    monkeypatch.delenv("AIRFLOW_VAR_EOS_PIPELINES_DIR")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "clicks.yaml").write_text(
+        (af.SHIPPED_PIPELINES / "clicks.yaml").read_text())
+    with caplog.at_level("DEBUG"):
+        assert sorted(pipeline_dags()) == ["eos_clicks", "eos_clicks__rewind"]
+    assert not [r for r in caplog.records if r.levelno >= 30], caplog.records
+    # An explicit directory beats everything.
+    monkeypatch.setenv("EOS_PIPELINES_DIR", str(tmp_path / "nowhere"))
+    assert "eos_clicks" in pipeline_dags(af.SHIPPED_PIPELINES)
+
+
 def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
-    """The dag processor re-parses dags/ constantly: no heavy imports, no tables created."""
+    """The dag processor re-parses the DAG folder constantly: no heavy imports, no tables
+    created."""
     probe = (
         "import sys\n"
         "from airflow.models.dagbag import DagBag\n"
@@ -164,7 +189,7 @@ def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
         "heavy = ('confluent_kafka', 'deltalake', 'pyarrow', 'pyspark')\n"
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in heavy))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "EOS_PIPELINES_DIR"}
+    env = {**os.environ, "EOS_PIPELINES_DIR": str(af.SHIPPED_PIPELINES)}
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,8 +1,8 @@
-"""The Airflow UI's epochs view (plugins/eos_epochs.py) in a real Airflow and a real browser.
+"""The Airflow UI's epochs view (eos.airflow.plugin) in a real Airflow and a real browser.
 
-One ``airflow standalone`` (the harness in tests/support/airflow_standalone.py) with the project's
-plugins/ folder runs a backfill of three DAG runs of one pipeline (epochs of 1,000, 800 and 0
-records: 1,800 events, some late, some malformed). Then:
+One ``airflow standalone`` (the harness in tests/support/airflow_standalone.py), which loads the
+plugin through the package's ``airflow.plugins`` entry point, runs a backfill of three DAG runs
+of one pipeline (epochs of 1,000, 800 and 0 records: 1,800 events, some late, some malformed). Then:
 - every route of the plugin's app refuses a request without credentials (401) and with a forged
   token or session cookie (403), and the one route that acts (start an audit) also refuses a
   logged-in request that lacks the page's own header (403);

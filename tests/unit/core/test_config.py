@@ -38,7 +38,8 @@ def _write(tmp_path: Path, data: object) -> Path:
 def shipped_pipelines(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--pipeline NAME`` here means the shipped pipelines, whatever directory the Airflow
     tests pointed ``EOS_PIPELINES_DIR`` at for the session."""
-    monkeypatch.delenv(PIPELINES_DIR_ENV, raising=False)
+    shipped = Path(__file__).resolve().parents[3] / "include" / "pipelines"
+    monkeypatch.setenv(PIPELINES_DIR_ENV, str(shipped))
 
 
 def test_every_shipped_pipeline_loads() -> None:

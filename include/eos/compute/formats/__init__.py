@@ -30,6 +30,7 @@ from typing import Any, NamedTuple, Protocol
 import pyarrow as pa
 
 from eos.core.config import EventConfig
+from eos.core.extras import require_format
 
 FORMATS = {"json": "eos.compute.formats.json", "avro": "eos.compute.formats.avro",
            "protobuf": "eos.compute.formats.protobuf",
@@ -76,6 +77,7 @@ class RecordDecoder(Protocol):
 
 def parser_for(event: EventConfig) -> EventParser:
     """The compiled parser of ``event.format`` (the format module's ``parser``)."""
+    require_format(event.format)
     module: Any = import_module(FORMATS[event.format])
     parser: EventParser = module.parser(event)
     return parser

@@ -1,4 +1,4 @@
-"""Pipeline configuration: one YAML file per pipeline in ``include/pipelines/``.
+"""Pipeline configuration: one YAML file per pipeline in the pipelines directory (``paths``).
 
 Validation happens once, here, so that every phase sees the same typed view and a bad file
 fails before anything is planned or written, with a message that names the bad field.
@@ -12,12 +12,13 @@ pipelines, tables and data are), ``loading`` (YAML to a config, its error messag
 
 from eos.core.config.loading import load_config, load_pipeline, parse_config
 from eos.core.config.paths import (
+    DATA_DIR_ENV,
     PIPELINES_DIR_ENV,
-    PROJECT_ROOT,
     TABLES_BASE_ENV,
     data_dir,
     list_pipelines,
     pipeline_path,
+    pipelines_dir,
 )
 from eos.core.config.pipeline import PipelineConfig
 from eos.core.config.runtime import ComputeConfig
@@ -28,9 +29,9 @@ from eos.core.config.values import DurationMs, parse_duration_ms
 from eos.core.config.windows import WindowConfig
 
 __all__ = [
+    "DATA_DIR_ENV",
     "OUTPUTS",
     "PIPELINES_DIR_ENV",
-    "PROJECT_ROOT",
     "TABLES_BASE_ENV",
     "ComputeConfig",
     "DurationMs",
@@ -48,4 +49,5 @@ __all__ = [
     "parse_config",
     "parse_duration_ms",
     "pipeline_path",
+    "pipelines_dir",
 ]

@@ -1,16 +1,22 @@
-"""Where a deployment keeps its pipelines, tables and data: found from the project's checkout
-and overridden by environment variables, so tests, benches and deployments can point one run at
-directories of their own without editing a config."""
+"""Where a deployment keeps its pipelines, tables and data: settings, never the location of the
+installed package, so the same package serves a checkout, a container and an existing Airflow.
+
+- Pipelines: an explicit directory (``--pipelines-dir``, ``pipeline_dags(pipelines_dir=)``), else
+  ``$EOS_PIPELINES_DIR``, else (in Airflow only, ``eos.airflow.dag_factory``) the Variable
+  ``eos_pipelines_dir``, else ``./pipelines`` under the current directory.
+- Data (the embedded broker's and servers' state, relative table roots): ``$EOS_DATA_DIR``, else
+  ``$XDG_DATA_HOME/eos``, else ``~/.local/share/eos``.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[4]  # include/eos/core/config/paths.py
-PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
-PIPELINES_DIR_ENV = "EOS_PIPELINES_DIR"  # another directory of pipeline YAMLs (tests, benches)
+PIPELINES_DIR_ENV = "EOS_PIPELINES_DIR"
+DATA_DIR_ENV = "EOS_DATA_DIR"
 TABLES_BASE_ENV = "EOS_TABLES_BASE"
+DEFAULT_PIPELINES_DIR = "pipelines"  # under the current directory
 
 
 def tables_base() -> str:
@@ -20,15 +26,22 @@ def tables_base() -> str:
 
 
 def data_dir() -> Path:
-    """Base directory for tables and broker state: ``EOS_DATA_DIR`` or ``<project>/data``."""
-    return Path(os.environ.get("EOS_DATA_DIR") or PROJECT_ROOT / "data").resolve()
+    """Base directory for tables and local state: ``$EOS_DATA_DIR``, else the XDG data home's
+    ``eos`` (``$XDG_DATA_HOME``, else ``~/.local/share``)."""
+    explicit = os.environ.get(DATA_DIR_ENV, "").strip()
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return (base / "eos").resolve()
 
 
-def pipelines_dir() -> Path:
-    """Where the pipelines live: ``$EOS_PIPELINES_DIR``, else ``include/pipelines``. The DAG
-    file, ``--pipeline NAME`` and the epochs view all read this one directory."""
-    override = os.environ.get(PIPELINES_DIR_ENV)
-    return Path(override) if override else PIPELINES_DIR
+def pipelines_dir(explicit: str | Path | None = None) -> Path:
+    """Where the pipelines live: ``explicit``, else ``$EOS_PIPELINES_DIR``, else
+    ``./pipelines``. The DAG file, ``--pipeline NAME`` and the epochs view all read this one
+    directory."""
+    chosen = explicit or os.environ.get(PIPELINES_DIR_ENV, "").strip() or DEFAULT_PIPELINES_DIR
+    return Path(chosen).expanduser().resolve()
 
 
 def pipeline_path(name: str) -> Path:
@@ -36,6 +49,6 @@ def pipeline_path(name: str) -> Path:
     return pipelines_dir() / f"{name}.yaml"
 
 
-def list_pipelines() -> list[Path]:
+def list_pipelines(directory: str | Path | None = None) -> list[Path]:
     """Every pipeline of the deployment, in a stable order (the DAG file builds one DAG each)."""
-    return sorted(pipelines_dir().glob("*.yaml"))
+    return sorted(pipelines_dir(directory).glob("*.yaml"))

@@ -1,0 +1,34 @@
+"""The pipelines directory as Airflow components see it: an explicit directory, else
+``$EOS_PIPELINES_DIR``, else the Airflow Variable ``eos_pipelines_dir``, else ``./pipelines``
+(``eos.core.config.paths`` without the Variable, which only Airflow has).
+
+The Variable is read only when neither of the first two is set, so a deployment that sets the
+environment pays no lookup at parse time; a Variable that does not exist is the default, not an
+error (no exception, no log line)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from eos.core.config import PIPELINES_DIR_ENV
+from eos.core.config import pipelines_dir as configured_dir
+
+PIPELINES_DIR_VARIABLE = "eos_pipelines_dir"
+
+
+def pipelines_dir(explicit: str | Path | None = None) -> Path:
+    """The directory of the deployment's pipeline YAMLs (see the module's docstring)."""
+    if explicit or os.environ.get(PIPELINES_DIR_ENV, "").strip():
+        return configured_dir(explicit)
+    return configured_dir(_variable())
+
+
+def _variable() -> str | None:
+    """The Variable's value, or None when it does not exist."""
+    from airflow.sdk import Variable
+
+    value = Variable.get(PIPELINES_DIR_VARIABLE, default=None)
+    if value is None:
+        return None
+    return str(value).strip() or None
