@@ -87,7 +87,7 @@ def test_the_distribution_declares_its_dependencies_extras_and_entry_points() ->
     assert project["license"] == "Apache-2.0" and (REPO / "LICENSE").exists()
     names = {req.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip()
              for req in project["dependencies"]}
-    assert {"pyspark", "delta-spark", "deltalake", "pyarrow", "confluent-kafka", "pydantic",
+    assert {"pyspark", "deltalake", "pyarrow", "confluent-kafka", "pydantic",
             "pyyaml", "msgspec", "sqlglot", "duckdb", "aiokafka"} <= names
     extras = project["optional-dependencies"]
     assert {"airflow", "avro", "protobuf", "json-schema", "s3", "celery", "postgres", "docs",
