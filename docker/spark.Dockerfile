@@ -3,15 +3,18 @@
 #   - the Delta Lake jars (delta-spark + delta-storage 4.0.1) in /opt/spark/jars, downloaded from
 #     Maven Central at build time and checked against Maven's .sha1 files, so Spark users can
 #     query the Delta tables with the Delta SQL extensions;
-#   - a Python 3.11 virtualenv (/opt/venv, first on PATH) with the libraries the Spark app needs
-#     on the executors (the Kafka Python Data Source and the Delta/Arrow code).
+#   - a Python 3.11 virtualenv (/opt/venv, first on PATH) with the eos package and the record
+#     formats' extras, installed by docker/install-eos.sh with the lock as constraints: the
+#     executors run its Kafka Python Data Source, parsers and Delta/Arrow code, the Connect
+#     server's driver plans with it;
+#   - the repository's pipelines at the path the Airflow image has them (/opt/airflow/pipelines).
 #
 # Why Python 3.11: PySpark refuses to run when the executors' Python minor version differs from
 # the driver's, and the driver runs in the Airflow image (python3.11). The base image ships
 # Ubuntu 22.04's python3 (3.10), so 3.11 comes from the Ubuntu archive and `python3` on PATH is
 # the venv's 3.11 interpreter.
 #
-# Build context: ./docker (nothing from the repository is copied; the project is mounted).
+# Build context: the repository root (the package's source is copied; nothing is mounted).
 FROM apache/spark:4.0.1-scala2.13-java17-python3-ubuntu
 
 USER root
@@ -35,19 +38,17 @@ RUN set -eux; \
     done; \
     chmod 0644 delta-*.jar
 
+COPY docker/install-eos.sh /opt/eos/install-eos.sh
+COPY pyproject.toml README.md LICENSE requirements.txt /opt/eos/src/
+COPY include/eos /opt/eos/src/include/eos
 RUN set -eux; \
     python3.11 -m venv /opt/venv; \
-    /opt/venv/bin/pip install --no-cache-dir \
-        confluent-kafka==2.12.2 \
-        deltalake==1.6.6 \
-        pyarrow==21.0.0 \
-        pandas==2.3.3 \
-        pyyaml==6.0.3 \
-        pydantic==2.11.10 \
-        msgspec==0.22.0
+    bash /opt/eos/install-eos.sh /opt/venv/bin/python "/opt/eos/src[avro,protobuf,json-schema]" \
+        /opt/eos/src/requirements.txt; \
+    rm -rf /opt/eos/src
+COPY include/pipelines /opt/airflow/pipelines
 
-# docker-compose.yaml runs these containers as ${AIRFLOW_UID}:0 so that files they write into the
-# mounted project (EOS_DATA_DIR) belong to the same user as the Airflow containers' files.
+# docker-compose.yaml runs these containers as ${AIRFLOW_UID}:0, the Airflow containers' user.
 # Give group 0 the directories a standalone master/worker writes to.
 RUN set -eux; \
     mkdir -p /opt/spark/work /opt/spark/logs; \

@@ -1,7 +1,7 @@
 """The package as a new user gets it: the wheel built from this repository, installed alone into
 a new virtual environment (its dependencies from the package index, the lock as constraints,
-by ``docker/install-eos.sh``, the script the images run), then used from an empty directory
-outside the checkout with nothing of the repository in the environment.
+the Airflow image's extras, by ``docker/install-eos.sh``, the script the images run), then used
+from an empty directory outside the checkout with nothing of the repository in the environment.
 
 There, a pipeline YAML of its own (JSON events, one-minute windows, the default Delta sinks)
 goes through the installed commands: ``eos broker start``, ``eos spark start``, ``eos produce``,
@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,10 +81,22 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wheel,) = (root / "dist").glob("eos_pipeline-*.whl")
     _run([str(UV), "venv", "--quiet", "--python", sys.executable, str(root / "venv")])
     python = root / "venv" / "bin" / "python"
-    env = {**_bare_env(root), "PATH": f"{UV.parent}{os.pathsep}/usr/bin:/bin"}
-    _run(["bash", str(REPO / "docker" / "install-eos.sh"), str(python), f"{wheel}[airflow]",
+    env = {**_bare_env(root), **_index_access(), "PATH": f"{UV.parent}{os.pathsep}/usr/bin:/bin"}
+    # The extras the Airflow image installs, by the script it runs.
+    extras = re.search(r'"/opt/eos/src(\[[^\]]*\])"',
+                       (REPO / "docker" / "airflow.Dockerfile").read_text())
+    assert extras is not None and "airflow" in extras[1]
+    _run(["bash", str(REPO / "docker" / "install-eos.sh"), str(python), f"{wheel}{extras[1]}",
           str(REPO / "requirements.txt")], env=env, timeout=900)
     return root / "venv"
+
+
+def _index_access() -> dict[str, str]:
+    """How this machine reaches the package index (proxies, CA bundles, pip/uv settings): the
+    installer's network settings, nothing of the repository's."""
+    keep = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+    return {key: value for key, value in os.environ.items()
+            if key in keep or key.lower().endswith("_proxy") or key.startswith(("PIP_", "UV_"))}
 
 
 def _bare_env(root: Path) -> dict[str, str]:
@@ -126,9 +140,8 @@ def user(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]
 
 
 def test_the_installed_commands_run_a_pipeline_of_its_own(user: User) -> None:
-    from importlib.metadata import version
-
-    assert user.eos("--version").strip() == f"eos {version('eos-pipeline')}"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert user.eos("--version").strip() == f"eos {project['version']}"
     user.eos("broker", "start", "--topic", "mini")
     user.eos("spark", "start", "--port", str(free_port()), "--driver-memory", "1g")
     user.eos("produce", "--pipeline", "mini", "--events", "3000", "--late-fraction", "0.01",
