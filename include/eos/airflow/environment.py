@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eos.core.config import PIPELINES_DIR_ENV, PipelineConfig, pipelines_dir
 
-AIRFLOW_HOME = Path("~/airflow").expanduser()  # Airflow's own default when AIRFLOW_HOME is unset
+AIRFLOW_HOME = Path("~/airflow")  # Airflow's own default when AIRFLOW_HOME is unset
 DAG_FILE_NAME = "eos_pipelines.py"
 # What a deployment's DAG folder holds for eos: one DAG per pipeline YAML (and its rewind DAG).
 DAG_FILE = '''"""eos: the DAGs of every pipeline in the pipelines directory."""
@@ -53,7 +53,7 @@ def airflow_home() -> Path:
     """Where a local Airflow keeps its DB, logs, DAG file and generated passwords:
     ``$AIRFLOW_HOME`` as Airflow itself reads it, else ``~/airflow``."""
     home = os.environ.get("AIRFLOW_HOME", "").strip()
-    return Path(home).expanduser().resolve() if home else AIRFLOW_HOME
+    return Path(home or AIRFLOW_HOME).expanduser().resolve()
 
 
 def airflow_env(configs: list[PipelineConfig], home: Path | None = None,
