@@ -357,11 +357,9 @@ def read_state(base: Path | None = None) -> dict[str, Any] | None:
 
 def airflow_connection(state: dict[str, Any], base: Path | None = None) -> str:
     """``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT`` for a running server (holds the token: pass it to
-    a child process's environment, never print it): ``sc://:<token>@host:port``.
-
-    A URI in Spark Connect's own scheme, not Airflow's JSON form with type ``spark_connect``:
-    in a task (Airflow 3.1) a JSON value is parsed by the deprecated
-    ``airflow.models.Connection.from_json`` and a type holding ``_`` is logged as against RFC
-    3986 on every read, two warnings in every precommit log. ``airflow_endpoint`` reads either."""
-    token = quote(read_token(base), safe="")
-    return f"sc://:{token}@{state['host']}:{int(state['port'])}"
+    a child process's environment, never print it): Airflow's JSON form of the Spark provider's
+    ``spark_connect`` type, the token where its ``SparkConnectHook`` reads it (the password),
+    ``use_ssl`` in extra, so the provider's own hook and UI read it as any user-made one."""
+    return json.dumps({"conn_type": "spark_connect", "host": str(state["host"]),
+                       "port": int(state["port"]), "password": read_token(base),
+                       "extra": {"use_ssl": False}})
