@@ -6,7 +6,7 @@ commit) and the Spark reads they start can reach the broker only through
 the embedded broker accepts): it reaches the clients, and no log line shows it.
 
 Through ``DAG.test()`` (support.airflow_home): the tasks run in this process, their log lines
-are this process's output.
+are this process's output and log records.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ SPEC = GeneratorSpec(events=600, keys=10, interval_ms=250, late_fraction=0.0,
 @pytest.mark.timeout(600)
 def test_a_dag_run_reaches_the_broker_only_through_the_kafka_connection(
         airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str, spark_server: dict,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
     config = make_pipeline(pipelines_dir, dag=(data_dir, "afconn"), records=SPEC,
                            compute={"mode": "connect"})
     secret = f"eos-secret-{secrets.token_hex(8)}"
@@ -60,7 +60,7 @@ def test_a_dag_run_reaches_the_broker_only_through_the_kafka_connection(
     finally:
         supply_settings(None)
     out = capfd.readouterr()
-    logs = out.out + out.err + "".join(
+    logs = out.out + out.err + caplog.text + "".join(
         p.read_text(errors="replace") for p in (airflow_db / "logs").rglob("*") if p.is_file())
     assert secret not in logs
     # begin logs its source's settings: the secret shown as where it came from.
