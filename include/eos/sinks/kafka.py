@@ -44,7 +44,9 @@ it with the sink's own id before it reads the marker exactly:
   fenced too (``init_transactions`` under it aborts its open transaction, which would otherwise
   hold the partitions' LSO back until the broker's transaction timeout, and fences a zombie of
   it), then the sink goes on under its new id: nothing duplicated, nothing lost, no reader
-  stalled; the next marker records the new id;
+  stalled; the next marker records the new id. While the option stays, every fenced step
+  fences the previous id too (one more ``init_transactions``): remove it once the old
+  deployment is gone;
 - any other id: ``TransactionalIdChanged``, a permanent error, before anything is written: an
   undeclared change, or another deployment of the pipeline (staging and production with their
   own prefixes) writing the same output and marker topics. Such deployments must write topics
@@ -364,21 +366,24 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     def _take_over(self) -> None:
         """Refuse (``TransactionalIdChanged``) a last marker written under an id that is neither
-        this sink's nor its declared previous one; fence the previous one when it is."""
-        last = self.markers().last(fenced=False)
-        if last is None:
-            return
-        writer = str(last.get("transactional_id") or transactional_id(
-            DEFAULT_TRANSACTIONAL_ID_PREFIX, self.config.name, self.name))
-        if writer == self.transactional_id:
-            return
+        this sink's nor its declared previous one. A declared previous id is fenced every time
+        (its open transaction aborted: a zombie of the old deployment holds no LSO back, even
+        after the first marker under the new id)."""
         previous = self.options.previous_transactional_id_prefix
-        if previous is not None and writer == transactional_id(previous, self.config.name,
-                                                               self.name):
-            fenced_producer(self._settings(), writer, self.name).flush(0)
-            return
-        raise TransactionalIdChanged(
-            f"Kafka sink {self.name}: its last marker (epoch {last.get('epoch')}) in "
+        old = None if previous is None else transactional_id(previous, self.config.name,
+                                                             self.name)
+        last = self.markers().last(fenced=False)
+        writer = None if last is None else str(last.get("transactional_id") or transactional_id(
+            DEFAULT_TRANSACTIONAL_ID_PREFIX, self.config.name, self.name))
+        if writer not in (None, self.transactional_id, old):
+            raise self._changed(writer, last)
+        if old is not None:
+            fenced_producer(self._settings(), old, self.name).flush(0)
+
+    def _changed(self, writer: str, last: dict[str, Any] | None) -> TransactionalIdChanged:
+        """The refusal of a last marker written under ``writer``, saying both ways out."""
+        return TransactionalIdChanged(
+            f"Kafka sink {self.name}: its last marker (epoch {(last or {}).get('epoch')}) in "
             f"'{self.marker_topic}' was written under transactional id '{writer}', this sink's "
             f"is '{self.transactional_id}'. If you changed transactional_id_prefix, declare it "
             f"(previous_transactional_id_prefix: {writer.split(':', 1)[0]}) and run again: the "
