@@ -51,6 +51,7 @@ async def stall_alert(config_path: str, context: dict[str, Any] | None = None) -
     """The deadline callback (in the triggerer): check the pipeline, and when it is stalled log
     the alert and tell the notifier. Returns the check's fields (Airflow keeps them in the
     callback's event). The notifier's failure fails the callback, after the log line."""
+    from eos.airflow.connections import aexport_kafka_connection
     from eos.airflow.storage import aexport_credentials
     from eos.core.config import load_config
     from eos.core.pipeline_status import check_stall
@@ -60,6 +61,7 @@ async def stall_alert(config_path: str, context: dict[str, Any] | None = None) -
     config = load_config(config_path)
     if is_remote(config.root):  # the store's connection, as the tasks export it
         await aexport_credentials()
+    await aexport_kafka_connection()  # the stall check reads the broker's watermarks
     check = await asyncio.to_thread(check_stall, config)
     run = context.get("dag_run") or {}  # Airflow's DAG run as its REST API shows it
     fields = {"pipeline": config.name, "dag_id": run.get("dag_id", config.dag_id),

@@ -152,6 +152,7 @@ def recorded_status(config: PipelineConfig, limit: int,
     The lag is the committed offsets recorded now against the high watermarks as last read,
     so it never counts records the checkpoint already covers.
     """
+    from eos.airflow.connections import export_kafka_connection
     from eos.airflow.storage import export_credentials
     from eos.core.kafka import client_settings, redact
     from eos.core.pipeline_status.reading import (
@@ -161,6 +162,7 @@ def recorded_status(config: PipelineConfig, limit: int,
     tables = tables_for(config)
     if is_remote(tables.root):
         export_credentials()  # the API server reads the tables with the tasks' connection
+    export_kafka_connection()  # and the broker's watermarks with theirs
     committed = checkpoints.last_checkpointed(tables, config.app_id)
     epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
     try:

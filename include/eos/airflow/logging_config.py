@@ -7,6 +7,8 @@ this module in each process before it logs anything.
 
 - ``alembic``: ``setup plugin ...`` at INFO, seven lines each time a process imports Airflow
   (every component, every task). A stdlib logger: its level is set in the dict config.
+- ``airflow.sdk.definitions.connection``: a warning about the ``_`` in ``spark_connect`` (the
+  provider's own connection type) on every read of that connection.
 - The DAG processor's manager: ``Not time to refresh bundle dags-folder`` every five seconds.
   Airflow's own loggers are structlog loggers, filtered by a per-logger table that Airflow 3.1's
   ``[logging]`` section cannot set; it is filled here, before any of them is created (an
@@ -28,6 +30,9 @@ from airflow.config_templates.airflow_local_settings import (  # noqa: F401  # r
 QUIET = {  # logger -> the least level it prints
     "alembic": "WARNING",
     "airflow.dag_processing.manager.DagFileProcessorManager": "WARNING",
+    # "Connection schemes (type: spark_connect) shall not contain '_' according to RFC3986",
+    # logged on every read of a connection of the Spark provider's own type.
+    "airflow.sdk.definitions.connection": "ERROR",
 }
 
 LOGGING_CONFIG: dict[str, Any] = deepcopy(DEFAULT_LOGGING_CONFIG)

@@ -36,6 +36,17 @@ class PrecommitOperator(SparkSubmitOperator):
         self.eos_config = eos_config
 
     def execute(self, context: Any) -> str | None:
+        """The submit, with the Kafka connection's settings handed to the app and the local
+        executors it forks in a file only this user reads (``handed_to_children``), never on
+        its command line or in its Spark conf."""
+        from eos.airflow.connections import export_kafka_connection
+        from eos.core.bootstrap import handed_to_children
+
+        export_kafka_connection()
+        with handed_to_children():
+            return self._submit(context)
+
+    def _submit(self, context: Any) -> str | None:
         args = self.application_args
         with tempfile.TemporaryDirectory(prefix="eos-precommit-") as scratch:
             result_file = Path(scratch) / "result.json"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from eos.airflow.connections import aexport_kafka_connection
 from eos.airflow.storage import aexport_credentials
 from eos.core.config import PipelineConfig, ScheduleConfig, load_config
 from eos.core.storage import is_remote
@@ -62,10 +63,12 @@ class _Watch:
 
     async def credentials(self) -> None:
         """The store's connection in this process's environment when the tables are on one,
-        as a task exports it before a phase (``eos.airflow.storage``)."""
+        and the Kafka connection's settings, as a task exports them before a phase
+        (``eos.airflow.storage``, ``eos.airflow.connections``)."""
         config = await asyncio.to_thread(self.load)
         if is_remote(config.root):
             await aexport_credentials()
+        await aexport_kafka_connection()
 
     def check(self, refire_ms: int | None) -> Decision:
         """Blocking: one look at the checkpoint and the broker, and the decision."""

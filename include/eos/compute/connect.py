@@ -130,10 +130,11 @@ def _flag(value: Any) -> bool:
 
 
 def airflow_endpoint(conn_id: str) -> Endpoint:
-    """The server named by an Airflow connection (host, port, token in the password,
-    ``use_ssl`` in extra), read through the provider's hook: of type ``spark_connect`` (the
-    provider's; Airflow logs an RFC 3986 warning for its ``_`` on each read) or a URI
-    ``sc://:<token>@host:port`` (what eos writes, ``airflow_connection``)."""
+    """The server named by an Airflow connection of the Spark provider's ``spark_connect`` type
+    (host, port, the token in the password, ``use_ssl`` in extra: where its
+    ``SparkConnectHook`` reads them; what eos writes, ``airflow_connection``), read through the
+    provider's hook. A host given as ``sc://host:port`` and a URI-form connection
+    ``sc://:<token>@host:port`` are read too."""
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
     try:
@@ -141,7 +142,8 @@ def airflow_endpoint(conn_id: str) -> Endpoint:
     except Exception as error:  # AirflowNotFoundException: no such connection
         raise ConfigError(
             f"Airflow connection '{conn_id}' (type spark_connect) is not defined: create it, e.g. "
-            f"AIRFLOW_CONN_{conn_id.upper()}='sc://:<url-quoted token>@127.0.0.1:{DEFAULT_PORT}' "
+            f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark_connect\", \"host\": "
+            f"\"127.0.0.1\", \"port\": {DEFAULT_PORT}, \"password\": \"<token>\"}}' "
             f"({type(error).__name__})") from None
     host = str(conn.host or "")
     parsed = urlparse(host if "://" in host else f"sc://{host}")
@@ -357,11 +359,9 @@ def read_state(base: Path | None = None) -> dict[str, Any] | None:
 
 def airflow_connection(state: dict[str, Any], base: Path | None = None) -> str:
     """``AIRFLOW_CONN_SPARK_CONNECT_DEFAULT`` for a running server (holds the token: pass it to
-    a child process's environment, never print it): ``sc://:<token>@host:port``.
-
-    A URI in Spark Connect's own scheme, not Airflow's JSON form with type ``spark_connect``:
-    in a task (Airflow 3.1) a JSON value is parsed by the deprecated
-    ``airflow.models.Connection.from_json`` and a type holding ``_`` is logged as against RFC
-    3986 on every read, two warnings in every precommit log. ``airflow_endpoint`` reads either."""
-    token = quote(read_token(base), safe="")
-    return f"sc://:{token}@{state['host']}:{int(state['port'])}"
+    a child process's environment, never print it): Airflow's JSON form of the Spark provider's
+    ``spark_connect`` type, the token where its ``SparkConnectHook`` reads it (the password),
+    ``use_ssl`` in extra, so the provider's own hook and UI read it as any user-made one."""
+    return json.dumps({"conn_type": "spark_connect", "host": str(state["host"]),
+                       "port": int(state["port"]), "password": read_token(base),
+                       "extra": {"use_ssl": False}})

@@ -156,6 +156,7 @@ class KafkaRangeReader(DataSourceReader):
         self.client = json.loads(options.get("client") or "{}")
         self.client_in_file = json.loads(options.get("client_in_file") or "[]")
         self.bootstrap = options.get("bootstrap")
+        self.connection_keys = json.loads(options.get("connection_keys") or "[]")
         self.faults = json.loads(options.get("faults") or "{}")
         self.event_option = options.get(PARSE_OPTION) or ""
         self.event = _event(self.event_option)
@@ -173,6 +174,9 @@ class KafkaRangeReader(DataSourceReader):
         # never travel in data source options, which Spark may print in plans. A secret written
         # literally in the config is read from its file, which an executor on another machine
         # may not have: that is an error naming the settings, never a client without them.
+        # The driver's connection settings reach an executor its process started (a local
+        # master) in the file it handed on (``eos.core.bootstrap.handed_to_children``); an
+        # executor elsewhere needs their security settings in its own environment.
         from eos.core.config import load_config
         from eos.core.errors import ConfigError
         from eos.core.kafka import client_settings
@@ -186,7 +190,15 @@ class KafkaRangeReader(DataSourceReader):
                     "executors the variables (docs/cluster.md)")
             stored = load_config(self.config_path).kafka.client
             client.update({k: stored[k] for k in self.client_in_file if k in stored})
-        return client_settings(client, bootstrap=self.bootstrap)
+        settings = client_settings(client, bootstrap=self.bootstrap)
+        missing = sorted(set(self.connection_keys) - set(settings))
+        if missing:
+            raise ConfigError(
+                f"the Kafka connection sets {missing}, which this executor does not have: a "
+                "connection's settings reach only executors on the driver's machine; give "
+                "the others these settings as KAFKA_SECURITY_*/KAFKA_SASL_*/KAFKA_SSL_* "
+                "variables in their environment")
+        return settings
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The split's records (parsed when the event option is set). A library error leaves

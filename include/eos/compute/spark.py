@@ -151,9 +151,10 @@ def submit_precommit(config: PipelineConfig, epoch: int,
                      plan_hash: str | None = None) -> StageResult:
     """Run the Spark app for epoch N; return its result, or raise its error. The app writes both
     as JSON to a file this process names (``--result-file``): nothing is read from its log."""
+    from eos.core.bootstrap import handed_to_children
     from eos.core.protocol import StageResult
 
-    with tempfile.TemporaryDirectory(prefix="eos-precommit-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="eos-precommit-") as scratch, handed_to_children():
         result_file = Path(scratch) / "result.json"
         proc = subprocess.run(
             [*submit_command(config, epoch, plan_hash), "--result-file", str(result_file)],

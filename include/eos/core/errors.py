@@ -255,6 +255,13 @@ class MarkerTopicShared(ConfigError):
     another producer's transactions. Give each sink a marker topic of its own."""
 
 
+class TransactionalIdChanged(MarkerTopicShared):
+    """A Kafka sink's last marker was written under another transactional id than the sink's
+    own: its ``transactional_id_prefix`` changed, or another deployment of the pipeline writes
+    the same topics under its own prefix. Refused until the change is declared
+    (``previous_transactional_id_prefix``) or the deployments are separated."""
+
+
 class StoreUnsafe(ConfigError):
     """Tables would live where two writers can commit the same Delta version (an unsafe storage
     setting, or a store that does not enforce put-if-absent): the commit fence would not hold

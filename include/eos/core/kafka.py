@@ -1,7 +1,17 @@
 """Kafka client settings and the broker facts the planner relies on (watermarks, partitions).
 
-Bootstrap resolution is the same everywhere (``eos.core.bootstrap``): ``KAFKA_BOOTSTRAP_SERVERS``
-if set, else the embedded broker's published address, else an error that says how to start one.
+Bootstrap resolution is the same everywhere (``eos.core.bootstrap``): the connection's
+``bootstrap.servers`` when this process was given connection settings, else
+``KAFKA_BOOTSTRAP_SERVERS`` if set, else the embedded broker's published address, else an error
+that says how to start one.
+
+Precedence of client settings (``client_settings``), lowest first:
+
+- with connection settings (``eos.core.bootstrap.supply_settings``: Airflow's ``kafka``
+  connection): the connection's settings, then the pipeline's ``kafka.client`` (and a sink's
+  ``client``). The ``KAFKA_SECURITY_*``/``KAFKA_SASL_*``/``KAFKA_SSL_*`` variables are not read:
+  one source of credentials per process, never a mix of two;
+- without: the bootstrap above, then ``kafka.client``, then those variables (the CLI's way).
 """
 
 from __future__ import annotations
@@ -18,7 +28,8 @@ from typing import Any
 
 import confluent_kafka as ck
 
-from eos.core.bootstrap import bootstrap_servers
+from eos.core.bootstrap import FromConnection as FromConnection  # re-exported
+from eos.core.bootstrap import Provided, bootstrap_servers, supplied_settings
 from eos.core.bootstrap import broker_state_path as broker_state_path  # re-exported
 from eos.core.bootstrap import local_broker as local_broker  # re-exported
 from eos.core.errors import DataLoss, KafkaUnavailable, TopicMissing
@@ -46,27 +57,10 @@ def reachable(bootstrap: str, timeout: float = 2.0) -> bool:
         return False
 
 
-class FromEnvironment(str):
+class FromEnvironment(Provided):
     """A client setting's value read from the environment (``${VAR}`` in a config, or a
-    ``KAFKA_SASL_*``-style variable), which may be a secret whatever its key is named.
-
-    It is the value (a ``str``: librdkafka takes it as it is), and it carries ``template``,
-    what the config wrote, which is all ``redact`` and ``repr`` ever show. The provenance
-    travels with the value through any copy of the settings (``{**settings, ...}``), so no
-    path that shows settings has to know where they came from."""
-
-    template: str
-
-    def __new__(cls, value: str, template: str) -> FromEnvironment:
-        made = super().__new__(cls, value)
-        made.template = template
-        return made
-
-    def __repr__(self) -> str:
-        return repr(self.template)
-
-    def __reduce__(self) -> tuple[type[FromEnvironment], tuple[str, str]]:
-        return FromEnvironment, (str.__str__(self), self.template)
+    ``KAFKA_SASL_*``-style variable): shown as the config wrote it (``template``), never as
+    read (``eos.core.bootstrap.Provided``)."""
 
 
 def _expand(value: Any) -> Any:
@@ -100,20 +94,32 @@ def env_client_settings() -> dict[str, str]:
 def client_settings(
     client: dict[str, Any] | None = None, bootstrap: str | None = None
 ) -> dict[str, Any]:
-    """Settings shared by every client of a pipeline: bootstrap, config pass-through, env."""
-    settings: dict[str, Any] = {"bootstrap.servers": bootstrap or bootstrap_servers()}
+    """Settings shared by every client of a pipeline, in the module's order of precedence.
+    ``bootstrap``: the broker a driver resolved for its executors (it wins over the
+    connection's and the environment's, not over ``client``)."""
+    connection = supplied_settings()
+    settings: dict[str, Any] = dict(connection)
+    settings["bootstrap.servers"] = bootstrap or bootstrap_servers()
     settings.update({k: _expand(v) for k, v in (client or {}).items()})
-    settings.update(env_client_settings())
+    if not connection:
+        settings.update(env_client_settings())
     return settings
+
+
+def security_keys() -> list[str]:
+    """The names of this process's connection settings a client cannot do without (security
+    protocol, SASL, SSL): what an executor must also have, its values never sent to it."""
+    return sorted(k for k in supplied_settings() if k.startswith(("security.", "sasl.", "ssl.")))
 
 
 def redact(settings: dict[str, Any]) -> dict[str, Any]:
     """What may be shown or logged: a secret-looking setting as ``***``, and any value read
-    from the environment as the config wrote it (``FromEnvironment.template``), whatever its
-    key: ``client.id: ${MY_SECRET}`` is shown as ``${MY_SECRET}``. The deployment's bootstrap
+    from the environment or a connection as where it came from (``Provided.template``),
+    whatever its key: ``client.id: ${MY_SECRET}`` is shown as ``${MY_SECRET}``, a connection's
+    ``client.id`` as ``<Airflow connection 'kafka_default'>``. The deployment's bootstrap
     address (``eos.core.bootstrap``) is shown: it names where the pipeline reads."""
     return {k: "***" if _SECRET.search(k) else
-            (v.template if isinstance(v, FromEnvironment) else v) for k, v in settings.items()}
+            (v.template if isinstance(v, Provided) else v) for k, v in settings.items()}
 
 
 def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:

@@ -1,9 +1,11 @@
 """Transactional Kafka sink (README "Outputs and sinks"): Kafka -> windows -> Kafka, exactly once.
 
-One fixed ``transactional.id`` per pipeline and sink. ``commit(N)``:
+One fixed ``transactional.id`` per pipeline and sink, ``<prefix>:<pipeline>:<sink>``
+(``transactional_id_prefix``, default ``eos``). ``commit(N)``:
 
 1. ``init_transactions()``: fences every earlier producer with this id (a zombie attempt can no
    longer commit) and aborts its pending transaction, if any (``eos.sinks.kafka_producer``);
+   when the last marker was written under another id, see "Transactional ids" below;
 2. read this sink's last committed epoch marker with ``isolation.level=read_committed``;
 3. skip if it is ``>= N``;
 4. ``begin_transaction`` -> produce N's rows to the topic and N's marker to the marker topic ->
@@ -32,6 +34,27 @@ only a marker saying N (carrying the rewind's id); the replay republishes epochs
 rewind's lineage (``eos.sinks.kafka_lineage``). The audit reads the current line back
 (``eos.sinks.kafka_read_back``).
 
+Transactional ids: each marker records the id that wrote it (``transactional_id``; a marker
+without one was written by ``eos:<pipeline>:<sink>``, the only id before the prefix was
+settable). A fenced step (commit, abort, rewind, the fenced look at the last epoch) compares
+it with the sink's own id before it reads the marker exactly:
+
+- the same id: nothing to do;
+- the id of ``previous_transactional_id_prefix`` (a declared change of prefix): that id is
+  fenced too (``init_transactions`` under it aborts its open transaction, which would otherwise
+  hold the partitions' LSO back until the broker's transaction timeout, and fences a zombie of
+  it), then the sink goes on under its new id: nothing duplicated, nothing lost, no reader
+  stalled; the next marker records the new id. While the option stays, every fenced step
+  fences the previous id too (one more ``init_transactions``): remove it once the old
+  deployment is gone;
+- any other id: ``TransactionalIdChanged``, a permanent error, before anything is written: an
+  undeclared change, or another deployment of the pipeline (staging and production with their
+  own prefixes) writing the same output and marker topics. Such deployments must write topics
+  of their own (or carry different pipeline names); the default marker topic is derived from
+  the output topic and the pipeline, so sharing output topics means sharing the marker
+  partition, which this refuses. Two deployments that both start from an empty marker
+  partition at the same moment can each publish their first epoch before one is refused.
+
 What the embedded broker (librdkafka's mock cluster) does not do (README "Guarantees"): fence
 transactional ids and filter ``read_committed`` (its LSO is always the high watermark). On it,
 steps 1 and 4 still run and the happy path, the skip after a marker and crashes outside a
@@ -46,7 +69,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from eos.core import faults
-from eos.core.errors import SinkCannotTake, SinkRejected, SinkUnavailable
+from eos.core.errors import (
+    SinkCannotTake,
+    SinkRejected,
+    SinkUnavailable,
+    TransactionalIdChanged,
+)
 from eos.core.extras import require_format
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
@@ -61,10 +89,12 @@ from eos.sinks.kafka_avro import AvroValues
 from eos.sinks.kafka_markers import MarkerLog
 from eos.sinks.kafka_options import (
     DEFAULT_MESSAGE_MAX_BYTES,
+    DEFAULT_TRANSACTIONAL_ID_PREFIX,
     KafkaSinkOptions,
     check_avro,
     marker_topic_of,
     registry_of,
+    transactional_id,
 )
 from eos.sinks.kafka_producer import commit_transaction, fenced_producer, produce_rows
 from eos.sinks.kafka_read_back import rows_on_line, topic_records
@@ -149,13 +179,15 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     @property
     def transactional_id(self) -> str:
-        """Fixed per pipeline and sink: the broker fences older producers by this id."""
-        return f"eos:{self.config.name}:{self.name}"
+        """Fixed per pipeline, sink and prefix: the broker fences older producers by this id."""
+        return transactional_id(self.options.transactional_id_prefix, self.config.name,
+                                self.name)
 
     def markers(self) -> MarkerLog:
         """This sink's marker log, with the client settings as they are now."""
         return MarkerLog(topic=self.marker_topic, legacy=self.options.legacy_markers,
-                         pipeline=self.config.name, sink=self.name, settings=self._settings())
+                         pipeline=self.config.name, sink=self.name, settings=self._settings(),
+                         writer=self.transactional_id)
 
     def _settings(self) -> dict[str, Any]:
         from eos.core.kafka import client_settings
@@ -328,7 +360,38 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     # -- helpers ------------------------------------------------------------------------------
 
     def _fenced_producer(self) -> ck.Producer:
-        return fenced_producer(self._settings(), self.transactional_id, self.name)
+        """This sink's producer after ``init_transactions``, and the id that wrote the last
+        marker fenced too when it was the declared previous one (module docstring)."""
+        producer = fenced_producer(self._settings(), self.transactional_id, self.name)
+        self._take_over()
+        return producer
+
+    def _take_over(self) -> None:
+        """Refuse (``TransactionalIdChanged``) a last marker written under an id that is neither
+        this sink's nor its declared previous one. A declared previous id is fenced every time
+        (its open transaction aborted: a zombie of the old deployment holds no LSO back, even
+        after the first marker under the new id)."""
+        previous = self.options.previous_transactional_id_prefix
+        old = None if previous is None else transactional_id(previous, self.config.name,
+                                                             self.name)
+        last = self.markers().last(fenced=False)
+        writer = None if last is None else str(last.get("transactional_id") or transactional_id(
+            DEFAULT_TRANSACTIONAL_ID_PREFIX, self.config.name, self.name))
+        if writer not in (None, self.transactional_id, old):
+            raise self._changed(writer, last)
+        if old is not None:
+            fenced_producer(self._settings(), old, self.name).flush(0)
+
+    def _changed(self, writer: str, last: dict[str, Any] | None) -> TransactionalIdChanged:
+        """The refusal of a last marker written under ``writer``, saying both ways out."""
+        return TransactionalIdChanged(
+            f"Kafka sink {self.name}: its last marker (epoch {(last or {}).get('epoch')}) in "
+            f"'{self.marker_topic}' was written under transactional id '{writer}', this sink's "
+            f"is '{self.transactional_id}'. If you changed transactional_id_prefix, declare it "
+            f"(previous_transactional_id_prefix: {writer.split(':', 1)[0]}) and run again: the "
+            "old id is fenced and its open transaction aborted first. If another deployment "
+            "of this pipeline writes these topics under its own prefix, give each deployment "
+            "its own output topic (or pipeline name). Nothing was written")
 
     def _headers(self, epoch: int, plan_hash: str,
                  lineage: str | None = None) -> list[tuple[str, bytes]]:

@@ -55,8 +55,9 @@ class MarkerLog:
     2's ``legacy`` location while the sink's own partition holds none."""
 
     def __init__(self, topic: str, legacy: str, pipeline: str, sink: str,
-                 settings: dict[str, Any]) -> None:
+                 settings: dict[str, Any], writer: str | None = None) -> None:
         self.topic = topic
+        self.writer = writer
         self.legacy = legacy
         self.pipeline = pipeline
         self.sink = sink
@@ -73,9 +74,12 @@ class MarkerLog:
 
     def write(self, producer: ck.Producer, fields: dict[str, Any],
               headers: list[tuple[str, bytes]] | None = None) -> None:
-        """A marker of ``fields`` (and the sink's identity) into partition 0 of this sink's own
-        marker topic, inside the open transaction."""
+        """A marker of ``fields`` (and the sink's identity, and ``writer``: the transactional id
+        that writes it) into partition 0 of this sink's own marker topic, inside the open
+        transaction."""
         marker = {**self.identity(), **fields}
+        if self.writer is not None:
+            marker["transactional_id"] = self.writer
         producer.produce(self.topic, key=self.key,
                          value=json.dumps(marker, sort_keys=True).encode(), partition=0,
                          headers=headers)

@@ -3,9 +3,18 @@ refuses, an Avro sink without a registry it can use)."""
 
 from __future__ import annotations
 
+import os
+import re
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from eos.core.config import SchemaRegistryConfig
 from eos.sinks.kafka_markers import MARKER_SUFFIX
@@ -15,14 +24,45 @@ if TYPE_CHECKING:
     from eos.core.config import PipelineConfig
 
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's and Kafka's default record limit
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "eos"  # the ids of every sink before the prefix was settable
+MAX_PREFIX = 64
+_PREFIX = re.compile(r"[A-Za-z0-9._-]+")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def transactional_id(prefix: str, pipeline: str, sink: str) -> str:
+    """``<prefix>:<pipeline>:<sink name>``: the broker fences older producers by this id."""
+    return f"{prefix}:{pipeline}:{sink}"
+
+
+def expanded_prefix(value: str, key: str) -> str:
+    """``value`` with each ``${VAR}`` read from the environment, checked: letters, digits,
+    ``.``, ``_``, ``-`` (``:`` separates the id's parts), 1 to ``MAX_PREFIX`` characters. A
+    ``ValueError`` naming ``key`` otherwise (the config does not load)."""
+
+    def lookup(match: re.Match[str]) -> str:
+        if match.group(1) not in os.environ:
+            raise ValueError(f"{key} refers to ${{{match.group(1)}}}, which is not set")
+        return os.environ[match.group(1)]
+
+    expanded = _ENV_REF.sub(lookup, value)
+    if not _PREFIX.fullmatch(expanded) or len(expanded) > MAX_PREFIX:
+        raise ValueError(f"{key} '{expanded[:80]}' must be 1 to {MAX_PREFIX} letters, digits, "
+                         "'.', '_' or '-'")
+    return expanded
 
 
 class KafkaSinkOptions(BaseModel):
     """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {},
-    format: json|avro, schema_registry: {...}}}``. ``marker_topic``: where this sink's markers
-    live, exclusive to this sink (default ``<topic>.eos-markers.<pipeline>``, see
-    ``eos.sinks.kafka_markers``). ``format: avro``: values in the Schema Registry wire format
-    (``eos.sinks.kafka_avro``), registered with ``schema_registry``, else the event's."""
+    format: json|avro, schema_registry: {...}, transactional_id_prefix: P}}``. ``marker_topic``:
+    where this sink's markers live, exclusive to this sink (default
+    ``<topic>.eos-markers.<pipeline>``, see ``eos.sinks.kafka_markers``). ``format: avro``:
+    values in the Schema Registry wire format (``eos.sinks.kafka_avro``), registered with
+    ``schema_registry``, else the event's. ``transactional_id_prefix``: the first part of the
+    sink's transactional id ``<prefix>:<pipeline>:<sink>`` (``${VAR}`` read from the
+    environment when the config loads); ``previous_transactional_id_prefix``: the prefix the
+    sink committed under before, whose open transaction the next commit aborts (see
+    ``eos.sinks.kafka`` "Transactional ids")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
@@ -31,6 +71,20 @@ class KafkaSinkOptions(BaseModel):
     client: dict[str, str | int | float | bool] = Field(default_factory=dict)
     format: Literal["json", "avro"] = "json"
     schema_registry: SchemaRegistryConfig | None = None
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+    previous_transactional_id_prefix: str | None = None
+
+    @field_validator("transactional_id_prefix", "previous_transactional_id_prefix")
+    @classmethod
+    def _prefix(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else expanded_prefix(value, str(info.field_name))
+
+    @model_validator(mode="after")
+    def _a_previous_prefix_differs(self) -> KafkaSinkOptions:
+        if self.previous_transactional_id_prefix == self.transactional_id_prefix:
+            raise ValueError("previous_transactional_id_prefix is the transactional_id_prefix "
+                             f"'{self.transactional_id_prefix}': remove it")
+        return self
 
     @model_validator(mode="after")
     def _registry_for_avro(self) -> KafkaSinkOptions:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from eos.core.config import EventConfig, PipelineConfig
-from eos.core.kafka import client_settings
+from eos.core.kafka import client_settings, security_keys
 from eos.core.plan import Plan
 from eos.core.schema import parsed_schema
 
@@ -79,6 +79,8 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
         "client": json.dumps(shared),
         "client_in_file": json.dumps(sorted(set(config.kafka.client) - set(shared))),
         "bootstrap": bootstrap,
+        # Names only: an executor without the connection's security settings fails naming them.
+        "connection_keys": json.dumps(security_keys()),
         "faults": json.dumps(faults.settings()),  # tests only; empty in production
     }
     if parse:
