@@ -101,11 +101,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pipeline: PipelineConfig,
 
 
 def hold_commits(workers: list[Worker], held: bool) -> None:
-    """Let the next commit on each worker wait at the fault's barrier until killed (an empty
-    barrier file: it waits for a second arrival that never comes), or pass it (one byte there
-    already: the commit's own arrival completes the barrier)."""
+    """Hold the next commit on each worker at the fault's barrier until it is killed, or let
+    every commit pass. The barrier (``eos.core.faults``) lets a process's k-th arrival go on
+    once the file holds 2k bytes, one per arrival: an empty file holds the first arrival
+    forever (no second party comes); a full one holds none (a commit reaches the point once
+    per sink but the last)."""
     for worker in workers:
-        (worker.faults_dir / ARRIVALS).write_text("" if held else "x")
+        (worker.faults_dir / ARRIVALS).write_text("" if held else "x" * 1000)
 
 
 def trigger(cluster: AirflowCluster, dag_id: str, index: int) -> str:
