@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from eos.core import epochlog
@@ -150,6 +151,21 @@ def held_worker(cluster: AirflowCluster) -> Worker:
                     RUN_TIMEOUT_S, cluster.problem)
 
 
+# Native libraries of modules eos.airflow.preload imports (each package's own directory).
+PRELOADED = ("/pyarrow/", "/deltalake/", "/confluent_kafka/", "/grpc/")
+
+
+def preloaded_in_pool(worker: Worker) -> dict[int, list[str]]:
+    """For each of the worker's pool processes (the tasks' parents), the preloaded packages
+    whose native libraries it has mapped: what it got from the Celery worker before the fork."""
+    assert worker.proc is not None
+    pool = psutil.Process(worker.proc.pid).children()
+    assert pool, f"{worker.name} has no pool processes"
+    return {child.pid: [lib for lib in PRELOADED
+                        if any(lib in region.path for region in child.memory_maps())]
+            for child in pool}
+
+
 def commit_log(worker: Worker, dag_id: str, run_id: str) -> str:
     """The commit's log lines on ``worker``'s own disk (its logs folder)."""
     logs = sorted((worker.logs / f"dag_id={dag_id}" / f"run_id={run_id}" / "task_id=commit")
@@ -163,6 +179,9 @@ def test_a_worker_killed_mid_commit_and_the_epoch_finished_by_the_other(
     started = time.monotonic()
     dag_id = pipeline.dag_id
     workers = list(cluster.workers.values())
+    for worker in workers:  # airflow_local_settings ran eos's preload in the Celery worker
+        pools = preloaded_in_pool(worker)
+        assert all(libs == list(PRELOADED) for libs in pools.values()), (worker.name, pools)
     wait_for(f"the DAG processor to parse {dag_id}",
              lambda: cluster.api("GET", f"/api/v2/dags/{dag_id}")["dag_id"] == dag_id,
              RUN_TIMEOUT_S, cluster.problem)
