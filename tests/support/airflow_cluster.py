@@ -55,6 +55,12 @@ HEARTBEAT_SETTINGS = {
 }
 
 
+# A deployment's local settings (docs/airflow-executors.md): the preload in the processes that
+# fork the tasks.
+LOCAL_SETTINGS = ("from eos.airflow.preload import preload_in_scheduler\n\n"
+                  "preload_in_scheduler()\n")
+
+
 def worker_hostname() -> str:
     """``[core] hostname_callable`` of the test's workers: two "machines" on one host need
     names of their own, which the task instance records as its ``hostname``."""
@@ -180,10 +186,16 @@ def _shared_settings(postgres: PostgresServer, redis: RedisServer, port: int,
 
 def _home(path: Path, configs: list[PipelineConfig]) -> dict[str, str]:
     """A machine's own directories: AIRFLOW_HOME, its DAGs folder holding the DAG file, its
-    pipelines directory holding copies of the YAMLs, its data, faults and logs folders."""
+    local settings (the preload), its pipelines directory holding copies of the YAMLs, its
+    data, faults and logs folders."""
     for sub in ("dags", "pipelines", "data", "faults", "logs", "work"):
         (path / sub).mkdir(parents=True, exist_ok=True)
-    (path / "dags" / "eos_pipelines.py").write_text(dag_file_text())
+    if not any((path / "dags").glob("*.py")):  # eos's own helper may have written one
+        (path / "dags" / "eos_pipelines.py").write_text(dag_file_text())
+    settings = path / "config" / "airflow_local_settings.py"  # on Airflow's sys.path
+    if not settings.exists():
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(LOCAL_SETTINGS)
     for config in configs:
         source = Path(str(config.source_path))
         shutil.copy(source, path / "pipelines" / source.name)
