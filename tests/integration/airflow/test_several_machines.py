@@ -50,7 +50,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.airflow, pytest.mark.slow]
 
 MISSING = postgres.missing_reason() or redis_server.missing_reason()
 if MISSING:
-    pytestmark.append(pytest.mark.skip(reason=f"the several-machines test needs {MISSING}"))
+    pytestmark.append(pytest.mark.skip(reason=f"several-machines Airflow test: {MISSING}"))
 
 EVENTS = 900  # epochs of 300: three runs, three epochs
 SPEC = GeneratorSpec(events=EVENTS, keys=10, interval_ms=200, seed=20260444)
