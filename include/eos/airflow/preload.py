@@ -1,17 +1,24 @@
-"""Import what the epoch's tasks import once, in the scheduler, before it forks them.
+"""Import what the epoch's tasks import once, in the process that forks them, before it does.
 
-Airflow's LocalExecutor runs each task in a process forked from one of its workers, which are
-forked from the scheduler (``airflow.sdk.execution_time.supervisor``: ``os.fork()``). A module
-imported there before the fork is already in every task; one imported by the task is paid by
-every task, every epoch: ~2.3-3.7 s for pyarrow, deltalake, confluent-kafka and Spark
-Connect's client (which imports pandas) on this machine (docs/benchmarks.md, "Task start-up").
+An Airflow task runs in a process forked from a long-lived one: Airflow's supervisor
+(``airflow.sdk.execution_time.supervisor``) calls ``os.fork()`` in
+- a LocalExecutor worker, itself forked from the scheduler;
+- a Celery worker's pool process (``airflow celery worker``), forked from the worker's main
+  process.
+A module imported in that ancestor before the fork is already in every task; one imported by
+the task is paid by every task, every epoch: ~2-3.7 s for pyarrow, deltalake, confluent-kafka
+and Spark Connect's client (which imports pandas) (docs/benchmarks.md, "Task start-up").
+
+Airflow imports ``airflow_local_settings`` in every component as it starts, the Celery worker's
+main process included (before its pool forks); that file calls ``preload_in_scheduler``, which
+preloads only where tasks are forked: in the scheduler when one of its executors is the
+LocalExecutor, and in a Celery worker. An API server, DAG processor, triggerer, or a scheduler
+that only hands tasks to Celery would only grow.
 
 Importing is all this does: no client, connection, thread or file is created here, so nothing
 crosses the fork that a child could find half-used (gRPC and librdkafka start their threads
 when a channel or client is created, in the task). A deployment's ``airflow_local_settings.py``
-calls ``preload_in_scheduler`` (the lines of ``eos.airflow.environment.LOCAL_SETTINGS``) in every
-Airflow component; only the scheduler imports anything (an API server or DAG processor would
-only grow).
+holds the lines of ``eos.airflow.environment.LOCAL_SETTINGS``.
 """
 
 from __future__ import annotations
@@ -70,16 +77,38 @@ def is_scheduler(argv: Sequence[str]) -> bool:
     return len(argv) > 1 and argv[1] == "scheduler"
 
 
+def is_celery_worker(argv: Sequence[str]) -> bool:
+    """``airflow celery worker``: its pool processes fork the tasks."""
+    return list(argv[1:3]) == ["celery", "worker"]
+
+
+def runs_local_executor() -> bool:
+    """Whether this deployment's ``[core] executor`` list holds the LocalExecutor (the only
+    executor whose tasks are forked from the scheduler)."""
+    from airflow.configuration import conf
+
+    return "LocalExecutor" in conf.get("core", "executor", fallback="LocalExecutor")
+
+
+def forks_tasks(argv: Sequence[str]) -> bool:
+    """This process is the ancestor of task processes: a Celery worker, or a scheduler running
+    the LocalExecutor."""
+    return is_celery_worker(argv) or (is_scheduler(argv) and runs_local_executor())
+
+
 _took: dict[str, float] = {}  # what the first preload of this process took
 
 
 def preload_in_scheduler(argv: Sequence[str] | None = None) -> None:
-    """``preload`` when this process is the scheduler (see the module's docstring), once: the
+    """``preload`` when this process forks the tasks (see the module's docstring), once: the
     plugins manager imports the settings file a second time, as a plugin, when logging is set
-    up, which is when the first preload's figures are logged."""
-    if not is_scheduler(sys.argv if argv is None else argv):
+    up, which is when the first preload's figures are logged. (The name predates the Celery
+    worker's case; it is what a deployment's ``airflow_local_settings`` calls.)"""
+    argv = sys.argv if argv is None else argv
+    if not forks_tasks(argv):
         return
     if not _took:
         _took.update(preload())
-    log.info("eos preload: %d modules for the tasks, imported in %.2f s at scheduler start",
-             len(_took), sum(_took.values()))
+    where = "Celery worker" if is_celery_worker(argv) else "scheduler"
+    log.info("eos preload: %d modules for the tasks, imported in %.2f s at %s start",
+             len(_took), sum(_took.values()), where)

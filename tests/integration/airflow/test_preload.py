@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from eos.airflow.preload import TASK_MODULES, is_scheduler
+from eos.airflow.preload import TASK_MODULES, forks_tasks, is_celery_worker, is_scheduler
 from eos.core.kafka import client_settings
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec, generate
@@ -80,3 +80,12 @@ def test_only_the_scheduler_preloads() -> None:
                   ["airflow", "standalone"], ["airflow"], ["python", "-m", "pytest"]):
         assert not is_scheduler(other), other
     assert "pyspark.sql.connect.session" in TASK_MODULES
+
+
+def test_a_celery_worker_preloads() -> None:
+    """Its pool processes fork the tasks (the scheduler's case needs its executor setting:
+    the several-machines test sees the preload in a real worker's pool)."""
+    assert is_celery_worker(["/venv/bin/airflow", "celery", "worker", "--concurrency", "2"])
+    assert forks_tasks(["airflow", "celery", "worker"])
+    for other in (["airflow", "celery", "flower"], ["airflow", "scheduler"], ["airflow"]):
+        assert not is_celery_worker(other), other
