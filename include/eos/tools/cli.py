@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_produce)
 
     _register_protocol_commands(sub)
+    _register_config_commands(sub)
     return parser
 
 
@@ -240,6 +241,13 @@ def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
     from eos.tools.commands import register
 
     register(sub, _pipeline_args)
+
+
+def _register_config_commands(sub: argparse._SubParsersAction) -> None:
+    """Checking pipeline files and generating their reference; see eos.tools.validate."""
+    from eos.tools.validate import register
+
+    register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
