@@ -232,22 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_produce)
 
     _register_protocol_commands(sub)
-    _register_config_commands(sub)
     return parser
 
 
 def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands of the exactly-once core (run, status, ...); see eos.tools.commands."""
+    """Commands of the exactly-once core (run, status, ...; eos.tools.commands) and of its
+    pipeline files (validate, schema, reference; eos.tools.validate)."""
     from eos.tools.commands import register
+    from eos.tools.validate import register as register_file_commands
 
     register(sub, _pipeline_args)
-
-
-def _register_config_commands(sub: argparse._SubParsersAction) -> None:
-    """Checking pipeline files and generating their reference; see eos.tools.validate."""
-    from eos.tools.validate import register
-
-    register(sub)
+    register_file_commands(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,9 +90,10 @@ def _default_compute_mode() -> Any:  # checked by ComputeConfig._known_mode
 
 class ComputeConfig(Strict):
     """Where precommit's Spark work runs (docs/design.md, "Compute"). ``connect`` (the
-    default): a long-lived Spark Connect server reached through the Airflow connection ``connection`` (outside Airflow:
-    ``EOS_SPARK_REMOTE`` or the server ``eos spark start`` runs). ``submit``: one Spark application
-    per epoch (``spark-submit``), for clusters that want that. Both run the same precommit."""
+    default): a long-lived Spark Connect server reached through the Airflow connection
+    ``connection`` (outside Airflow: ``EOS_SPARK_REMOTE`` or the server ``eos spark start``
+    runs). ``submit``: one Spark application per epoch (``spark-submit``), for clusters that
+    want that. Both run the same precommit."""
 
     mode: Literal["connect", "submit"] = Field(
         default_factory=_default_compute_mode, json_schema_extra={"default": "connect"},
