@@ -242,7 +242,7 @@ def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
     from eos.tools.validate import register as register_file_commands
 
     register(sub, _pipeline_args)
-    register_file_commands(sub)
+    register_file_commands(sub, build_parser)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,16 +78,17 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    from eos.tools.cli import build_parser
     from eos.tools.reference import write
 
-    for path in write(build_parser(), Path(args.root)):
+    for path in write(args.build_parser(), Path(args.root)):
         print(f"wrote {path}")
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """The three commands, on the ``eos`` parser."""
+def register(sub: argparse._SubParsersAction,
+             build_parser: Callable[[], argparse.ArgumentParser]) -> None:
+    """The three commands, on the ``eos`` parser (``build_parser`` makes it anew: the command
+    reference documents every command)."""
     p = sub.add_parser("validate", help="check pipeline files as a DAG run loads them (no Spark, "
                        "no broker): one line per file, exit 1 if any is invalid")
     p.add_argument("targets", nargs="*", metavar="PATH|NAME",
@@ -101,4 +103,4 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "the JSON Schema into the user guide (docs/reference/)")
     p.add_argument("--root", default=".", help="the project whose docs/ to write (default: "
                    "the current directory)")
-    p.set_defaults(func=cmd_reference)
+    p.set_defaults(func=cmd_reference, build_parser=build_parser)
