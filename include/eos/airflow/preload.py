@@ -4,7 +4,7 @@ Airflow's LocalExecutor runs each task in a process forked from one of its worke
 forked from the scheduler (``airflow.sdk.execution_time.supervisor``: ``os.fork()``). A module
 imported there before the fork is already in every task; one imported by the task is paid by
 every task, every epoch: ~2.3-3.7 s for pyarrow, deltalake, confluent-kafka and Spark
-Connect's client (which imports pandas) on this machine (docs/benchmarks.md, "Task start-up").
+Connect's client (which imports pandas) on this machine (``python -m bench.task_startup``).
 
 Importing is all this does: no client, connection, thread or file is created here, so nothing
 crosses the fork that a child could find half-used (gRPC and librdkafka start their threads

@@ -1,4 +1,4 @@
-"""Transactional Kafka sink (README "Outputs and sinks"): Kafka -> windows -> Kafka, exactly once.
+"""Transactional Kafka sink (docs/pipelines.md, "Sinks"): Kafka -> windows -> Kafka, exactly once.
 
 One fixed ``transactional.id`` per pipeline and sink. ``commit(N)``:
 
@@ -32,7 +32,7 @@ only a marker saying N (carrying the rewind's id); the replay republishes epochs
 rewind's lineage (``eos.sinks.kafka_lineage``). The audit reads the current line back
 (``eos.sinks.kafka_read_back``).
 
-What the embedded broker (librdkafka's mock cluster) does not do (README "Guarantees"): fence
+What the embedded broker (librdkafka's mock cluster) does not do (docs/guarantees.md): fence
 transactional ids and filter ``read_committed`` (its LSO is always the high watermark). On it,
 steps 1 and 4 still run and the happy path, the skip after a marker and crashes outside a
 transaction behave as on Kafka; a crash inside a transaction, two concurrent attempts and the

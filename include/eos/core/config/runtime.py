@@ -116,7 +116,7 @@ class ComputeConfig(Strict):
     # The shape of an epoch's DAG run: ``phases``, one task per phase (begin -> precommit ->
     # commit, each cleared and retried on its own, each with its own log); ``one``, the three
     # phases in one task, which saves two task start-ups and two scheduler handovers per epoch
-    # (docs/benchmarks.md, "as deployed"). The protocol, its fences and its epoch log are the
+    # (``python -m bench.dag_runs``). The protocol, its fences and its epoch log are the
     # same; a retry of the one task re-runs begin and precommit as no-ops. Connect mode only.
     tasks: Literal["phases", "one"] = Field(
         default="phases",
