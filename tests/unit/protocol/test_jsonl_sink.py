@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from eos.core import sink as sink_module
 from eos.core.config import PipelineConfig
 from eos.core.errors import ConfigError, InjectedFault, ProtocolViolation, SinkCannotTake
 from eos.core.outcomes import Outcome
@@ -24,7 +25,14 @@ from support.memory import MemorySource, MemoryStager, at_once, run_epoch, store
 from support.pipelines import IN_MEMORY, make_pipeline
 
 ROOT = Path(__file__).resolve().parents[3]
-register(JsonLinesSink.kind, JsonLinesSink)  # what the entry point does for an installed sink
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sink type known in this process for this module's tests only (what the entry point
+    does for an installed sink): other tests see the installed types alone."""
+    monkeypatch.setattr(sink_module, "_registered", dict(sink_module._registered))
+    register(JsonLinesSink.kind, JsonLinesSink)
 
 
 @pytest.fixture
