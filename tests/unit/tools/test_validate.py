@@ -5,6 +5,7 @@ shipped pipelines pass, a typo fails), and the generated reference pages kept cu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -163,3 +164,29 @@ def test_reference_writes_the_pages(tmp_path: Path, capsys: pytest.CaptureFixtur
     for key in ("`allowed_lateness`", "`lag_records`", "`stall_after`", "### delta",
                 "### kafka", "`log_retention`"):
         assert key in configuration
+
+
+def guide_pipelines() -> list[tuple[str, str]]:
+    """Every whole pipeline the guide and the README show: a YAML block with a top-level name
+    and aggregations (the guide's fragments show one section at a time)."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S):
+            if re.search(r"^name: ", block, re.M) and re.search(r"^aggregations:", block, re.M):
+                found.append((page.name, block))
+    return found
+
+
+@pytest.mark.parametrize(("page", "block"), guide_pipelines(),
+                         ids=[page for page, _ in guide_pipelines()])
+def test_every_pipeline_the_guide_shows_validates(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], page: str, block: str) -> None:
+    path = tmp_path / "shown.yaml"
+    path.write_text(block)
+    code, lines = validate(capsys, str(path))
+    assert code == 0, lines
+
+
+def test_the_guide_shows_whole_pipelines() -> None:
+    assert {page for page, _ in guide_pipelines()} >= {"README.md", "quickstart.md",
+                                                       "pipelines.md"}
