@@ -37,6 +37,9 @@ def check_file(path: Path) -> Checked:
         config = load_config(path)
     except ConfigError as error:
         return Checked(path, error=str(error))
+    except Exception as error:  # a sink type's own code failed: still one line, then the next
+        return Checked(path, error=f"pipeline config {path} could not be checked: "
+                                   f"{type(error).__name__}: {error}")
     return Checked(path, pipeline=config.name)
 
 

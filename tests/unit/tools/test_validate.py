@@ -12,6 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
+from eos.core import sink as sink_module
+from eos.core.sink import Sink
 from eos.tools.cli import build_parser, main
 from eos.tools.reference import pages
 
@@ -107,6 +109,25 @@ def test_names_and_the_default_read_the_pipelines_directory(
     (tmp_path / "b.yaml").unlink()
     code, lines = validate(capsys)
     assert code == 1 and lines == [f"ERROR no pipeline files in {tmp_path}"]
+
+
+def test_a_sink_type_that_crashes_is_one_error_line_and_the_next_file_is_checked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken(Sink):
+        kind = "broken"
+
+        @classmethod
+        def parse_options(cls, options: object) -> object:
+            raise TypeError("this sink type has a bug")
+
+    monkeypatch.setattr(sink_module, "_registered", {"broken": Broken})
+    bad = write(tmp_path, "a", sinks={"windows": [{"broken": "x"}]})
+    good = write(tmp_path, "b")
+    code, lines = validate(capsys, str(bad), str(good))
+    assert code == 1
+    assert lines == [f"ERROR pipeline config {bad} could not be checked: TypeError: this sink "
+                     "type has a bug", f"OK    {good} (pipeline b)"]
 
 
 def test_every_shipped_pipeline_validates(capsys: pytest.CaptureFixture[str]) -> None:
