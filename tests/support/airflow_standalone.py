@@ -407,7 +407,8 @@ def backfill(airflow: Airflow, config: PipelineConfig, *options: str) -> list[di
     assert dag["timetable_summary"] == SCHEDULE, dag
 
     dates = monthly_dates(RUNS)
-    # The README's command: Airflow's defaults (reprocess behaviour "none"), plus ``options``.
+    # The guide's command (docs/operating.md, "Backfill"): Airflow's defaults (reprocess
+    # behaviour "none"), plus ``options``.
     create_backfill(airflow, dag_id, "--dag-id", dag_id, "--from-date", dates[0].isoformat(),
                     "--to-date", dates[-1].isoformat(), *options)
     airflow.cli("dags", "unpause", dag_id)

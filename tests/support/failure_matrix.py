@@ -1,4 +1,4 @@
-"""The failure matrix's crash and race rows (README, Guarantees) with the pipeline fixture they
+"""The failure matrix's crash and race rows (docs/guarantees.md) with the pipeline fixture they
 take: run by tests/integration/pipeline/test_faults.py on the local Spark Connect server and by
 tests/integration/storage/test_cluster_storage.py on a standalone cluster with every table on
 the object store (each module imports the rows, so pytest collects them in both).

@@ -3,7 +3,7 @@
 ``airflow.stats.Stats`` sends them wherever the deployment configured ``[metrics]``: StatsD
 (``statsd_on``), OpenTelemetry (``otel_on``), or nowhere (then nothing here costs a Kafka
 query). Airflow prefixes every name (``statsd_prefix``, ``airflow`` by default); ours follow as
-``eos.<pipeline>.<what>`` (docs/metrics.md has the list and a Prometheus mapping):
+``eos.<pipeline>.<what>`` (docs/operating.md, "Metrics", has the list and a Prometheus mapping):
 
 - begin: ``lag`` (records left in the topic after this epoch's plan) and ``lag.p<N>`` per
   partition, ``planned_records``, ``phase.begin`` (ms);

@@ -8,7 +8,7 @@ defines it: the access key as login, the secret as password, ``endpoint_url`` an
 phase runs, and the triggerer into its own before the readers it runs read the tables
 (``aexport_credentials``: the data-driven epochs' trigger, the stall alert's callback): they
 are never logged, never put in XCom, and never reach Spark (executors write with their own
-environment: docs/cluster.md). Without the connection, the process's environment (or an
+environment: docs/deploying.md, "Spark"). Without the connection, the process's environment (or an
 instance role) is used as is.
 """
 

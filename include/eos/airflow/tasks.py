@@ -111,7 +111,7 @@ def commit_task(config: PipelineConfig, assets: dict[str, Asset], timeout: timed
 
 def epoch_task(config: PipelineConfig, assets: dict[str, Asset]) -> Any:
     """begin, precommit and commit in one task (``compute.tasks: one``): what an epoch saves is
-    two task start-ups and two scheduler handovers (docs/benchmarks.md, "as deployed")."""
+    two task start-ups and two scheduler handovers (``python -m bench.dag_runs``)."""
 
     @task(task_id=EPOCH_TASK, doc_md=EPOCH_DOC.format(connection=config.compute.connection),
           inlets=source_assets(config), outlets=list(assets.values()),

@@ -5,8 +5,8 @@ the same reader is registered as the ``eos_kafka`` Python data source. The plan'
 packed into as few input splits as keep every core busy (``splits_of``): at least
 ``min_splits`` (the pipeline's ``spark.shuffle_partitions``), more when the epoch is larger than
 ``split_records`` per split. One split reads its pieces of several partitions with one
-consumer. A Spark task costs ~90 ms of a core whatever it reads (docs/benchmarks.md, "Read stage
-and parsing"), so a split per partition made a 32-partition epoch pay it 32 times. A piece
+consumer. A Spark task costs ~90 ms of a core whatever it reads (``python -m
+bench.read_path``), so a split per partition made a 32-partition epoch pay it 32 times. A piece
 stops by offset, not by count: offsets may have gaps (compaction, transaction markers), and
 nothing at or beyond a piece's ``until`` is ever returned.
 
@@ -15,7 +15,7 @@ By default a row is the raw Kafka record (``RAW_SCHEMA``). With the ``parse_even
 worker, and a row is a parsed event or a quarantined record (``eos.core.schema.parsed_schema``):
 precommit reads this way. Parsing in a second Python stage (a second ``mapInArrow``) sent every raw
 record from the reader's worker to the JVM and on to another worker, which cost more than the
-parse itself (docs/benchmarks.md, "Spark read+parse").
+parse itself (``python -m bench.read_path``).
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ class KafkaRangeReader(DataSourceReader):
                 raise ConfigError(
                     f"kafka.client sets {self.client_in_file} literally in {self.config_path}, "
                     "which this executor cannot read: write them as ${VAR} and give the "
-                    "executors the variables (docs/cluster.md)")
+                    "executors the variables (the guide's Deploying page: what each executor "
+                    "needs)")
             stored = load_config(self.config_path).kafka.client
             client.update({k: stored[k] for k in self.client_in_file if k in stored})
         settings = client_settings(client, bootstrap=self.bootstrap)
@@ -386,8 +387,8 @@ def planned_read(spark: Any, options: dict[str, str]) -> Any:
 
     Why not ``spark.read.format("eos_kafka")``: Spark instantiates a Python data source in a
     Python process of its own to learn its schema, and again to plan its partitions, every read.
-    That cost 0.15-0.35 s per read whatever the read holds (docs/benchmarks.md, "Read stage and
-    parsing"); the splits are already known here (``splits_of``), and the schema too. The
+    That cost 0.15-0.35 s per read whatever the read holds (``python -m
+    bench.read_path``); the splits are already known here (``splits_of``), and the schema too. The
     records read, the splits and the errors are the same either way."""
     read = SplitsRead(KafkaRangeReader(options))
     count = len(read.splits)

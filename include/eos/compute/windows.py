@@ -1,4 +1,4 @@
-"""Event-time window types (README "Semantics"): tumbling, hopping and session.
+"""Event-time window types (docs/pipelines.md): tumbling, hopping and session.
 
 The contract (``WindowType``), for the Spark side of ``precommit``:
 - ``assign``: one row per (event, window) pair, with ``window_start_ms``/``window_end_ms``

@@ -1,4 +1,5 @@
-"""The checkpoint table: **the** authority on which epochs are committed (README "Tables").
+"""The checkpoint table: **the** authority on which epochs are committed (docs/design.md,
+"The authority").
 
 One row per committed epoch (epoch, plan hash, ``until`` per partition, watermark, row counts,
 sink versions, time), appended as the last step of ``commit`` with ``txn(app id, N)`` through the

@@ -1,6 +1,6 @@
 """Delta primitives the checkpoint authority, the protocol's own tables and the Delta sink share.
 
-Every transactional step goes through delta-rs. The fence (README "Guarantees"): delta-rs refuses a
+Every transactional step goes through delta-rs. The fence (docs/guarantees.md): delta-rs refuses a
 commit whose ``txn`` check and write did not go through one snapshot only if they *did* go
 through one: ``dt = DeltaTable(path)``, read ``dt.transaction_version(app)``, then
 ``write_deltalake(dt, ...)``. A concurrent attempt that committed after our snapshot makes our

@@ -1,6 +1,6 @@
 """Every error the library raises, in one module, split by what a caller should do about it.
 
-The split is the protocol's retry policy (README "Architecture"):
+The split is the protocol's retry policy (docs/design.md):
 
 - :class:`TransientError`: the world was briefly not as needed (broker down, a server not
   answering, a commit conflict lost to a concurrent attempt). Retrying the same phase is safe

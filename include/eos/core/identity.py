@@ -1,4 +1,4 @@
-"""What a pipeline's offsets belong to: one topic on one Kafka cluster (README "Operations").
+"""What a pipeline's offsets belong to: one topic on one Kafka cluster (docs/operating.md).
 
 An offset means nothing without its topic and cluster: offset 750 of partition 0 of topic A is
 not offset 750 of topic B, nor of a topic of the same name on another cluster. A plan records

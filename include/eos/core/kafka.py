@@ -318,6 +318,6 @@ def forget_clients(bootstrap: str | None = None) -> None:
 
 def is_embedded_broker(settings: dict[str, Any]) -> bool:
     """Whether ``settings`` point at the embedded broker (librdkafka's mock cluster), which
-    neither fences transactional ids nor filters ``read_committed`` (README "Guarantees")."""
+    neither fences transactional ids nor filters ``read_committed`` (docs/guarantees.md)."""
     state = local_broker()
     return state is not None and state["bootstrap"] == settings.get("bootstrap.servers")

@@ -1,4 +1,4 @@
-"""Moving a pipeline to another source: ``eos move-source`` (README "Operations").
+"""Moving a pipeline to another source: ``eos move-source`` (docs/operating.md).
 
 A checkpoint's offsets belong to one topic on one cluster (``eos.core.identity``); ``begin``
 refuses to plan a configured source other than the last checkpoint's (``SourceChanged``). Moving

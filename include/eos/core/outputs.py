@@ -41,7 +41,7 @@ def _group_fields(config: PipelineConfig) -> list[tuple[str, pa.DataType]]:
 
 
 def windows_schema(config: PipelineConfig) -> pa.Schema:
-    """README "Semantics": group fields, ``window_start``, ``window_end``, the aggregations by name,
+    """docs/pipelines.md: group fields, ``window_start``, ``window_end``, the aggregations by name,
     ``epoch``. Every sink of the output (Delta and Kafka) gets these columns."""
     aggregates = [(a.output, a.output_type()) for a in aggregations_for(config)]
     return pa.schema([*_group_fields(config), ("window_start", TS), ("window_end", TS),
@@ -162,7 +162,7 @@ def overflow_reason(output: str, function: str, field: str | None, result_type: 
 
 def overflow_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
     """One quarantine row per (emitted window, aggregation) whose exact result did not fit its
-    type (README "Guarantees"): the window's value is null and this row says so, naming the window
+    type (docs/guarantees.md): the window's value is null and this row says so, naming the window
     (reason), its group (``raw_key``: the group fields as compact JSON with sorted keys) and
     the aggregation. It has no Kafka coordinates: no one record caused it."""
     rows = _kind(staged, "output")

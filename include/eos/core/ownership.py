@@ -1,4 +1,4 @@
-"""Who writes a sink table (README "Guarantees"): a table records its writers, and a second
+"""Who writes a sink table (docs/guarantees.md): a table records its writers, and a second
 pipeline is
 refused before its first commit unless every writer declared the table shared.
 

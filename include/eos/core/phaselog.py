@@ -26,16 +26,15 @@ def log_phase(phase: str, **fields: Any) -> str:
     return line
 
 
-#: The keys every line of an epoch's phases (begin, precommit, commit, abort) starts with, in
-#: this order, so one parser reads any task's log (README, "Task logs"); a value that does not
+#: The keys every line of an epoch's phases (begin, precommit, commit, abort) starts with, in this
+#: order, so one parser reads any task's log (docs/operating.md, "Task logs"); a value that does not
 #: apply to a phase is ``-``. ``ranges``: the plan's offset ranges, ``p<partition>:[start,until)``
-#: joined by commas; ``records``: the Kafka records in them; ``rows``: the rows this phase
-#: staged by kind (precommit: ``output``, ``state``, ``late``, ``quarantine``, ``offsets``,
-#: ``filtered``) or committed by output (commit: ``windows``, ``late``, ``quarantine``);
-#: ``delta_versions``: the Delta version each
-#: table this attempt wrote got (``staging``, ``checkpoints``, each Delta sink by name; ``{}``
-#: when it wrote none of them; the epoch log is bookkeeping and not listed); ``duration_ms``: the
-#: phase's wall time. Phase-specific keys follow them.
+#: joined by commas; ``records``: the Kafka records in them; ``rows``: the rows this phase staged by
+#: kind (precommit: ``output``, ``state``, ``late``, ``quarantine``, ``offsets``, ``filtered``) or
+#: committed by output (commit: ``windows``, ``late``, ``quarantine``); ``delta_versions``: the
+#: Delta version each table this attempt wrote got (``staging``, ``checkpoints``, each Delta sink by
+#: name; ``{}`` when it wrote none of them; the epoch log is bookkeeping and not listed);
+#: ``duration_ms``: the phase's wall time. Phase-specific keys follow them.
 PHASE_KEYS = ("epoch", "plan_hash", "outcome", "ranges", "records", "rows", "delta_versions",
               "duration_ms")
 NOT_APPLICABLE = "-"

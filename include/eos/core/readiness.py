@@ -2,12 +2,12 @@
 (``schedule: {lag_records, max_delay}``, watched in Airflow's triggerer by
 ``eos.airflow.triggers``).
 
-It reads only what the planner's start rule reads (README "Tables"): the last checkpoint (where the
-next epoch starts, ``partition_lags``) and the topic's watermarks, plus, for ``max_delay``, the
-Kafka timestamp of the first record after the checkpoint in each partition, read by offset with
-``assign`` (no consumer group is joined, no offset is committed). What an epoch reads is still
-decided by ``begin``'s plan, so a decision made on a stale view, lost or repeated, costs at most
-one early or empty epoch, never a record.
+It reads only what the planner's start rule reads (docs/design.md, "Plan"): the last checkpoint
+(where the next epoch starts, ``partition_lags``) and the topic's watermarks, plus, for
+``max_delay``, the Kafka timestamp of the first record after the checkpoint in each partition,
+read by offset with ``assign`` (no consumer group is joined, no offset is committed). What an
+epoch reads is still decided by ``begin``'s plan, so a decision made on a stale view, lost or
+repeated, costs at most one early or empty epoch, never a record.
 
 The decision is a pure function (``decide``) of that observation, the thresholds, the clock and
 what was fired last: after firing, the watcher waits for the checkpoint to move (the epoch it

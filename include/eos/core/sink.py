@@ -1,4 +1,4 @@
-"""The two-phase-commit sink contract (README "Outputs and sinks"), after Flink's
+"""The two-phase-commit sink contract (docs/sinks.md), after Flink's
 ``TwoPhaseCommitSinkFunction``
 and Sink V2: a small committer, and what else a sink can do as separate capabilities.
 
@@ -157,7 +157,7 @@ class Sink(ABC):
 
     def check(self, epoch: int, rows: pa.Table) -> None:  # noqa: B027 - optional hook
         """Prove that ``commit(epoch, rows)`` can only fail transiently; raise
-        ``SinkCannotTake`` naming what it cannot take otherwise (README "Guarantees").
+        ``SinkCannotTake`` naming what it cannot take otherwise (docs/guarantees.md).
 
         Called for every sink before the commit seals ``epoch``, while an abort is still
         possible: after the seal the commit must eventually succeed, so every deterministic

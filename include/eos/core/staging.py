@@ -15,8 +15,8 @@ checked and written through one snapshot and carries ``txn(<app>#fence, N)``; de
 refuses a commit carrying an app id that another commit carried after its snapshot
 (``ConcurrentTransaction``), so of two such steps the later one fails, re-reads and decides
 again. That is what keeps an abort from deleting an epoch its commit is promoting, and a
-precommit that computed from state a rewind has since replaced from staging it (README
-"Architecture").
+precommit that computed from state a rewind has since replaced from staging it (docs/design.md,
+"Fencing").
 
 Each file's add action carries its row count and the ``kind`` it holds as min/max statistics,
 so a read of "everything but the open windows" (``staged_epoch(state=False)``) or of "the

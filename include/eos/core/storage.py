@@ -12,7 +12,7 @@ Endpoint and credentials come from the standard variables both libraries read th
 holds, logs or forwards a secret, and no Spark plan or data source option carries one.
 
 **The fence on a store.** Every guarantee of the protocol rests on one property of a Delta
-commit: of two writers committing the same version, exactly one succeeds (README "Guarantees").
+commit: of two writers committing the same version, exactly one succeeds (docs/guarantees.md).
 delta-rs
 1.x gets it from the store's put-if-absent (S3's ``If-None-Match: *``, GCS's and Azure's
 conditional create). Settings that say otherwise are refused before anything is written

@@ -110,7 +110,7 @@ def other_writers(table: DeltaTable, app_id: str, version: int) -> list[tuple[in
 def refuse_other_writers(table: DeltaTable, path: str, app_id: str, epoch: int,
                          version: int) -> None:
     """``RewindRefused`` when restoring ``table`` to ``version`` (epoch ``epoch`` of
-    ``app_id``) would remove rows another writer committed after it (README "Guarantees"): their
+    ``app_id``) would remove rows another writer committed after it (docs/guarantees.md): their
     markers would still say committed, so nothing would ever write them again. Refused rather
     than deleting only this pipeline's rows: the rows carry no writer, only an epoch that the
     other pipelines' epochs share."""

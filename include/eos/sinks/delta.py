@@ -52,9 +52,18 @@ class DeltaSinkOptions(BaseModel):
     the epoch it goes back to."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    table: str = Field(min_length=1)
-    log_retention: DurationMs | None = Field(default=None, ge=3_600_000)
-    shared: bool = False
+    table: str = Field(
+        min_length=1,
+        description="The table: a name under the pipeline's tables root, an absolute path or "
+                    "a URI. Never one of the pipeline's own tables, never outside the root "
+                    "by a relative name.")
+    log_retention: DurationMs | None = Field(
+        default=None, ge=3_600_000,
+        description="The table's delta.logRetentionDuration (at least 1h), set when the sink "
+                    "creates the table or on its next commit; unset: left as it is.")
+    shared: bool = Field(
+        default=False,
+        description="Other pipelines may write this table too, if each declares it shared.")
 
 
 def _is_uri(table: str) -> bool:

@@ -1,4 +1,4 @@
-"""Transactional Kafka sink (README "Outputs and sinks"): Kafka -> windows -> Kafka, exactly once.
+"""Transactional Kafka sink (docs/pipelines.md, "Sinks"): Kafka -> windows -> Kafka, exactly once.
 
 One fixed ``transactional.id`` per pipeline and sink, ``<prefix>:<pipeline>:<sink>``
 (``transactional_id_prefix``, default ``eos``). ``commit(N)``:
@@ -55,7 +55,7 @@ it with the sink's own id before it reads the marker exactly:
   partition, which this refuses. Two deployments that both start from an empty marker
   partition at the same moment can each publish their first epoch before one is refused.
 
-What the embedded broker (librdkafka's mock cluster) does not do (README "Guarantees"): fence
+What the embedded broker (librdkafka's mock cluster) does not do (docs/guarantees.md): fence
 transactional ids and filter ``read_committed`` (its LSO is always the high watermark). On it,
 steps 1 and 4 still run and the happy path, the skip after a marker and crashes outside a
 transaction behave as on Kafka; a crash inside a transaction, two concurrent attempts and the

@@ -65,14 +65,35 @@ class KafkaSinkOptions(BaseModel):
     ``eos.sinks.kafka`` "Transactional ids")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    marker_topic: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    partitions: int | None = Field(default=None, gt=0)  # when the sink creates the topic
-    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    format: Literal["json", "avro"] = "json"
-    schema_registry: SchemaRegistryConfig | None = None
-    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
-    previous_transactional_id_prefix: str | None = None
+    topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
+                       description="The topic the output's records are published to.")
+    marker_topic: str | None = Field(
+        default=None, min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
+        description="Where this sink's epoch markers live (partition 0, compacted), this "
+                    "sink's alone; default <topic>.eos-markers.<pipeline>.")
+    partitions: int | None = Field(default=None, gt=0,  # when the sink creates the topic
+                                   description="Partitions of the topic if the sink creates it.")
+    client: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings of the producer (message.max.bytes included); "
+                    "`${VAR}` values are read from the environment.")
+    format: Literal["json", "avro"] = Field(
+        default="json",
+        description="json: each value a JSON object of the output's columns. avro: the Schema "
+                    "Registry wire format, the value schema registered under <topic>-value.")
+    schema_registry: SchemaRegistryConfig | None = Field(
+        default=None,
+        description="format avro: the registry to register with ({url, auth_env, timeout}, "
+                    "as event.schema_registry, auth_env only); default: the event's.")
+    transactional_id_prefix: str = Field(
+        default=DEFAULT_TRANSACTIONAL_ID_PREFIX,
+        description="The first part of the sink's transactional id <prefix>:<pipeline>:<sink>; "
+                    "`${VAR}` is read from the environment, so one file serves several "
+                    "deployments.")
+    previous_transactional_id_prefix: str | None = Field(
+        default=None,
+        description="The prefix the sink committed under before a change: its open transaction "
+                    "is aborted and its producers fenced at every fenced step while set.")
 
     @field_validator("transactional_id_prefix", "previous_transactional_id_prefix")
     @classmethod

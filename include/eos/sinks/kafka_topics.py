@@ -26,7 +26,7 @@ def ensure_topic(settings: dict[str, Any], topic: str, partitions: int | None,
     the broker's auto-creation; a clear ``SinkRejected`` when neither works.
 
     The embedded broker does not implement CreateTopics (a request hangs until it times out,
-    README "Guarantees"), so there only auto-creation is asked for."""
+    docs/guarantees.md), so there only auto-creation is asked for."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
     import confluent_kafka as ck
@@ -162,7 +162,7 @@ def held_back(settings: dict[str, Any], topic: str, partition: int) -> tuple[int
     The high watermark is asked first: a last stable offset read afterwards that reaches it
     means every record below it is decided (committed or aborted), so a ``read_committed`` read
     from now on sees all of them. The embedded broker answers both with the high watermark
-    (it does not filter ``read_committed``, README "Guarantees")."""
+    (it does not filter ``read_committed``, docs/guarantees.md)."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
     import confluent_kafka as ck

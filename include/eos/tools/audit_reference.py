@@ -118,7 +118,7 @@ def _double_sum(values: list[float]) -> float:
 def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
               ) -> tuple[dict[str, Any], list[str]]:
     """Every aggregation of one window over its events' fields, from the definitions; and the
-    aggregations whose exact result did not fit its type (their value is None, and the README
+    aggregations whose exact result did not fit its type (their value is None, and docs/pipelines.md
     promises a quarantine row for each)."""
     out: dict[str, Any] = {}
     overflowed: list[str] = []
@@ -171,7 +171,7 @@ def _audit_decoder(event_format: str) -> Any:
 
 
 class _Reference:
-    """The pipeline's semantics (README "Semantics"), replayed record by record, epoch by epoch."""
+    """The pipeline's semantics (docs/pipelines.md), replayed record by record, epoch by epoch."""
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
@@ -263,7 +263,7 @@ class _Reference:
                     "reason": self._overflow_reason(name, start, end)})
 
     def _overflow_reason(self, name: str, start: int, end: int) -> str:
-        """What the README says an overflowed window's quarantine row reads."""
+        """What docs/pipelines.md says an overflowed window's quarantine row reads."""
         spec = self.config.aggregations[name]
         assert spec.field is not None
         ftype = self.config.event.fields[spec.field].type

@@ -6,7 +6,7 @@ two ``eos commit`` processes held at a barrier right before every sink write and
 checkpoint append, then released together. Attempts without a fault run in-process on a shared
 Spark session to keep the run short. Poison records (``poison.record``) are faults of the data:
 two records whose numbers are their types' extremes, so that every sum over them leaves its
-type's range; the epoch must commit anyway, with what the README's *Semantics* promise. After
+type's range; the epoch must commit anyway, with what docs/pipelines.md promises. After
 every epoch the checkpoint and every sink must hold exactly that epoch; at the end the
 independent audit counts records lost and doubled.
 """

@@ -251,10 +251,13 @@ def _add_produce(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_protocol_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands of the exactly-once core (run, status, ...); see eos.tools.commands."""
+    """Commands of the exactly-once core (run, status, ...; eos.tools.commands) and of its
+    pipeline files (validate, schema, reference; eos.tools.validate)."""
     from eos.tools.commands import register
+    from eos.tools.validate import register as register_file_commands
 
     register(sub, _pipeline_args)
+    register_file_commands(sub, build_parser)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ needs: the mock keeps at most 5 MiB per partition and silently drops the oldest 
 beyond that (rdkafka_mock.c), so partitions are the mock's only way to hold more.
 
 The mock is a test double, not a broker: it does not filter ``read_committed`` and does not
-fence transactional ids (README "Guarantees"). It does not answer the Admin API's CreateTopics
+fence transactional ids (docs/guarantees.md). It does not answer the Admin API's CreateTopics
 either.
 """
 

@@ -16,7 +16,7 @@ server's token and may run code on the executors anyway.
 
 The workers pass their environment on to the executors they launch, and the executors to their
 Python workers: that is how the ``AWS_*`` credentials of the store reach the staging writers
-(docs/cluster.md).
+(docs/deploying.md, "Spark").
 """
 
 from __future__ import annotations

@@ -371,7 +371,8 @@ RUNS_TIMEOUT_S = 900.0
 
 
 def shoot(page: Any, name: str) -> None:
-    """A README screenshot: the viewport (1280x800), dialogs past their opening animation."""
+    """A screenshot for the guide (docs/operating.md): the viewport (1280x800), dialogs past
+    their opening animation."""
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), animations="disabled")
 
 
@@ -423,7 +424,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
     a committed run and let it rerun. Every run then shows in the epochs view under each epoch
     it touched, with its type and tries; a phase's log link opens the try that did the work
     (after the clear the latest try is the no-op one). The screenshots go to docs/screenshots/
-    (the README shows them)."""
+    (docs/operating.md shows them)."""
     from playwright.sync_api import expect, sync_playwright
 
     from support.airflow_standalone import first_of_month, task_instance

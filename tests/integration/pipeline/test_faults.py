@@ -1,4 +1,4 @@
-"""One test per row of the failure matrix (README, Guarantees), plus races, chaos, hostile input.
+"""One test per row of the failure matrix (docs/guarantees.md), plus races, chaos, hostile input.
 
 Each test injects the fault as a real crash (SIGKILL at a named point, in its own process, see
 ``eos.core.faults``), recovers the way an operator or Airflow would (rerun, retry, abort and rerun),

@@ -104,7 +104,7 @@ def test_partitions_added_on_a_real_broker_are_read_from_their_log_start(
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
                     "broker, librdkafka's mock cluster, does not implement CreateTopics nor "
-                    "CreatePartitions (README, Guarantees)")
+                    "CreatePartitions (docs/guarantees.md)")
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     config = latest_pipeline(tmp_path)

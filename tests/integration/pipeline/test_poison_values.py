@@ -1,11 +1,11 @@
-"""Poison values (README, Guarantees): an aggregate that overflows its type or is not finite never
+"""Poison values (docs/guarantees.md): an aggregate that overflows its type or is not finite never
 halts a pipeline and is never silently wrong.
 
 Real broker, real Spark, real Delta, a Kafka (JSON) sink. One window holds the poison (two
 doubles of 1.5e308, two 29-digit decimals in the shipped ``decimal(38,9)``, two longs near
 2^63), another window of another key in the same epoch holds ordinary values. After the epochs
 the pipeline has caught up, the ordinary window is in every sink, the poisoned window is what
-the README's *Semantics* says (doubles: IEEE-754 infinities, in JSON as the strings Spark
+docs/pipelines.md says (doubles: IEEE-754 infinities, in JSON as the strings Spark
 writes; exact sums that do not fit: null, with a quarantine row naming the window, key and
 aggregation), and the independent audit agrees.
 """
@@ -153,7 +153,7 @@ PROPERTY_AGGREGATIONS = {
 def _property_record(i: int, key: str, window: int, l_: int, m: Decimal, d: float,
                      sign: int) -> bytes:
     """One sign per example for the exact and huge values: a sum whose running total could
-    leave the range in one order and not in another is order-dependent (README, Semantics)."""
+    leave the range in one order and not in another is order-dependent (docs/pipelines.md)."""
     return (f'{{"ts": {T0 + window * 1000 + i}, "k": "{key}", "l": {sign * l_}, '
             f'"m": {format(sign * m, "f")}, "d": {sign * d!r}}}').encode()
 

@@ -91,7 +91,7 @@ def _windows_without_epoch(config: PipelineConfig) -> dict[tuple, dict[str, Any]
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_one_three_or_ten_epochs_give_the_same_windows(tmp_path: Path, kafka: str, spark: Any,
                                                         window: str) -> None:
-    """README, Semantics: with no late records, any split of the same records into epochs gives the
+    """docs/pipelines.md: with no late records, any split of the same records into epochs gives the
     same output (doubles and sketches within their tolerance, everything else exactly).
 
     An epoch cap splits partitions at different event times, so the lateness covers the whole

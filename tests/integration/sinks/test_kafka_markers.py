@@ -1,4 +1,4 @@
-"""The Kafka sink's markers (README, Outputs and sinks): a marker identifies one sink of
+"""The Kafka sink's markers (docs/pipelines.md, "Sinks"): a marker identifies one sink of
 one pipeline, and lives in a marker partition only that sink's transactional id writes.
 
 These tests call the sinks directly with hand-built rows (no Spark): what they check is what the

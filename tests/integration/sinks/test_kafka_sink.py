@@ -1,10 +1,10 @@
 """The transactional Kafka sink: Kafka -> windows -> Kafka, exactly once.
 
 Ground truth is the independent audit (``eos verify``) plus a plain ``read_committed`` consumer
-written here, which checks the record format README, Outputs and sinks promises (key, value,
+written here, which checks the record format docs/pipelines.md, "Sinks" promises (key, value,
 headers).
 
-What runs where (README, Guarantees): the embedded broker is librdkafka's mock cluster, which does
+What runs where (docs/guarantees.md): the embedded broker is librdkafka's mock cluster, which does
 not
 filter ``read_committed`` and does not fence transactional ids. The happy path, the skip after a
 committed marker and crashes *outside* a transaction behave the same on it as on Kafka and run
@@ -52,7 +52,7 @@ def require_real_broker(what: str) -> None:
     """Skip on the embedded broker, naming the missing broker feature the test relies on."""
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip(f"needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    f"broker, librdkafka's mock cluster, does not {what} (README, Guarantees)")
+                    f"broker, librdkafka's mock cluster, does not {what} (docs/guarantees.md)")
 
 
 def out_sink(config: PipelineConfig) -> Any:

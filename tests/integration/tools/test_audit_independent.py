@@ -3,7 +3,7 @@ Delta with delta-rs and DuckDB's delta extension (``eos.tools.independent``), an
 ``READERS_DISAGREE`` when the two readings differ.
 
 Real broker (the embedded one: aiokafka reads it with ``read_committed``; it filters nothing
-there, README, Guarantees), real Spark, real Delta tables. A disagreement between two correct
+there, docs/guarantees.md), real Spark, real Delta tables. A disagreement between two correct
 libraries
 on a correct table cannot be produced on purpose, so the end-to-end cases give the pipeline's
 reader a real, plausible bug to have: delta-rs reading a stale version of a table someone

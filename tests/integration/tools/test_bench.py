@@ -86,7 +86,7 @@ def test_overhead_benchmark_counts_each_phase(kafka: str, spark: Any, data_dir: 
     # begin reads the log once and the last checkpoint once; commit reads log (the plan),
     # staging and the previous checkpoint once each, and the log's rewind rows before it seals
     # the epoch (the staging fence): never a table twice for one question (the Delta calls per
-    # phase of docs/benchmarks-history.md, 2026-11-22, plus the fence's one read).
+    # phase measured on 2026-11-22, plus the fence's one read).
     assert calls["begin"]["reads"] == 2, calls
     assert calls["commit"]["reads"] == 4, calls
     assert probes[0].begin_ms > 0 and probes[0].commit_ms > 0

@@ -124,7 +124,7 @@ def test_read_committed_hides_aborted_transactions(kafka: str) -> None:
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
                     "broker, librdkafka's mock cluster, does not filter read_committed "
-                    "(README, Guarantees)")
+                    "(docs/guarantees.md)")
     topic = unique_topic()
     assert _aborted_then_committed(kafka, topic) == [b"v0"] + [b"committed-%d" % i
                                                              for i in range(5)]
@@ -132,7 +132,7 @@ def test_read_committed_hides_aborted_transactions(kafka: str) -> None:
 
 @pytest.mark.skipif(bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="embedded only")
 def test_the_embedded_broker_does_not_filter_read_committed(kafka: str) -> None:
-    """What README, Guarantees says of the mock cluster, checked: flushed records of an aborted
+    """What docs/guarantees.md says of the mock cluster, checked: flushed records of an aborted
     transaction stay visible to read_committed consumers, and a second producer with the same
     transactional id does not fence the first. If this starts failing, the mock learnt to
     conform and the real-broker-only tests may run on it."""

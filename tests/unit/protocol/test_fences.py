@@ -1,4 +1,4 @@
-"""The staging fence (``eos.core.staging.Fence``, README, Architecture): a rewind and an abort never
+"""The staging fence (``eos.core.staging.Fence``, docs/design.md): a rewind and an abort never
 interleave with a precommit or a commit of the same pipeline so as to lose or reuse an epoch.
 
 Each test lines two steps up at a real point of the other (a sink's write, the stager's compute,

@@ -1,6 +1,6 @@
-"""The phase lines an operator reads in a task's log (README, "Task logs"): every epoch phase
-(begin, precommit, commit, abort) starts with the same documented keys, in the same order,
-``-`` where a key does not apply, so one parser reads any of them."""
+"""The phase lines an operator reads in a task's log (docs/operating.md, "Task logs"): every
+epoch phase (begin, precommit, commit, abort) starts with the same documented keys, in the same
+order, ``-`` where a key does not apply, so one parser reads any of them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Commit must succeed (README, Guarantees): every deterministic failure is found before the seal,
+"""Commit must succeed (docs/guarantees.md): every deterministic failure is found before the seal,
 and values a sink format has no number for are written, not refused.
 
 The state machine on real Delta tables with in-process sinks; the encodings and the audit's

@@ -1,5 +1,5 @@
 """``event.format: json``: the event parser, compiled once from a pipeline's declared ``event``
-(README "Semantics").
+(docs/pipelines.md).
 
 Strict and total: every Kafka record either becomes an event (its time in epoch milliseconds and
 its declared fields, typed) or is quarantined with a reason naming what is wrong, and nothing is

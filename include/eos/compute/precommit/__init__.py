@@ -7,5 +7,5 @@ decisions (is N committed, already staged, may it be written) live in ``eos.core
 The steps, one module each: ``resume`` (where N-1 left off), ``read`` (the plan's Kafka ranges,
 parsed), ``watermark`` (wm(N)), ``frames`` (windows, late split, state merge, side rows),
 ``write`` (the staging files) and ``stager`` (``SparkStager``, which runs them in order).
-docs/precommit.md draws the sequence.
+docs/design.md ("Stage") draws the sequence.
 """

@@ -19,9 +19,18 @@ class AlertsConfig(Strict):
     the log: an Airflow notifier class (``BaseNotifier``, built with ``notifier_kwargs``) or a
     function called with the alert's context and ``notifier_kwargs``."""
 
-    stall_after: DurationMs | None = Field(default=None, ge=1000)
-    notifier: str | None = None
-    notifier_kwargs: dict[str, Any] = Field(default_factory=dict)
+    stall_after: DurationMs | None = Field(
+        default=None, ge=1000,
+        description="Alert when the checkpoint has not advanced this long while records wait; "
+                    "unset: no alert.")
+    notifier: str | None = Field(
+        default=None,
+        description="Who is told besides the log: the dotted path of an Airflow notifier class "
+                    "(BaseNotifier) or of a function called as f(context, **notifier_kwargs).")
+    notifier_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Arguments of the notifier; its template fields are rendered with the "
+                    "alert's context ({{ message }}, {{ eos_stall.lag }}, ...).")
 
     @field_validator("notifier")
     @classmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from eos.core.config.alerts import AlertsConfig
 from eos.core.config.checks import (
@@ -18,7 +19,7 @@ from eos.core.config.checks import (
 )
 from eos.core.config.paths import tables_base
 from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
-from eos.core.config.schedule import ScheduleSpec
+from eos.core.config.schedule import ScheduleSpec, cron_string_schema
 from eos.core.config.sinks import SinksConfig, TablesConfig
 from eos.core.config.source import MAX_STRING_BYTES, EventConfig, KafkaConfig
 from eos.core.config.values import Strict
@@ -30,20 +31,39 @@ class PipelineConfig(Strict):
     """One pipeline, validated as a whole: each section checks itself, then the checks across
     sections (``eos.core.config.checks``) run, so a config that loads is one every phase can run."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-    kafka: KafkaConfig
-    event: EventConfig
-    group_by: list[str] = Field(default_factory=list)
-    window: WindowConfig
-    aggregations: Aggregations
-    epoch: EpochConfig = Field(default_factory=EpochConfig)
-    tables: TablesConfig = Field(default_factory=TablesConfig)
-    sinks: SinksConfig = Field(default_factory=SinksConfig)
-    schedule: ScheduleSpec = None
-    spark: SparkConfig = Field(default_factory=SparkConfig)
-    compute: ComputeConfig = Field(default_factory=ComputeConfig)
-    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
-    source_path: str | None = None
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+        description="The pipeline's name: its DAG is eos_<name>, its Delta application id "
+                    "eos:<name>, its tables' default root <name>. Keep it equal to the file's "
+                    "name (--pipeline NAME reads NAME.yaml).")
+    kafka: KafkaConfig = Field(description="The source topic and how it is read.")
+    event: EventConfig = Field(description="How a record value becomes an event.")
+    group_by: list[str] = Field(
+        default_factory=list,
+        description="Declared fields every window is grouped by; none: one aggregate per "
+                    "window.")
+    window: WindowConfig = Field(description="The event-time windows.")
+    aggregations: Aggregations = Field(
+        description="Output column: function(field), e.g. {views: count(*), revenue: "
+                    "sum(revenue)}.")
+    epoch: EpochConfig = Field(default_factory=EpochConfig,
+                               description="How big an epoch is and how long history is kept.")
+    tables: TablesConfig = Field(default_factory=TablesConfig,
+                                 description="Where the pipeline's tables live.")
+    sinks: SinksConfig = Field(default_factory=SinksConfig,
+                               description="Where each output of an epoch goes.")
+    schedule: ScheduleSpec = Field(
+        default=None, json_schema_extra=cron_string_schema,
+        description="When epochs start. A string is the DAG's cron, passed to Airflow as written "
+                    "(\"*/5 * * * *\", @hourly, @once); a mapping may add data-driven starts "
+                    "(lag_records, max_delay). Unset: manual runs only.")
+    spark: SparkConfig = Field(default_factory=SparkConfig, description="Spark settings.")
+    compute: ComputeConfig = Field(default_factory=ComputeConfig,
+                                   description="Where precommit's Spark work runs.")
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig,
+                                 description="Stall alerts.")
+    # Where the config was read from, set by the loader; not a key of the file.
+    source_path: SkipJsonSchema[str | None] = None
 
     @field_validator("sinks")
     @classmethod

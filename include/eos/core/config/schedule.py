@@ -26,10 +26,21 @@ class ScheduleConfig(Strict):
     The plain string form (``schedule: "*/5 * * * *"``) is ``{cron: ...}``, passed to Airflow as
     written (``@once`` and ``@continuous`` included)."""
 
-    cron: str | None = None
-    lag_records: int | None = Field(default=None, gt=0)
-    max_delay: DurationMs | None = None
-    poll: DurationMs = 5_000
+    cron: str | None = Field(
+        default=None,
+        description="Five cron fields or a preset (@hourly, @daily, ...): epochs on the clock.")
+    lag_records: int | None = Field(
+        default=None, gt=0,
+        description="An epoch starts once the records after the last checkpoint reach this "
+                    "many.")
+    max_delay: DurationMs | None = Field(
+        default=None,
+        description="An epoch starts once the oldest record after the last checkpoint is this "
+                    "old, by its Kafka timestamp.")
+    poll: DurationMs = Field(
+        default=5_000,
+        description="How often the trigger reads the watermarks and the checkpoint (at least "
+                    "1s).")
 
     @field_validator("max_delay")
     @classmethod
@@ -83,6 +94,12 @@ def _schedule(value: Any) -> Any:
         return value
     raise ValueError(f"schedule is a cron string or a mapping like {{lag_records: 50000, "
                      f"max_delay: 2m}}, got {value!r}")
+
+
+def cron_string_schema(schema: dict[str, Any]) -> None:
+    """What an editor is told a schedule is (``eos schema``): a cron string, as ``_schedule``
+    takes, besides the mapping."""
+    schema["anyOf"].insert(0, {"type": "string", "minLength": 1})
 
 
 ScheduleSpec = Annotated[ScheduleConfig | None, BeforeValidator(_schedule)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
 
 from eos.core.config.paths import tables_base
 from eos.core.config.values import Strict
@@ -20,7 +20,11 @@ class TablesConfig(Strict):
     """Where the pipeline's own tables live (``eos.core.storage``): a local path (relative
     ones under the data directory) or an object-store URI (``s3://bucket/prefix``)."""
 
-    root: str | None = None
+    root: str | None = Field(
+        default=None,
+        description="Where the pipeline's tables live: a local path (a relative one under the "
+                    "data directory, or under $EOS_TABLES_BASE) or an object-store URI "
+                    "(s3://, gs://, abfs://, abfss://). Default: the pipeline's name.")
 
     @field_validator("root")
     @classmethod
@@ -43,19 +47,33 @@ def _one_sink(value: Any) -> dict[str, Any]:
     return {kind: sink_class(kind).parse_options(options)}
 
 
-SinkSpec = Annotated[dict[str, Any], BeforeValidator(_one_sink)]
+# What an editor is told a sink looks like (``eos schema``): the options are each sink type's
+# own, checked by its ``parse_options`` when the config loads (``eos validate``).
+_SINK_SCHEMA = {
+    "type": "object", "minProperties": 1, "maxProperties": 1,
+    "description": "One sink: {TYPE: OPTIONS}, e.g. {delta: target} or {kafka: {topic: t}}. "
+                   "TYPE is an installed sink type (the eos.sinks entry points: delta, kafka, "
+                   "and any a package adds); OPTIONS are free-form here and validated by that "
+                   "sink type's parse_options when the pipeline loads (eos validate). Each "
+                   "sink type's options are in the configuration reference.",
+}
+SinkSpec = Annotated[dict[str, Any], BeforeValidator(_one_sink), WithJsonSchema(_SINK_SCHEMA)]
 
 
 class SinksConfig(Strict):
     """Where each output of an epoch goes. Every sink receives each epoch exactly once."""
 
     # Defaults are validated too: each sink's options are its module's typed value.
-    windows: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "target"}], min_length=1,
-                                    validate_default=True)
-    late: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "late"}],
-                                 validate_default=True)
-    quarantine: list[SinkSpec] = Field(default_factory=lambda: [{"delta": "quarantine"}],
-                                       validate_default=True)
+    windows: list[SinkSpec] = Field(
+        default_factory=lambda: [{"delta": "target"}], min_length=1, validate_default=True,
+        description="Sinks of the closed windows, in commit order. Default: [{delta: target}].")
+    late: list[SinkSpec] = Field(
+        default_factory=lambda: [{"delta": "late"}], validate_default=True,
+        description="Sinks of the late records (may be []). Default: [{delta: late}].")
+    quarantine: list[SinkSpec] = Field(
+        default_factory=lambda: [{"delta": "quarantine"}], validate_default=True,
+        description="Sinks of the quarantined records (may be []). Default: "
+                    "[{delta: quarantine}].")
 
     def by_output(self) -> list[tuple[str, dict[str, Any]]]:
         """(output, spec) in commit order: outputs as declared here, sinks as listed."""

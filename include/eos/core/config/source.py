@@ -4,26 +4,43 @@ its declared fields and their types, and where its event time is."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from eos.core.config.values import DurationMs, Strict, check_name
 
 FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601", "kafka_timestamp")
+# What an editor is told a type looks like (``eos schema``); ``FieldType.parse`` is the rule.
+FIELD_TYPE_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^\s*(string|long|double|boolean|decimal\(\s*\d+\s*,\s*\d+\s*\))\s*$",
+    "description": "string, long, double, boolean or decimal(p,s) (1 <= p <= 38, s <= p).",
+}
 
 
 class KafkaConfig(Strict):
     """The topic an epoch reads and how its consumer reads it (``client``: librdkafka settings)."""
 
-    topic: str = Field(min_length=1)
-    start: Literal["earliest", "latest"] = "earliest"
-    client: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    read_timeout: DurationMs = 60_000
-    split_records: int = Field(default=250_000, gt=0)
+    topic: str = Field(min_length=1, description="The source topic.")
+    start: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a new pipeline starts reading: the log start or the end. A partition "
+                    "that appears after the first epoch starts at its log start either way.")
+    client: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for every client of the source. `${VAR}` in a "
+                    "value is read from the environment (where the client runs, Spark "
+                    "executors included); secrets belong there, not in this file.")
+    read_timeout: DurationMs = Field(
+        default=60_000, description="A Spark split that makes no progress this long fails.")
+    split_records: int = Field(
+        default=250_000, gt=0,
+        description="The most offsets one Spark input split reads: an epoch's ranges are "
+                    "packed into max(spark.shuffle_partitions, records / split_records) splits.")
 
 
 class FieldType(Strict):
@@ -66,6 +83,22 @@ class FieldSpec(Strict):
     type: FieldType
     optional: bool = False
 
+    # What an editor is told a field looks like (``eos schema``): the forms ``parse`` takes.
+    JSON_SCHEMA: ClassVar[dict[str, Any]] = {
+        "anyOf": [
+            FIELD_TYPE_SCHEMA,
+            {"type": "object", "additionalProperties": False, "required": ["type"],
+             "properties": {
+                 "path": {"type": "string", "pattern": r"^[^.]+(\.[^.]+)*$",
+                          "description": "Dotted keys into the record (`user.id`); default: "
+                                         "the field's name."},
+                 "type": FIELD_TYPE_SCHEMA,
+                 "optional": {"type": "boolean", "default": False,
+                              "description": "Absent or null is SQL NULL instead of a "
+                                             "quarantined record."}}},
+        ],
+    }
+
     @classmethod
     def parse(cls, name: str, value: Any) -> FieldSpec:
         if isinstance(value, str):
@@ -90,8 +123,14 @@ class FieldSpec(Strict):
 class TimeConfig(Strict):
     """Where event time comes from: a field in one of the formats, or the Kafka timestamp."""
 
-    field: str | None = None
-    format: Literal["epoch_ms", "epoch_s", "iso8601", "kafka_timestamp"] = "epoch_ms"
+    field: str | None = Field(
+        default=None,
+        description="The field (dotted path) holding the event time; none for kafka_timestamp.")
+    format: Literal["epoch_ms", "epoch_s", "iso8601", "kafka_timestamp"] = Field(
+        default="epoch_ms",
+        description="epoch_ms (an integer), epoch_s (a number; fractions exact to the "
+                    "millisecond), iso8601 (with Z or an offset), or kafka_timestamp (the "
+                    "record's Kafka timestamp, no field).")
 
     @model_validator(mode="after")
     def _field_iff_needed(self) -> TimeConfig:
@@ -128,10 +167,20 @@ class SchemaRegistryConfig(Strict):
     and password). Only these names travel to the Spark workers, which read the secret
     themselves; the URL may not carry one."""
 
-    url: str
-    auth_env: str | None = None
-    connection: str | None = None
-    timeout: DurationMs = 10_000  # one request; a registry slower than this is down (transient)
+    url: str = Field(description="http(s)://host[:port] of the registry, without credentials.")
+    auth_env: str | None = Field(
+        default=None,
+        description="The name of an environment variable holding user:password (HTTP basic "
+                    "auth), set wherever records are decoded (the Spark executors too).")
+    connection: str | None = Field(
+        default=None,
+        description="The id of an Airflow connection whose login and password the registry "
+                    "takes (event sources only; not with auth_env).")
+    # One request; a registry slower than this is down (a transient error).
+    timeout: DurationMs = Field(
+        default=10_000,
+        description="How long one request may take; a slower registry counts as down and the "
+                    "epoch is retried.")
 
     @field_validator("url")
     @classmethod
@@ -164,16 +213,41 @@ class EventConfig(Strict):
     an epoch keeps (``filter``, ``max_future``, ``max_string_bytes``)."""
 
     # How a record value is decoded (``eos.compute.formats``): json, or a Schema Registry format.
-    format: Literal["json", "avro", "protobuf", "json_schema"] = "json"
-    schema_registry: SchemaRegistryConfig | None = None
-    time: TimeConfig
-    fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields)]
-    filter: str | None = None
-    max_future: DurationMs = 86_400_000
+    format: Literal["json", "avro", "protobuf", "json_schema"] = Field(
+        default="json",
+        description="json: the value is one JSON object. avro, protobuf, json_schema: "
+                    "Confluent's Schema Registry wire format (magic byte, schema id, payload), "
+                    "writer schemas fetched from schema_registry.")
+    schema_registry: SchemaRegistryConfig | None = Field(
+        default=None,
+        description="Where writer schemas are fetched by id; required for avro, protobuf and "
+                    "json_schema, refused for json.")
+    time: TimeConfig = Field(description="Where the event time is.")
+    fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields),
+                      WithJsonSchema({"type": "object", "minProperties": 1,
+                                      "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9_]*$"},
+                                      "additionalProperties": FieldSpec.JSON_SCHEMA})] = Field(
+        description="The declared fields: `name: TYPE` or `name: {path: a.b, type: TYPE, "
+                    "optional: true}`. A required field missing or null, a value of another "
+                    "type or a decimal that does not fit quarantines its record, naming the "
+                    "field.")
+    filter: str | None = Field(
+        default=None,
+        description="A Spark SQL predicate over the fields; events where it is not true are "
+                    "dropped and counted (they still advance the watermark). Only deterministic "
+                    "functions are accepted; rand(), current_timestamp(), uuid() and the like "
+                    "are refused at load.")
+    max_future: DurationMs = Field(
+        default=86_400_000,
+        description="Events further ahead of their Kafka timestamp are quarantined.")
     # A longer string field quarantines its record (``eos.compute.formats.values``): every
     # output record must fit every sink's record limit (checked against the Kafka sinks when the
     # config loads).
-    max_string_bytes: int = Field(default=MAX_STRING_BYTES, ge=64)
+    max_string_bytes: int = Field(
+        default=MAX_STRING_BYTES, ge=64,
+        description="A string field longer than this many UTF-8 bytes quarantines its record, "
+                    "so every output record fits every sink (checked at load against each "
+                    "Kafka sink's message.max.bytes).")
 
     @model_validator(mode="after")
     def _registry_iff_needed(self) -> EventConfig:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -31,7 +31,13 @@ def parse_duration_ms(value: Any) -> int:
     raise ValueError(f"expected a duration like 60s, 5m, 500ms, got {value!r}")
 
 
-DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+# What an editor is told a duration looks like (``eos schema``); the loader's rule is above.
+DURATION_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "string", "pattern": r"^\s*\d+\s*(ms|s|m|h|d)\s*$"},
+              {"type": "integer", "minimum": 0}],
+    "x-eos-duration": True,
+}
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), WithJsonSchema(DURATION_SCHEMA)]
 
 
 def check_name(value: str, what: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from eos.core.aggregations import FUNCTIONS
 from eos.core.config.values import DurationMs, Strict, check_name
@@ -48,19 +48,41 @@ def _aggregations(value: Any) -> dict[str, AggregationSpec]:
             for out, text in value.items()}
 
 
-Aggregations = Annotated[dict[str, AggregationSpec], BeforeValidator(_aggregations)]
+# What an editor is told an aggregation looks like (``eos schema``); ``AggregationSpec.parse``
+# is the rule.
+_AGGREGATIONS_SCHEMA = {
+    "type": "object", "minProperties": 1,
+    "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9_]*$"},
+    "additionalProperties": {
+        "type": "string",
+        "pattern": rf"^\s*({'|'.join(FUNCTIONS)})\s*\(\s*(\*|[A-Za-z][A-Za-z0-9_]*)\s*\)\s*$",
+        "description": f"function(field), one of: {', '.join(FUNCTIONS)}; count(*) counts "
+                       "every event."},
+}
+Aggregations = Annotated[dict[str, AggregationSpec], BeforeValidator(_aggregations),
+                         WithJsonSchema(_AGGREGATIONS_SCHEMA)]
 
 
 class WindowConfig(Strict):
-    """README "Semantics": tumbling (size), hopping (size, slide) or session (gap) event-time
-    windows."""
+    """Event-time windows (docs/pipelines.md, "Windows"): tumbling (size), hopping (size,
+    slide) or session (gap)."""
 
-    type: Literal["tumbling", "hopping", "session"] = "tumbling"
-    size: DurationMs | None = None
-    slide: DurationMs | None = None
-    gap: DurationMs | None = None
-    allowed_lateness: DurationMs = 0
-    idle_timeout: DurationMs | None = None
+    type: Literal["tumbling", "hopping", "session"] = Field(
+        default="tumbling",
+        description="tumbling takes size; hopping takes size and slide (slide divides size); "
+                    "session takes gap.")
+    size: DurationMs | None = Field(default=None, description="Tumbling and hopping windows' "
+                                    "length; windows are [start, start + size) in UTC.")
+    slide: DurationMs | None = Field(default=None, description="How far a hopping window "
+                                     "advances; an event is in size / slide windows.")
+    gap: DurationMs | None = Field(default=None, description="A session closes after this "
+                                   "long without an event of its group.")
+    allowed_lateness: DurationMs = Field(
+        default=0, description="How far the watermark trails the largest event time seen.")
+    idle_timeout: DurationMs | None = Field(
+        default=None,
+        description="When set, an epoch with no records lets the watermark follow the wall "
+                    "clock (read once, at plan time), so windows close on a quiet topic.")
 
     @model_validator(mode="after")
     def _shape(self) -> WindowConfig:

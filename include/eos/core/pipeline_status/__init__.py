@@ -4,7 +4,7 @@ Airflow UI's epochs view (``eos.airflow.epochs_view``), so the two can never dis
 Everything here only reads: no table is created, no sink is prepared or fenced, so looking at a
 pipeline never disturbs a commit in flight. What is committed comes from the checkpoint table
 (the authority); what each epoch did (plan, counts, durations, versions) comes from the epoch
-log, which is for people (README "Tables").
+log, which is for people (docs/pipelines.md, "Tables").
 
 The data model is in ``model``, the reading in ``reading``, ``eos status``'s text in
 ``rendering`` and the stall alert's decision in ``stall``.

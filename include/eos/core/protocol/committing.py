@@ -79,7 +79,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     outputs = epoch_outputs(config, staged, epoch, watermark)
     sinks = sinks_for(config)
     # Every deterministic failure is found here, before the seal, while N can be aborted:
-    # once sealed, N's commit must eventually succeed (README "Guarantees"). A retry of a sealed N
+    # once sealed, N's commit must eventually succeed (docs/guarantees.md). A retry of a sealed N
     # checks nothing: it can only go forward.
     if not sealed_already(config, tables, epoch):
         for sink in sinks:
