@@ -3,8 +3,10 @@
 (``eos.core.config.paths`` without the Variable, which only Airflow has).
 
 The Variable is read only when neither of the first two is set, so a deployment that sets the
-environment pays no lookup at parse time; a Variable that does not exist is the default, not an
-error (no exception, no log line)."""
+environment pays no lookup at parse time. A Variable that does not exist means ``./pipelines``,
+not an exception; in Airflow's DAG processor, though, Airflow's own API client logs "Variable
+not found" for each such parse, so a deployment names the directory (the environment, the
+Variable, or the DAG file's argument) rather than relying on the last default."""
 
 from __future__ import annotations
 
