@@ -18,12 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from eos.tools import broker as embedded
 from eos.tools.pipelines import write_pipeline
 from eos.tools.schema_registry import SchemaRegistryServer
 
 from support.harness import free_port
+
+# Property tests run beside Spark jobs on two workers: a per-example time limit would fail them
+# for the machine's load, not for a wrong answer. Each test still bounds its examples.
+settings.register_profile("eos", deadline=None)
+settings.load_profile("eos")
 
 # The embedded object store's and the test Spark cluster's fixtures, started only when asked for.
 pytest_plugins = ["support.store", "support.cluster"]
