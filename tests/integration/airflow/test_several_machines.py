@@ -206,7 +206,10 @@ def test_a_worker_killed_mid_commit_and_the_epoch_finished_by_the_other(
     assert commit_tries[0]["hostname"] == dead.name, (hosts, killed)
     assert commit_tries[-1]["hostname"] == survivor.name and len(commit_tries) >= 2, hosts
     assert all(host == survivor.name for host, _ in hosts[1:]), hosts
-    # The retry found the first sink holding the epoch and wrote only the second.
+    # The dead try never finished its commit; the retry found the sink it had committed
+    # holding the epoch and wrote only the others.
+    died = commit_log(dead, dag_id, second)
+    assert died and "phase=commit " not in died, died[-3000:]
     retried = commit_log(survivor, dag_id, second)
     assert "phase=commit" in retried and "already committed" in retried, retried[-3000:]
 
