@@ -183,11 +183,12 @@ while it is written against the JSON Schema [pipeline.schema.json](pipeline.sche
 (`eos schema` prints it) when the file starts with
 
 ```yaml
-# yaml-language-server: $schema=https://example.org/path/to/pipeline.schema.json
+# yaml-language-server: $schema=../pipeline.schema.json
 ```
 
-(the schema's URL or a path to a local copy). The schema checks keys and types; the checks
-across sections and each sink's options run when the file loads.
+(a path relative to the YAML file, or the URL where you publish the schema). The schema
+checks keys and types; the checks across sections and each sink's options run when the file
+loads.
 """
 
 
