@@ -92,3 +92,57 @@ async def aexport_kafka_connection(conn_id: str | None = None) -> bool:
     from asgiref.sync import sync_to_async
 
     return bool(await sync_to_async(export_kafka_connection)(conn_id))
+
+
+# -- PostgreSQL sinks ---------------------------------------------------------------------------
+
+POSTGRES_CONN_TYPES = frozenset({"postgres", "postgresql"})
+# Extra keys passed on to libpq as they are (TLS and timeouts); others are the provider's own.
+LIBPQ_EXTRA = frozenset({"sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl",
+                         "target_session_attrs", "application_name", "keepalives",
+                         "keepalives_idle", "connect_timeout", "options"})
+
+
+def postgres_dsn(conn: Any) -> str:
+    """The libpq DSN of an Airflow ``postgres`` connection: host, port, login, password, the
+    database (the connection's ``schema`` field, as the Postgres provider reads it) and the
+    libpq keys of its extra; a ``ConfigError`` naming the field for another type or no host."""
+    from psycopg.conninfo import make_conninfo
+
+    if conn.conn_type and conn.conn_type not in POSTGRES_CONN_TYPES:
+        raise ConfigError(f"Airflow connection '{conn.conn_id}' has type '{conn.conn_type}'; "
+                          "a postgres sink writes through a 'postgres' connection")
+    if not conn.host:
+        raise ConfigError(f"Airflow connection '{conn.conn_id}' has no host")
+    fields = {"host": conn.host, "port": conn.port, "user": conn.login,
+              "password": conn.password, "dbname": conn.schema}
+    extra = {k: str(v) for k, v in (conn.extra_dejson or {}).items() if k in LIBPQ_EXTRA}
+    return make_conninfo("", **{k: v for k, v in {**fields, **extra}.items() if v})
+
+
+def export_postgres_connections(config: Any) -> list[str]:
+    """Give this process the DSN of every ``postgres`` sink's Airflow connection
+    (``eos.sinks.postgres_connection.supply_dsn``), its password given to the log masker;
+    the ids of those found. A sink whose connection does not exist falls back to its
+    ``dsn_env`` (and fails naming both when neither is there)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    from eos.sinks.postgres_connection import supply_dsn
+
+    found = []
+    for _, spec in config.sinks.by_output():
+        ((kind, options),) = spec.items()
+        if kind != "postgres" or options.connection in found:
+            continue
+        try:
+            conn = BaseHook.get_connection(options.connection)
+        except Exception:  # AirflowNotFoundException: the environment decides
+            continue
+        dsn = postgres_dsn(conn)
+        if conn.password:
+            mask_secret(conn.password)
+        mask_secret(dsn)
+        supply_dsn(options.connection, dsn)
+        found.append(options.connection)
+    return found

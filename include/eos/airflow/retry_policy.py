@@ -35,13 +35,14 @@ def airflow_error(error: Exception) -> Exception:
 
 def phase_call(config: PipelineConfig) -> Callable[[Any], Any]:
     """Run a library phase of ``config``'s pipeline inside a task: log its lines, give it the
-    store's credentials when its tables live on one and the Kafka connection's settings
-    (``eos.airflow.connections``), apply the retry policy to its errors."""
+    store's credentials when its tables live on one, the Kafka connection's settings and the
+    postgres sinks' connections (``eos.airflow.connections``), apply the retry policy to its
+    errors."""
 
     def decorate(func: Any) -> Any:
         @functools.wraps(func)
         def run(*args: Any, **kwargs: Any) -> Any:
-            from eos.airflow.connections import export_kafka_connection
+            from eos.airflow.connections import export_kafka_connection, export_postgres_connections
             from eos.airflow.storage import export_credentials
             from eos.core.storage import is_remote
 
@@ -49,6 +50,7 @@ def phase_call(config: PipelineConfig) -> Callable[[Any], Any]:
             if is_remote(config.root):
                 export_credentials()  # its connection, if one exists (never logged)
             export_kafka_connection()  # Kafka's, if one exists (never logged)
+            export_postgres_connections(config)  # each postgres sink's (never logged)
             try:
                 return func(*args, **kwargs)
             except Exception as error:

@@ -1,0 +1,229 @@
+"""The ``postgres`` sink: one output of a pipeline as rows of a PostgreSQL table.
+
+Exactly once, the way Flink's JDBC exactly-once sink is, without XA: the epoch's rows and a
+marker row ``(pipeline, sink, epoch, plan_hash, committed_at)`` are written in **one** database
+transaction. ``committed_epoch`` is ``max(epoch)`` of this pipeline's and sink's markers, so the
+rows of an epoch are visible exactly when its marker is. The marker is inserted first: of two
+attempts at once, the second's INSERT waits on the first's key ``(pipeline, sink, epoch)`` and
+fails when the first commits (``ALREADY_COMMITTED``, ``raced=True``) or goes ahead when it rolls
+back. A crash anywhere in the transaction leaves nothing, so ``abort`` has nothing to clean.
+
+Rows are written with COPY (psycopg's ``cursor.copy``) inside the transaction: one round trip
+streams the epoch, many times faster than ``executemany`` for 10k+ rows.
+
+Without ``upsert_keys`` every epoch's rows are appended. With them, the table holds one row per
+key: an epoch's rows are COPYed into a temporary table, then ``INSERT ... ON CONFLICT (keys) DO
+UPDATE`` replaces the row of a key a later epoch updates (a window's newer aggregate, a late
+record's correction). Exactly once then means: each epoch's upsert is applied once, in epoch
+order, so the table is the result of applying epochs 0..N once each; a rerun of epoch N finds
+its marker and changes nothing, and an epoch never re-applies over a later one.
+
+``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
+columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
+The audit reads the table back with psycopg2, a different driver than the writer (its own C
+type casters over libpq, where psycopg 3 has its own Python/Cython adaptation layer), which the
+Airflow Postgres provider already needs; asyncpg would need an event loop per read.
+
+Credentials: the Airflow ``postgres`` connection named ``connection`` (handed over by the
+airflow layer), else the DSN in the environment variable ``dsn_env`` (``postgres_connection``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from eos.core.errors import ProtocolViolation, SinkCannotTake, SinkRejected, SinkUnavailable
+from eos.core.outcomes import Outcome
+from eos.core.sink import SinkCommit, SupportsAssets, SupportsReadBack, validated_options
+from eos.sinks import postgres_sql as q
+from eos.sinks.postgres_connection import dsn_for, redact
+from eos.sinks.postgres_types import column_type, refuse_conflicts, refuse_values
+
+__all__ = ["PostgresOptions", "PostgresSink"]
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_$]{0,62}"
+QUALIFIED = re.compile(rf"^{_NAME}\.{_NAME}$")
+MARKER = re.compile(rf"^(?:{_NAME}\.)?{_NAME}$")
+COLUMN = re.compile(r"^[^\x00]{1,63}$")
+CONNECT_TIMEOUT_S = 10
+
+
+class PostgresOptions(BaseModel):
+    """``{postgres: {table: schema.name, connection?, dsn_env?, upsert_keys?, marker_table?}}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    table: str = Field(description="schema.name of the table this sink writes (its alone).")
+    connection: str = Field("postgres_default", min_length=1,
+                            description="The Airflow connection (type postgres) to write with.")
+    dsn_env: str | None = Field(None, min_length=1, description=(
+        "An environment variable holding a libpq DSN, used where no Airflow connection was "
+        "supplied (the command line)."))
+    upsert_keys: tuple[str, ...] = Field((), description=(
+        "Columns identifying a row: an epoch's rows replace the rows of their keys."))
+    marker_table: str = Field("eos_markers", description=(
+        "The table of markers, in the table's schema unless qualified."))
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if not QUALIFIED.match(value):
+            raise ValueError(f"a table is named schema.name (letters, digits, _), got {value!r}")
+        return value
+
+    @field_validator("marker_table")
+    @classmethod
+    def _marker(cls, value: str) -> str:
+        if not MARKER.match(value):
+            raise ValueError(f"a marker table is named [schema.]name, got {value!r}")
+        return value
+
+    @field_validator("upsert_keys")
+    @classmethod
+    def _keys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value) or not all(COLUMN.match(k) for k in value):
+            raise ValueError(f"upsert keys are distinct column names, got {list(value)}")
+        return value
+
+    def marker(self) -> tuple[str, str]:
+        schema, _, name = self.marker_table.rpartition(".")
+        return (schema or self.table.split(".")[0], name)
+
+
+class PostgresSink(SupportsReadBack, SupportsAssets):
+    """One output of a pipeline as rows of a PostgreSQL table, with its markers beside it."""
+
+    kind = "postgres"
+    options: PostgresOptions
+
+    # -- what runs when the pipeline loads: no I/O, no client library --------------------------
+
+    @classmethod
+    def parse_options(cls, options: Any) -> PostgresOptions:
+        data = {"table": options} if isinstance(options, str) else options
+        return validated_options(PostgresOptions, data, "a postgres sink")
+
+    @classmethod
+    def describe(cls, options: PostgresOptions) -> str:
+        return options.table
+
+    @classmethod
+    def resources(cls, options: PostgresOptions, pipeline_name: str) -> frozenset[str]:
+        return frozenset({f"postgres-table:{options.connection}:{options.table}"})
+
+    # -- connections ----------------------------------------------------------------------------
+
+    @property
+    def table(self) -> tuple[str, str]:
+        schema, name = self.options.table.split(".")
+        return schema, name
+
+    def _dsn(self) -> str:
+        return dsn_for(self.options.connection, self.options.dsn_env)
+
+    @contextmanager
+    def _connected(self) -> Iterator[Any]:
+        """A psycopg connection in one transaction (committed on leaving, rolled back on an
+        error); driver errors as eos errors with the password taken out."""
+        import psycopg
+
+        dsn = self._dsn()
+        try:
+            with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S,
+                                 options="-c TimeZone=UTC") as conn:
+                yield conn
+        except psycopg.OperationalError as error:  # unreachable, a deadlock, a restart: retry
+            raise SinkUnavailable(f"sink {self.name}: {redact(str(error), dsn)}") from None
+        except psycopg.Error as error:
+            raise SinkRejected(f"sink {self.name}: {redact(str(error), dsn)}") from None
+
+    # -- the two-phase commit -------------------------------------------------------------------
+
+    def prepare(self, schema: pa.Schema) -> None:
+        """Create the schema, the table (from the output's schema, the upsert keys its primary
+        key) and the marker table, if missing."""
+        import psycopg
+
+        columns = [(field.name, column_type(field)) for field in schema]
+        for attempt in range(2):  # two processes creating one table: the loser sees it made
+            try:
+                with self._connected() as conn:
+                    q.create(conn, self.table, columns, self.options.upsert_keys,
+                             self.options.marker())
+                return
+            except SinkRejected as error:
+                if attempt or not isinstance(error.__context__, psycopg.errors.UniqueViolation):
+                    raise
+
+    def committed_epoch(self, fence: bool = True) -> int:
+        """A committed transaction cannot be changed by a zombie attempt: its marker's key
+        refuses a second one, so there is nothing to fence."""
+        with self._connected() as conn:
+            return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
+
+    def check(self, epoch: int, rows: pa.Table) -> None:
+        with self._connected() as conn:
+            columns = q.columns(conn, self.table)
+            if not columns:
+                raise SinkCannotTake(f"table {self.options.table} does not exist (begin "
+                                     "creates it)")
+            keys = q.unique_keys(conn, self.table)
+        refuse_conflicts(self.options.table, rows.schema, columns, self.options.upsert_keys,
+                         keys)
+        refuse_values(self.options.table, rows, columns, self.options.upsert_keys)
+
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        import psycopg
+
+        with self._connected() as conn:
+            held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
+            if held >= epoch:
+                return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
+            if held != epoch - 1:
+                raise ProtocolViolation(f"sink {self.name} holds epoch {held}; it cannot "
+                                        f"receive epoch {epoch}")
+            try:
+                q.insert_marker(conn, self.options.marker(), self.config.name, self.name, epoch,
+                                plan_hash)
+            except psycopg.errors.UniqueViolation:  # a concurrent attempt committed it
+                conn.rollback()
+                return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows,
+                                  raced=True)
+            q.write_rows(conn, self.table, rows, self.options.upsert_keys)
+        return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows)
+
+    def abort(self, epoch: int) -> None:
+        """Nothing to clean: a commit is one transaction, which PostgreSQL rolls back whole
+        when its attempt fails or its connection is lost."""
+
+    # -- the audit and assets -------------------------------------------------------------------
+
+    def read_back(self) -> list[dict[str, Any]]:
+        from eos.sinks.postgres_read import read_table
+
+        return read_table(self._dsn(), self.table, self.name)
+
+    def commits(self) -> list[int]:
+        from eos.sinks.postgres_read import read_markers
+
+        return read_markers(self._dsn(), self.options.marker(), self.config.name, self.name)
+
+    def asset_uri(self) -> str | None:
+        """``postgres://host:port/database/schema/table`` (Airflow's and OpenLineage's naming),
+        from the DSN this process has; None where it has none (a DAG file being parsed)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            parts = conninfo_to_dict(self._dsn())
+        except Exception:  # no DSN here, or one libpq cannot parse: no name
+            return None
+        host, database = parts.get("host"), parts.get("dbname")
+        if not host or not database or "," in str(host):
+            return None
+        schema, name = self.table
+        return f"postgres://{host}:{parts.get('port') or 5432}/{database}/{schema}/{name}"

@@ -1,0 +1,366 @@
+"""The ``postgres`` sink (eos.sinks.postgres) against a real PostgreSQL server that the harness
+starts on 127.0.0.1 with a generated password (``support.postgres``), run through the protocol
+with the in-process source and stager (``support.memory``): no Spark, no broker, no Airflow.
+
+What is checked on the server, with psycopg2 (not the writer's driver): an epoch's rows are
+visible exactly when its marker is, a failure inside the commit leaves nothing, a commit after
+a crash past the sink is not written twice, two attempts at once write once, upserts replace
+a key's row in epoch order, and what the sink cannot take is refused before the seal.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pyarrow as pa
+import pytest
+
+from eos.core import faults
+from eos.core import sink as sink_module
+from eos.core.config import PipelineConfig
+from eos.core.errors import (
+    ConfigError,
+    InjectedFault,
+    ProtocolViolation,
+    SinkCannotTake,
+    SinkUnavailable,
+)
+from eos.core.outcomes import Outcome
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
+from eos.core.sink import register, sinks_for
+from eos.sinks import postgres_sql
+from eos.sinks.postgres import PostgresSink
+from eos.sinks.postgres_connection import forget_dsns
+
+from support.memory import STORES, MemorySource, MemoryStager, at_once, run_epoch, store
+from support.pipelines import IN_MEMORY, make_pipeline
+from support.postgres import PostgresServer, missing_reason, postgres_server
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]
+
+DSN_ENV = "EOS_TEST_POSTGRES_DSN"
+WINDOW_KEYS = ["key", "window_start"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    with postgres_server() as running:
+        yield running
+
+
+def dsn_of(server: PostgresServer, **change: Any) -> str:
+    fields = {"host": server.host, "port": server.port, "user": server.user,
+              "password": server.password, "dbname": server.database, **change}
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+@pytest.fixture(autouse=True)
+def environment(server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The sink type known here (the entry point does it for an installed package), its DSN in
+    the environment as on the command line; memory stores and supplied DSNs forgotten after."""
+    monkeypatch.setattr(sink_module, "_registered", dict(sink_module._registered))
+    register(PostgresSink.kind, PostgresSink)
+    monkeypatch.setenv(DSN_ENV, dsn_of(server))
+    yield
+    STORES.clear()
+    forget_dsns()
+
+
+@pytest.fixture
+def schema() -> str:
+    """A schema of this test's own: tests share one server."""
+    return f"t_{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def source() -> MemorySource:
+    return MemorySource()
+
+
+@pytest.fixture
+def arm(tmp_path: Path) -> Iterator[Callable[[str], None]]:
+    """``arm("commit.before_checkpoint:fail")``: the first hit raises ``InjectedFault``."""
+    saved = {k: os.environ.get(k) for k in ("EOS_FAULTS", "EOS_FAULTS_DIR")}
+
+    def arm_(spec: str) -> None:
+        os.environ["EOS_FAULTS"] = spec
+        os.environ["EOS_FAULTS_DIR"] = str(tmp_path / "faults")
+        faults._armed.cache_clear()
+
+    yield arm_
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    faults._armed.cache_clear()
+
+
+def options(schema: str, **more: Any) -> dict[str, Any]:
+    return {"table": f"{schema}.windows", "dsn_env": DSN_ENV, **more}
+
+
+def pipeline(tmp_path: Path, schema: str, **more: Any) -> PipelineConfig:
+    """The in-memory pipeline with its windows in PostgreSQL, then in a memory sink."""
+    sinks = {"windows": [{"postgres": options(schema, **more)}, {"memory": "a"}],
+             "late": [{"memory": "b"}], "quarantine": [{"memory": "c"}]}
+    return make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+
+
+def query(server: PostgresServer, statement: str) -> list[tuple[Any, ...]]:
+    """Read or change the server with psycopg2 (a second driver), in its own transaction."""
+    conn = psycopg2.connect(dsn_of(server), options="-c TimeZone=UTC")
+    try:
+        with conn, conn.cursor() as cursor:
+            cursor.execute(statement)
+            return cursor.fetchall() if cursor.description else []
+    finally:
+        conn.close()
+
+
+def windows(server: PostgresServer, schema: str) -> list[tuple[Any, ...]]:
+    return sorted(query(server, f"SELECT key, window_start, n, epoch FROM {schema}.windows"))
+
+
+def markers(server: PostgresServer, schema: str) -> list[tuple[Any, ...]]:
+    return query(server, f"SELECT epoch, plan_hash FROM {schema}.eos_markers ORDER BY epoch")
+
+
+def memory_windows(config: PipelineConfig) -> list[tuple[Any, ...]]:
+    return sorted((r["key"], r["window_start"], r["n"], r["epoch"])
+                  for t in store(config, "memory:a").rows.values() for r in t.to_pylist())
+
+
+def test_epochs_land_once_each_with_their_markers_and_read_back_whole(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    config = pipeline(tmp_path, schema)
+    for _ in range(3):
+        run_epoch(config, source)
+        source.produce(0, 10)
+    assert checkpointed_epoch(config) == 2
+    assert windows(server, schema) == memory_windows(config) and len(memory_windows(config)) >= 3
+    assert [epoch for epoch, _ in markers(server, schema)] == [0, 1, 2]
+    sink = sinks_for(config)[0]
+    assert sink.committed_epoch() == 2 and sink.commits() == [0, 1, 2]
+    assert sorted((r["key"], r["window_start"], r["n"], r["epoch"]) for r in sink.read_back()) \
+        == memory_windows(config)
+    columns = dict(query(server, "SELECT column_name, data_type FROM information_schema.columns "
+                                 f"WHERE table_schema = '{schema}' AND table_name = 'windows'"))
+    assert columns == {"key": "text", "window_start": "timestamp with time zone",
+                       "window_end": "timestamp with time zone", "n": "bigint",
+                       "epoch": "bigint"}
+    sink.prepare(pa.schema([("key", pa.string())]))  # idempotent: an existing table is kept
+    assert len(windows(server, schema)) == len(memory_windows(config))
+
+
+def test_a_failure_between_the_rows_and_the_marker_leaves_nothing(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows are written, then the transaction fails before it commits: neither the rows nor
+    the marker are visible, and the retry writes them once."""
+    config = pipeline(tmp_path, schema)
+    plan = begin(config, source=source)
+    precommit(config, plan.epoch, MemoryStager())
+    write_rows = postgres_sql.write_rows
+
+    def write_then_fail(conn: Any, *args: Any) -> None:
+        write_rows(conn, *args)
+        assert conn.execute("SELECT count(*) FROM " f"{schema}.windows").fetchone()[0] > 0
+        raise InjectedFault("between the rows and the transaction's commit")
+
+    monkeypatch.setattr(postgres_sql, "write_rows", write_then_fail)
+    with pytest.raises(InjectedFault):
+        commit(config, 0)
+    assert windows(server, schema) == [] and markers(server, schema) == []
+    assert sinks_for(config)[0].committed_epoch() == -1
+    monkeypatch.setattr(postgres_sql, "write_rows", write_rows)
+    assert commit(config, 0).outcome is Outcome.COMMITTED
+    assert windows(server, schema) == memory_windows(config)
+    assert [epoch for epoch, _ in markers(server, schema)] == [0]
+
+
+def test_a_crash_after_the_sink_committed_is_not_written_twice(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource,
+        arm: Callable[[str], None]) -> None:
+    config = pipeline(tmp_path, schema)
+    plan = begin(config, source=source)
+    precommit(config, plan.epoch, MemoryStager())
+    arm("commit.before_checkpoint:fail")
+    with pytest.raises(InjectedFault):
+        commit(config, 0)
+    written = windows(server, schema)
+    assert written and checkpointed_epoch(config) == -1
+    result = commit(config, 0)  # the retry
+    outcomes = {s.sink: s.outcome for s in result.sinks}
+    assert outcomes[f"postgres:{schema}.windows"] is Outcome.ALREADY_COMMITTED
+    assert windows(server, schema) == written and checkpointed_epoch(config) == 0
+
+
+def test_two_commits_at_once_write_once(tmp_path: Path, server: PostgresServer, schema: str,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both attempts find nothing held, then insert the marker together: one commits, the
+    other's insert waits on the key and conflicts."""
+    config = pipeline(tmp_path, schema)
+    rows = pa.table({"key": ["a", "b"], "n": [1, 2]})
+    sinks_for(config)[0].prepare(rows.schema)
+    barrier, insert = threading.Barrier(2, timeout=30), postgres_sql.insert_marker
+
+    def insert_together(*args: Any) -> None:
+        barrier.wait()
+        insert(*args)
+
+    monkeypatch.setattr(postgres_sql, "insert_marker", insert_together)
+    attempts = [sinks_for(config)[0], sinks_for(config)[0]]
+    results = at_once(*(lambda s=s: s.commit(0, rows, "h0") for s in attempts))
+    assert sorted((r.outcome, r.raced) for r in results) == sorted(
+        [(Outcome.COMMITTED, False), (Outcome.ALREADY_COMMITTED, True)])
+    assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == [("a", 1), ("b", 2)]
+    assert markers(server, schema) == [(0, "h0")]
+
+
+def test_upserts_replace_a_keys_row_in_epoch_order_once(
+        tmp_path: Path, server: PostgresServer, schema: str) -> None:
+    config = pipeline(tmp_path, schema, upsert_keys=["key"])
+    sink = sinks_for(config)[0]
+    first = pa.table({"key": ["a", "b"], "n": [1, 2]})
+    second = pa.table({"key": ["a", "c"], "n": [5, 3]})
+    sink.prepare(first.schema)
+    for epoch, rows in enumerate([first, second]):
+        sink.check(epoch, rows)
+        assert sink.commit(epoch, rows, f"h{epoch}").outcome is Outcome.COMMITTED
+    table = sorted(query(server, f"SELECT key, n FROM {schema}.windows"))
+    assert table == [("a", 5), ("b", 2), ("c", 3)]
+    assert sink.commit(0, first, "h0").outcome is Outcome.ALREADY_COMMITTED  # a rerun: no-op
+    assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == table
+    with pytest.raises(SinkCannotTake, match="upsert keys more than once"):
+        sink.check(2, pa.table({"key": ["a", "a"], "n": [1, 2]}))
+    with pytest.raises(SinkCannotTake, match="column 'key' is NOT NULL and the epoch has empty"):
+        sink.check(2, pa.table({"key": [None], "n": [1]}, schema=first.schema))
+
+
+def test_windows_upserted_on_their_keys_through_the_protocol(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    config = pipeline(tmp_path, schema, upsert_keys=WINDOW_KEYS)
+    for _ in range(3):
+        run_epoch(config, source)
+        source.produce(0, 10)
+    latest = {(k, w): (n, e) for k, w, n, e in memory_windows(config)}  # epoch order
+    assert windows(server, schema) == sorted((k, w, n, e) for (k, w), (n, e) in latest.items())
+
+
+def test_what_postgresql_cannot_take_is_refused_before_the_seal(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    query(server, f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.windows (key text, "
+                  "price numeric(5,2), n text, must text NOT NULL)")
+    config = pipeline(tmp_path, schema)
+    sink = sinks_for(config)[0]
+    conflicting = pa.table({"key": ["a"], "n": [1]})
+    with pytest.raises(SinkCannotTake, match="column 'n' is text, the output's is bigint"):
+        sink.check(0, conflicting)
+    with pytest.raises(SinkCannotTake, match="column 'nothere'"):
+        sink.check(0, pa.table({"nothere": [1]}))
+    query(server, f"ALTER TABLE {schema}.windows ALTER must SET DEFAULT 'x'")
+    with pytest.raises(SinkCannotTake, match="NUL character"):
+        sink.check(0, pa.table({"key": ["a\x00b"]}))
+    price = pa.table({"price": pa.array([Decimal("999.99"), Decimal("1000.00")],
+                                        pa.decimal128(12, 2))})
+    with pytest.raises(SinkCannotTake, match=r"numeric\(5,2\), which cannot hold 1000.00"):
+        sink.check(0, price)
+    sink.check(0, price.slice(0, 1))  # a value that fits is taken
+    keyed = sinks_for(pipeline(tmp_path, schema, upsert_keys=["key"]))[0]
+    with pytest.raises(SinkCannotTake, match="no primary key or unique constraint"):
+        keyed.check(0, pa.table({"key": ["a"]}))
+    with pytest.raises(ProtocolViolation, match="holds epoch -1; it cannot receive epoch 1"):
+        sink.commit(1, price.slice(0, 1), "h1")
+    assert query(server, f"SELECT count(*) FROM {schema}.windows") == [(0,)]
+
+
+def test_the_protocol_aborts_an_epoch_the_table_cannot_take(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    """A conflicting table found at commit: the epoch is not sealed, nothing is written."""
+    query(server, f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.windows (key text, n text)")
+    config = pipeline(tmp_path, schema)
+    plan = begin(config, source=source)
+    precommit(config, plan.epoch, MemoryStager())
+    with pytest.raises(SinkCannotTake, match="column 'window_start'"):
+        commit(config, 0)
+    assert checkpointed_epoch(config) == -1
+    assert query(server, f"SELECT count(*) FROM {schema}.windows") == [(0,)]
+    assert store(config, "memory:a").rows == {}
+
+
+def test_read_back_returns_each_type_as_committed(
+        tmp_path: Path, server: PostgresServer, schema: str) -> None:
+    when = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    rows = pa.table({
+        "price": pa.array([Decimal("12345678901234567890.12"), None], pa.decimal128(38, 2)),
+        "ratio": [math.inf, math.nan], "at": pa.array([when, None], pa.timestamp("us", "UTC")),
+        "day": pa.array([date(2026, 3, 1), date(1, 1, 1)], pa.date32()),
+        "blob": [b"\x00\xff", b""], "flag": [True, False], "small": pa.array([1, -1], pa.int16()),
+        "text": ["é ✓", ""]})
+    sink = sinks_for(pipeline(tmp_path, schema))[0]
+    sink.prepare(rows.schema)
+    sink.check(0, rows)
+    sink.commit(0, rows, "h0")
+    back = sorted(sink.read_back(), key=lambda r: r["small"])
+    expected = sorted(rows.to_pylist(), key=lambda r: r["small"])
+    assert math.isnan(back[0].pop("ratio")) and math.isnan(expected[0].pop("ratio"))
+    assert back == expected
+    assert sink.commits() == [0]
+
+
+def test_the_password_is_never_shown(tmp_path: Path, server: PostgresServer, schema: str,
+                                     source: MemorySource, caplog: pytest.LogCaptureFixture,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = pipeline(tmp_path, schema)
+    run_epoch(config, source)
+    sink = sinks_for(config)[0]
+    shown = [sink.name, repr(sink), repr(sink.options), str(sink.options), caplog.text,
+             str(sink.asset_uri())]
+    assert sink.asset_uri() == (f"postgres://{server.host}:{server.port}/{server.database}/"
+                                f"{schema}/windows")
+    for dsn in (dsn_of(server, port=1), dsn_of(server, password=server.password + "x")):
+        monkeypatch.setenv(DSN_ENV, dsn)
+        with pytest.raises(SinkUnavailable) as failed:
+            sink.committed_epoch()
+        shown.append(str(failed.value))
+    assert "password authentication failed" in shown[-1]
+    assert not [text for text in shown if server.password in text]
+
+
+def test_without_a_connection_the_error_says_how_to_give_one(
+        tmp_path: Path, schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DSN_ENV)
+    sink = sinks_for(pipeline(tmp_path, schema))[0]
+    with pytest.raises(ConfigError, match=f"'postgres_default'.*set {DSN_ENV}"):
+        sink.committed_epoch()
+    assert sink.asset_uri() is None
+
+
+def test_an_airflow_postgres_connection_supplies_the_credentials(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a task does before a phase (``eos.airflow.retry_policy.phase_call``): the sink's
+    connection read through Airflow's connection API (here from ``AIRFLOW_CONN_*``)."""
+    from eos.airflow.connections import export_postgres_connections
+
+    monkeypatch.delenv(DSN_ENV)
+    monkeypatch.setenv("AIRFLOW_CONN_EOS_TEST_PG", (
+        f"postgres://{server.user}:{server.password}@{server.host}:{server.port}/"
+        f"{server.database}"))
+    config = pipeline(tmp_path, schema, connection="eos_test_pg")
+    assert export_postgres_connections(config) == ["eos_test_pg"]
+    run_epoch(config, source)
+    assert windows(server, schema) == memory_windows(config)
