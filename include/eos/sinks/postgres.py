@@ -16,7 +16,8 @@ key: an epoch's rows are COPYed into a temporary table, then ``INSERT ... ON CON
 UPDATE`` replaces the row of a key a later epoch updates (a window's newer aggregate, a late
 record's correction). Exactly once then means: each epoch's upsert is applied once, in epoch
 order, so the table is the result of applying epochs 0..N once each; a rerun of epoch N finds
-its marker and changes nothing, and an epoch never re-applies over a later one.
+its marker and changes nothing, and an epoch never re-applies over a later one. The audit
+counts every row each epoch committed, so it reports an upserted sink unaudited (``unreadable``).
 
 ``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
 columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
@@ -137,7 +138,8 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
             with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S,
                                  options="-c TimeZone=UTC") as conn:
                 yield conn
-        except psycopg.OperationalError as error:  # unreachable, a deadlock, a restart: retry
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            # unreachable, a deadlock, a restart, a connection lost mid-way: retry
             raise SinkUnavailable(f"sink {self.name}: {redact(str(error), dsn)}") from None
         except psycopg.Error as error:
             raise SinkRejected(f"sink {self.name}: {redact(str(error), dsn)}") from None
@@ -146,7 +148,8 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
 
     def prepare(self, schema: pa.Schema) -> None:
         """Create the schema, the table (from the output's schema, the upsert keys its primary
-        key) and the marker table, if missing."""
+        key) and the marker table, if missing; add the output's columns an existing table
+        lacks. A column of another type is left as it is, for ``check`` to refuse."""
         import psycopg
 
         columns = [(field.name, column_type(field)) for field in schema]
@@ -161,8 +164,9 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
                     raise
 
     def committed_epoch(self, fence: bool = True) -> int:
-        """A committed transaction cannot be changed by a zombie attempt: its marker's key
-        refuses a second one, so there is nothing to fence."""
+        """Nothing to fence: an attempt still in flight can only commit the sealed epoch's
+        rows (the same rows, by the precommit's determinism), and only if no other attempt
+        did, as the marker's key admits one of them."""
         with self._connected() as conn:
             return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
 
@@ -202,6 +206,14 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         when its attempt fails or its connection is lost."""
 
     # -- the audit and assets -------------------------------------------------------------------
+
+    def unreadable(self) -> str | None:
+        """An upserted table keeps the latest row of each key, where the audit counts every
+        row each epoch committed: a window updated by a later epoch would show as missing."""
+        if self.options.upsert_keys:
+            return ("an upserted table keeps only the latest row of each key; the audit "
+                    "counts every epoch's rows")
+        return None
 
     def read_back(self) -> list[dict[str, Any]]:
         from eos.sinks.postgres_read import read_table

@@ -27,7 +27,8 @@ def _regclass(name: Name) -> str:
 
 def create(conn: Any, table: Name, columns: list[tuple[str, str]], keys: tuple[str, ...],
            marker: Name) -> None:
-    """The schemas, the table and the marker table, each only if missing."""
+    """The schemas, the table and the marker table, each only if missing, and the output's
+    columns the table lacks (nullable: the rows already there have none)."""
     from psycopg import sql
 
     for schema in dict.fromkeys((table[0], marker[0])):
@@ -39,6 +40,9 @@ def create(conn: Any, table: Name, columns: list[tuple[str, str]], keys: tuple[s
             sql.SQL(", ").join(map(sql.Identifier, keys))))
     conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
         _ident(table), sql.SQL(", ").join(parts)))
+    for name, kind in columns:  # an output that gained a column since the table was made
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+            _ident(table), sql.Identifier(name), sql.SQL(kind)))
     conn.execute(sql.SQL(
         "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, sink text NOT NULL, "
         "epoch bigint NOT NULL, plan_hash text NOT NULL, "

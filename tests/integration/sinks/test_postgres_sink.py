@@ -153,6 +153,7 @@ def test_epochs_land_once_each_with_their_markers_and_read_back_whole(
     assert [epoch for epoch, _ in markers(server, schema)] == [0, 1, 2]
     sink = sinks_for(config)[0]
     assert sink.committed_epoch() == 2 and sink.commits() == [0, 1, 2]
+    assert sink.unreadable() is None
     assert sorted((r["key"], r["window_start"], r["n"], r["epoch"]) for r in sink.read_back()) \
         == memory_windows(config)
     columns = dict(query(server, "SELECT column_name, data_type FROM information_schema.columns "
@@ -160,8 +161,9 @@ def test_epochs_land_once_each_with_their_markers_and_read_back_whole(
     assert columns == {"key": "text", "window_start": "timestamp with time zone",
                        "window_end": "timestamp with time zone", "n": "bigint",
                        "epoch": "bigint"}
-    sink.prepare(pa.schema([("key", pa.string())]))  # idempotent: an existing table is kept
+    sink.prepare(pa.schema([("key", pa.string()), ("added", pa.float64())]))  # kept, extended
     assert len(windows(server, schema)) == len(memory_windows(config))
+    assert query(server, f"SELECT DISTINCT added FROM {schema}.windows") == [(None,)]
 
 
 def test_a_failure_between_the_rows_and_the_marker_leaves_nothing(
@@ -243,6 +245,8 @@ def test_upserts_replace_a_keys_row_in_epoch_order_once(
     assert table == [("a", 5), ("b", 2), ("c", 3)]
     assert sink.commit(0, first, "h0").outcome is Outcome.ALREADY_COMMITTED  # a rerun: no-op
     assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == table
+    assert sorted((r["key"], r["n"]) for r in sink.read_back()) == table
+    assert sink.commits() == [0, 1] and "latest row of each key" in str(sink.unreadable())
     with pytest.raises(SinkCannotTake, match="upsert keys more than once"):
         sink.check(2, pa.table({"key": ["a", "a"], "n": [1, 2]}))
     with pytest.raises(SinkCannotTake, match="column 'key' is NOT NULL and the epoch has empty"):
@@ -293,7 +297,7 @@ def test_the_protocol_aborts_an_epoch_the_table_cannot_take(
     config = pipeline(tmp_path, schema)
     plan = begin(config, source=source)
     precommit(config, plan.epoch, MemoryStager())
-    with pytest.raises(SinkCannotTake, match="column 'window_start'"):
+    with pytest.raises(SinkCannotTake, match="column 'n' is text, the output's is bigint"):
         commit(config, 0)
     assert checkpointed_epoch(config) == -1
     assert query(server, f"SELECT count(*) FROM {schema}.windows") == [(0,)]
