@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "json-schema": ("jsonschema", "referencing", "authlib", "cachetools", "httpx", "attrs"),
     "s3": ("cryptography",),
     "airflow": ("airflow", "airflow.providers.apache.spark", "airflow.providers.standard"),
+    "postgres": ("psycopg", "psycopg2"),  # a postgres sink writes with one, reads with the other
 }
 # event.format -> the extra it needs (JSON needs none).
 FORMAT_EXTRAS = {"avro": "avro", "protobuf": "protobuf", "json_schema": "json-schema"}

@@ -125,6 +125,10 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         return schema, name
 
     def _dsn(self) -> str:
+        """The DSN, once the drivers are known to be installed (one error naming the extra)."""
+        from eos.core.extras import require
+
+        require("postgres", f"sink {self.name}")
         return dsn_for(self.options.connection, self.options.dsn_env)
 
     @contextmanager

@@ -59,3 +59,13 @@ def test_arrow_types_map_to_postgresql_types() -> None:
     assert {t: column_type(pa.field("c", t)) for t in cases} == cases
     with pytest.raises(SinkCannotTake, match="column 'c' has type list<item: int64>"):
         column_type(pa.field("c", pa.list_(pa.int64())))
+
+
+def test_the_package_installs_the_sink_type_and_its_drivers() -> None:
+    """The entry point that names the type, and the extra that brings both drivers."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["eos.sinks"]["postgres"] == "eos.sinks.postgres:PostgresSink"
+    extra = " ".join(project["optional-dependencies"]["postgres"])
+    assert "psycopg[binary]" in extra and "psycopg2-binary" in extra
