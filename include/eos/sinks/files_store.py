@@ -16,6 +16,7 @@ The one operation the two places do differently is the commit marker's create-if
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from dataclasses import dataclass
@@ -95,10 +96,8 @@ class Place:
     def delete(self, relative: str) -> None:
         """Remove a file; one already gone is fine."""
         store, path = self._fs(relative)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             store.delete_file(path)
-        except FileNotFoundError:
-            pass
 
     def location(self, relative: str) -> str:
         """A file's full path or URI (what a reader is given)."""
