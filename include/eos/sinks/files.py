@@ -35,7 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eos.core.errors import ConfigError, ProtocolViolation, SinkUnavailable
 from eos.core.outcomes import NO_EPOCH, Outcome
-from eos.core.sink import SinkCommit, SupportsAssets, SupportsReadBack, validated_options
+from eos.core.sink import (
+    SinkCommit,
+    SupportsAssets,
+    SupportsReadBack,
+    SupportsRewind,
+    validated_options,
+)
 from eos.core.storage import resolve
 from eos.sinks.files_layout import (
     COMMITTED,
@@ -79,7 +85,7 @@ class FilesOptions(BaseModel):
         return columns
 
 
-class FilesSink(SupportsReadBack, SupportsAssets):
+class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     """One output of a pipeline as files, one manifest per epoch."""
 
     kind = "files"
@@ -197,6 +203,33 @@ class FilesSink(SupportsReadBack, SupportsAssets):
         """Remove what an attempt at ``epoch`` left and no manifest lists."""
         held = epoch in self._epochs()
         self._clean(epoch, self._manifest(epoch) if held else None)
+
+    # -- rewind ---------------------------------------------------------------------------------
+
+    def rewind_target(self, epoch: int) -> int | None:
+        """Files have no versions: a rewind removes the epochs after ``epoch``."""
+        held = self._epochs()
+        if epoch != NO_EPOCH and epoch not in held:
+            from eos.core.errors import RewindRefused
+
+            raise RewindRefused(f"sink {self.name} has no manifest of epoch {epoch}; rewind "
+                                "to -1 to fill it from the start")
+        return None
+
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """Remove the epochs after ``epoch``, newest first, each manifest before its files:
+        at every moment the manifests name a run ``..M`` of whole epochs, ``M`` shrinking to
+        ``epoch`` (a crash midway leaves a shorter run; the rewind's rerun goes on, and files
+        whose manifest went are removed with it or by the epoch's next commit)."""
+        for later in sorted((e for e in self._epochs() if e > epoch), reverse=True):
+            manifest = self._manifest(later)
+            self.place.delete(manifest_name(later))
+            for relative in manifest.files:
+                self.place.delete(relative)
+            self._clean(later, None)
+        self._write_committed()
+        return None
 
     # -- the audit and lineage ------------------------------------------------------------------
 

@@ -18,9 +18,16 @@ import pytest
 from eos.core import faults
 from eos.core import sink as sink_module
 from eos.core.config import PipelineConfig
-from eos.core.errors import ConfigError, InjectedFault, ProtocolViolation, SinkCannotTake
+from eos.core.errors import (
+    ConfigError,
+    InjectedFault,
+    ProtocolViolation,
+    RewindRefused,
+    SinkCannotTake,
+)
 from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
+from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
 from eos.sinks.files import FilesSink
 
@@ -244,3 +251,49 @@ def test_bad_options_are_refused_naming_the_key(tmp_path: Path, options: dict,
     sinks = {"windows": [{"files": options}], "late": [], "quarantine": []}
     with pytest.raises(ConfigError, match=message):
         make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+
+
+def test_a_rewind_removes_the_later_epochs_and_the_replay_commits_them_again(
+        tmp_path: Path, source: MemorySource) -> None:
+    out = tmp_path / "out"
+    config = pipeline(tmp_path, out, partition_by=["key"])
+    for _ in range(3):
+        run_epoch(config, source)
+        source.produce(0, 5)
+    sink = sinks_for(config)[0]
+    kept = {f["path"] for e, m in manifests(out).items() if e == 0 for f in m["files"]}
+    assert sink.rewind_target(0) is None
+    with pytest.raises(RewindRefused, match="no manifest of epoch 7"):
+        sink.rewind_target(7)
+    sink.rewind(0, None, "r1", pa.schema([]))
+    sink.rewind(0, None, "r1", pa.schema([]))  # a rerun finds it done
+    assert sink.commits() == [0] and set(data_files(out)) == kept
+    assert json.loads((out / "_eos" / "committed.json").read_text())["epoch"] == 0
+    memory = store(config, MEMORY).rows
+    assert triples(sink.read_back()) == triples(memory[0].to_pylist())
+    rows = memory[1]
+    assert sink.commit(1, rows, "replayed").outcome is Outcome.COMMITTED
+    assert sink.commits() == [0, 1]
+    sink.rewind(-1, None, "r2", pa.schema([]))
+    assert sink.commits() == [] and data_files(out) == [] and sink.read_back() == []
+
+
+def test_the_protocols_rewind_takes_the_files_back_and_the_replay_matches(
+        tmp_path: Path, source: MemorySource) -> None:
+    out = tmp_path / "out"
+    sinks = {"windows": [{"files": {"path": str(out), "format": "jsonl"}},
+                         {"memory_rewind": "a"}],
+             "late": [{"memory_rewind": "b"}], "quarantine": [{"memory_rewind": "c"}]}
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+    for _ in range(3):
+        run_epoch(config, source)
+        source.produce(0, 5)
+    assert rewind(config, 0).outcome is Outcome.REWOUND
+    assert sinks_for(config)[0].commits() == [0] and list(manifests(out)) == [0]
+    run_epoch(config, source)
+    run_epoch(config, source)
+    assert sinks_for(config)[0].commits() == [0, 1, 2]
+    held = store(config, "memory_rewind:a").rows
+    expected = [r for epoch in sorted(held) for r in held[epoch].to_pylist()]
+    assert sorted(held) == [0, 1, 2] and expected
+    assert triples(sinks_for(config)[0].read_back()) == triples(expected)
