@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eos.core.errors import ConfigError, ProtocolViolation, SinkUnavailable
+from eos.core.errors import ConfigError, ProtocolViolation, RewindRefused, SinkUnavailable
+from eos.core.layout import table_resource
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
     SinkCommit,
@@ -114,7 +115,10 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     @classmethod
     def resources(cls, options: FilesOptions, pipeline_name: str) -> frozenset[str]:
-        return frozenset({f"files:{resolve(options.path, '/')}"})
+        """The directory, claimed as a table location is: a files sink inside another's
+        directory, a Delta table's or a protocol table's (or holding one) is refused at load
+        (each commit lists and cleans the whole directory)."""
+        return frozenset({table_resource(resolve(options.path, "/"))})
 
     @property
     def place(self) -> Place:
@@ -210,8 +214,6 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Files have no versions: a rewind removes the epochs after ``epoch``."""
         held = self._epochs()
         if epoch != NO_EPOCH and epoch not in held:
-            from eos.core.errors import RewindRefused
-
             raise RewindRefused(f"sink {self.name} has no manifest of epoch {epoch}; rewind "
                                 "to -1 to fill it from the start")
         return None

@@ -297,3 +297,16 @@ def test_the_protocols_rewind_takes_the_files_back_and_the_replay_matches(
     expected = [r for epoch in sorted(held) for r in held[epoch].to_pylist()]
     assert sorted(held) == [0, 1, 2] and expected
     assert triples(sinks_for(config)[0].read_back()) == triples(expected)
+
+
+def test_a_directory_inside_another_sinks_or_the_pipelines_tables_is_refused(
+        tmp_path: Path) -> None:
+    nested = {"windows": [{"files": {"path": str(tmp_path / "out")}}],
+              "late": [{"files": {"path": str(tmp_path / "out" / "late")}}], "quarantine": []}
+    with pytest.raises(ConfigError, match="overlaps"):
+        make_pipeline(tmp_path, base=IN_MEMORY, sinks=nested)
+    root = make_pipeline(tmp_path, base=IN_MEMORY, name="p", sinks={
+        "windows": [{"memory": "a"}], "late": [], "quarantine": []}).root
+    inside = {"windows": [{"files": {"path": str(root)}}], "late": [], "quarantine": []}
+    with pytest.raises(ConfigError, match="protocol table"):
+        make_pipeline(tmp_path, base=IN_MEMORY, name="p", sinks=inside)
