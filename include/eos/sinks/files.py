@@ -177,16 +177,22 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         if not self.place.create(manifest_name(epoch), text):
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows, raced=True)
         self._clean(epoch, manifest)
-        self._write_committed()
+        self._write_committed(manifest)
         return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows)
 
-    def _write_committed(self) -> None:
+    def _write_committed(self, latest: Manifest | None = None) -> None:
         """``_eos/committed.json``: the last committed epoch and every file the manifests list.
-        Written after the manifest, so it may lag one crash behind them (the next commit
-        rewrites it)."""
-        epochs = self._epochs()
-        files = [path for epoch in epochs for path in self._manifest(epoch).files]
-        doc = {"epoch": max(epochs, default=NO_EPOCH), "files": files}
+        Written after the manifest, so it may lag behind the manifests (a crash in between;
+        the next commit rewrites it) but never lists a file no manifest lists. Extended by
+        ``latest`` when it held the epoch before; otherwise rebuilt from every manifest."""
+        previous = self.place.read(COMMITTED)
+        doc = json.loads(previous) if previous else None
+        if latest is not None and doc is not None and doc.get("epoch") == latest.epoch - 1:
+            doc = {"epoch": latest.epoch, "files": [*doc["files"], *latest.files]}
+        else:
+            epochs = self._epochs()
+            doc = {"epoch": max(epochs, default=NO_EPOCH),
+                   "files": [path for epoch in epochs for path in self._manifest(epoch).files]}
         self.place.write(COMMITTED, json.dumps(doc).encode())
 
     def _manifest(self, epoch: int) -> Manifest:

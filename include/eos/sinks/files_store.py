@@ -53,12 +53,18 @@ class Place:
 
     def read(self, relative: str) -> bytes | None:
         """A file's bytes, None when it does not exist."""
+        import pyarrow.fs as pa_fs
+
         store, path = self._fs(relative)
         try:
             with store.open_input_stream(path) as stream:
                 return bytes(stream.read())
         except FileNotFoundError:
             return None
+        except OSError:  # a store may report a missing key as another error
+            if store.get_file_info(path).type == pa_fs.FileType.NotFound:
+                return None
+            raise
 
     def write(self, relative: str, data: bytes) -> None:
         """Make ``relative`` hold ``data`` whole or not at all: locally a temporary file made

@@ -24,6 +24,7 @@ from eos.core.errors import (
     ProtocolViolation,
     RewindRefused,
     SinkCannotTake,
+    SinkUnavailable,
 )
 from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
@@ -158,7 +159,7 @@ def test_a_crash_after_the_data_files_before_the_manifest_leaves_orphans_the_rer
 
     with monkeypatch.context() as patch:
         patch.setattr("eos.sinks.files_store.Place.create", crash)
-        with pytest.raises(Exception, match="killed before the manifest"):
+        with pytest.raises(SinkUnavailable, match="killed before the manifest"):
             commit(config, 1)
     crashed = [p for p in data_files(out) if p.split("/")[-1].startswith("epoch-000000000001")]
     assert len(crashed) > 1 and 1 not in manifests(out)  # visible to a plain listing only
@@ -310,3 +311,19 @@ def test_a_directory_inside_another_sinks_or_the_pipelines_tables_is_refused(
     inside = {"windows": [{"files": {"path": str(root)}}], "late": [], "quarantine": []}
     with pytest.raises(ConfigError, match="protocol table"):
         make_pipeline(tmp_path, base=IN_MEMORY, name="p", sinks=inside)
+
+
+def test_committed_json_is_extended_by_each_commit_and_rebuilt_when_it_lagged(
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sink = sinks_for(pipeline(tmp_path, out, format="jsonl"))[0]
+    sink.prepare(pa.schema([]))
+    summary = out / "_eos" / "committed.json"
+    sink.commit(0, pa.table({"n": [1]}), "a")
+    sink.commit(1, pa.table({"n": [2]}), "b")
+    assert json.loads(summary.read_text()) == {"epoch": 1, "files": [
+        "epoch-000000000000-a-part-00000.jsonl", "epoch-000000000001-b-part-00000.jsonl"]}
+    summary.write_text(json.dumps({"epoch": 0, "files": ["epoch-000000000000-a-part-00000.jsonl"]}))
+    sink.commit(2, pa.table({"n": [3]}), "c")  # a crash lost epoch 1's update: rebuilt
+    assert json.loads(summary.read_text())["files"] == [
+        f"epoch-00000000000{e}-{p}-part-00000.jsonl" for e, p in enumerate("abc")]
