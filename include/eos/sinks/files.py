@@ -1,0 +1,259 @@
+"""The ``files`` sink: an output as Parquet or JSON-lines files under a local directory or an
+object-store prefix, optionally partitioned Hive-style, one commit per epoch.
+
+``{files: {path: DIR_OR_URI, format: parquet|jsonl, partition_by: [cols]}}``
+
+**The commit.** Epoch N's files are written first, each whole (locally: a temporary file made
+durable, then renamed into place; on a store: one PUT), under names derived from N and its plan
+hash (``eos.sinks.files_layout``). Then N's manifest, ``_eos/manifests/<N:012d>.json`` (its
+files, row counts, plan hash, schema), is *created*: a link that refuses an existing name
+locally, a PUT with ``If-None-Match: *`` on S3 (``eos.sinks.files_store``). The manifest's
+existence is the commit marker: ``committed_epoch`` is the highest manifest. Of two attempts
+at once exactly one creates it; the other reports already committed (raced). Both wrote the
+same names holding the same rows, so the loser has nothing of its own to remove. Last,
+``_eos/committed.json`` is replaced by the list of every committed file (a convenience for
+readers, rewritten by each commit; the manifests are the truth).
+
+**What readers see.** A reader that takes the files the manifests list (or
+``_eos/committed.json``) sees exactly the committed epochs, each whole. A plain listing of the
+prefix may also see the files of an attempt that crashed before its manifest: they are removed
+by ``abort`` and by the epoch's next commit, which writes the same names anyway. Locally a
+crashed attempt may also leave hidden temporary files (``.epoch-*.tmp``), removed the same way.
+
+**Guarantee on a store without conditional writes.** Should a store accept the conditional
+PUT without enforcing it, two racing attempts would both report COMMITTED, but what they make
+visible is the same: the same names and rows, one manifest. Stores known to enforce it:
+AWS S3, SeaweedFS, recent MinIO (``eos.core.storage.probe_fence`` checks a root's store).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from eos.core.errors import ConfigError, ProtocolViolation, RewindRefused, SinkUnavailable
+from eos.core.layout import table_resource
+from eos.core.outcomes import NO_EPOCH, Outcome
+from eos.core.sink import (
+    SinkCommit,
+    SupportsAssets,
+    SupportsReadBack,
+    SupportsRewind,
+    validated_options,
+)
+from eos.core.storage import resolve
+from eos.sinks.files_layout import (
+    COMMITTED,
+    MANIFEST,
+    MANIFESTS,
+    Manifest,
+    encode,
+    epoch_of,
+    file_names,
+    manifest_name,
+    partitions,
+    refuse_partitions,
+    schema_text,
+)
+from eos.sinks.files_store import Place, supported
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class FilesOptions(BaseModel):
+    """``{files: {path: DIR_OR_URI, format: parquet|jsonl, partition_by: [cols]}}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    path: str = Field(min_length=1, description="An absolute directory or an s3:// prefix, "
+                                                "this sink's alone.")
+    format: Literal["parquet", "jsonl"] = Field(default="parquet",
+                                                description="The files' format.")
+    partition_by: tuple[str, ...] = Field(default=(), description="Hive-style partition "
+                                                                  "columns, outermost first.")
+
+    @field_validator("partition_by")
+    @classmethod
+    def _names(cls, columns: tuple[str, ...]) -> tuple[str, ...]:
+        for column in columns:
+            if not column or any(c in column for c in "/\\=\x00") or column.startswith(("_",
+                                                                                       ".")):
+                raise ValueError(f"{column!r} cannot name a partition directory")
+        if len(set(columns)) != len(columns):
+            raise ValueError("a column is named twice")
+        return columns
+
+
+class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
+    """One output of a pipeline as files, one manifest per epoch."""
+
+    kind = "files"
+    options: FilesOptions
+
+    # -- what runs when the pipeline loads: no I/O, no client library --------------------------
+
+    @classmethod
+    def parse_options(cls, options: Any) -> FilesOptions:
+        parsed = validated_options(FilesOptions, options, "a files sink")
+        if "://" not in parsed.path and not parsed.path.startswith("/"):
+            raise ValueError(f"a files sink: path: an absolute directory or a URI, got "
+                             f"{parsed.path!r}")
+        problem = supported(parsed.path)
+        if problem:
+            raise ValueError(f"a files sink: path: {problem}")
+        try:
+            resolve(parsed.path, "/")
+        except ConfigError as error:
+            raise ValueError(f"a files sink: path: {error}") from None
+        return parsed
+
+    @classmethod
+    def describe(cls, options: FilesOptions) -> str:
+        return options.path
+
+    @classmethod
+    def resources(cls, options: FilesOptions, pipeline_name: str) -> frozenset[str]:
+        """The directory, claimed as a table location is: a files sink inside another's
+        directory, a Delta table's or a protocol table's (or holding one) is refused at load
+        (each commit lists and cleans the whole directory)."""
+        return frozenset({table_resource(resolve(options.path, "/"))})
+
+    @property
+    def place(self) -> Place:
+        return Place(resolve(self.options.path, "/"))
+
+    # -- the two-phase commit -------------------------------------------------------------------
+
+    def prepare(self, schema: pa.Schema) -> None:
+        if not self.place.remote:
+            import os
+
+            os.makedirs(self.place.location(MANIFESTS), exist_ok=True)
+
+    def _epochs(self) -> list[int]:
+        try:
+            names = self.place.names(MANIFESTS)
+        except OSError as error:
+            raise SinkUnavailable(f"sink {self.name}: cannot list its manifests: {error}") \
+                from None
+        found = (MANIFEST.match(name.rsplit("/", 1)[-1]) for name in names)
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def committed_epoch(self, fence: bool = True) -> int:
+        return max(self._epochs(), default=NO_EPOCH)
+
+    def check(self, epoch: int, rows: pa.Table) -> None:
+        refuse_partitions(rows, list(self.options.partition_by), self.name)
+        encode(rows.slice(0, 0) if self.options.format == "parquet" else rows,
+               self.options.format)
+
+    def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        held = self.committed_epoch()
+        if held >= epoch:
+            return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
+        if held != epoch - 1:
+            raise ProtocolViolation(f"sink {self.name} holds epoch {held}; it cannot receive "
+                                    f"epoch {epoch}")
+        try:
+            return self._publish(epoch, rows, plan_hash)
+        except OSError as error:  # a full disk, a lost mount, a store error: retry
+            if epoch in self._epochs():  # another attempt committed (and cleaned) meanwhile
+                return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows,
+                                  raced=True)
+            raise SinkUnavailable(f"sink {self.name}: {error}") from None
+
+    def _publish(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """Data files first, each whole; then the manifest, created only if absent."""
+        form = self.options.format
+        files = file_names(epoch, plan_hash, form,
+                           partitions(rows, list(self.options.partition_by)))
+        for relative, part in files.items():
+            self.place.write(relative, encode(part, form))
+        manifest = Manifest(epoch, plan_hash, {p: t.num_rows for p, t in files.items()},
+                            schema_text(rows.schema))
+        text = manifest.to_json(self.config.name, self.output, form)
+        if not self.place.create(manifest_name(epoch), text):
+            return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows, raced=True)
+        self._clean(epoch, manifest)
+        self._write_committed(manifest)
+        return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows)
+
+    def _write_committed(self, latest: Manifest | None = None) -> None:
+        """``_eos/committed.json``: the last committed epoch and every file the manifests list.
+        Written after the manifest, so it may lag behind the manifests (a crash in between;
+        the next commit rewrites it) but never lists a file no manifest lists. Extended by
+        ``latest`` when it held the epoch before; otherwise rebuilt from every manifest."""
+        previous = self.place.read(COMMITTED)
+        doc = json.loads(previous) if previous else None
+        if latest is not None and doc is not None and doc.get("epoch") == latest.epoch - 1:
+            doc = {"epoch": latest.epoch, "files": [*doc["files"], *latest.files]}
+        else:
+            epochs = self._epochs()
+            doc = {"epoch": max(epochs, default=NO_EPOCH),
+                   "files": [path for epoch in epochs for path in self._manifest(epoch).files]}
+        self.place.write(COMMITTED, json.dumps(doc).encode())
+
+    def _manifest(self, epoch: int) -> Manifest:
+        data = self.place.read(manifest_name(epoch))
+        if data is None:
+            raise SinkUnavailable(f"sink {self.name}: the manifest of epoch {epoch} vanished")
+        return Manifest.from_json(data)
+
+    def _clean(self, epoch: int, manifest: Manifest | None) -> None:
+        """Remove the files of ``epoch`` no manifest lists: what a crashed attempt left, never
+        a committed file (with ``manifest`` None: the epoch is not committed, all go)."""
+        listed = set(manifest.files) if manifest else set()
+        for relative in self.place.names(""):
+            if epoch_of(relative) == epoch and relative not in listed:
+                self.place.delete(relative)
+
+    def abort(self, epoch: int) -> None:
+        """Remove what an attempt at ``epoch`` left and no manifest lists."""
+        held = epoch in self._epochs()
+        self._clean(epoch, self._manifest(epoch) if held else None)
+
+    # -- rewind ---------------------------------------------------------------------------------
+
+    def rewind_target(self, epoch: int) -> int | None:
+        """Files have no versions: a rewind removes the epochs after ``epoch``."""
+        held = self._epochs()
+        if epoch != NO_EPOCH and epoch not in held:
+            raise RewindRefused(f"sink {self.name} has no manifest of epoch {epoch}; rewind "
+                                "to -1 to fill it from the start")
+        return None
+
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """Remove the epochs after ``epoch``, newest first, each manifest before its files:
+        at every moment the manifests name a run ``..M`` of whole epochs, ``M`` shrinking to
+        ``epoch`` (a crash midway leaves a shorter run; the rewind's rerun goes on, and files
+        whose manifest went are removed with it or by the epoch's next commit)."""
+        for later in sorted((e for e in self._epochs() if e > epoch), reverse=True):
+            manifest = self._manifest(later)
+            self.place.delete(manifest_name(later))
+            for relative in manifest.files:
+                self.place.delete(relative)
+            self._clean(later, None)
+        self._write_committed()
+        return None
+
+    # -- the audit and lineage ------------------------------------------------------------------
+
+    def commits(self) -> list[int]:
+        return self._epochs()
+
+    def read_back(self) -> list[dict[str, Any]]:
+        """Every committed row, read by DuckDB (not the library that wrote them) from the
+        files the manifests list, typed as the output's schema."""
+        from eos.sinks.files_read import read_files
+
+        manifests = [self._manifest(epoch) for epoch in self._epochs()]
+        if not manifests:
+            return []
+        return read_files(self.place, manifests, self.options.format)
+
+    def asset_uri(self) -> str:
+        root = self.place.root
+        return root if self.place.remote else f"file://{root}"
