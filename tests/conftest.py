@@ -25,6 +25,7 @@ from eos.tools.pipelines import write_pipeline
 from eos.tools.schema_registry import SchemaRegistryServer
 
 from support.harness import free_port
+from support.pipelines import SHIPPED_PIPELINES
 
 # Property tests run beside Spark jobs on two workers: a per-example time limit would fail them
 # for the machine's load, not for a wrong answer. Each test still bounds its examples.
@@ -37,7 +38,6 @@ pytest_plugins = ["support.store", "support.cluster"]
 # The repository's settings, as ./dev exports them, for a pytest started directly: the package
 # finds nothing through the checkout (eos.core.config.paths).
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED_PIPELINES = REPO / "include" / "pipelines"
 os.environ.setdefault("EOS_PIPELINES_DIR", str(SHIPPED_PIPELINES))
 os.environ.setdefault("EOS_DATA_DIR", str(REPO / "data"))
 os.environ.setdefault("AIRFLOW_HOME", str(REPO / "airflow_home"))

@@ -32,7 +32,6 @@ import pytest
 
 from eos.airflow.environment import prepare_home
 
-SHIPPED_PIPELINES = Path(__file__).resolve().parents[2] / "include" / "pipelines"
 BASE_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 LOCAL_SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
 

@@ -16,7 +16,10 @@ from eos.tools.produce import produce
 
 from support.memory import IN_MEMORY
 
-__all__ = ["IN_MEMORY", "kafka_sinks", "make_pipeline", "same_pipeline"]
+__all__ = ["IN_MEMORY", "SHIPPED_PIPELINES", "kafka_sinks", "make_pipeline", "same_pipeline"]
+
+# The pipelines this repository ships (include/pipelines), which some tests load by name.
+SHIPPED_PIPELINES = Path(__file__).resolve().parents[2] / "include" / "pipelines"
 
 
 def kafka_sinks() -> dict[str, Any]:

@@ -65,7 +65,13 @@ def phase_call(config: PipelineConfig) -> Callable[[Any], Any]:
 
 
 def _phase_logging() -> None:
-    """Send the library's ``phase=...`` lines (logger "eos") to the task log."""
+    """Send the library's ``phase=...`` lines (logger "eos") to the task log, without Airflow's
+    warning that a connection type should not contain '_', which it logs on every read of a
+    connection of the Spark provider's own type ``spark_connect`` (in any deployment, not only
+    where ``eos.airflow.logging_config`` is the logging config)."""
+    import logging
+
     from eos.core.phaselog import configure
 
     configure()
+    logging.getLogger("airflow.sdk.definitions.connection").setLevel(logging.ERROR)

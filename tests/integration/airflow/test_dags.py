@@ -38,7 +38,7 @@ from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec
 
 from support.harness import delta_path, sink, table_versions
-from support.pipelines import make_pipeline
+from support.pipelines import SHIPPED_PIPELINES, make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -78,7 +78,7 @@ def run_id_of(index: int) -> str:
 
 
 def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EOS_PIPELINES_DIR", str(af.SHIPPED_PIPELINES))
+    monkeypatch.setenv("EOS_PIPELINES_DIR", str(SHIPPED_PIPELINES))
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from eos.airflow.assets import sink_assets
@@ -160,14 +160,14 @@ def test_the_pipelines_dir_comes_from_the_variable_when_nothing_else_names_it(
     from eos.airflow import pipeline_dags
 
     monkeypatch.delenv("EOS_PIPELINES_DIR")
-    monkeypatch.setenv("AIRFLOW_VAR_EOS_PIPELINES_DIR", str(af.SHIPPED_PIPELINES))
+    monkeypatch.setenv("AIRFLOW_VAR_EOS_PIPELINES_DIR", str(SHIPPED_PIPELINES))
     assert "eos_clicks" in pipeline_dags()
 
     monkeypatch.delenv("AIRFLOW_VAR_EOS_PIPELINES_DIR")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pipelines").mkdir()
     (tmp_path / "pipelines" / "clicks.yaml").write_text(
-        (af.SHIPPED_PIPELINES / "clicks.yaml").read_text())
+        (SHIPPED_PIPELINES / "clicks.yaml").read_text())
     with caplog.at_level("DEBUG"):
         assert sorted(pipeline_dags()) == ["eos_clicks", "eos_clicks__rewind"]
     # Nothing logged about the lookup (eos's own parse-time warnings aside).
@@ -175,7 +175,7 @@ def test_the_pipelines_dir_comes_from_the_variable_when_nothing_else_names_it(
     assert noise == [], noise
     # An explicit directory beats everything.
     monkeypatch.setenv("EOS_PIPELINES_DIR", str(tmp_path / "nowhere"))
-    assert "eos_clicks" in pipeline_dags(af.SHIPPED_PIPELINES)
+    assert "eos_clicks" in pipeline_dags(SHIPPED_PIPELINES)
 
 
 def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
@@ -191,7 +191,7 @@ def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
         "heavy = ('confluent_kafka', 'deltalake', 'pyarrow', 'pyspark')\n"
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in heavy))\n"
     )
-    env = {**os.environ, "EOS_PIPELINES_DIR": str(af.SHIPPED_PIPELINES)}
+    env = {**os.environ, "EOS_PIPELINES_DIR": str(SHIPPED_PIPELINES)}
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
