@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
 import threading
 from collections.abc import Callable, Iterator
@@ -25,7 +24,6 @@ import psycopg2
 import pyarrow as pa
 import pytest
 
-from eos.core import faults
 from eos.core import sink as sink_module
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
@@ -86,25 +84,6 @@ def schema() -> str:
 @pytest.fixture
 def source() -> MemorySource:
     return MemorySource()
-
-
-@pytest.fixture
-def arm(tmp_path: Path) -> Iterator[Callable[[str], None]]:
-    """``arm("commit.before_checkpoint:fail")``: the first hit raises ``InjectedFault``."""
-    saved = {k: os.environ.get(k) for k in ("EOS_FAULTS", "EOS_FAULTS_DIR")}
-
-    def arm_(spec: str) -> None:
-        os.environ["EOS_FAULTS"] = spec
-        os.environ["EOS_FAULTS_DIR"] = str(tmp_path / "faults")
-        faults._armed.cache_clear()
-
-    yield arm_
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    faults._armed.cache_clear()
 
 
 def options(schema: str, **more: Any) -> dict[str, Any]:

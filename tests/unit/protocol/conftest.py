@@ -6,7 +6,6 @@ Nothing here may reach a broker: every Kafka client constructor fails the test t
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
-from eos.core import faults, kafka
+from eos.core import kafka
 from eos.core.config import PipelineConfig
 
 from support.memory import REWINDABLE_SINKS, STORES, MemorySource, MemoryStager
@@ -58,27 +57,6 @@ def pipeline(tmp_path: Path) -> PipelineConfig:
 def rewindable(tmp_path: Path) -> PipelineConfig:
     """The same pipeline, its sinks able to rewind (``SupportsRewind``)."""
     return make_pipeline(tmp_path, base=IN_MEMORY, sinks=REWINDABLE_SINKS)
-
-
-@pytest.fixture
-def arm(tmp_path: Path) -> Iterator[Callable[[str], None]]:
-    """``arm("commit.between_sinks:fail")``: arm fault points in this process (``fail``: the
-    first hit raises ``InjectedFault``, what a crash there leaves behind, without a crash)."""
-    saved = {k: os.environ.get(k) for k in ("EOS_FAULTS", "EOS_FAULTS_DIR")}
-    directory = tmp_path / "faults"
-
-    def arm_(spec: str) -> None:
-        os.environ["EOS_FAULTS"] = spec
-        os.environ["EOS_FAULTS_DIR"] = str(directory)
-        faults._armed.cache_clear()
-
-    yield arm_
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    faults._armed.cache_clear()
 
 
 class Phases:

@@ -15,7 +15,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from eos.core import faults
 from eos.core import sink as sink_module
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
@@ -51,24 +50,6 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def source() -> MemorySource:
     return MemorySource()
-
-
-@pytest.fixture
-def arm(tmp_path: Path) -> Iterator[Callable[[str], None]]:
-    saved = {k: os.environ.get(k) for k in ("EOS_FAULTS", "EOS_FAULTS_DIR")}
-
-    def arm_(spec: str) -> None:
-        os.environ["EOS_FAULTS"] = spec
-        os.environ["EOS_FAULTS_DIR"] = str(tmp_path / "faults")
-        faults._armed.cache_clear()
-
-    yield arm_
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    faults._armed.cache_clear()
 
 
 def pipeline(tmp_path: Path, out: Path, **options: object) -> PipelineConfig:
