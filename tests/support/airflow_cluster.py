@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import secrets
 import shutil
@@ -32,10 +31,16 @@ from typing import Any
 import httpx
 import psutil
 
-from eos.airflow.environment import PASSWORDS_FILE, airflow_env
+from eos.airflow.environment import airflow_env
 from eos.core.config import PipelineConfig
 
-from support.airflow_standalone import AIRFLOW, TESTS_DIR, stop_process_tree, wait_for
+from support.airflow_standalone import (
+    AIRFLOW,
+    TESTS_DIR,
+    seed_passwords,
+    stop_process_tree,
+    wait_for,
+)
 from support.harness import free_port
 from support.postgres import PostgresServer
 from support.redis_server import RedisServer
@@ -130,6 +135,7 @@ class AirflowCluster:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     token: str = field(default="", repr=False)
+    password: str = field(default="", repr=False)
 
     def problem(self) -> str | None:
         for name, proc in self.procs.items():
@@ -246,6 +252,7 @@ def airflow_cluster(base: Path, configs: list[PipelineConfig], *, postgres: Post
         })
     try:
         _migrate(cluster)
+        cluster.password = seed_passwords(central_home)["admin"]
         for name in CENTRAL:
             cluster.start(name)
         for worker in cluster.workers.values():
@@ -285,9 +292,7 @@ def _wait_healthy(cluster: AirflowCluster) -> None:
     wait_for("both Celery workers to be ready",
              lambda: all("ready." in w.tail(100_000) for w in cluster.workers.values()),
              STARTUP_TIMEOUT_S, workers_up)
-    passwords = cluster.home / PASSWORDS_FILE
-    wait_for(f"{passwords}", passwords.exists, 60, cluster.problem)
-    password = json.loads(passwords.read_text())["admin"]
+    password = cluster.password
 
     def login() -> str:
         response = httpx.post(f"{cluster.base}/auth/token", timeout=30,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -97,6 +98,20 @@ def _dag_scoped_auth_manager() -> type:
                                              access_entity=access_entity, details=details)
 
     return DagScopedAuthManager
+
+def seed_passwords(home: Path, users: str = "admin:admin") -> dict[str, str]:
+    """Write SimpleAuthManager's passwords file before Airflow starts, one generated password
+    per user in ``users`` (its ``name:role,...`` setting). The manager keeps a password it
+    finds, so the test knows every password without waiting for the API server to write the
+    file, and a login that works proves the API server answering is this one."""
+    passwords = {entry.split(":")[0]: secrets.token_urlsafe(12)
+                 for entry in users.split(",") if entry.strip()}
+    path = home / PASSWORDS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(passwords) + "\n")
+    path.chmod(0o600)
+    return passwords
+
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float,
              alive: Callable[[], str | None] = lambda: None) -> Any:
@@ -267,6 +282,7 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_DIR),
                                                           env.get("PYTHONPATH")]))
     env.update(extra_env or {})
+    instance_passwords = seed_passwords(home, users or "admin:admin")
     output = home / "standalone.out"
     with output.open("wb") as sink:
         command = ([sys.executable, "-c", STANDALONE_KEEPING_AUTH_MANAGER]
@@ -275,6 +291,8 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     instance = Airflow(proc, home, env, f"http://127.0.0.1:{port}", output)
+    instance.passwords = instance_passwords
+    instance.password = instance_passwords["admin"]
     try:
         def healthy() -> bool:
             health = httpx.get(f"{instance.base}/api/v2/monitor/health", timeout=10).json()
@@ -283,10 +301,6 @@ def running_airflow(home: Path, configs: list[PipelineConfig], data_dir: Path, *
 
         wait_for("the API server, scheduler and DAG processor to report healthy", healthy,
                  STARTUP_TIMEOUT_S, instance.problem)
-        passwords = home / PASSWORDS_FILE
-        wait_for(f"{passwords}", passwords.exists, 60, instance.problem)
-        instance.passwords = json.loads(passwords.read_text())
-        instance.password = instance.passwords["admin"]
         instance.token = wait_for("a token for admin", lambda: instance.login("admin"), 60,
                                   instance.problem)
         yield instance
