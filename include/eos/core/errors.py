@@ -189,6 +189,17 @@ class MoveRefused(PermanentError):
     would work); nothing was changed."""
 
 
+class TimeLookupWrong(PermanentError):
+    """The broker's offsets for a timestamp disagree with its records (it does not implement
+    Kafka's ListOffsets by timestamp): a start or move by time would skip records, so none is
+    planned."""
+
+
+class StartRefused(ConfigError):
+    """A new pipeline's ``kafka.start`` names offsets its topic does not have (partitions it
+    lacks, offsets outside the log): nothing was planned; the config must say where to start."""
+
+
 # Exit codes of the ``eos`` command and the precommit Spark app, so that a caller that only
 # sees a process (SparkSubmitOperator, a shell) can apply the same retry policy.
 EXIT_PERMANENT = 2

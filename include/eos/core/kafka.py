@@ -32,7 +32,7 @@ from eos.core.bootstrap import FromConnection as FromConnection  # re-exported
 from eos.core.bootstrap import Provided, bootstrap_servers, supplied_settings
 from eos.core.bootstrap import broker_state_path as broker_state_path  # re-exported
 from eos.core.bootstrap import local_broker as local_broker  # re-exported
-from eos.core.errors import DataLoss, KafkaUnavailable, TopicMissing
+from eos.core.errors import DataLoss, KafkaUnavailable, TimeLookupWrong, TopicMissing
 
 _ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
 # Client settings whose value is a secret or says who we are (``redact``): passwords, keys and
@@ -260,8 +260,34 @@ def offsets_for_time(settings: dict[str, Any], topic: str, ms: int) -> dict[int,
         except ck.KafkaException as error:
             raise KafkaUnavailable(f"Kafka at {bootstrap} did not return offsets of {topic} "
                                    f"for timestamp {ms} ({error.args[0].str()})") from None
-        return {tp.partition: tp.offset if tp.offset >= 0
-                else watermarks(c, topic, tp.partition, bootstrap)[1] for tp in found}
+        marks = {tp.partition: watermarks(c, topic, tp.partition, bootstrap) for tp in found}
+        offsets = {tp.partition: tp.offset if tp.offset >= 0 else marks[tp.partition][1]
+                   for tp in found}
+    for partition, offset in offsets.items():
+        check_time_offset(settings, topic, partition, offset, ms, marks[partition])
+    return offsets
+
+
+def check_time_offset(settings: dict[str, Any], topic: str, partition: int, offset: int,
+                      ms: int, marks: tuple[int, int]) -> None:
+    """The broker's answer checked against the records around it: the record before ``offset``
+    is timestamped before ``ms`` and the one at it (if any) at or after. A broker that does not
+    look offsets up by time (librdkafka's mock cluster, the embedded broker, answers the end of
+    the log) would otherwise make a start or a move skip records silently; ``TimeLookupWrong``
+    instead, before anything is planned."""
+    low, high = marks
+    for message in read_partition(settings, topic, partition, max(offset - 1, low),
+                                  min(offset + 1, high), group="eos-time-check",
+                                  timeout_s=10.0):
+        stamp = message.timestamp()[1]
+        wrong = stamp >= ms if message.offset() < offset else stamp < ms
+        if wrong:
+            raise TimeLookupWrong(
+                f"Kafka at {settings['bootstrap.servers']} answered offset {offset} of "
+                f"{topic}[{partition}] for timestamp {ms}, and the record at offset "
+                f"{message.offset()} is timestamped {stamp}: this broker does not look offsets "
+                "up by time (the embedded broker, librdkafka's mock cluster, does not). Start "
+                "from earliest, latest or offsets:<p>=<o>,... instead")
 
 
 # A process keeps one metadata consumer per client settings: a fresh one costs a connection and

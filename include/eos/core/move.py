@@ -21,80 +21,20 @@ configured source is the one the offsets are of already, or for offsets outside 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
+from eos.core.config.positions import POSITIONS, StartPosition
 from eos.core.errors import MoveRefused
 from eos.core.identity import SourceIdentity
 from eos.core.phaselog import elapsed_ms, log_phase, timed
-from eos.core.plan import Plan, Source, committed_source, default_source, plan_from
+from eos.core.plan import Plan, Source, committed_source, default_source, plan_from, position_starts
 from eos.core.rewind import check_none_unfinished
 from eos.core.tables import ensure_tables
 
-POSITIONS = ("earliest", "latest", "timestamp:<ms>", "offsets:<p>=<o>,...")
-_OFFSETS = re.compile(r"^\d+=\d+(,\d+=\d+)*$")
-
-
-@dataclass(frozen=True)
-class StartPosition:
-    """Where the new source is read from: ``earliest``, ``latest``, ``timestamp`` (the first
-    record at or after ``timestamp_ms``) or ``offsets`` (one per partition)."""
-
-    kind: str
-    timestamp_ms: int | None = None
-    offsets: dict[int, int] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str) -> StartPosition:
-        """``earliest``, ``latest``, ``timestamp:<ms>``, ``offsets:<p>=<o>,...``; a
-        ``ValueError`` naming the accepted forms otherwise."""
-        kind, _, value = text.strip().partition(":")
-        if kind in ("earliest", "latest") and not value:
-            return cls(kind)
-        if kind == "timestamp" and value.isdigit():
-            return cls(kind, timestamp_ms=int(value))
-        if kind == "offsets" and _OFFSETS.match(value):
-            pairs = [pair.split("=") for pair in value.split(",")]
-            offsets = {int(p): int(o) for p, o in pairs}
-            if len(offsets) == len(pairs):
-                return cls(kind, offsets=offsets)
-        raise ValueError(f"unknown start position {text!r}; one of: {', '.join(POSITIONS)}")
-
-    def describe(self) -> str:
-        if self.kind == "timestamp":
-            return f"timestamp:{self.timestamp_ms}"
-        if self.kind == "offsets":
-            return "offsets:" + ",".join(f"{p}={o}" for p, o in sorted(self.offsets.items()))
-        return self.kind
-
-    def starts(self, config: PipelineConfig, source: Source,
-               marks: dict[int, tuple[int, int]]) -> dict[int, int]:
-        """The start offset of every partition of the source (``marks``: log start and high
-        watermark per partition); ``MoveRefused`` for offsets the log does not hold."""
-        if self.kind == "earliest":
-            return {p: low for p, (low, _) in marks.items()}
-        if self.kind == "latest":
-            return {p: high for p, (_, high) in marks.items()}
-        if self.kind == "timestamp":
-            assert self.timestamp_ms is not None
-            found = source.offsets_at(config, self.timestamp_ms)
-            return {p: min(max(found.get(p, high), low), high) for p, (low, high) in marks.items()}
-        if set(self.offsets) != set(marks):
-            raise MoveRefused(
-                f"offsets given for partitions {sorted(self.offsets)}, and topic "
-                f"'{config.kafka.topic}' has partitions {sorted(marks)}: give one offset for "
-                "each partition")
-        outside = [f"partition {p}: {o} not in [{marks[p][0]}, {marks[p][1]}]"
-                   for p, o in sorted(self.offsets.items())
-                   if not marks[p][0] <= o <= marks[p][1]]
-        if outside:
-            raise MoveRefused(f"offsets outside topic '{config.kafka.topic}''s log (log start, "
-                              f"high watermark): {'; '.join(outside)}")
-        return dict(self.offsets)
-
+__all__ = ["POSITIONS", "Moved", "StartPosition", "move_source"]
 
 @dataclass(frozen=True)
 class Moved:
@@ -125,8 +65,8 @@ def move_source(config: PipelineConfig, position: StartPosition, *,
         old = committed_source(tables, last)
         _check_moves(config, old, target, committed)
         marks = source.watermarks(config)
-        plan = plan_from(config, committed + 1, position.starts(config, source, marks), marks,
-                         target, source)
+        starts = position_starts(position, config, source, marks)
+        plan = plan_from(config, committed + 1, starts, marks, target, source)
         move = {"from": old.to_dict() if old else None, "to": target.to_dict(),
                 "start": {str(r.partition): r.start for r in plan.ranges},
                 "position": position.describe(), "after_epoch": committed}

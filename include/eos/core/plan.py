@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
-from eos.core.errors import DataLoss, ProtocolViolation, SourceChanged
+from eos.core.config.positions import StartPosition
+from eos.core.errors import (
+    DataLoss,
+    EosError,
+    MoveRefused,
+    ProtocolViolation,
+    SourceChanged,
+    StartRefused,
+)
 from eos.core.identity import SourceIdentity
 from eos.core.kafka import (
     client_settings,
@@ -122,7 +130,8 @@ class Source(Protocol):
 
     def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
         """Per partition, the first offset of a record timestamped ``>= ms`` (else the high
-        watermark): where ``eos move-source --from timestamp:<ms>`` starts."""
+        watermark): where ``kafka.start`` or ``eos move-source --from timestamp:<t>``
+        starts."""
         ...
 
 
@@ -150,15 +159,44 @@ class KafkaSource:
         return offsets_for_time(self._settings(config), config.kafka.topic, ms)
 
 
-def first_offset(config: PipelineConfig, committed: dict[int, int], low: int, high: int) -> int:
-    """Where a partition the checkpoint does not know yet starts: ``kafka.start: latest`` means
-    the high watermark only for a brand-new pipeline (no checkpoint: ``committed`` is empty).
-    A partition that appears after the first epoch (partitions were added to the topic) starts
-    at its log start, as Spark's Kafka source does: every record it holds was produced after
-    the pipeline started, and starting at its end would skip them silently."""
-    if config.kafka.start == "latest" and not committed:
-        return high
-    return low
+def first_offset(config: PipelineConfig, committed: dict[int, int], low: int, high: int,
+                 partition: int = 0) -> int:
+    """Where a partition the checkpoint does not know yet starts, as far as can be told without
+    the broker (``eos status``): ``kafka.start`` only for a brand-new pipeline (no checkpoint:
+    ``committed`` is empty). A partition that appears after the first epoch (partitions were
+    added to the topic) starts at its log start, as Spark's Kafka source does: every record it
+    holds was produced after the pipeline started, and starting at its end would skip them
+    silently."""
+    if committed:
+        return low
+    return config.kafka.start_position.first_guess(partition, low, high)
+
+
+def position_starts(position: StartPosition, config: PipelineConfig, source: Source,
+                    marks: dict[int, tuple[int, int]],
+                    refused: type[EosError] = MoveRefused) -> dict[int, int]:
+    """The start offset of every partition of the source for ``position`` (``marks``: log
+    start and high watermark per partition); ``refused`` for offsets the log does not hold."""
+    if position.kind == "earliest":
+        return {p: low for p, (low, _) in marks.items()}
+    if position.kind == "latest":
+        return {p: high for p, (_, high) in marks.items()}
+    if position.kind == "timestamp":
+        assert position.timestamp_ms is not None
+        found = source.offsets_at(config, position.timestamp_ms)
+        return {p: min(max(found.get(p, high), low), high) for p, (low, high) in marks.items()}
+    if set(position.offsets) != set(marks):
+        raise refused(
+            f"offsets given for partitions {sorted(position.offsets)}, and topic "
+            f"'{config.kafka.topic}' has partitions {sorted(marks)}: give one offset for "
+            "each partition")
+    outside = [f"partition {p}: {o} not in [{marks[p][0]}, {marks[p][1]}]"
+               for p, o in sorted(position.offsets.items())
+               if not marks[p][0] <= o <= marks[p][1]]
+    if outside:
+        raise refused(f"offsets outside topic '{config.kafka.topic}''s log (log start, "
+                      f"high watermark): {'; '.join(outside)}")
+    return dict(position.offsets)
 
 
 def default_source(config: PipelineConfig, source: Source | None) -> Source:
@@ -178,7 +216,7 @@ def check_same_source(config: PipelineConfig, committed: SourceIdentity | None,
         f"its config now reads {configured.describe()}; offsets of one topic or cluster mean "
         "nothing in another, so no epoch is planned. To move the pipeline to the configured "
         f"source, run `eos move-source --pipeline {config.name} --from earliest|latest|"
-        "timestamp:<ms>|offsets:<p>=<o>,...`; or restore the config's old kafka section"
+        "timestamp:<ms or ISO-8601>|offsets:<p>=<o>,...`; or restore the config's old kafka section"
     )
 
 
@@ -204,8 +242,11 @@ def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
     identity = source.identity(config)
     check_same_source(config, since, identity)
     marks = source.watermarks(config)
-    starts = {p: committed.get(p, first_offset(config, committed, low, high))
-              for p, (low, high) in marks.items()}
+    if committed:  # a partition added since starts at its log start (``first_offset``)
+        starts = {p: committed.get(p, low) for p, (low, _) in marks.items()}
+    else:  # a brand-new pipeline: where ``kafka.start`` says, decided once, in this plan
+        starts = position_starts(config.kafka.start_position, config, source, marks,
+                                 refused=StartRefused)
     return plan_from(config, epoch, starts, marks, identity, source)
 
 

@@ -229,7 +229,7 @@ def _register_history(sub: argparse._SubParsersAction, pipeline_args: Callable) 
     p.add_argument("--from", dest="start", type=_start_position, required=True,
                    metavar="POSITION",
                    help="earliest (the log start), latest (the end: only new records), "
-                        "timestamp:<ms> (the first record at or after), or "
+                        "timestamp:<ms or ISO-8601 with zone> (the first record at or after), or "
                         "offsets:<p>=<o>,... (one per partition)")
     p.add_argument("--run-id", default=None, help="recorded with the move in the epoch log")
     p.set_defaults(func=cmd_move_source)

@@ -197,7 +197,7 @@ def test_a_move_that_cannot_be_done_writes_nothing(
 @pytest.mark.parametrize("text", ["", "first", "timestamp:", "timestamp:-5", "offsets:",
                                   "offsets:0=1,0=2", "offsets:0:1", "latest:3"])
 def test_an_unknown_position_is_named(text: str) -> None:
-    with pytest.raises(ValueError, match="earliest, latest, timestamp:<ms>"):
+    with pytest.raises(ValueError, match="earliest, latest, timestamp:<ms or ISO-8601>"):
         StartPosition.parse(text)
 
 

@@ -9,10 +9,13 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
+from eos.core.config.positions import StartPosition
 from eos.core.config.values import DurationMs, Strict, check_name
 
 FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+START_PATTERN = (r"^(earliest|latest|timestamp:(\d+|\d{4}-\d{2}-\d{2}T\S+)"
+                 r"|offsets:\d+=\d+(,\d+=\d+)*)$")
 TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601", "kafka_timestamp")
 # What an editor is told a type looks like (``eos schema``); ``FieldType.parse`` is the rule.
 FIELD_TYPE_SCHEMA: dict[str, Any] = {
@@ -26,10 +29,15 @@ class KafkaConfig(Strict):
     """The topic an epoch reads and how its consumer reads it (``client``: librdkafka settings)."""
 
     topic: str = Field(min_length=1, description="The source topic.")
-    start: Literal["earliest", "latest"] = Field(
+    start: str = Field(
         default="earliest",
-        description="Where a new pipeline starts reading: the log start or the end. A partition "
-                    "that appears after the first epoch starts at its log start either way.")
+        json_schema_extra={"pattern": START_PATTERN},
+        description="Where a new pipeline starts reading: `earliest` (the log start), `latest` "
+                    "(the end), `timestamp:<t>` (the first record whose Kafka timestamp is at or "
+                    "after t: milliseconds since 1970 or an ISO-8601 time with its zone, e.g. "
+                    "`timestamp:2026-11-01T00:00:00Z`) or `offsets:<p>=<o>,...` (one offset for "
+                    "every partition). Decided once, when the first epoch is planned. A "
+                    "partition that appears later starts at its log start whatever this says.")
     client: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="Extra librdkafka settings for every client of the source. `${VAR}` in a "
@@ -37,6 +45,16 @@ class KafkaConfig(Strict):
                     "executors included); secrets belong there, not in this file.")
     read_timeout: DurationMs = Field(
         default=60_000, description="A Spark split that makes no progress this long fails.")
+    @field_validator("start")
+    @classmethod
+    def _known_position(cls, value: str) -> str:
+        return StartPosition.parse(value).describe()
+
+    @property
+    def start_position(self) -> StartPosition:
+        """``start`` as the planner uses it."""
+        return StartPosition.parse(self.start)
+
     split_records: int = Field(
         default=250_000, gt=0,
         description="The most offsets one Spark input split reads: an epoch's ranges are "

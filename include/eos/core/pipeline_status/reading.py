@@ -201,13 +201,13 @@ def _partition_lag(config: PipelineConfig, offsets: dict[int, int], partition: i
                    marks: tuple[int, int] | None) -> PartitionLag:
     """Where the next epoch starts reading ``partition`` and how far behind that is. A partition
     no checkpoint knows yet (before the first epoch, or added later) starts where the plan
-    would start it (``first_offset``: the log start, or with ``kafka.start: latest`` the high
-    watermark for a brand-new pipeline), so its lag is the backlog the next epochs will read,
-    not unknown."""
+    would start it (``first_offset``: the log start, or for a brand-new pipeline where
+    ``kafka.start`` says; a timestamp counts from the log start, an upper bound), so its lag is
+    the backlog the next epochs will read, not unknown."""
     low, high = marks if marks is not None else (None, None)
     start = offsets.get(partition)
     if start is None and low is not None and high is not None:
-        start = first_offset(config, offsets, low, high)
+        start = first_offset(config, offsets, low, high, partition)
     lag = high - start if start is not None and high is not None else None
     return PartitionLag(partition, start, high, lag, low)
 
