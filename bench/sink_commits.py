@@ -286,7 +286,7 @@ def postgres() -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.sink_commits",
-                                description=__doc__.split("\n")[0].strip("`: "))
+                                description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000],
                    help="window rows per epoch (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=5, help="counted epochs per size")
