@@ -114,8 +114,10 @@ def _create_database(server: PostgresServer) -> None:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    """A running server with an empty ``airflow`` database; stopped and deleted afterwards."""
+def postgres_server(durable: bool = False) -> Iterator[PostgresServer]:
+    """A running server with an empty ``airflow`` database; stopped and deleted afterwards.
+    Tests run it without ``fsync`` and ``synchronous_commit`` (nothing of theirs must survive
+    a power cut); ``durable`` keeps PostgreSQL's defaults, for timings a deployment would see."""
     bindir = server_bin()
     assert bindir is not None, missing_reason()
     base = Path(tempfile.mkdtemp(prefix="eos-postgres-"))
@@ -128,8 +130,8 @@ def postgres_server() -> Iterator[PostgresServer]:
         with (base / "postgres.log").open("wb") as log:
             proc = subprocess.Popen(_as_server_user([
                 str(bindir / "postgres"), "-D", str(data), "-h", server.host,
-                "-p", str(server.port), "-k", "", "-c", "fsync=off",
-                "-c", "synchronous_commit=off", "-c", "max_connections=200",
+                "-p", str(server.port), "-k", "", "-c", "max_connections=200",
+                *([] if durable else ["-c", "fsync=off", "-c", "synchronous_commit=off"]),
             ]), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=base)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -23,6 +23,7 @@ from bench import (
     overhead,
     read_path,
     rewind,
+    sink_commits,
     staging_writers,
     state_scale,
     task_startup,
@@ -31,6 +32,8 @@ from bench.__main__ import options_from, parse_args
 from bench.env import environment
 from bench.report import FIGURES, NA, plot, render
 from bench.run import run
+
+from support.postgres import missing_reason as postgres_missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -153,3 +156,20 @@ def test_read_path_benchmark_reads_every_record_each_way(kafka: str, spark: Any,
     assert "| Spark read+parse |" in read_path.render(plan, seconds)
 
 
+
+
+@pytest.mark.skipif(postgres_missing() is not None, reason=str(postgres_missing()))
+def test_sink_commits_benchmark_commits_a_new_epoch_to_every_sink(
+        kafka: str, spark: Any, data_dir: Path, tmp_path: Path) -> None:
+    kinds = ["delta", "kafka", "postgres", "files"]
+    with (environment(tmp_path / "sinks", spark=spark) as env,
+          sink_commits.places(env.workdir, kinds) as where):
+        figures = sink_commits.measure(env, [40, 90], kinds, where, repeat=1, warmup=1,
+                                       log=lambda _msg: None)
+    # measure() raises unless each commit wrote its epoch and, at the end, every sink read back
+    # both epochs' rows once.
+    assert {n: {k: len(t.total) for k, t in by.items()} for n, by in figures.items()} == {
+        n: dict.fromkeys(kinds, 1) for n in (40, 90)}
+    table = sink_commits.render(figures, where, {40: 4, 90: 4})
+    assert "| 90 | postgres |" in table and "| 40 | delta |" in table, table
+    assert "| 1.00x |" in table and "librdkafka's mock cluster" in table, table
