@@ -1,9 +1,11 @@
-"""The event ``filter``: a Spark SQL boolean expression over the declared fields.
+"""The event ``filter`` and a stateless pipeline's ``select``: Spark SQL expressions over the
+declared fields and the Kafka metadata (``eos.core.metadata``).
 
-Checked when the config loads (it parses, it only names declared fields, it is a pure function
-of the record) with sqlglot, so a typo fails before anything is planned, without starting a JVM.
-Spark evaluates it in ``precommit``; the audit evaluates the same expression with DuckDB,
-translated by sqlglot: two engines agreeing is the check.
+Checked when the config loads (it parses, it only names declared fields or metadata, it is a
+pure function of the record; a ``select`` column has a type) with sqlglot, so a typo fails
+before anything is planned, without starting a JVM. Spark evaluates them in ``precommit``; the
+audit evaluates the same expressions with DuckDB, translated by sqlglot: two engines agreeing
+is the check.
 
 Why purity is checked: precommit must be a function of the plan. A retry, a zombie of an earlier
 attempt and a replay after a rewind all recompute epoch N and must stage the same rows; a filter
@@ -81,18 +83,21 @@ _WHY = {
 _SPECIAL_DATETIMES = ("now", "today", "yesterday", "tomorrow")
 
 
-@lru_cache(maxsize=64)
-def _expression(text: str) -> exp.Expression:
+@lru_cache(maxsize=256)
+def _expression(text: str, what: str = "filter") -> exp.Expression:
+    """``text`` parsed and checked; ``what`` names it in a message (``filter``, ``select
+    'page'``)."""
     try:
         tree = sqlglot.parse_one(text, read="spark")
     except SqlglotError as error:
-        raise ValueError(f"filter {text!r} is not a Spark SQL expression: "
+        raise ValueError(f"{what} {text!r} is not a Spark SQL expression: "
                          f"{str(error).splitlines()[0]}") from None
     if isinstance(tree, exp.Query | exp.Command) or tree.find(exp.Subquery, exp.AggFunc):
-        raise ValueError(f"filter {text!r} must be a row predicate (no queries or aggregates)")
+        raise ValueError(f"{what} {text!r} must be a row expression (no queries or "
+                         "aggregates)")
     problems = _impurities(tree)
     if problems:
-        raise ValueError(f"filter {text!r} must be a pure function of the record (precommit "
+        raise ValueError(f"{what} {text!r} must be a pure function of the record (precommit "
                          f"recomputes it on every retry and replay): {'; '.join(problems)}")
     return tree
 
@@ -153,12 +158,64 @@ def _impurities(tree: exp.Expression) -> list[str]:
     return found
 
 
-def filter_columns(text: str) -> list[str]:
-    """The columns a filter reads; raises ``ValueError`` naming the problem if it does not parse
-    or is not a pure function of the record."""
-    return sorted({column.name for column in _expression(text).find_all(exp.Column)})
+def filter_columns(text: str, what: str = "filter") -> list[str]:
+    """The columns an expression reads; raises ``ValueError`` naming the problem if it does not
+    parse or is not a pure function of the record."""
+    return sorted({column.name for column in _expression(text, what).find_all(exp.Column)})
 
 
 def filter_for_duckdb(text: str) -> str:
-    """The filter in DuckDB's dialect, for the audit's independent evaluation."""
+    """The expression in DuckDB's dialect, for the audit's independent evaluation."""
     return _expression(text).sql(dialect="duckdb")
+
+
+# sqlglot's types, as the config's grammar names them (``eos.core.config.FieldType``).
+_GRAMMAR = {**dict.fromkeys(("BIGINT", "INT", "SMALLINT", "TINYINT"), "long"),
+            **dict.fromkeys(("DOUBLE", "FLOAT"), "double"),
+            **dict.fromkeys(("VARCHAR", "TEXT", "CHAR", "NCHAR", "NVARCHAR"), "string"),
+            "BOOLEAN": "boolean"}
+
+
+def expression_type(text: str, what: str, columns: dict[str, str]) -> str:
+    """The type of a ``select`` expression over ``columns`` (name -> Spark SQL type), as the
+    grammar writes it (``long``, ``decimal(38,9)``): the type its output column gets, in
+    every sink, before any record is read. The outermost ``CAST`` decides when there is one;
+    otherwise sqlglot's type inference. An expression whose type cannot be told, or is not one
+    eos carries (dates, arrays, ...), is refused naming a ``CAST`` that would settle it."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    tree = _expression(text, what)
+    found: exp.DataType | None
+    if isinstance(tree, exp.Cast | exp.TryCast):
+        found = tree.to
+    else:
+        schema = {"event": dict(columns)}
+        query = qualify(exp.select(tree.copy().as_("out")).from_("event"), schema=schema,
+                        dialect="spark")
+        query = annotate_types(query, schema=schema, dialect="spark")
+        assert isinstance(query, exp.Select)
+        found = query.selects[0].type
+    return _grammar_type(found, text, what)
+
+
+def _grammar_type(found: exp.DataType | None, text: str, what: str) -> str:
+    name = found.this.name if found is not None else "UNKNOWN"
+    if name in _GRAMMAR:
+        return _GRAMMAR[name]
+    if found is not None and name == "DECIMAL":
+        params = [p.this.name for p in found.expressions]
+        if len(params) == 2 and all(p.isdigit() for p in params):
+            return f"decimal({params[0]},{params[1]})"
+    shown = ("an unknown type" if found is None or name == "UNKNOWN"
+             else f"type {found.sql(dialect='spark')}")
+    raise ValueError(f"{what} {text!r} has {shown}; write CAST(... AS type) with type one of "
+                     "string, bigint, double, boolean, decimal(p,s)")
+
+
+def expression_for_duckdb(text: str, sql_type: str) -> str:
+    """A ``select`` expression in DuckDB's dialect, cast to its column's type (``sql_type``,
+    Spark's name) as Spark's result is: the audit's reference value."""
+    cast = exp.Cast(this=_expression(text).copy(),
+                    to=exp.DataType.build(sql_type, dialect="spark"))
+    return cast.sql(dialect="duckdb")

@@ -1,4 +1,5 @@
-"""The three outputs of an epoch, shaped for sinks: ``windows``, ``late`` and ``quarantine``.
+"""The outputs of an epoch, shaped for sinks: ``windows``, ``late`` and ``quarantine``; or,
+for a pipeline without windows, ``rows`` and ``quarantine``.
 
 Staging holds every row of an epoch in one wide schema; a sink receives, per output, a table in
 that output's schema. Every sink of an output receives the same rows (Delta and Kafka alike).
@@ -16,8 +17,9 @@ import pyarrow.compute as pc
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.config import FieldType, PipelineConfig
 from eos.core.limits import RAW_PREFIX_BYTES
+from eos.core.metadata import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from eos.core.schema import arrow_type
-from eos.core.tables import TS, group_column
+from eos.core.tables import ROW_TOPIC, TS, group_column, row_column
 
 MS_TO_US = 1000
 QUARANTINE_SCHEMA = pa.schema(
@@ -56,9 +58,20 @@ def late_schema(config: PipelineConfig) -> pa.Schema:
                       ("offset", pa.int64()), ("kafka_timestamp", TS), ("epoch", pa.int64())])
 
 
+def rows_schema(config: PipelineConfig) -> pa.Schema:
+    """docs/pipelines.md, "Stateless pipelines": the selected columns, then where the row's
+    record is in Kafka (``kafka_topic``, ``kafka_partition``, ``kafka_offset``: what tells a
+    duplicate) and ``epoch``."""
+    return pa.schema([*[(name, arrow_type(ftype)) for name, ftype in config.row_columns.items()],
+                      (KAFKA_TOPIC, pa.string()), (KAFKA_PARTITION, pa.int32()),
+                      (KAFKA_OFFSET, pa.int64()), ("epoch", pa.int64())])
+
+
 def output_schema(config: PipelineConfig, output: str) -> pa.Schema:
     if output == "windows":
         return windows_schema(config)
+    if output == "rows":
+        return rows_schema(config)
     if output == "late":
         return late_schema(config)
     return QUARANTINE_SCHEMA
@@ -90,6 +103,20 @@ def window_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Tabl
         "epoch": _epoch(epoch, rows.num_rows),
     }
     schema = windows_schema(config)
+    return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+
+
+def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
+    """A stateless epoch's rows, in (partition, offset) order: one per accepted record."""
+    rows = _kind(staged, "output").sort_by([("partition", "ascending"), ("offset", "ascending")])
+    cols = {
+        **{name: rows[row_column(name)] for name in config.row_columns},
+        KAFKA_TOPIC: rows[ROW_TOPIC],
+        KAFKA_PARTITION: rows["partition"],
+        KAFKA_OFFSET: rows["offset"],
+        "epoch": _epoch(epoch, rows.num_rows),
+    }
+    schema = rows_schema(config)
     return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
@@ -194,6 +221,9 @@ def epoch_outputs(config: PipelineConfig, staged: pa.Table, epoch: int,
                   previous_watermark: int | None) -> dict[str, pa.Table]:
     """Rows per output of a staged epoch. ``previous_watermark`` is wm(N-1), the watermark the
     epoch's late records were judged against (recorded in each late row)."""
+    if config.stateless:
+        return {"rows": row_rows(config, staged, epoch),
+                "quarantine": quarantine_rows(staged, epoch)}
     return {
         "windows": window_rows(config, staged, epoch),
         "late": late_rows(config, staged, epoch,

@@ -272,7 +272,8 @@ def plan_from(config: PipelineConfig, epoch: int, starts: dict[int, int],
     available = {p: marks[p][1] - starts[p] for p in marks}
     taken = cap_fairly(available, config.epoch.max_records)
     ranges = tuple(PartitionRange(p, starts[p], starts[p] + taken[p]) for p in sorted(marks))
-    clock = int(time.time() * 1000) if config.window.idle_timeout is not None else None
+    clock = (int(time.time() * 1000)
+             if config.window is not None and config.window.idle_timeout is not None else None)
     log_phase("begin.watermarks", epoch=epoch, **source.describe(config), watermarks=marks)
     return Plan(config.name, topic, epoch, ranges, clock, identity.cluster_id)
 

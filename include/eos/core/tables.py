@@ -79,15 +79,27 @@ CHECKPOINTS_SCHEMA = pa.schema(
 )
 
 GROUP_PREFIX = "g__"  # group fields; state (s__) and output (o__) columns: eos.core.aggregations
+ROW_PREFIX = "r__"  # a stateless pipeline's selected columns
+ROW_TOPIC = "r__kafka_topic"  # ... and the topic of each row's record
 
 
 def group_column(name: str) -> str:
     return f"{GROUP_PREFIX}{name}"
 
 
+def row_column(name: str) -> str:
+    return f"{ROW_PREFIX}{name}"
+
+
 def staging_schema(config: PipelineConfig) -> pa.Schema:
     """The protocol's columns, then the group fields, every aggregation's state columns and
-    output column: derived from the config, which is why its schema view may not change."""
+    output column; without windows, each row's topic and selected columns (its partition and
+    offset are the protocol's): derived from the config, which is why its schema view may not
+    change."""
+    if config.stateless:
+        return pa.schema([*STAGING_PROTOCOL, (ROW_TOPIC, pa.string()),
+                          *[(row_column(name), arrow_type(ftype))
+                            for name, ftype in config.row_columns.items()]])
     fields = config.event.fields
     groups = [(group_column(g), arrow_type(fields[g].type)) for g in config.group_by]
     aggs = aggregations_for(config)

@@ -72,8 +72,8 @@ def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
 
 def _windows_of(config: PipelineConfig, t: int) -> list[tuple[int, int]]:
     """Fixed windows [k*slide, k*slide + size) holding t (tumbling: slide = size)."""
-    size = config.window.size
-    slide = config.window.slide or size
+    size = config.windows.size
+    slide = config.windows.slide or size
     first, last = (t - size) // slide + 1, t // slide
     return [(k * slide, k * slide + size) for k in range(first, last + 1)]
 
@@ -218,8 +218,8 @@ class _Reference:
 
     def _add(self, event: Event, previous: int | None, epoch: int) -> None:
         group = tuple(event.fields[g] for g in self.config.group_by)
-        if self.config.window.type == "session":
-            start, end = event.time, event.time + self.config.window.gap
+        if self.config.windows.type == "session":
+            start, end = event.time, event.time + self.config.windows.gap
             if previous is not None and end <= previous:
                 self._late(event, start, end, epoch)
                 return
@@ -236,7 +236,7 @@ class _Reference:
                 self.open.setdefault((group, start, end), []).append(event.fields)
 
     def _advance(self, plan: Plan) -> None:
-        window = self.config.window
+        window = self.config.windows
         if self.max_event is not None:
             candidate = self.max_event - window.allowed_lateness
             self.watermark = candidate if self.watermark is None else max(self.watermark,

@@ -153,8 +153,8 @@ def _windows_view(config: PipelineConfig, rows: list[dict[str, Any]]) -> list[st
               if spec.function == "count" and spec.field is None]
     if counts:
         total = sum(r.get(counts[0]) or 0 for r in rows)
-        if config.window.type == "hopping":
-            per_event = config.window.size // config.window.slide
+        if config.windows.type == "hopping":
+            per_event = config.windows.size // config.windows.slide
             line += f", {total} (event, window) pairs aggregated (each event is in {per_event})"
         else:
             line += f", {total} events aggregated"

@@ -129,7 +129,7 @@ def test_log_retention_has_a_floor_that_outlasts_an_attempt(tmp_path: Path) -> N
         load_config(_write(tmp_path, {**GOOD, "epoch": {"log_retention": "10m"}}))
 
 
-@pytest.mark.parametrize("missing", ["kafka", "window", "name", "event", "aggregations"])
+@pytest.mark.parametrize("missing", ["kafka", "name", "event"])
 def test_missing_field_is_named(tmp_path: Path, missing: str) -> None:
     data = {k: v for k, v in GOOD.items() if k != missing}
     with pytest.raises(ConfigError, match=f"field '{missing}': Field required"):

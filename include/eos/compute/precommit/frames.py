@@ -60,7 +60,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
     try:
         keep, stats = input_stats(F, config, parsed, timings)
         watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
-        windows = window_type(config.window)
+        windows = window_type(config.windows)
         pairs = window_pairs(F, windows, parsed, keep)
         late = late_split(F, windows, marks)
         partials = partial_windows(F, pairs.where(~late), list(config.group_by),
@@ -138,7 +138,7 @@ def merge_state(spark: Any, F: Any, config: PipelineConfig, state: ResumePoint, 
     merges every open window; changes need only the rows closing now."""
     group = list(config.group_by)
     aggs = aggregations_for(config)
-    windows = window_type(config.window)
+    windows = window_type(config.windows)
     previous, read_rows = state_frame(spark, config, state,
                                       EVERY_ROW if state.snapshot else windows.reads(watermark))
     for name in group:

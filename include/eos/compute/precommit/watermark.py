@@ -41,9 +41,9 @@ def epoch_watermark(config: PipelineConfig, plan: Plan, state: ResumePoint,
     """wm(N) and the max event time over epochs <= N: the watermark rule lives here, once."""
     candidates = [m for m in (state.max_event_ms, max_event_ms) if m is not None]
     max_event = max(candidates) if candidates else None
-    watermark = advance_watermark(state.watermark_ms, max_event, config.window.allowed_lateness)
+    watermark = advance_watermark(state.watermark_ms, max_event, config.windows.allowed_lateness)
     if plan.records == 0:
-        watermark = idle_watermark(watermark, plan.clock_ms, config.window.idle_timeout)
+        watermark = idle_watermark(watermark, plan.clock_ms, config.windows.idle_timeout)
     return watermark, max_event
 
 

@@ -146,7 +146,7 @@ def collects(config: PipelineConfig, plan: Plan, state: ResumePoint, frames: Fra
         return False
     if state.snapshot:  # a snapshot stages every open window again
         predicted = max(predicted, frames.read_rows)
-    bound = frames.read_rows + plan.records * window_type(config.window).windows_per_event()
+    bound = frames.read_rows + plan.records * window_type(config.windows).windows_per_event()
     return (predicted <= config.spark.collect_rows and bound <= COLLECT_MAX_ROWS
             and frames.quarantined_bytes <= COLLECT_RAW_BYTES)
 

@@ -62,6 +62,36 @@ def _collision(who: str, resource: str, other: str, theirs: str) -> str:
             "write one place; give each its own")
 
 
+def check_shape(config: PipelineConfig) -> None:
+    """An aggregating pipeline has ``window`` and ``aggregations`` (and may have ``group_by``);
+    a stateless one has none of them, ``select`` at most, and its sinks say ``rows``. A mix
+    is refused naming the keys: half a window spec is a mistake, not a pipeline."""
+    given = {key for key in ("group_by", "window", "aggregations")
+             if getattr(config, key)}
+    if config.window is not None and config.aggregations:
+        if config.select:
+            raise ValueError("select is for a pipeline without windows; an aggregating "
+                             "pipeline groups and aggregates the declared fields")
+        if config.sinks.rows is not None:
+            raise ValueError("sinks: rows is the output of a pipeline without windows; an "
+                             "aggregating pipeline's outputs are windows, late and quarantine")
+        if config.event.time.format == "none":
+            raise ValueError("event.time: windows need an event time (a field, or "
+                             "format: kafka_timestamp)")
+        return
+    if given:
+        missing = sorted({"window", "aggregations"} - given)
+        raise ValueError(f"{sorted(given)} given without {missing}: an aggregating pipeline "
+                         "has window and aggregations (group_by optional); a pipeline "
+                         "without windows has none of them")
+    extra = sorted({"windows", "late"} & config.sinks.model_fields_set)
+    if extra:
+        raise ValueError(f"sinks: {extra} are outputs of an aggregating pipeline; a pipeline "
+                         "without windows has rows and quarantine")
+    if not config.sinks.rows:
+        raise ValueError("sinks: rows needs at least one sink")
+
+
 def check_fields_declared(config: PipelineConfig) -> None:
     """Every field used is declared and fits its use: one message naming it."""
     declared = config.event.fields

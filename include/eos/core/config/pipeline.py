@@ -6,23 +6,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from eos.core.config.alerts import AlertsConfig
 from eos.core.config.checks import (
     check_fields_declared,
     check_root_keeps_the_fence,
+    check_shape,
     check_sinks_apart,
     check_sinks_can_serve,
     check_unique_sinks,
 )
 from eos.core.config.paths import tables_base
+from eos.core.config.rows import Select, row_types
 from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
 from eos.core.config.schedule import ScheduleSpec, cron_string_schema
-from eos.core.config.sinks import SinksConfig, TablesConfig
-from eos.core.config.source import MAX_STRING_BYTES, EventConfig, KafkaConfig
-from eos.core.config.values import Strict
+from eos.core.config.sinks import OUTPUTS, ROW_OUTPUTS, SinksConfig, TablesConfig
+from eos.core.config.source import MAX_STRING_BYTES, EventConfig, FieldType, KafkaConfig
+from eos.core.config.values import Strict, not_null_schema
 from eos.core.config.windows import Aggregations, WindowConfig
 from eos.core.storage import resolve
 
@@ -42,10 +44,22 @@ class PipelineConfig(Strict):
         default_factory=list,
         description="Declared fields every window is grouped by; none: one aggregate per "
                     "window.")
-    window: WindowConfig = Field(description="The event-time windows.")
+    window: WindowConfig | None = Field(
+        default=None, json_schema_extra=not_null_schema,
+        description="The event-time windows. With aggregations: an aggregating pipeline; "
+                    "without both: a stateless one, one row per accepted event.")
     aggregations: Aggregations = Field(
+        default_factory=dict,
         description="Output column: function(field), e.g. {views: count(*), revenue: "
-                    "sum(revenue)}.")
+                    "sum(revenue)}. Given with window, or not at all.")
+    select: Select = Field(
+        default_factory=dict,
+        description="A pipeline without windows: its output columns, each a Spark SQL "
+                    "expression over the declared fields and the Kafka metadata (kafka_topic, "
+                    "kafka_partition, kafka_offset, kafka_timestamp, kafka_timestamp_type, "
+                    "kafka_key), deterministic functions only. Default: every declared field. "
+                    "Every row also carries kafka_topic, kafka_partition, kafka_offset and "
+                    "epoch.")
     epoch: EpochConfig = Field(default_factory=EpochConfig,
                                description="How big an epoch is and how long history is kept.")
     tables: TablesConfig = Field(default_factory=TablesConfig,
@@ -64,6 +78,22 @@ class PipelineConfig(Strict):
                                  description="Stall alerts.")
     # Where the config was read from, set by the loader; not a key of the file.
     source_path: SkipJsonSchema[str | None] = None
+    # A stateless pipeline's row columns and their types, decided once at load (``row_types``).
+    _rows: dict[str, FieldType] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rows_sink_default(cls, data: Any) -> Any:
+        """A stateless pipeline's rows go to ``{delta: target}`` unless its sinks say where:
+        the default the windows have in an aggregating one."""
+        if isinstance(data, dict) and data.get("window") is None \
+                and data.get("aggregations") is None:
+            sinks = data.get("sinks")
+            if sinks is None:
+                sinks = {}
+            if isinstance(sinks, dict) and "rows" not in sinks and "windows" not in sinks:
+                data = {**data, "sinks": {**sinks, "rows": [{"delta": "target"}]}}
+        return data
 
     @field_validator("sinks")
     @classmethod
@@ -72,7 +102,17 @@ class PipelineConfig(Strict):
         return sinks
 
     # Pydantic runs these in the order written: check_sinks_can_serve builds the outputs'
-    # schemas from fields check_fields_declared has passed.
+    # schemas from fields check_fields_declared has passed, and the rows' types.
+    @model_validator(mode="after")
+    def _shape(self) -> PipelineConfig:
+        check_shape(self)
+        if self.stateless:
+            try:
+                self._rows = row_types(self)
+            except ValueError as error:  # named at the top level: a check across sections
+                raise ValueError(str(error)) from None
+        return self
+
     @model_validator(mode="after")
     def _root_keeps_the_fence(self) -> PipelineConfig:
         check_root_keeps_the_fence(self)
@@ -93,6 +133,29 @@ class PipelineConfig(Strict):
         check_sinks_can_serve(self)
         return self
 
+    @property
+    def stateless(self) -> bool:
+        """No windows: one row per accepted event (``select``), no watermark, no state."""
+        return self.window is None
+
+    @property
+    def windows(self) -> WindowConfig:
+        """The windows of an aggregating pipeline (a stateless one has none: a bug to ask)."""
+        if self.window is None:
+            raise AssertionError(f"pipeline {self.name} has no windows")
+        return self.window
+
+    @property
+    def row_columns(self) -> dict[str, FieldType]:
+        """A stateless pipeline's selected columns and their types, in order."""
+        return dict(self._rows)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """What each epoch produces, in commit order: ``windows``, ``late``, ``quarantine``;
+        without windows ``rows`` and ``quarantine``."""
+        return ROW_OUTPUTS if self.stateless else OUTPUTS
+
     def schema_view(self) -> dict[str, Any]:
         """The config that decides what committed rows mean: event parsing, grouping, windows,
         aggregations. Committed epochs record it; a pipeline whose view changed is refused."""
@@ -107,10 +170,12 @@ class PipelineConfig(Strict):
         # (Confluent's import mode). A registry with other ids is another source, as another
         # Kafka cluster is: in the view, a new URL would refuse the first and not see the second.
         del event["schema_registry"]
+        if self.stateless:
+            return {"event": event, "select": dict(self.select)}
         return {
             "event": event,
             "group_by": list(self.group_by),
-            "window": self.window.model_dump(mode="json"),
+            "window": self.windows.model_dump(mode="json"),
             "aggregations": {k: str(v) for k, v in self.aggregations.items()},
         }
 

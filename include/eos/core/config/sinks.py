@@ -8,12 +8,14 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
 
 from eos.core.config.paths import tables_base
-from eos.core.config.values import Strict
+from eos.core.config.values import Strict, not_null_schema
 from eos.core.errors import ConfigError
 from eos.core.sink import sink_class
 from eos.core.storage import refuse_unsafe_settings, resolve
 
-OUTPUTS = ("windows", "late", "quarantine")  # what an epoch produces; each goes to its sinks
+# What an epoch produces, each to its sinks: with windows, and without (``PipelineConfig.outputs``).
+OUTPUTS = ("windows", "late", "quarantine")
+ROW_OUTPUTS = ("rows", "quarantine")
 
 
 class TablesConfig(Strict):
@@ -70,11 +72,17 @@ class SinksConfig(Strict):
     late: list[SinkSpec] = Field(
         default_factory=lambda: [{"delta": "late"}], validate_default=True,
         description="Sinks of the late records (may be []). Default: [{delta: late}].")
+    rows: list[SinkSpec] | None = Field(
+        default=None, json_schema_extra=not_null_schema,
+        description="A pipeline without windows: sinks of its rows (one per accepted event), "
+                    "in commit order. Default there: [{delta: target}]; refused with windows.")
     quarantine: list[SinkSpec] = Field(
         default_factory=lambda: [{"delta": "quarantine"}], validate_default=True,
         description="Sinks of the quarantined records (may be []). Default: "
                     "[{delta: quarantine}].")
 
     def by_output(self) -> list[tuple[str, dict[str, Any]]]:
-        """(output, spec) in commit order: outputs as declared here, sinks as listed."""
-        return [(output, spec) for output in OUTPUTS for spec in getattr(self, output)]
+        """(output, spec) in commit order: outputs as declared here, sinks as listed. A
+        pipeline without windows has ``rows`` (and ``quarantine``) only."""
+        outputs = ROW_OUTPUTS if self.rows is not None else OUTPUTS
+        return [(output, spec) for output in outputs for spec in getattr(self, output)]

@@ -11,12 +11,13 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, mo
 
 from eos.core.config.positions import StartPosition
 from eos.core.config.values import DurationMs, Strict, check_name
+from eos.core.metadata import METADATA
 
 FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 START_PATTERN = (r"^(earliest|latest|timestamp:(\d+|\d{4}-\d{2}-\d{2}T\S+)"
                  r"|offsets:\d+=\d+(,\d+=\d+)*)$")
-TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601", "kafka_timestamp")
+TIME_FORMATS = ("epoch_ms", "epoch_s", "iso8601", "kafka_timestamp", "none")
 # What an editor is told a type looks like (``eos schema``); ``FieldType.parse`` is the rule.
 FIELD_TYPE_SCHEMA: dict[str, Any] = {
     "type": "string",
@@ -90,6 +91,14 @@ class FieldType(Strict):
     def numeric(self) -> bool:
         return self.name in ("long", "double", "decimal")
 
+    @property
+    def sql(self) -> str:
+        """The type's Spark SQL name (what a select's column is cast to)."""
+        if self.name == "decimal":
+            return f"DECIMAL({self.precision},{self.scale})"
+        return {"string": "STRING", "long": "BIGINT", "double": "DOUBLE",
+                "boolean": "BOOLEAN"}[self.name]
+
 
 class FieldSpec(Strict):
     """One declared event field: where it is in the JSON object and what type it must have.
@@ -139,22 +148,24 @@ class FieldSpec(Strict):
 
 
 class TimeConfig(Strict):
-    """Where event time comes from: a field in one of the formats, or the Kafka timestamp."""
+    """Where event time comes from: a field in one of the formats, the Kafka timestamp, or
+    nowhere (``none``: a pipeline without windows, which no event-time rule applies to)."""
 
     field: str | None = Field(
         default=None,
         description="The field (dotted path) holding the event time; none for kafka_timestamp.")
-    format: Literal["epoch_ms", "epoch_s", "iso8601", "kafka_timestamp"] = Field(
+    format: Literal["epoch_ms", "epoch_s", "iso8601", "kafka_timestamp", "none"] = Field(
         default="epoch_ms",
         description="epoch_ms (an integer), epoch_s (a number; fractions exact to the "
-                    "millisecond), iso8601 (with Z or an offset), or kafka_timestamp (the "
-                    "record's Kafka timestamp, no field).")
+                    "millisecond), iso8601 (with Z or an offset), kafka_timestamp (the "
+                    "record's Kafka timestamp, no field), or none (no event time: a pipeline "
+                    "without windows, where it is the default).")
 
     @model_validator(mode="after")
     def _field_iff_needed(self) -> TimeConfig:
-        if self.format == "kafka_timestamp" and self.field is not None:
-            raise ValueError("format kafka_timestamp takes no field")
-        if self.format != "kafka_timestamp" and not self.field:
+        if self.format in ("kafka_timestamp", "none") and self.field is not None:
+            raise ValueError(f"format {self.format} takes no field")
+        if self.format not in ("kafka_timestamp", "none") and not self.field:
             raise ValueError(f"format {self.format} needs the field the time is in")
         return self
 
@@ -164,9 +175,16 @@ class TimeConfig(Strict):
 
 
 def _fields(value: Any) -> dict[str, FieldSpec]:
-    """``fields: {name: TYPE or {path, type, optional}}``; a pipeline declares at least one."""
+    """``fields: {name: TYPE or {path, type, optional}}``; a pipeline declares at least one.
+    The Kafka metadata's names (``eos.core.metadata``) are not a field's to take: a filter or
+    a select naming one must mean one thing."""
     if not isinstance(value, dict) or not value:
         raise ValueError("fields: a mapping of name -> type (at least one)")
+    taken = sorted(str(name) for name in value if str(name).lower() in METADATA)
+    if taken:
+        raise ValueError(f"fields: {taken} are reserved for Kafka metadata "
+                         f"({', '.join(METADATA)}); give the fields other names (path: keeps "
+                         "where they are in the record)")
     return {check_name(str(name), "field"): FieldSpec.parse(str(name), spec)
             for name, spec in value.items()}
 
@@ -240,7 +258,10 @@ class EventConfig(Strict):
         default=None,
         description="Where writer schemas are fetched by id; required for avro, protobuf and "
                     "json_schema, refused for json.")
-    time: TimeConfig = Field(description="Where the event time is.")
+    time: TimeConfig = Field(
+        default_factory=lambda: TimeConfig(format="none"),
+        description="Where the event time is. Required with windows; a pipeline without "
+                    "windows needs none (format: none, its default).")
     fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields),
                       WithJsonSchema({"type": "object", "minProperties": 1,
                                       "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9_]*$"},
@@ -251,8 +272,10 @@ class EventConfig(Strict):
                     "field.")
     filter: str | None = Field(
         default=None,
-        description="A Spark SQL predicate over the fields; events where it is not true are "
-                    "dropped and counted (they still advance the watermark). Only deterministic "
+        description="A Spark SQL predicate over the fields and the Kafka metadata (kafka_topic, "
+                    "kafka_partition, kafka_offset, kafka_timestamp, kafka_timestamp_type, "
+                    "kafka_key); events where it is not true are dropped and counted (they "
+                    "still advance the watermark). Only deterministic "
                     "functions are accepted; rand(), current_timestamp(), uuid() and the like "
                     "are refused at load.")
     max_future: DurationMs = Field(
@@ -284,8 +307,8 @@ class EventConfig(Strict):
             # loads every config while only a pipeline with a filter needs it.
             from eos.core.filters import filter_columns
 
-            unknown = sorted(set(filter_columns(self.filter)) - set(self.fields))
+            unknown = sorted(set(filter_columns(self.filter)) - set(self.fields) - set(METADATA))
             if unknown:
                 raise ValueError(f"filter uses {unknown}, which are not declared fields "
-                                 f"(declared: {sorted(self.fields)})")
+                                 f"(declared: {sorted(self.fields)}) or Kafka metadata")
         return self

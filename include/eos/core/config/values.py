@@ -40,6 +40,15 @@ DURATION_SCHEMA: dict[str, Any] = {
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms), WithJsonSchema(DURATION_SCHEMA)]
 
 
+def not_null_schema(schema: dict[str, Any]) -> None:
+    """An optional section's editor schema without its null: leaving the key out is how a
+    file says "none" (``eos schema``; the loader takes null too)."""
+    options = [o for o in schema.pop("anyOf", []) if o.get("type") != "null"]
+    if options:
+        schema.update(options[0])
+    schema.pop("default", None)
+
+
 def check_name(value: str, what: str) -> str:
     """A declared field or aggregation name becomes a column: it must be one SQL can name
     unquoted and must not shadow a window column."""

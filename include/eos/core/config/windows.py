@@ -40,7 +40,10 @@ class AggregationSpec(Strict):
 
 
 def _aggregations(value: Any) -> dict[str, AggregationSpec]:
-    """``aggregations: {output column: function(field)}``; a pipeline computes at least one."""
+    """``aggregations: {output column: function(field)}``; an aggregating pipeline computes at
+    least one (null or absent: a stateless pipeline)."""
+    if value is None:
+        return {}
     if not isinstance(value, dict) or not value:
         raise ValueError("aggregations: a mapping of output column -> function(field), "
                          "e.g. {views: count(*)}")
