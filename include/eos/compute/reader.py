@@ -34,6 +34,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from eos.core.metadata import TIMESTAMP_TYPES
+from eos.core.schema import with_metadata
+
 RAW_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -47,6 +50,9 @@ RAW_SCHEMA = pa.schema(
 RAW_DDL = (
     "topic string, partition int, offset long, timestamp_ms long, key binary, value binary"
 )
+# With ``timestamp_types``, ``read_split`` adds each record's timestamp type after RAW_SCHEMA's
+# columns: CreateTime, LogAppendTime, or null when it has none.
+TIMESTAMP_TYPE = pa.field("timestamp_type", pa.string())
 BATCH_RECORDS = 10_000
 # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by default) once its
 # prefetch queue is over queued.max.messages.kbytes (64 MiB for all the consumer's partitions).
@@ -55,6 +61,9 @@ BATCH_RECORDS = 10_000
 # unchanged, so memory is too). A pipeline's ``kafka.client`` may still set its own.
 QUEUE_BACKOFF = {"fetch.queue.backoff.ms": 10}
 PARSE_OPTION = "parse_event"
+# With ``parse_event``: also carry every record's key as text and timestamp type
+# (``eos.core.schema.with_metadata``), for a pipeline that reads them.
+METADATA_OPTION = "metadata"
 # Values that change every epoch (precommit's wm(N-1)), given as ``{"column": long}``: the reader
 # appends each to every row as a column. Spark compiles a literal into the generated code of the
 # stage that uses it, so a value that is new each epoch, written in the plan, would cost a
@@ -160,6 +169,7 @@ class KafkaRangeReader(DataSourceReader):
         self.faults = json.loads(options.get("faults") or "{}")
         self.event_option = options.get(PARSE_OPTION) or ""
         self.event = _event(self.event_option)
+        self.metadata = options.get(METADATA_OPTION) == "true"
         self.constants = _constants(options.get(CONSTANTS_OPTION))
 
     def partitions(self) -> list[InputPartition]:
@@ -219,7 +229,8 @@ class KafkaRangeReader(DataSourceReader):
         from eos.core import faults
 
         faults.adopt(self.faults)
-        records = read_split(self.topic, split, self._settings(), self.timeout_s)
+        records = read_split(self.topic, split, self._settings(), self.timeout_s,
+                             timestamp_types=self.metadata)
         if self.event is not None:
             records = self._parsed(records)
         for batch in records:
@@ -232,7 +243,8 @@ class KafkaRangeReader(DataSourceReader):
         if parser is None:  # compiled once per worker and declaration (and event.format)
             parser = _parsers[self.event_option] = parser_for(self.event)
         for batch in records:
-            yield parser.parse_batch(batch)
+            parsed = parser.parse_batch(batch)
+            yield with_metadata(parsed, batch) if self.metadata else parsed
 
 
 def _constants(value: str | None) -> dict[str, int]:
@@ -256,7 +268,8 @@ def with_constants(rows: Rows, constants: dict[str, int]) -> Rows:
 
 
 def read_split(
-    topic: str, split: KafkaSplit, settings: dict[str, Any], timeout_s: float
+    topic: str, split: KafkaSplit, settings: dict[str, Any], timeout_s: float,
+    timestamp_types: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of exactly the records of the split's pieces, one consumer for all."""
     import confluent_kafka as ck
@@ -298,7 +311,7 @@ def read_split(
             if finished:  # nothing more of those partitions is wanted: stop fetching them
                 c.pause([ck.TopicPartition(topic, p) for p in finished])
             if len(records) >= BATCH_RECORDS or (reading.done and records):
-                yield _raw_batch(topic, records)
+                yield _raw_batch(topic, records, timestamp_types)
                 faults.hit("precommit.mid_read")
                 records = []
     finally:
@@ -352,9 +365,9 @@ class _Progress:
                          for p in sorted(self.open))
 
 
-def _raw_batch(topic: str, records: list[Any]) -> pa.RecordBatch:
+def _raw_batch(topic: str, records: list[Any], timestamp_types: bool) -> pa.RecordBatch:
     n = len(records)
-    return pa.RecordBatch.from_arrays(
+    batch = pa.RecordBatch.from_arrays(
         [pa.array([topic] * n, pa.string()),
          pa.array([m.partition() for m in records], pa.int32()),
          pa.array([m.offset() for m in records], pa.int64()),
@@ -363,6 +376,10 @@ def _raw_batch(topic: str, records: list[Any]) -> pa.RecordBatch:
          pa.array([m.value() for m in records], pa.binary())],
         schema=RAW_SCHEMA,
     )
+    if not timestamp_types:
+        return batch
+    types = [TIMESTAMP_TYPES.get(m.timestamp()[0]) for m in records]
+    return batch.append_column(TIMESTAMP_TYPE, pa.array(types, pa.string()))
 
 
 class SplitsRead:
@@ -401,9 +418,9 @@ def schema_ddl(options: dict[str, str]) -> str:
     constants = constants_ddl(_constants(options.get(CONSTANTS_OPTION)))
     if event is None:
         return RAW_DDL + constants
-    from eos.core.schema import ddl, parsed_schema
+    from eos.core.schema import ddl, read_schema
 
-    return ddl(parsed_schema(event)) + constants
+    return ddl(read_schema(event, options.get(METADATA_OPTION) == "true")) + constants
 
 
 class KafkaRangeDataSource(DataSource):

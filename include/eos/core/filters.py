@@ -176,26 +176,25 @@ _GRAMMAR = {**dict.fromkeys(("BIGINT", "INT", "SMALLINT", "TINYINT"), "long"),
             "BOOLEAN": "boolean"}
 
 
+# Predicates: boolean whatever their operands (a comparison, a logical operator, a test).
+_PREDICATES = (exp.Predicate, exp.Connector, exp.Not, exp.Is, exp.Boolean)
+
+
 def expression_type(text: str, what: str, columns: dict[str, str]) -> str:
     """The type of a ``select`` expression over ``columns`` (name -> Spark SQL type), as the
     grammar writes it (``long``, ``decimal(38,9)``): the type its output column gets, in
-    every sink, before any record is read. The outermost ``CAST`` decides when there is one;
-    otherwise sqlglot's type inference. An expression whose type cannot be told, or is not one
-    eos carries (dates, arrays, ...), is refused naming a ``CAST`` that would settle it."""
-    from sqlglot.optimizer.annotate_types import annotate_types
-    from sqlglot.optimizer.qualify import qualify
-
+    every sink, before any record is read. Only what cannot be mistaken decides it: a column's
+    own type, an outermost ``CAST``, or a predicate's boolean. Anything else is refused, naming
+    the ``CAST`` that would settle it: a type inferred without Spark may not be Spark's (sqlglot
+    types ``concat(1, 'a')`` as a number), and a wrong one would cast every value to it."""
     tree = _expression(text, what)
-    found: exp.DataType | None
+    found: exp.DataType | None = None
     if isinstance(tree, exp.Cast | exp.TryCast):
         found = tree.to
-    else:
-        schema = {"event": dict(columns)}
-        query = qualify(exp.select(tree.copy().as_("out")).from_("event"), schema=schema,
-                        dialect="spark")
-        query = annotate_types(query, schema=schema, dialect="spark")
-        assert isinstance(query, exp.Select)
-        found = query.selects[0].type
+    elif isinstance(tree, exp.Column) and tree.name in columns:
+        found = exp.DataType.build(columns[tree.name], dialect="spark")
+    elif isinstance(tree, _PREDICATES):
+        found = exp.DataType.build("BOOLEAN")
     return _grammar_type(found, text, what)
 
 
@@ -207,10 +206,11 @@ def _grammar_type(found: exp.DataType | None, text: str, what: str) -> str:
         params = [p.this.name for p in found.expressions]
         if len(params) == 2 and all(p.isdigit() for p in params):
             return f"decimal({params[0]},{params[1]})"
-    shown = ("an unknown type" if found is None or name == "UNKNOWN"
+    shown = ("no type eos can tell without running it" if found is None or name == "UNKNOWN"
              else f"type {found.sql(dialect='spark')}")
     raise ValueError(f"{what} {text!r} has {shown}; write CAST(... AS type) with type one of "
-                     "string, bigint, double, boolean, decimal(p,s)")
+                     "string, bigint, double, boolean, decimal(p,s) (a column alone, or a "
+                     "comparison, needs none)")
 
 
 def expression_for_duckdb(text: str, sql_type: str) -> str:

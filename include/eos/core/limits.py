@@ -24,6 +24,7 @@ REASON_BYTES = 4096  # a quarantine reason: fixed texts quoting a field's name a
 DIGEST_BYTES = 66  # a quoted SHA-256 in hex
 BINARY_BYTES = 4 * -(-RAW_PREFIX_BYTES // 3) + 2  # a quoted base64 prefix
 HEADER_BYTES = 1024  # eos-pipeline, eos-epoch, eos-plan-hash, eos-lineage
+TOPIC_CHARS = 249  # Kafka's longest topic name
 
 _LATE = ("event_time", "window_start", "window_end", "watermark", "partition", "offset",
          "kafka_timestamp", "epoch")
@@ -43,7 +44,15 @@ def largest_record_bytes(config: PipelineConfig, output: str) -> int:
               for g in config.group_by}
     if output == "quarantine":
         return _object(_QUARANTINE) + HEADER_BYTES
-    if output == "late":
+    if output == "rows":
+        # A select's string column is counted as a declared string: a select that builds a
+        # longer one (concat, repeat, the record's key) is refused by the sink's check before
+        # the epoch is sealed, not here.
+        columns = {**{name: string if ftype.name == "string" else SCALAR_BYTES
+                      for name, ftype in config.row_columns.items()},
+                   "kafka_topic": JSON_ESCAPE * TOPIC_CHARS + 2,
+                   **dict.fromkeys(("kafka_partition", "kafka_offset", "epoch"), SCALAR_BYTES)}
+    elif output == "late":
         columns = {**groups, **dict.fromkeys(_LATE, SCALAR_BYTES)}
     else:
         columns = {**groups, "window_start": SCALAR_BYTES, "window_end": SCALAR_BYTES,

@@ -22,6 +22,11 @@ EVENT_MS = "__event_ms"
 RAW_KEY = "__raw_key"
 RAW_VALUE = "__raw_value"
 REASON = "__reason"  # null: the record parsed; else why it is quarantined
+# Read only when a pipeline names them (``eos.core.metadata.READ_ON_DEMAND``): the record's key
+# as text and its timestamp's type, after the parsed columns.
+KEY_TEXT = "__kafka_key"
+TS_TYPE = "__kafka_ts_type"
+METADATA_SCHEMA = pa.schema([(KEY_TEXT, pa.string()), (TS_TYPE, pa.string())])
 
 
 def arrow_type(ftype: FieldType) -> pa.DataType:
@@ -56,6 +61,25 @@ def parsed_schema(event: EventConfig) -> pa.Schema:
          (EVENT_MS, pa.int64()), *field_schema(event),
          (RAW_KEY, pa.binary()), (RAW_VALUE, pa.binary()), (REASON, pa.string())]
     )
+
+
+def read_schema(event: EventConfig, metadata: bool) -> pa.Schema:
+    """What the reader emits per Kafka record: ``parsed_schema``, and with ``metadata`` the
+    record's key as text and its timestamp's type (``with_metadata``)."""
+    parsed = parsed_schema(event)
+    return pa.schema([*parsed, *METADATA_SCHEMA]) if metadata else parsed
+
+
+def with_metadata(parsed: pa.RecordBatch, raw: pa.RecordBatch) -> pa.RecordBatch:
+    """A parsed batch with its raw records' key as text (``eos.core.metadata.key_text``) and
+    timestamp type: what a pipeline reading ``kafka_key`` or ``kafka_timestamp_type`` needs of
+    every record, not only of a quarantined one."""
+    from eos.core.metadata import key_text
+
+    keys = pa.array([key_text(k) for k in raw.column("key").to_pylist()], pa.string())
+    return pa.RecordBatch.from_arrays(
+        [*parsed.columns, keys, raw.column("timestamp_type")],
+        schema=pa.schema([*parsed.schema, *METADATA_SCHEMA]))
 
 
 def ddl(schema: pa.Schema) -> str:

@@ -38,15 +38,19 @@ from eos.tools.audit_checks import (
 )
 from eos.tools.audit_reference import Record, reference
 from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+from eos.tools.audit_rows import compare_row_values, row_reference
 from eos.tools.audit_second_reading import read_back_with_version, reread_sink, reread_source
 
 READ_TIMEOUT_S = 30.0
+# confluent-kafka's timestamp type codes, as Kafka names the types (the audit's own table).
+_TIMESTAMP_TYPES = {1: "CreateTime", 2: "LogAppendTime"}
 
 
 def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
                until: int) -> list[Record]:
     """Every record in ``[start, until)`` of one partition, with a plain consumer."""
-    return [Record(partition, m.offset(), m.timestamp()[1], m.value())
+    return [Record(partition, m.offset(), m.timestamp()[1], m.value(), m.key(),
+                   _TIMESTAMP_TYPES.get(m.timestamp()[0]))
             for m in read_partition(settings, topic, partition, start, until, group="eos-audit",
                                     timeout_s=READ_TIMEOUT_S)]
 
@@ -84,7 +88,7 @@ def audit(config: PipelineConfig) -> AuditReport:
         for plan in plans
     ]
     report.problems.extend(reread_source(report, settings, epochs))
-    expected = reference(config, epochs)
+    expected = row_reference(config, epochs) if config.stateless else reference(config, epochs)
     report.records = expected.records
     report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
     for sink in sinks_for(config):
@@ -102,6 +106,8 @@ def audit(config: PipelineConfig) -> AuditReport:
         compare_rows(report, sink.name, want, got)
         if sink.output == "windows":
             compare_window_values(report, config, sink.name, expected.rows["windows"], held)
+        elif sink.output == "rows":
+            compare_row_values(report, config, sink.name, expected.rows["rows"], held)
         commits = sink.commits()
         # A sink may forget old commits (a Kafka sink's marker topic is compacted to the last
         # marker), never hold one twice or miss the last: a contiguous run ending at N.

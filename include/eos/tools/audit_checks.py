@@ -34,6 +34,8 @@ def row_identity(config: PipelineConfig, output: str) -> Callable[[dict[str, Any
     if output == "windows":
         names = [*config.group_by, "window_start", "window_end", "epoch"]
         return lambda row: tuple(_ms(row[n]) for n in names)
+    if output == "rows":  # a record's row: its coordinates (a duplicate is one held twice)
+        return lambda row: (row["kafka_topic"], row["kafka_partition"], row["kafka_offset"])
     if output == "late":
         return lambda row: (row["partition"], row["offset"], _ms(row["window_start"]),
                             _ms(row["window_end"]), row["epoch"])

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from eos.compute.formats import Parsed
 from eos.compute.formats.json import Parser
-from eos.core.config import OUTPUTS, FieldType, PipelineConfig
+from eos.core.config import FieldType, PipelineConfig
 from eos.core.errors import ConfigError
 from eos.core.outputs import overflow_reason, overflow_type
 from eos.core.plan import Plan
@@ -31,6 +31,8 @@ class Record(NamedTuple):
     offset: int
     timestamp_ms: int
     value: bytes | None
+    key: bytes | None = None
+    timestamp_type: str | None = None  # CreateTime, LogAppendTime; None: the record has none
 
 
 class Event(NamedTuple):
@@ -46,7 +48,8 @@ class Expected:
     every epoch (None: no event yet)."""
 
     rows: dict[str, list[dict[str, Any]]] = field(
-        default_factory=lambda: {output: [] for output in OUTPUTS})
+        default_factory=lambda: {output: [] for output in ("windows", "late", "rows",
+                                                           "quarantine")})
     watermarks: dict[int, int | None] = field(default_factory=dict)
     records: int = 0
     filtered: dict[int, int] = field(default_factory=dict)
@@ -170,19 +173,23 @@ def _audit_decoder(event_format: str) -> Any:
     return decoders[event_format]
 
 
+def event_parser(config: PipelineConfig) -> Any:
+    """The parse rules (shared: they specify a valid event) over the audit's own decoding."""
+    if config.event.format == "json":
+        return Parser(config.event)
+    from eos.compute.formats.records import RecordParser
+
+    assert config.event.schema_registry is not None
+    return RecordParser(config.event,
+                        _audit_decoder(config.event.format)(config.event.schema_registry))
+
+
 class _Reference:
     """The pipeline's semantics (docs/pipelines.md), replayed record by record, epoch by epoch."""
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
-        self.parser: Any = Parser(config.event)
-        if config.event.format != "json":  # its own decoding; the field rules are shared
-            from eos.compute.formats.records import RecordParser
-
-            assert config.event.schema_registry is not None
-            self.parser = RecordParser(config.event,
-                                       _audit_decoder(config.event.format)(
-                                           config.event.schema_registry))
+        self.parser = event_parser(config)
         self.names = list(config.event.fields)
         self.expected = Expected()
         self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events

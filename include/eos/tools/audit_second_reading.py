@@ -21,24 +21,26 @@ LIBRARY_DELTA = "delta-rs"
 READ_BACK_ATTEMPTS = 3
 
 
-def _source_row(partition: int, offset: int, timestamp_ms: int, value: bytes | None) -> dict:
+def _source_row(partition: int, offset: int, timestamp_ms: int, value: bytes | None,
+                key: bytes | None) -> dict:
     return {"partition": partition, "offset": offset, "timestamp_ms": timestamp_ms,
-            "value": value}
+            "value": value, "key": key}
 
 
 def reread_source(report: AuditReport, settings: dict[str, Any],
                   epochs: list[tuple[Plan, list[Record]]]) -> list[Problem]:
     """The committed ranges read again with aiokafka: the same records (offset, timestamp,
-    value) as confluent-kafka read, or a ``READERS_DISAGREE`` problem per record that differs.
+    key, value) as confluent-kafka read, or a ``READERS_DISAGREE`` problem per record that differs.
     A record is compared once even when ranges overlap (``check_offsets`` reports overlaps)."""
     problems: list[Problem] = []
     for topic in dict.fromkeys(plan.topic for plan, _ in epochs):
         ranges = [(r.partition, r.start, r.until) for plan, _ in epochs if plan.topic == topic
                   for r in plan.ranges]
-        ours = {(r.partition, r.offset): _source_row(*r) for plan, records in epochs
-                if plan.topic == topic for r in records}
+        ours = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
+                                                    r.value, r.key)
+                for plan, records in epochs if plan.topic == topic for r in records}
         theirs = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
-                                                      r.value)
+                                                      r.value, r.key)
                   for r in independent.read_ranges(settings, topic, ranges)}
         where = f"source {topic}"
         report.second_readings[where] = (independent.KAFKA_READER, len(theirs))

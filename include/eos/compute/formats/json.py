@@ -69,6 +69,8 @@ class Parser:
         self.schema = parsed_schema(event)
         self._max_future = event.max_future
         self._fields, self._arrow_types, self._time = declared_uses(event)
+        # No event time (a pipeline without windows): no time rule applies, event time 0.
+        self._timeless = event.time.format == "none"
         uses = [*self._fields, *([self._time] if self._time else [])]
         self._uses = uses
         root = compile_struct(uses)
@@ -111,7 +113,9 @@ class Parser:
             return None
         if not raw.isascii() and utf8_error(raw) is not None:
             return None
-        if self._time is None:
+        if self._timeless:
+            ms = 0
+        elif self._time is None:
             if kafka_ts_ms is None or not 0 <= kafka_ts_ms <= MAX_TS_MS:
                 return None
             ms = kafka_ts_ms
@@ -182,6 +186,8 @@ class Parser:
         return "rejected by the parser"
 
     def _time_reason(self, doc: dict, kafka_ts_ms: int | None) -> str | None:
+        if self._timeless:
+            return None
         if self._time is None:
             if kafka_ts_ms is None or kafka_ts_ms < 0:
                 return "the record has no Kafka timestamp"
@@ -259,7 +265,9 @@ class Parser:
                      bad: set[int]) -> tuple[list, pa.Array]:
         """The batch's event times (a list, and the column): a row whose time is outside
         1970..9999 or too far ahead of its Kafka timestamp is added to ``bad``."""
-        if self._time is None:
+        if self._timeless:
+            ms = [0] * len(kafka_ts)
+        elif self._time is None:
             ms = _pylist(kafka_ts)
             if kafka_ts.null_count:
                 ms = [-1 if t is None else t for t in ms]

@@ -93,6 +93,7 @@ class RecordParser:
         self._decoder = decoder
         self._max_future = event.max_future
         self._fields, self._arrow_types, self._time = declared_uses(event)
+        self._timeless = event.time.format == "none"  # no time rule applies: event time 0
         self._time_get = _getter(self._time.path if self._time is not None else ())
         self._gets = [_getter(use.path) for use in self._fields]
 
@@ -116,7 +117,9 @@ class RecordParser:
         decides, and says why): indexing instead of ``lookup``, no reasons built. Accepts
         nothing ``_event`` refuses, with the same values
         (``tests/unit/compute/formats/test_avro.py``)."""
-        if self._time is None:
+        if self._timeless:
+            ms = 0
+        elif self._time is None:
             if kafka_ts_ms is None or not 0 <= kafka_ts_ms <= MAX_TS_MS:
                 return None
             ms = kafka_ts_ms
@@ -179,6 +182,8 @@ class RecordParser:
     def _event_ms(self, record: dict[str, Any],
                   kafka_ts_ms: int | None) -> tuple[int | None, str | None]:
         """The event time (ms) or why there is none: JSON's checks, plus timestamps."""
+        if self._timeless:
+            return 0, None
         if self._time is None:
             if kafka_ts_ms is None or kafka_ts_ms < 0:
                 return None, "the record has no Kafka timestamp"

@@ -343,8 +343,8 @@ def lookup(doc: dict, use: Use) -> tuple[Any, str | None]:
 def declared_uses(event: EventConfig) -> tuple[list[Use], list[pa.DataType], Use | None]:
     """The declared fields as every parser applies them (JSON's in ``eos.compute.formats.json``,
     the decoded-record formats' in ``eos.compute.formats.records``), their Arrow types, and the
-    event time's field (None for ``kafka_timestamp``): one compilation, so the formats cannot
-    drift apart."""
+    event time's field (None for ``kafka_timestamp`` and ``none``): one compilation, so the
+    formats cannot drift apart."""
     fields = [
         Use(_label(name, spec.path), spec.path, spec.type.name, spec.optional, spec,
              event.max_string_bytes)
@@ -352,7 +352,7 @@ def declared_uses(event: EventConfig) -> tuple[list[Use], list[pa.DataType], Use
     ]
     types = [arrow_type(spec.type) for spec in event.fields.values()]
     time: Use | None = None
-    if event.time.format != "kafka_timestamp":
+    if event.time.format not in ("kafka_timestamp", "none"):
         assert event.time.field is not None
         time = Use(f"'{event.time.field}'", event.time.path, event.time.format, optional=False)
     return fields, types, time

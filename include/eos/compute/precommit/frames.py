@@ -21,10 +21,29 @@ from eos.compute.precommit.watermark import (
 from eos.compute.windows import END, START, WindowType, columns, window_type
 from eos.core.aggregations import Aggregation, Lifts, aggregations_for, lifts_all, output_column
 from eos.core.config import PipelineConfig
+from eos.core.config.rows import metadata_read
 from eos.core.errors import ConfigError
+from eos.core.metadata import (
+    KAFKA_KEY,
+    KAFKA_OFFSET,
+    KAFKA_PARTITION,
+    KAFKA_TIMESTAMP,
+    KAFKA_TIMESTAMP_TYPE,
+    KAFKA_TOPIC,
+)
 from eos.core.phaselog import timed
 from eos.core.plan import Plan
-from eos.core.schema import EVENT_MS, KAFKA_TS, OFFSET, PARTITION, RAW_KEY, RAW_VALUE, REASON
+from eos.core.schema import (
+    EVENT_MS,
+    KAFKA_TS,
+    KEY_TEXT,
+    OFFSET,
+    PARTITION,
+    RAW_KEY,
+    RAW_VALUE,
+    REASON,
+    TS_TYPE,
+)
 from eos.core.tables import group_column
 from eos.core.window_state import EVERY_ROW
 
@@ -56,8 +75,9 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
     # wm(N-1) travels with the records, as Flink's watermarks travel in its streams: a column
     # of the input, not a literal of the plan (``PREVIOUS_WATERMARK``).
     marks = previous_watermark(state)
-    parsed = read_parsed(spark, config, plan, marks).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = read_parsed(spark, config, plan, marks).persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        parsed = with_metadata(F, config, cached, plan.topic)
         keep, stats = input_stats(F, config, parsed, timings)
         watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
         windows = window_type(config.windows)
@@ -70,7 +90,18 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
         yield Frames(result, side, stats["max_event"], stats["filtered"],
                      stats["bad_bytes"] or 0, watermark, max_event, read_rows)
     finally:
-        parsed.unpersist()
+        cached.unpersist()
+
+
+def with_metadata(F: Any, config: PipelineConfig, parsed: Any, topic: str) -> Any:
+    """``parsed`` with the Kafka metadata the pipeline's filter and select read, as columns of
+    their reserved names (``eos.core.metadata``)."""
+    sources = {KAFKA_TOPIC: F.lit(topic), KAFKA_PARTITION: F.col(PARTITION),
+               KAFKA_OFFSET: F.col(OFFSET), KAFKA_TIMESTAMP: F.col(KAFKA_TS),
+               KAFKA_TIMESTAMP_TYPE: F.col(TS_TYPE), KAFKA_KEY: F.col(KEY_TEXT)}
+    for name in sorted(metadata_read(config)):
+        parsed = parsed.withColumn(name, sources[name])
+    return parsed
 
 
 def _filter(F: Any, config: PipelineConfig) -> Any:
@@ -156,18 +187,20 @@ def merge_state(spark: Any, F: Any, config: PipelineConfig, state: ResumePoint, 
     return result, read_rows
 
 
-def side_rows(F: Any, config: PipelineConfig, parsed: Any, late_pairs: Any) -> Any:
-    """The rows staged beside the windows: each late (record, window) pair, and each
-    quarantined record with its raw bytes and reason."""
+def side_rows(F: Any, config: PipelineConfig, parsed: Any, late_pairs: Any | None) -> Any:
+    """The rows staged beside the windows: each late (record, window) pair (none without
+    windows), and each quarantined record with its raw bytes and reason."""
     group = list(config.group_by)
-    late_rows = late_pairs.select(
-        F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
-        F.col(EVENT_MS).alias("event_ms"), START, END,
-        F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
-        F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
     quarantined = parsed.where(F.col(REASON).isNotNull()).select(
         F.lit("quarantine").alias("kind"),
         F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
         F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
         F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
+    if late_pairs is None:
+        return quarantined
+    late_rows = late_pairs.select(
+        F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
+        F.col(EVENT_MS).alias("event_ms"), START, END,
+        F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+        F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
     return late_rows.unionByName(quarantined, allowMissingColumns=True)

@@ -10,9 +10,11 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from eos.core.config import EventConfig, PipelineConfig
+from eos.core.config.rows import metadata_read
 from eos.core.kafka import client_settings, security_keys
+from eos.core.metadata import READ_ON_DEMAND
 from eos.core.plan import Plan
-from eos.core.schema import parsed_schema
+from eos.core.schema import read_schema
 
 
 def parse_records(event: EventConfig) -> Callable[[Iterator[pa.RecordBatch]],
@@ -59,6 +61,7 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
 
     from eos.compute.reader import (
         CONSTANTS_OPTION,
+        METADATA_OPTION,
         PARSE_OPTION,
         event_option,
         shareable_client,
@@ -85,9 +88,17 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
     }
     if parse:
         options[PARSE_OPTION] = event_option(config.event)
+        if reads_metadata(config):
+            options[METADATA_OPTION] = "true"
     if constants:
         options[CONSTANTS_OPTION] = json.dumps(constants)
     return options
+
+
+def reads_metadata(config: PipelineConfig) -> bool:
+    """Whether the reader carries every record's key and timestamp type: only for a pipeline
+    that reads them (they cost every record's key bytes in the parsed input)."""
+    return bool(metadata_read(config) & READ_ON_DEMAND)
 
 
 def read_parsed(spark: Any, config: PipelineConfig, plan: Plan, marks: dict[str, int]) -> Any:
@@ -98,4 +109,5 @@ def read_parsed(spark: Any, config: PipelineConfig, plan: Plan, marks: dict[str,
 
     if plan.records:
         return read_ranges(spark, config, plan, parse=True, constants=marks)
-    return local_frame(spark, with_constants(parsed_schema(config.event).empty_table(), marks))
+    empty = read_schema(config.event, reads_metadata(config)).empty_table()
+    return local_frame(spark, with_constants(empty, marks))

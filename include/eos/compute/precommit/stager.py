@@ -1,5 +1,6 @@
 """``SparkStager``: precommit's compute on Spark, the steps in order (resume, read and parse,
-watermark, windows, late split, state merge, side rows, staging write).
+watermark, windows, late split, state merge, side rows, staging write; without windows: read
+and parse, filter, select, staging write).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 
 from eos.compute.precommit.frames import epoch_frames
 from eos.compute.precommit.resume import resume_state
+from eos.compute.precommit.rows import NOTHING, row_frames
 from eos.compute.precommit.write import write_epoch
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
@@ -29,11 +31,13 @@ class SparkStager:
               previous: Checkpoint | None, timings: dict[str, float]) -> StagedFiles:
         """Epoch N written as staging files: a pure function of the plan and epoch N-1's state
         (no clock, no randomness), so every attempt writes the same rows."""
-        state = resume_state(config, tables, previous)
+        state = NOTHING if config.stateless else resume_state(config, tables, previous)
         with timed() as took:
             session = self.spark if self.spark is not None else _local_session(config)
         timings["spark_start"] = took["ms"]
-        with epoch_frames(session, config, plan, state, timings) as frames:
+        compute = row_frames(session, config, plan, timings) if config.stateless else \
+            epoch_frames(session, config, plan, state, timings)
+        with compute as frames:
             return write_epoch(config, tables, plan, state, frames, timings)
 
 

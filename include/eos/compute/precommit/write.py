@@ -57,11 +57,13 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
     partition). A window whose end is at or before wm(N) is an ``output`` row (final values),
     any other an ``open_kind`` row (an open window of a snapshot, or a change)."""
     schema = _without_epoch(staging_schema(config))
-    outputs, states = _final_and_state_columns(config)
-    emit = F.col(END) <= F.lit(watermark)
-    columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit(open_kind))}
-    columns.update({c: F.when(emit, F.col(c)) for c in outputs})
-    columns.update({c: F.when(~emit, F.col(c)) for c in states})
+    columns: dict[str, Any] = {}
+    if not config.stateless:  # a stateless epoch's rows are all output rows already
+        outputs, states = _final_and_state_columns(config)
+        emit = F.col(END) <= F.lit(watermark)
+        columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit(open_kind))}
+        columns.update({c: F.when(emit, F.col(c)) for c in outputs})
+        columns.update({c: F.when(~emit, F.col(c)) for c in states})
     windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
                                       for f in schema])
     side = frames.side.select(*[_column(F, f, {}, frames.side.columns) for f in schema])
@@ -87,6 +89,14 @@ def collected_windows(config: PipelineConfig, plan: Plan, windows: pa.Table, wat
     for name in states:
         columns[name] = pc.if_else(emit, pa.scalar(None, windows[name].type), windows[name])
     return _conform(_without_epoch(staging_schema(config)), columns, windows.num_rows)
+
+
+def _collected_output(config: PipelineConfig, plan: Plan, frames: Frames, watermark: int,
+                      open_kind: str) -> pa.Table:
+    """The windows (or a stateless epoch's rows: all output rows) collected and staged."""
+    if config.stateless:
+        return collected_side(config, plan, frames.windows.toArrow())
+    return collected_windows(config, plan, frames.windows.toArrow(), watermark, open_kind)
 
 
 def collected_side(config: PipelineConfig, plan: Plan, side: pa.Table) -> pa.Table:
@@ -141,6 +151,9 @@ def collects(config: PipelineConfig, plan: Plan, state: ResumePoint, frames: Fra
     late row, or one quarantine row) and its quarantined records are not wide. Both are known
     before Spark computes anything; a limit on the collect would cost a shuffle to one
     partition, what collecting saves."""
+    if config.stateless:  # one row per record at most, known before Spark computes
+        return (0 < plan.records <= min(config.spark.collect_rows, COLLECT_MAX_ROWS)
+                and frames.quarantined_bytes <= COLLECT_RAW_BYTES)
     predicted = state.staged_rows
     if config.spark.collect_rows == 0 or predicted is None or frames.read_rows is None:
         return False
@@ -179,8 +192,8 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
             tables.staging, directory, "protocol", schema)
         with timed() as took:
             if on_driver:
-                windows = driver.submit(write_collected, collected_windows(
-                    config, plan, frames.windows.toArrow(), watermark, open_kind))
+                windows = driver.submit(write_collected, _collected_output(
+                    config, plan, frames, watermark, open_kind))
                 side = collected_side(config, plan, frames.side.toArrow())  # meanwhile
                 files = windows.result() + driver.submit(write_collected, side).result()
             else:

@@ -85,7 +85,11 @@ class PipelineConfig(Strict):
     @classmethod
     def _rows_sink_default(cls, data: Any) -> Any:
         """A stateless pipeline's rows go to ``{delta: target}`` unless its sinks say where:
-        the default the windows have in an aggregating one."""
+        the default the windows have in an aggregating one. A null shape key is an absent
+        one."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items()
+                    if not (v is None and k in ("group_by", "window", "aggregations", "select"))}
         if isinstance(data, dict) and data.get("window") is None \
                 and data.get("aggregations") is None:
             sinks = data.get("sinks")

@@ -77,3 +77,13 @@ def row_types(config: PipelineConfig) -> dict[str, FieldType]:
                              f"({', '.join(METADATA)})")
         types[name] = FieldType.parse(expression_type(text, what, readable))
     return types
+
+
+def metadata_read(config: PipelineConfig) -> frozenset[str]:
+    """The Kafka metadata a pipeline's ``filter`` and ``select`` read (what precommit exposes
+    as columns, and what the reader carries beside each record when it is the key or the
+    timestamp type)."""
+    from eos.core.filters import filter_columns
+
+    texts = [*([config.event.filter] if config.event.filter else []), *config.select.values()]
+    return frozenset(c for text in texts for c in filter_columns(text)) & frozenset(METADATA)

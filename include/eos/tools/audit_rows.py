@@ -1,0 +1,124 @@
+"""The audit of a pipeline without windows: every accepted record is one row, held once by
+every sink of ``rows`` at its coordinates, with the values the reference computes here.
+
+The reference shares only the parse rules with the pipeline (they specify a valid event): the
+filter and every ``select`` expression run on DuckDB over the re-read records (the pipeline
+runs them on Spark), translated by sqlglot, each cast to its column's type as the pipeline
+casts Spark's result; the Kafka metadata is taken from the records here, the key decoded again
+here. Two engines agreeing on every value is the check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from eos.compute.formats import Parsed
+from eos.core.config import PipelineConfig
+from eos.core.plan import Plan
+from eos.core.schema import field_schema
+from eos.tools.audit_checks import row_identity
+from eos.tools.audit_reference import Expected, Record, event_parser
+from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+
+DOUBLE_TOLERANCE = 1e-12  # a function of doubles may differ in its last bits between engines
+_METADATA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
+                       ("kafka_offset", pa.int64()), ("kafka_timestamp", pa.int64()),
+                       ("kafka_timestamp_type", pa.string()), ("kafka_key", pa.string())])
+
+
+def _key(raw: bytes | None) -> str | None:
+    """``kafka_key`` as docs/pipelines.md defines it: UTF-8, a bad sequence as U+FFFD."""
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
+    """Every epoch's rows and quarantined records, recomputed from its records."""
+    parser = event_parser(config)
+    expected = Expected()
+    names = list(config.event.fields)
+    for plan, records in epochs:
+        accepted: list[dict[str, Any]] = []
+        for r in records:
+            expected.records += 1
+            parsed = parser.parse(r.value, r.timestamp_ms)
+            if not isinstance(parsed, Parsed):
+                expected.rows["quarantine"].append({
+                    "partition": r.partition, "offset": r.offset, "reason": parsed.reason,
+                    "epoch": plan.epoch})
+                continue
+            accepted.append({**dict(zip(names, parsed.values, strict=True)),
+                             "kafka_topic": plan.topic, "kafka_partition": r.partition,
+                             "kafka_offset": r.offset, "kafka_timestamp": r.timestamp_ms,
+                             "kafka_timestamp_type": r.timestamp_type,
+                             "kafka_key": _key(r.key)})
+        kept = _evaluated(config, accepted)
+        expected.filtered[plan.epoch] = len(accepted) - len(kept)
+        expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
+        expected.rows["rows"].extend({**row, "epoch": plan.epoch} for row in kept)
+    return expected
+
+
+def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the events the filter keeps (DuckDB): their selected columns, then their
+    coordinates."""
+    if not events:
+        return []
+    import duckdb
+
+    from eos.core.filters import expression_for_duckdb, filter_for_duckdb
+
+    schema = pa.schema([*field_schema(config.event), *_METADATA])
+    table = pa.Table.from_pylist(events, schema=schema)
+    table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
+    keep = (f"coalesce(({filter_for_duckdb(config.event.filter)}), false)"
+            if config.event.filter else "true")
+    if config.select:
+        columns = [f'{expression_for_duckdb(text, config.row_columns[name].sql)} AS "{name}"'
+                   for name, text in config.select.items()]
+    else:
+        columns = [f'"{name}"' for name in config.event.fields]
+    coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
+    query = (f"SELECT {', '.join([*columns, *coordinates])} FROM events "
+             f"WHERE {keep} ORDER BY __i")
+    with duckdb.connect() as con:
+        con.register("events", table)
+        result = con.execute(query)
+        labels = [d[0] for d in result.description]
+        return [dict(zip(labels, row, strict=True)) for row in result.fetchall()]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return a == b or (math.isnan(a) and math.isnan(b))
+        return math.isclose(a, b, rel_tol=DOUBLE_TOLERANCE, abs_tol=DOUBLE_TOLERANCE)
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return Decimal(a) == Decimal(b)
+    return bool(a == b)
+
+
+def compare_row_values(report: AuditReport, config: PipelineConfig, sink: str,
+                       want: Iterable[dict[str, Any]], got: Iterable[dict[str, Any]]) -> None:
+    """Every column of every row the sink holds against the reference's row of the same
+    record (its epoch too): a row present with a wrong value is lost data that the identities
+    alone cannot show."""
+    identity = row_identity(config, "rows")
+    expected = {identity(row): row for row in want}
+    columns = [*config.row_columns, "epoch"]
+    for row in got:
+        reference_row = expected.get(identity(row))
+        if reference_row is None:
+            continue
+        wrong = [f"{name}={row.get(name)!r}, expected {reference_row[name]!r}"
+                 for name in columns if not _same(reference_row[name], row.get(name))]
+        if wrong:
+            report.problems.append(Problem(ProblemKind.WRONG_VALUES, sink,
+                                           f"{identity(row)}: {'; '.join(wrong)}"))

@@ -1,0 +1,82 @@
+"""A pipeline without windows against a real broker, Spark and Delta: every valid page view is
+one row, with every Kafka metadata field, in a Delta table, a Kafka topic and a files sink; a
+crash between sinks is completed by a rerun; the audit recomputes every value with DuckDB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from eos.compute.epochs import run_until_caught_up
+from eos.core.delta import read_table
+from eos.core.errors import InjectedFault
+from eos.core.kafka import client_settings
+from eos.tools.pipelines import unique_topic
+
+from support.harness import delta_path, finish_and_audit
+from support.pageviews import MESSY, PAGEVIEW_EVENT, produce
+from support.pipelines import make_pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SELECT = {
+    "page": "CAST(upper(page) AS string)",
+    "revenue": "revenue",
+    "revenue_x2": "CAST(revenue_f * 2 AS double)",
+    "slow": "duration > 1000",
+    "key": "kafka_key",
+    "at": "kafka_timestamp",
+    "at_type": "kafka_timestamp_type",
+    "topic": "kafka_topic",
+    "where": "CAST(concat(kafka_partition, ':', kafka_offset) AS string)",
+}
+# Records with keys the generator never makes: none, and bytes that are not UTF-8.
+KEYED = [(b"k1", 1_700_000_000_000), (None, 1_700_000_000_001),
+         (b"\xff\xfeA", 1_700_000_000_002)]
+VALUE = (b'{"page": "/x", "user": {"country": "FR", "id": "u"}, "revenue": 1.5, '
+         b'"duration_ms": 2000, "ts": "2026-01-01T00:00:00Z"}')
+
+
+def _produce_keyed(topic: str) -> None:
+    producer = ck.Producer(client_settings())
+    for key, at in KEYED:
+        producer.produce(topic, key=key, value=VALUE, timestamp=at, partition=0)
+    assert producer.flush(30) == 0
+
+
+def _pipeline(tmp_path: Path, topic: str) -> Any:
+    event = {k: v for k, v in PAGEVIEW_EVENT.items() if k != "time"}  # no event time
+    sinks = {"rows": [{"delta": "target"}, {"kafka": unique_topic("rows")},
+                      {"files": {"path": str(tmp_path / "rows-files")}}],
+             "quarantine": [{"delta": "quarantine"}]}
+    return make_pipeline(tmp_path, base={"kafka": {"topic": topic, "split_records": 4000}},
+                         event={**event, "filter": "revenue >= 0 and kafka_offset >= 0"},
+                         select=SELECT, group_by=None, window=None, aggregations=None,
+                         sinks=sinks, max_records=1000)
+
+
+def test_every_accepted_record_once_in_every_sink_after_a_crash_between_sinks(
+        tmp_path: Path, spark: Any, arm: Any) -> None:
+    topic = produce(MESSY)
+    _produce_keyed(topic)
+    config = _pipeline(tmp_path, topic)
+    assert config.stateless and config.event.time.format == "none"
+    arm("commit.between_sinks:fail")
+    with pytest.raises(InjectedFault):
+        run_until_caught_up(config, "crash", spark=spark)
+    arm("")
+    finish_and_audit(config, spark, "rerun", MESSY.events + len(KEYED))
+
+    rows = read_table(delta_path(config, "target")).to_pylist()
+    assert len({(r["kafka_partition"], r["kafka_offset"]) for r in rows}) == len(rows)
+    assert all(r["where"] == f"{r['kafka_partition']}:{r['kafka_offset']}"
+               and r["topic"] == r["kafka_topic"] == topic and r["at_type"] == "CreateTime"
+               for r in rows)
+    keyed = sorted((r for r in rows if r["at"] in {at for _, at in KEYED}),
+                   key=lambda r: r["at"])
+    assert [(r["key"], r["page"], r["slow"]) for r in keyed] == [
+        ("k1", "/X", True), (None, "/X", True), ("\ufffd\ufffdA", "/X", True)]
+    assert any(r["key"] is not None for r in rows if r["at"] not in {at for _, at in KEYED})

@@ -1,0 +1,72 @@
+"""A pipeline without windows through the protocol: its rows and quarantined records reach
+their sinks once each, with their coordinates, through the same begin, precommit, fenced
+commits and checkpoint as an aggregating pipeline's outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eos.core import checkpoints
+from eos.core.config import PipelineConfig
+from eos.core.errors import InjectedFault
+from eos.core.layout import tables_for
+from eos.core.outcomes import Outcome
+from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
+
+from support.memory import MemorySource, store
+from support.memory_rows import NEG_INF, STATELESS_IN_MEMORY, RowStager
+from support.pipelines import make_pipeline
+
+
+@pytest.fixture
+def stateless(tmp_path: Path) -> PipelineConfig:
+    return make_pipeline(tmp_path, base=STATELESS_IN_MEMORY)
+
+
+def run(config: PipelineConfig, source: MemorySource) -> int:
+    plan = begin(config, source=source)
+    precommit(config, plan.epoch, RowStager())
+    return plan.epoch
+
+
+def held(config: PipelineConfig, sink: str) -> list[dict]:
+    return [row for table in store(config, sink).rows.values() for row in table.to_pylist()]
+
+
+def test_every_accepted_record_is_one_row_with_its_coordinates(
+        stateless: PipelineConfig, source: MemorySource) -> None:
+    first = commit(stateless, run(stateless, source))
+    source.produce(0, 12)
+    second = commit(stateless, run(stateless, source))
+    assert [s.sink for s in first.sinks] == ["memory:a", "memory:c"]
+    assert first.rows == {"rows": 37, "quarantine": 3} and second.rows == {"rows": 11,
+                                                                           "quarantine": 1}
+    rows = held(stateless, "memory:a")
+    assert list(rows[0]) == ["key", "at", "kafka_topic", "kafka_partition", "kafka_offset",
+                             "epoch"]
+    coordinates = [(r["kafka_partition"], r["kafka_offset"]) for r in rows]
+    assert sorted(coordinates) == sorted(
+        (p, o) for p, high in ((0, 37), (1, 15)) for o in range(high) if o % 10 != 9)
+    assert all(r["kafka_topic"] == "in-memory" and r["at"] == r["kafka_offset"] * 1000
+               for r in rows)
+    assert {r["epoch"] for r in rows if r["kafka_offset"] >= 25} == {1}
+    assert sorted(r["offset"] for r in held(stateless, "memory:c")) == [9, 9, 19, 29]
+    last = checkpoints.last(tables_for(stateless), 1)
+    assert last is not None and last.watermark_ms == NEG_INF
+    assert last.config == {"event": last.config["event"], "select": dict(stateless.select)}
+
+
+def test_a_retry_after_a_crash_between_sinks_completes_the_epoch_once(
+        stateless: PipelineConfig, source: MemorySource, arm) -> None:
+    epoch = run(stateless, source)
+    arm("commit.between_sinks:fail")
+    with pytest.raises(InjectedFault):
+        commit(stateless, epoch)
+    assert store(stateless, "memory:a").written == [0] and checkpointed_epoch(stateless) == -1
+    retry = commit(stateless, epoch)
+    assert retry.outcome is Outcome.COMMITTED and retry.skipped == ["memory:a"]
+    assert commit(stateless, epoch).outcome is Outcome.ALREADY_COMMITTED
+    assert [store(stateless, s).written for s in ("memory:a", "memory:c")] == [[0], [0]]
+    assert len(held(stateless, "memory:a")) == 37
