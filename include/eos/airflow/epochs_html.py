@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from eos.airflow.epochs_cache import SinkState
+from eos.core.checkpoints import NO_WATERMARK
 from eos.core.pipeline_status import EpochStatus, PipelineStatus
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -74,8 +75,9 @@ def run_type(run_id: str | None) -> str:
 
 
 def ms_time(value: int | None) -> str:
-    """An event-time watermark (epoch ms) as UTC, to the second."""
-    if value is None:
+    """An event-time watermark (epoch ms) as UTC, to the second; "-" for none yet (before a
+    first event, and always without windows: minus infinity, which no date can show)."""
+    if value is None or value <= NO_WATERMARK:
         return "-"
     return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 

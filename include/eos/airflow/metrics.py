@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from eos.core.checkpoints import NO_WATERMARK
 from eos.core.config import PipelineConfig
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def precommit_metrics(config: PipelineConfig, result: Any) -> None:
         return
     stats = _stats()
     _gauges(stats, config, "staged", result.counts.items())
-    if result.watermark_ms is not None:
+    if result.watermark_ms is not None and result.watermark_ms > NO_WATERMARK:  # none yet, or ever
         stats.gauge(name(config, "watermark_delay_ms"),
                     max(0, int(time.time() * 1000) - int(result.watermark_ms)))
     for step, ms in result.timings_ms.items():

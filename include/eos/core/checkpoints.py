@@ -23,6 +23,9 @@ from eos.core.identity import SourceIdentity
 from eos.core.layout import Tables
 from eos.core.tables import CHECKPOINTS_SCHEMA, handle
 
+# A checkpoint's watermark before any event, and always without windows: minus infinity.
+NO_WATERMARK = -(2**63)
+
 
 @dataclass(frozen=True)
 class Checkpoint:

@@ -4,15 +4,18 @@ commits and checkpoint as an aggregating pipeline's outputs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from eos.airflow.epochs_html import Links, pipeline_page
 from eos.core import checkpoints
 from eos.core.config import PipelineConfig
 from eos.core.errors import InjectedFault
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import pipeline_status, render
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 
 from support.memory import MemorySource, store
@@ -70,3 +73,13 @@ def test_a_retry_after_a_crash_between_sinks_completes_the_epoch_once(
     assert commit(stateless, epoch).outcome is Outcome.ALREADY_COMMITTED
     assert [store(stateless, s).written for s in ("memory:a", "memory:c")] == [[0], [0]]
     assert len(held(stateless, "memory:a")) == 37
+
+
+def test_the_status_and_the_epochs_view_show_no_watermark(
+        stateless: PipelineConfig, source: MemorySource) -> None:
+    """Minus infinity is no date: the view shows "-" (it failed on one before)."""
+    commit(stateless, run(stateless, source))
+    status = pipeline_status(stateless, limit=10, with_lag=False)
+    assert render(status)
+    page = pipeline_page(status, Links(airflow=""), took_ms=1.0)
+    assert re.search(r'<td class="watermark">-</td>', page)
