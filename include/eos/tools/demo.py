@@ -101,12 +101,11 @@ def run_until_caught_up(config: PipelineConfig, via: str, max_epochs: int) -> li
     for i in range(max_epochs):
         line = runner(i) if runner else run_epoch(config, run_id=f"demo-{session}-{i}").summary()
         lines.append(line)
-        print(
-            f"  epoch {line['epoch']:>3}: {line['records']:>7} records -> "
-            f"{line['rows'].get('windows', 0):>5} windows, {line['rows'].get('late', 0):>4} late, "
-            f"{line['rows'].get('quarantine', 0):>4} quarantined  ({line['seconds']}s)",
-            flush=True,
-        )
+        rows = line["rows"]
+        made = (f"{rows.get('rows', 0):>5} rows" if config.stateless else
+                f"{rows.get('windows', 0):>5} windows, {rows.get('late', 0):>4} late")
+        print(f"  epoch {line['epoch']:>3}: {line['records']:>7} records -> {made}, "
+              f"{rows.get('quarantine', 0):>4} quarantined  ({line['seconds']}s)", flush=True)
         if line["records"] == 0:
             break
     return lines
