@@ -40,6 +40,23 @@ class Event(NamedTuple):
     offset: int
     time: int
     fields: dict[str, Any]
+    metadata: dict[str, Any] = {}  # noqa: RUF012 - read only: the record's Kafka metadata
+
+
+# The Kafka metadata a filter or select may read (docs/pipelines.md), as the audit builds it.
+METADATA_SCHEMA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
+                             ("kafka_offset", pa.int64()), ("kafka_timestamp", pa.int64()),
+                             ("kafka_timestamp_type", pa.string()),
+                             ("kafka_key", pa.string())])
+
+
+def record_metadata(topic: str, record: Record) -> dict[str, Any]:
+    """A record's Kafka metadata columns, from the record as the audit read it; the key
+    decoded here (UTF-8, a bad sequence as U+FFFD), not by the pipeline's code."""
+    key = None if record.key is None else record.key.decode("utf-8", "replace")
+    return {"kafka_topic": topic, "kafka_partition": record.partition,
+            "kafka_offset": record.offset, "kafka_timestamp": record.timestamp_ms,
+            "kafka_timestamp_type": record.timestamp_type, "kafka_key": key}
 
 
 @dataclass
@@ -64,7 +81,8 @@ def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
 
     from eos.core.filters import filter_for_duckdb
 
-    table = pa.Table.from_pylist([e.fields for e in events], schema=field_schema(config.event))
+    schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA])
+    table = pa.Table.from_pylist([{**e.fields, **e.metadata} for e in events], schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
     query = (f"SELECT coalesce(({filter_for_duckdb(config.event.filter)}), false) "
              "FROM events ORDER BY __i")
@@ -209,7 +227,8 @@ class _Reference:
             self.max_event = parsed.event_ms if self.max_event is None else max(
                 self.max_event, parsed.event_ms)
             events.append(Event(r.partition, r.offset, parsed.event_ms,
-                                dict(zip(self.names, parsed.values, strict=True))))
+                                dict(zip(self.names, parsed.values, strict=True)),
+                                record_metadata(plan.topic, r)))
         keep = kept_by_filter(self.config, events)
         self.expected.filtered[plan.epoch] = keep.count(False)
         for event, kept in zip(events, keep, strict=True):

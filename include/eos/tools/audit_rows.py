@@ -22,18 +22,16 @@ from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
 from eos.tools.audit_checks import row_identity
-from eos.tools.audit_reference import Expected, Record, event_parser
+from eos.tools.audit_reference import (
+    METADATA_SCHEMA,
+    Expected,
+    Record,
+    event_parser,
+    record_metadata,
+)
 from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 
 DOUBLE_TOLERANCE = 1e-12  # a function of doubles may differ in its last bits between engines
-_METADATA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
-                       ("kafka_offset", pa.int64()), ("kafka_timestamp", pa.int64()),
-                       ("kafka_timestamp_type", pa.string()), ("kafka_key", pa.string())])
-
-
-def _key(raw: bytes | None) -> str | None:
-    """``kafka_key`` as docs/pipelines.md defines it: UTF-8, a bad sequence as U+FFFD."""
-    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
@@ -52,10 +50,7 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
                     "epoch": plan.epoch})
                 continue
             accepted.append({**dict(zip(names, parsed.values, strict=True)),
-                             "kafka_topic": plan.topic, "kafka_partition": r.partition,
-                             "kafka_offset": r.offset, "kafka_timestamp": r.timestamp_ms,
-                             "kafka_timestamp_type": r.timestamp_type,
-                             "kafka_key": _key(r.key)})
+                             **record_metadata(plan.topic, r)})
         kept = _evaluated(config, accepted)
         expected.filtered[plan.epoch] = len(accepted) - len(kept)
         expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
@@ -72,7 +67,7 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dic
 
     from eos.core.filters import expression_for_duckdb, filter_for_duckdb
 
-    schema = pa.schema([*field_schema(config.event), *_METADATA])
+    schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA])
     table = pa.Table.from_pylist(events, schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
     keep = (f"coalesce(({filter_for_duckdb(config.event.filter)}), false)"
