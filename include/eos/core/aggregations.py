@@ -380,9 +380,8 @@ FUNCTIONS: dict[str, type[Aggregation]] = {
 
 def aggregations_for(config: PipelineConfig) -> list[Aggregation]:
     """The pipeline's aggregations in declared order, bound to their fields' types."""
-    fields = config.event.fields
+    types = config.field_types
     return [
-        FUNCTIONS[spec.function](output, spec.field,
-                                 fields[spec.field].type if spec.field else None)
+        FUNCTIONS[spec.function](output, spec.field, types[spec.field] if spec.field else None)
         for output, spec in config.aggregations.items()
     ]

@@ -137,7 +137,7 @@ def _refusal(node: exp.Expression) -> str | None:
                 "deterministic)")
     if isinstance(node, exp.Func):
         return f"{name}() is not on the allow-list of deterministic functions (filters.ALLOWED)"
-    return f"{name} ({node.sql(dialect='spark')}) may not be used in a filter"
+    return f"{name} ({node.sql(dialect='spark')}) may not be used in a filter or select"
 
 
 def _impurities(tree: exp.Expression) -> list[str]:

@@ -40,7 +40,7 @@ def largest_record_bytes(config: PipelineConfig, output: str) -> int:
     ``event.max_string_bytes`` (longer ones are quarantined at parse), every byte of it possibly
     escaped; binaries are the quarantine prefix in base64; numbers and times at their widest."""
     string = JSON_ESCAPE * config.event.max_string_bytes + 2
-    groups = {g: string if config.event.fields[g].type.name == "string" else SCALAR_BYTES
+    groups = {g: string if config.field_types[g].name == "string" else SCALAR_BYTES
               for g in config.group_by}
     if output == "quarantine":
         return _object(_QUARANTINE) + HEADER_BYTES
@@ -65,8 +65,8 @@ def _aggregate(config: PipelineConfig, name: str, string: int) -> int:
     from eos.core.aggregations import FUNCTIONS
 
     spec = config.aggregations[name]
-    field = config.event.fields.get(spec.field) if spec.field else None
-    if FUNCTIONS[spec.function].keeps_value and field and field.type.name == "string":
+    ftype = config.field_types.get(spec.field) if spec.field else None
+    if FUNCTIONS[spec.function].keeps_value and ftype and ftype.name == "string":
         return string
     return SCALAR_BYTES
 

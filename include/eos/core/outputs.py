@@ -39,7 +39,7 @@ QUARANTINE_SCHEMA = pa.schema(
 
 
 def _group_fields(config: PipelineConfig) -> list[tuple[str, pa.DataType]]:
-    return [(g, arrow_type(config.event.fields[g].type)) for g in config.group_by]
+    return [(g, arrow_type(config.field_types[g])) for g in config.group_by]
 
 
 def windows_schema(config: PipelineConfig) -> pa.Schema:

@@ -100,8 +100,8 @@ def staging_schema(config: PipelineConfig) -> pa.Schema:
         return pa.schema([*STAGING_PROTOCOL, (ROW_TOPIC, pa.string()),
                           *[(row_column(name), arrow_type(ftype))
                             for name, ftype in config.row_columns.items()]])
-    fields = config.event.fields
-    groups = [(group_column(g), arrow_type(fields[g].type)) for g in config.group_by]
+    types = config.field_types
+    groups = [(group_column(g), arrow_type(types[g])) for g in config.group_by]
     aggs = aggregations_for(config)
     states = [column for a in aggs for column in a.state()]
     outputs = [(output_column(a.output), a.output_type()) for a in aggs]

@@ -48,11 +48,11 @@ def value_differences(config: PipelineConfig, want: dict[str, Any],
     min, max and exact distinct counts; a double sum or an average within 1e-9 relative (the
     order of additions differs); an approximate distinct count within the sketch's bound."""
     wrong = []
-    fields = config.event.fields
+    types = config.field_types
     for name, spec in config.aggregations.items():
         a, b = want[name], got.get(name)
         double = spec.function == "avg" or (
-            spec.function == "sum" and fields[spec.field].type.name == "double")
+            spec.function == "sum" and types[spec.field].name == "double")
         if a is None or b is None:
             same = a is None and b is None
         elif spec.function == "approx_count_distinct":

@@ -73,22 +73,41 @@ class Expected:
 
 
 
-def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
-    """The filter evaluated by DuckDB (the pipeline evaluates it with Spark): true keeps."""
-    if config.event.filter is None or not events:
-        return [True] * len(events)
+def _evaluate(config: PipelineConfig, events: list[Event], columns: list[str]) -> list[tuple]:
+    """DuckDB's value of each of ``columns`` (SQL in its dialect) for every event, in order:
+    the pipeline evaluates the same expressions with Spark."""
     import duckdb
-
-    from eos.core.filters import filter_for_duckdb
 
     schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA])
     table = pa.Table.from_pylist([{**e.fields, **e.metadata} for e in events], schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
-    query = (f"SELECT coalesce(({filter_for_duckdb(config.event.filter)}), false) "
-             "FROM events ORDER BY __i")
     with duckdb.connect() as con:
         con.register("events", table)
-        return [bool(row[0]) for row in con.execute(query).fetchall()]
+        return con.execute(f"SELECT {', '.join(columns)} FROM events ORDER BY __i").fetchall()
+
+
+def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
+    """The filter evaluated by DuckDB (the pipeline evaluates it with Spark): true keeps."""
+    if config.event.filter is None or not events:
+        return [True] * len(events)
+    from eos.core.filters import filter_for_duckdb
+
+    keep = f"coalesce(({filter_for_duckdb(config.event.filter)}), false)"
+    return [bool(row[0]) for row in _evaluate(config, events, [keep])]
+
+
+def with_derived(config: PipelineConfig, events: list[Event]) -> list[Event]:
+    """The events with their derived fields (an aggregating pipeline's ``select``), each
+    evaluated by DuckDB and cast to its type as the pipeline casts Spark's value."""
+    if not config.derived or not events:
+        return events
+    from eos.core.filters import expression_for_duckdb
+
+    names = list(config.derived)
+    values = _evaluate(config, events, [
+        expression_for_duckdb(config.select[name], config.derived[name].sql) for name in names])
+    return [e._replace(fields={**e.fields, **dict(zip(names, row, strict=True))})
+            for e, row in zip(events, values, strict=True)]
 
 
 def _windows_of(config: PipelineConfig, t: int) -> list[tuple[int, int]]:
@@ -143,12 +162,12 @@ def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
     promises a quarantine row for each)."""
     out: dict[str, Any] = {}
     overflowed: list[str] = []
-    fields = config.event.fields
+    types = config.field_types
     for name, spec in config.aggregations.items():
         values = ([1] * len(events) if spec.field is None
                   else [e[spec.field] for e in events if e[spec.field] is not None])
         fn = spec.function
-        exact = spec.field is not None and fields[spec.field].type.name != "double"
+        exact = spec.field is not None and types[spec.field].name != "double"
         if fn == "count":
             out[name] = len(values)
         elif fn in ("count_distinct", "approx_count_distinct"):
@@ -157,7 +176,7 @@ def aggregate(config: PipelineConfig, events: list[dict[str, Any]]
             out[name] = None
         elif fn in ("sum", "avg") and exact:
             total = _exact_sum(values)
-            if not _fits(total, fields[spec.field].type, of_avg=fn == "avg"):
+            if not _fits(total, types[spec.field], of_avg=fn == "avg"):
                 out[name] = None
                 overflowed.append(name)
             else:
@@ -231,9 +250,9 @@ class _Reference:
                                 record_metadata(plan.topic, r)))
         keep = kept_by_filter(self.config, events)
         self.expected.filtered[plan.epoch] = keep.count(False)
-        for event, kept in zip(events, keep, strict=True):
-            if kept:
-                self._add(event, previous, plan.epoch)
+        kept = with_derived(self.config, [e for e, k in zip(events, keep, strict=True) if k])
+        for event in kept:
+            self._add(event, previous, plan.epoch)
         self._advance(plan)
         self._emit(plan.epoch)
 
@@ -292,7 +311,7 @@ class _Reference:
         """What docs/pipelines.md says an overflowed window's quarantine row reads."""
         spec = self.config.aggregations[name]
         assert spec.field is not None
-        ftype = self.config.event.fields[spec.field].type
+        ftype = self.config.event.types[spec.field]
         return overflow_reason(name, spec.function, spec.field,
                                overflow_type(spec.function, ftype), start, end)
 

@@ -83,15 +83,25 @@ def test_every_accepted_record_once_in_every_sink_after_a_crash_between_sinks(
     assert any(r["key"] is not None for r in rows if r["at"] not in {at for _, at in KEYED})
 
 
-def test_an_aggregating_pipeline_filters_on_kafka_metadata(tmp_path: Path, spark: Any) -> None:
-    """The same metadata in a windowed pipeline's filter: Spark and the audit's DuckDB keep
-    the same records (even offsets of keyed records, about half)."""
+def test_an_aggregating_pipeline_reads_metadata_and_groups_derived_fields(
+        tmp_path: Path, spark: Any) -> None:
+    """The metadata in a windowed pipeline's filter and derived fields (its select) grouped and
+    aggregated: Spark and the audit's DuckDB keep the same records (even offsets of keyed
+    records, about half) and compute the same windows."""
     spec = replace(ORDERLY, events=1200)
     topic = produce(spec)
     event = {**PAGEVIEW_EVENT, "filter": "revenue >= 0 and kafka_offset % 2 = 0 and "
                                          "kafka_key is not null and "
                                          "kafka_timestamp_type = 'CreateTime'"}
-    config = pageview_pipeline(tmp_path, "tumbling", topic, event=event)
+    select = {"section": "CAST(substring(page, 1, 3) AS string)",
+              "cents": "CAST(revenue * 100 AS bigint)", "late_key": "kafka_key > 'k'"}
+    config = pageview_pipeline(
+        tmp_path, "tumbling", topic, event=event, select=select, group_by=["section"],
+        aggregations={"views": "count(*)", "cents": "sum(cents)", "top": "max(cents)",
+                      "high_keys": "count_distinct(late_key)"})
     finish_and_audit(config, spark, "metadata", spec.events)
-    views = sum(r["views"] for r in read_table(delta_path(config, "target")).to_pylist())
+    windows = read_table(delta_path(config, "target")).to_pylist()
+    views = sum(r["views"] for r in windows)
     assert spec.events // 4 < views <= spec.events // 2 + 8
+    sections = {r["section"] for r in windows}
+    assert len(sections) > 1 and all(1 <= len(section) <= 3 for section in sections)

@@ -79,14 +79,31 @@ def test_refused_at_load_naming_the_key(changes: dict[str, Any], match: str) -> 
     refused(match, **changes)
 
 
-def test_an_aggregating_pipeline_refuses_rows_select_and_a_timeless_event() -> None:
+def test_an_aggregating_pipeline_refuses_rows_and_a_timeless_event() -> None:
     timed = {**STATELESS["event"], "time": {"format": "kafka_timestamp"}}
     assert not load(**WINDOWS, event=timed).stateless
     refused("sinks: rows is the output of a pipeline without windows", **WINDOWS, event=timed,
             sinks={"rows": [{"delta": "r"}]})
-    refused("select is for a pipeline without windows", **WINDOWS, event=timed,
-            select={"x": "n"})
     refused("windows need an event time", **WINDOWS)
+
+
+def test_an_aggregating_pipeline_groups_and_aggregates_derived_fields() -> None:
+    timed = {**STATELESS["event"], "time": {"format": "kafka_timestamp"}}
+    config = load(event=timed, select={"section": "CAST(substring(page, 2, 3) AS string)",
+                                       "cents": "CAST(amount * 100 AS bigint)"},
+                  group_by=["section"], window=WINDOWS["window"],
+                  aggregations={"views": "count(*)", "cents": "sum(cents)"})
+    assert config.derived and not config.row_columns
+    windows = output_schema(config, "windows")
+    assert [(f.name, str(f.type)) for f in windows][:1] == [("section", "string")]
+    assert str(windows.field("cents").type) == "int64"
+    assert config.schema_view()["select"] == dict(config.select)
+    assert "select" not in load(**WINDOWS, event=timed).schema_view()  # views before it stay
+    refused(r"select: \['page'\] are declared fields", event=timed, select={"page": "page"},
+            **WINDOWS)
+    refused(r"aggregation 'm': field 'nope' is not declared in event.fields or select",
+            event=timed, group_by=["page"], window=WINDOWS["window"],
+            aggregations={"m": "max(nope)"})
 
 
 def test_metadata_in_an_aggregating_pipelines_filter() -> None:

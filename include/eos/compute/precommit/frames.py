@@ -77,7 +77,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
     marks = previous_watermark(state)
     cached = read_parsed(spark, config, plan, marks).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        parsed = with_metadata(F, config, cached, plan.topic)
+        parsed = with_derived(F, config, with_metadata(F, config, cached, plan.topic))
         keep, stats = input_stats(F, config, parsed, timings)
         watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
         windows = window_type(config.windows)
@@ -101,6 +101,15 @@ def with_metadata(F: Any, config: PipelineConfig, parsed: Any, topic: str) -> An
                KAFKA_TIMESTAMP_TYPE: F.col(TS_TYPE), KAFKA_KEY: F.col(KEY_TEXT)}
     for name in sorted(metadata_read(config)):
         parsed = parsed.withColumn(name, sources[name])
+    return parsed
+
+
+def with_derived(F: Any, config: PipelineConfig, parsed: Any) -> Any:
+    """``parsed`` with an aggregating pipeline's derived fields (its ``select``), each cast to
+    the type the config gave it, on the records that parsed (null on quarantined ones)."""
+    for name, ftype in config.derived.items():
+        value = F.expr(config.select[name]).cast(ftype.sql.lower())
+        parsed = parsed.withColumn(name, F.when(F.col(REASON).isNull(), value))
     return parsed
 
 

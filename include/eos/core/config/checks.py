@@ -69,9 +69,10 @@ def check_shape(config: PipelineConfig) -> None:
     given = {key for key in ("group_by", "window", "aggregations")
              if getattr(config, key)}
     if config.window is not None and config.aggregations:
-        if config.select:
-            raise ValueError("select is for a pipeline without windows; an aggregating "
-                             "pipeline groups and aggregates the declared fields")
+        shadowed = sorted(set(config.select) & set(config.event.fields))
+        if shadowed:
+            raise ValueError(f"select: {shadowed} are declared fields; a derived field takes a "
+                             "name of its own")
         if config.sinks.rows is not None:
             raise ValueError("sinks: rows is the output of a pipeline without windows; an "
                              "aggregating pipeline's outputs are windows, late and quarantine")
@@ -94,11 +95,11 @@ def check_shape(config: PipelineConfig) -> None:
 
 def check_fields_declared(config: PipelineConfig) -> None:
     """Every field used is declared and fits its use: one message naming it."""
-    declared = config.event.fields
+    declared = config.field_types
     for name in config.group_by:
         if name not in declared:
             raise ValueError(f"group_by: field '{name}' is not declared in event.fields "
-                             f"(declared: {sorted(declared)})")
+                             f"or select (declared: {sorted(declared)})")
     if len(set(config.group_by)) != len(config.group_by):
         raise ValueError(f"group_by lists a field twice: {config.group_by}")
     for output, spec in config.aggregations.items():
@@ -108,8 +109,8 @@ def check_fields_declared(config: PipelineConfig) -> None:
             continue
         if spec.field not in declared:
             raise ValueError(f"aggregation '{output}': field '{spec.field}' is not declared "
-                             f"in event.fields (declared: {sorted(declared)})")
-        problem = FUNCTIONS[spec.function].refuses(declared[spec.field].type)
+                             f"in event.fields or select (declared: {sorted(declared)})")
+        problem = FUNCTIONS[spec.function].refuses(declared[spec.field])
         if problem:
             raise ValueError(f"aggregation '{output}': {spec}: {problem}")
 

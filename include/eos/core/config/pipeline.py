@@ -19,7 +19,7 @@ from eos.core.config.checks import (
     check_unique_sinks,
 )
 from eos.core.config.paths import tables_base
-from eos.core.config.rows import Select, row_types
+from eos.core.config.rows import Select, row_types, select_types
 from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
 from eos.core.config.schedule import ScheduleSpec, cron_string_schema
 from eos.core.config.sinks import OUTPUTS, ROW_OUTPUTS, SinksConfig, TablesConfig
@@ -54,12 +54,13 @@ class PipelineConfig(Strict):
                     "sum(revenue)}. Given with window, or not at all.")
     select: Select = Field(
         default_factory=dict,
-        description="A pipeline without windows: its output columns, each a Spark SQL "
-                    "expression over the declared fields and the Kafka metadata (kafka_topic, "
-                    "kafka_partition, kafka_offset, kafka_timestamp, kafka_timestamp_type, "
-                    "kafka_key), deterministic functions only. Default: every declared field. "
-                    "Every row also carries kafka_topic, kafka_partition, kafka_offset and "
-                    "epoch.")
+        description="Columns computed from each event: a Spark SQL expression each, over the "
+                    "declared fields and the Kafka metadata (kafka_topic, kafka_partition, "
+                    "kafka_offset, kafka_timestamp, kafka_timestamp_type, kafka_key), "
+                    "deterministic functions only. Without windows: the output columns "
+                    "(default: every declared field; every row also carries kafka_topic, "
+                    "kafka_partition, kafka_offset and epoch). With windows: derived fields, "
+                    "which group_by and aggregations may name like declared ones.")
     epoch: EpochConfig = Field(default_factory=EpochConfig,
                                description="How big an epoch is and how long history is kept.")
     tables: TablesConfig = Field(default_factory=TablesConfig,
@@ -78,7 +79,8 @@ class PipelineConfig(Strict):
                                  description="Stall alerts.")
     # Where the config was read from, set by the loader; not a key of the file.
     source_path: SkipJsonSchema[str | None] = None
-    # A stateless pipeline's row columns and their types, decided once at load (``row_types``).
+    # The select's columns and their types, decided once at load: a stateless pipeline's row
+    # columns (``row_types``), an aggregating one's derived fields (``select_types``).
     _rows: dict[str, FieldType] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
@@ -110,11 +112,10 @@ class PipelineConfig(Strict):
     @model_validator(mode="after")
     def _shape(self) -> PipelineConfig:
         check_shape(self)
-        if self.stateless:
-            try:
-                self._rows = row_types(self)
-            except ValueError as error:  # named at the top level: a check across sections
-                raise ValueError(str(error)) from None
+        try:
+            self._rows = row_types(self) if self.stateless else select_types(self)
+        except ValueError as error:  # named at the top level: a check across sections
+            raise ValueError(str(error)) from None
         return self
 
     @model_validator(mode="after")
@@ -152,7 +153,19 @@ class PipelineConfig(Strict):
     @property
     def row_columns(self) -> dict[str, FieldType]:
         """A stateless pipeline's selected columns and their types, in order."""
-        return dict(self._rows)
+        return dict(self._rows) if self.stateless else {}
+
+    @property
+    def derived(self) -> dict[str, FieldType]:
+        """An aggregating pipeline's derived fields (its ``select``) and their types."""
+        return {} if self.stateless else dict(self._rows)
+
+    @property
+    def field_types(self) -> dict[str, FieldType]:
+        """Every field group_by and aggregations may name, with its type: the declared
+        fields, then the derived ones."""
+        return {**{name: spec.type for name, spec in self.event.fields.items()},
+                **self.derived}
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -176,7 +189,9 @@ class PipelineConfig(Strict):
         del event["schema_registry"]
         if self.stateless:
             return {"event": event, "select": dict(self.select)}
+        derived = {"select": dict(self.select)} if self.select else {}  # shown only when set
         return {
+            **derived,
             "event": event,
             "group_by": list(self.group_by),
             "window": self.windows.model_dump(mode="json"),

@@ -61,11 +61,17 @@ def row_types(config: PipelineConfig) -> dict[str, FieldType]:
     """The columns a stateless pipeline selects, in order, with their types: each ``select``
     column typed from its expression (refused at load when it cannot be), or every declared
     field. Raises ``ValueError`` naming the column at fault."""
+    if not config.select:
+        return {name: spec.type for name, spec in config.event.fields.items()}
+    return select_types(config)
+
+
+def select_types(config: PipelineConfig) -> dict[str, FieldType]:
+    """Each ``select`` column's type, from its expression (``eos.core.filters``); raises
+    ``ValueError`` naming the column at fault."""
     from eos.core.config.source import FieldType
     from eos.core.filters import expression_type, filter_columns
 
-    if not config.select:
-        return {name: spec.type for name, spec in config.event.fields.items()}
     readable = sql_types(config)
     types: dict[str, FieldType] = {}
     for name, text in config.select.items():
