@@ -17,8 +17,9 @@ from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.pipeline_status import pipeline_status, render
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
+from eos.core.rewind import rewind
 
-from support.memory import MemorySource, store
+from support.memory import MemorySource, run_epoch, store
 from support.memory_rows import NEG_INF, STATELESS_IN_MEMORY, RowStager
 from support.pipelines import make_pipeline
 
@@ -83,3 +84,20 @@ def test_the_status_and_the_epochs_view_show_no_watermark(
     assert render(status)
     page = pipeline_page(status, Links(airflow=""), took_ms=1.0)
     assert re.search(r'<td class="watermark">-</td>', page)
+
+
+def test_a_rewind_and_replay_leaves_every_row_once(tmp_path: Path,
+                                                   source: MemorySource) -> None:
+    config = make_pipeline(tmp_path, base=STATELESS_IN_MEMORY, sinks={
+        "rows": [{"memory_rewind": "a"}], "quarantine": [{"memory_rewind": "c"}]})
+    for _ in range(3):
+        run_epoch(config, source, RowStager())
+        source.produce(1, 5)
+    assert rewind(config, 0).outcome is Outcome.REWOUND
+    assert sorted(store(config, "memory_rewind:a").rows) == [0]
+    while run_epoch(config, source, RowStager()).records:
+        pass
+    rows = held(config, "memory_rewind:a")
+    coordinates = sorted((r["kafka_partition"], r["kafka_offset"]) for r in rows)
+    assert coordinates == sorted(
+        (p, o) for p, high in ((0, 25), (1, 30)) for o in range(high) if o % 10 != 9)
