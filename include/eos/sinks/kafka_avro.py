@@ -3,9 +3,10 @@ wire format, so a downstream consumer with a Schema Registry deserializer reads 
 
 The value schema is derived from the output's columns (``value_schema``): decimals as the
 ``decimal`` logical type at the column's precision and scale, timestamps as
-``timestamp-millis``, a nullable column as a union with null (default null); the window bounds
-and the epoch are never null. It is a function of the output's schema alone, so every commit
-registers the same schema and gets the same id: a rerun writes identical bytes.
+``timestamp-millis``, a nullable column as a union with null (default null); the window bounds,
+a row's coordinates and the epoch are never null. It is a function of the output's schema
+alone, so every commit registers the same schema and gets the same id: a rerun writes
+identical bytes.
 
 It is registered under the topic's value subject ``<topic>-value`` (the registry's
 ``TopicNameStrategy``, which Confluent's deserializers assume) **before** the transaction opens:
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 
     from eos.core.config import SchemaRegistryConfig
 
-NEVER_NULL = frozenset({"window_start", "window_end", "epoch"})  # filled by every output builder
+# Filled by every output builder that has them (``eos.core.outputs``).
+NEVER_NULL = frozenset({"window_start", "window_end", "epoch", "kafka_topic", "kafka_partition",
+                        "kafka_offset"})
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
 
 

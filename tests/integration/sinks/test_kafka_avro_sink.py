@@ -25,7 +25,7 @@ from eos.core.delta import read_table
 from eos.core.errors import SinkUnavailable
 from eos.core.kafka import client_settings, consumer, topic_watermarks
 from eos.core.outcomes import Outcome
-from eos.core.outputs import windows_schema
+from eos.core.outputs import rows_schema, windows_schema
 from eos.sinks.kafka_avro import AvroValues
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec
@@ -133,3 +133,24 @@ def test_a_downstream_avro_deserializer_reads_our_windows_exactly(
     assert sorted(map(key, seen)) == sorted(map(key, target))
     registered = json.loads(registry.version(f"{topic}-value", "latest")["schema"])
     assert {f["name"] for f in registered["fields"]} == set(windows_schema(config).names)
+
+
+def test_a_pipeline_without_windows_writes_its_rows_in_avro(
+        tmp_path: Path, kafka: str, registry: SchemaRegistryServer) -> None:
+    """Rows through the same sink: their columns as the value schema (the coordinates and the
+    epoch never null), read back exactly."""
+    topic = unique_topic("avro-rows")
+    config = write_pipeline(tmp_path, group_by=None, window=None, aggregations=None,
+                            sinks={"rows": [avro_sink(topic, registry)],
+                                   "quarantine": [{"delta": "quarantine"}]})
+    rows = pa.Table.from_pylist(
+        [{"key": k, "value": Decimal("1.5") if k else None, "kafka_topic": "in",
+          "kafka_partition": 0, "kafka_offset": n, "epoch": 0}
+         for n, k in enumerate(["a", "b", None])], schema=rows_schema(config))
+    out = sink(config, f"kafka:{topic}")
+    assert out.commit(0, rows, "h0").outcome is Outcome.COMMITTED
+    assert sorted(map(key, out.read_back())) == sorted(map(key, rows.to_pylist()))
+    registered = json.loads(registry.version(f"{topic}-value", "latest")["schema"])
+    types = {f["name"]: f["type"] for f in registered["fields"]}
+    assert list(types) == rows_schema(config).names
+    assert types["kafka_partition"] == "int" and types["key"] == ["null", "string"]
