@@ -4,6 +4,7 @@ crash between sinks is completed by a rerun; the audit recomputes every value wi
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,11 @@ import confluent_kafka as ck
 import pytest
 
 from eos.compute.epochs import run_until_caught_up
+from eos.core import epochlog
 from eos.core.delta import read_table
 from eos.core.errors import InjectedFault
 from eos.core.kafka import client_settings
+from eos.core.layout import tables_for
 from eos.tools.pipelines import unique_topic
 
 from support.harness import delta_path, finish_and_audit
@@ -56,7 +59,11 @@ def _pipeline(tmp_path: Path, topic: str) -> Any:
     return make_pipeline(tmp_path, base={"kafka": {"topic": topic, "split_records": 4000}},
                          event={**event, "filter": "revenue >= 0 and kafka_offset >= 0"},
                          select=SELECT, group_by=None, window=None, aggregations=None,
-                         sinks=sinks, max_records=1000)
+                         sinks=sinks, max_records=1000,
+                         # epochs of 1,000 records written by the executors, the last by the
+                         # driver: both staging paths
+                         spark={"master": "local[2]", "shuffle_partitions": 2,
+                                "collect_rows": 500})
 
 
 def test_every_accepted_record_once_in_every_sink_after_a_crash_between_sinks(
@@ -70,6 +77,9 @@ def test_every_accepted_record_once_in_every_sink_after_a_crash_between_sinks(
         run_until_caught_up(config, "crash", spark=spark)
     arm("")
     finish_and_audit(config, spark, "rerun", MESSY.events + len(KEYED))
+    writers = {json.loads(row["details"])["written_by"]
+               for row in epochlog.rows(tables_for(config)) if row["phase"] == "precommitted"}
+    assert writers == {"driver", "executors"}
 
     rows = read_table(delta_path(config, "target")).to_pylist()
     assert len({(r["kafka_partition"], r["kafka_offset"]) for r in rows}) == len(rows)

@@ -362,7 +362,7 @@ def test_a_kafka_sink_whose_largest_record_could_outgrow_its_limit_is_refused() 
     parse_config(wide(2))  # the default limit leaves room for a couple of string keys
 
 
-@pytest.mark.parametrize("output", ["windows", "late", "quarantine"])
+@pytest.mark.parametrize("output", ["windows", "late", "quarantine", "rows"])
 def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str) -> None:
     """The bound is checked against the real codec (``eos.sinks.kafka_records``) on the worst
     row: every string at ``event.max_string_bytes`` of control characters (six bytes each in
@@ -376,13 +376,20 @@ def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str
     from eos.core.outputs import output_schema
     from eos.sinks.kafka_records import encode_keys, encode_values
 
-    config = parse_config(wide(2, max_string_bytes=1024))
+    shape = wide(2, max_string_bytes=1024)
+    if output == "rows":  # the same fields, without windows: every field, and coordinates
+        shape = {**{k: v for k, v in shape.items() if k not in ("group_by", "aggregations",
+                                                                   "window")},
+                 "sinks": {"rows": [{"kafka": "wide-out"}], "quarantine": []}}
+    config = parse_config(shape)
     schema = output_schema(config, output)
 
     def worst(field: pa.Field) -> Any:
         kind = field.type
         if field.name == "raw_value_sha256":
             return "f" * 64
+        if field.name == "kafka_topic":  # Kafka's longest name, of its legal characters
+            return "x" * 249
         if pa.types.is_string(kind):
             return "\x01" * (600 if field.name == "reason" else config.event.max_string_bytes)
         if pa.types.is_binary(kind):
@@ -396,7 +403,7 @@ def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str
         return -(2 ** (kind.bit_width - 1))
 
     row = pa.Table.from_pylist([{f.name: worst(f) for f in schema}], schema=schema)
-    group = list(config.group_by) if output != "quarantine" else []
+    group = list(config.group_by) if output not in ("quarantine", "rows") else []
     key = encode_keys(row, group)[0] or b""
     headers = 1024  # what the bound allows for eos-pipeline, eos-epoch, eos-plan-hash, lineage
     assert len(key) + len(encode_values(row)[0]) + headers <= largest_record_bytes(config, output)

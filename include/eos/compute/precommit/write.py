@@ -152,7 +152,8 @@ def collects(config: PipelineConfig, plan: Plan, state: ResumePoint, frames: Fra
     before Spark computes anything; a limit on the collect would cost a shuffle to one
     partition, what collecting saves."""
     if config.stateless:  # one row per record at most, known before Spark computes
-        return (0 < plan.records <= min(config.spark.collect_rows, COLLECT_MAX_ROWS)
+        return (config.spark.collect_rows > 0
+                and plan.records <= min(config.spark.collect_rows, COLLECT_MAX_ROWS)
                 and frames.quarantined_bytes <= COLLECT_RAW_BYTES)
     predicted = state.staged_rows
     if config.spark.collect_rows == 0 or predicted is None or frames.read_rows is None:

@@ -77,7 +77,8 @@ class SparkConfig(Strict):
         default=50_000, ge=0,
         description="When the previous epoch staged at most this many rows (and this one's "
                     "are bounded by 1,000,000), the epoch is collected and written by the "
-                    "driver; otherwise the executors write it. 0: always the executors. The "
+                    "driver; otherwise the executors write it (without windows: when the "
+                    "epoch reads at most this many records). 0: always the executors. The "
                     "staged rows are the same either way.")
 
 
