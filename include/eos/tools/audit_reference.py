@@ -311,7 +311,7 @@ class _Reference:
         """What docs/pipelines.md says an overflowed window's quarantine row reads."""
         spec = self.config.aggregations[name]
         assert spec.field is not None
-        ftype = self.config.event.types[spec.field]
+        ftype = self.config.field_types[spec.field]
         return overflow_reason(name, spec.function, spec.field,
                                overflow_type(spec.function, ftype), start, end)
 
