@@ -791,3 +791,21 @@ def test_the_string_limit_counts_utf8_bytes_and_is_configurable() -> None:
     assert "is 102 bytes, more than event.max_string_bytes (100)" in rejected(
         parser.parse(refused, KTS))
     assert_batch_agrees(parser, [accepted, refused, doc(ts=KTS), doc(ts=KTS, city=None)])
+
+
+@pytest.mark.parametrize("stamp", [None, -1, 1_700_000_000_000, MAX_TS_MS + 1])
+def test_without_an_event_time_no_time_rule_quarantines(stamp: int | None) -> None:
+    """``event.time`` absent (a pipeline without windows): a record without a Kafka timestamp,
+    or with one outside 1970..9999, is accepted; with ``kafka_timestamp`` it is quarantined."""
+    timeless = EventConfig.model_validate({"fields": {"page": "string"}})
+    timed = EventConfig.model_validate({"fields": {"page": "string"},
+                                        "time": {"format": "kafka_timestamp"}})
+    raw = b'{"page": "/a"}'
+    assert Parser(timeless).parse(raw, stamp) == Parsed(0, ("/a",))
+    batch = pa.RecordBatch.from_pylist(
+        [{"partition": 0, "offset": 0, "timestamp_ms": stamp, "value": raw}], schema=RAW_SCHEMA)
+    parsed = Parser(timeless).parse_batch(batch)
+    assert parsed.column("page").to_pylist() == ["/a"]
+    assert parsed.column("__reason").to_pylist() == [None]
+    if stamp is None or not 0 <= stamp <= MAX_TS_MS:
+        assert isinstance(Parser(timed).parse(raw, stamp), Rejected)

@@ -37,3 +37,31 @@ def test_the_source_schema_names_the_constants_after_its_own_columns() -> None:
                                     CONSTANTS_OPTION: json.dumps({"__w": 7})})
     assert plain.schema() == RAW_DDL
     assert stamped.schema() == RAW_DDL + ", __w long"
+
+
+def test_the_metadata_option_carries_every_records_key_as_text_and_timestamp_type() -> None:
+    """Only with ``metadata`` (a pipeline reading ``kafka_key`` or ``kafka_timestamp_type``):
+    the key of every record, not only a quarantined one's, decoded the one way the audit
+    decodes it too (U+FFFD for a bad sequence)."""
+    from eos.compute.formats import parser_for
+    from eos.compute.reader import METADATA_OPTION, PARSE_OPTION, TIMESTAMP_TYPE, event_option
+    from eos.core.config import parse_config
+    from eos.core.schema import KEY_TEXT, TS_TYPE, read_schema, with_metadata
+
+    config = parse_config({"name": "m", "kafka": {"topic": "t"},
+                           "event": {"fields": {"page": "string"}},
+                           "select": {"key": "kafka_key"}})
+    raw = pa.RecordBatch.from_pylist(
+        [{"topic": "t", "partition": 0, "offset": i, "timestamp_ms": 1, "key": key,
+          "value": value, "timestamp_type": kind} for i, (key, value, kind) in enumerate([
+              (b"k", b'{"page": "/a"}', "CreateTime"), (None, b'{"page": "/b"}', None),
+              (b"\xff", b"nope", "LogAppendTime")])],
+        schema=pa.schema([*RAW_SCHEMA, TIMESTAMP_TYPE]))
+    parsed = with_metadata(parser_for(config.event).parse_batch(raw), raw)
+    assert parsed.schema == read_schema(config.event, True)
+    assert parsed.column(KEY_TEXT).to_pylist() == ["k", None, "\ufffd"]
+    assert parsed.column(TS_TYPE).to_pylist() == ["CreateTime", None, "LogAppendTime"]
+    options = {"topic": "t", "ranges": "[]", PARSE_OPTION: event_option(config.event)}
+    assert KEY_TEXT not in KafkaRangeDataSource(options).schema()
+    assert KafkaRangeDataSource({**options, METADATA_OPTION: "true"}).schema().endswith(
+        f"`{KEY_TEXT}` string, `{TS_TYPE}` string")
