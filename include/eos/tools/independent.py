@@ -392,14 +392,16 @@ def _quoted(text: str) -> str:
 
 def canonical(value: Any) -> Any:
     """One value as both readers can agree on it: a time as microseconds since the epoch (a
-    naive one is UTC), binary as bytes, NaN as a marker (it equals nothing, itself included)."""
+    naive one is UTC), binary as bytes, a float or decimal NaN as a marker (it equals nothing,
+    itself included)."""
     if isinstance(value, datetime):
         aware = value if value.tzinfo else value.replace(tzinfo=UTC)
         delta = aware - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
-    if isinstance(value, float) and math.isnan(value):
+    if (isinstance(value, float) and math.isnan(value)) or (
+            isinstance(value, Decimal) and value.is_nan()):
         return "NaN"
     if isinstance(value, dict):  # a struct: hashable, in name order
         return tuple(sorted((k, canonical(v)) for k, v in value.items()))
