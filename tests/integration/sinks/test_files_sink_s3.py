@@ -1,7 +1,8 @@
 """The ``files`` sink on an object store (the embedded SeaweedFS S3 gateway, a real S3 server):
 epochs committed through the protocol, the manifest's conditional create (``If-None-Match: *``,
-signed by ``eos.sinks.files_s3``) letting exactly one of two racing attempts win, orphans of a
-crashed attempt removed by the rerun, and DuckDB reading back what was committed."""
+obstore's ``put(mode="create")`` in ``eos.sinks.files_s3``) letting exactly one of two racing
+attempts win, orphans of a crashed attempt removed by the rerun, and DuckDB reading back what
+was committed."""
 
 from __future__ import annotations
 

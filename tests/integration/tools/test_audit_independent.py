@@ -149,14 +149,15 @@ def test_a_value_changed_in_postgresql_fails_the_audit_naming_the_sink(
 
     (target,) = [s for s in sinks_for(committed) if s.kind == "postgres"]
     conn = psycopg2.connect(os.environ[PG_DSN_ENV])
-    change = ("UPDATE audit.windows SET count = count + {} WHERE ctid = (SELECT min(ctid) "
-              "FROM audit.windows)")
+    change = "UPDATE audit.windows SET count = count + %s WHERE ctid = %s RETURNING ctid"
     try:
         with conn, conn.cursor() as cursor:
-            cursor.execute(change.format(1))
+            cursor.execute("SELECT min(ctid) FROM audit.windows")
+            cursor.execute(change, (1, cursor.fetchone()[0]))
+            (changed,) = cursor.fetchone()
         report = audit(committed)
-        with conn, conn.cursor() as cursor:
-            cursor.execute(change.format(-1))
+        with conn, conn.cursor() as cursor:  # an update moves the row: put back by its new ctid
+            cursor.execute(change, (-1, changed))
     finally:
         conn.close()
     assert not report.ok
