@@ -28,7 +28,7 @@ __all__ = ["put_if_absent"]
 
 TIMEOUT = timedelta(seconds=30)
 RETRIES = 3  # obstore retries 5xx and connection errors; the protocol retries the commit too
-_STATUS = re.compile(r"\b([1-5]\d\d)\b(?: [A-Z][A-Za-z ]+)?")
+_STATUS = re.compile(r"status(?: code)?:? ([1-5]\d\d)\b", re.IGNORECASE)
 _CODE = re.compile(r"<Code>([A-Za-z]{1,64})</Code>")
 
 
