@@ -77,19 +77,40 @@ def _described(error: Exception) -> str:
 
 def put_if_absent(uri: str, data: bytes) -> bool:
     """Create the object ``uri`` holding ``data`` unless it exists: True when this request
-    created it, False when it existed (S3's ``412``, obstore's ``AlreadyExistsError``). A
-    ``409`` (a concurrent conditional write in flight) and any other failure are
-    ``SinkUnavailable``: the caller retries, and the retry finds the object or creates it."""
+    created it, False when it exists. obstore reports S3's ``412`` and also its ``409`` (a
+    concurrent conditional write still in flight, whose outcome is unknown) as
+    ``AlreadyExistsError``, so False is only answered once the object is seen; otherwise, and
+    for any other failure, ``SinkUnavailable``: the caller retries, and the retry finds the
+    object or creates it. A lost race taken for one whose winner then failed would lose the
+    epoch."""
     import obstore
     from obstore.exceptions import AlreadyExistsError, BaseError
 
     parsed = urlparse(uri)
+    store, key = _store(parsed.netloc), parsed.path.lstrip("/")
     try:
-        obstore.put(_store(parsed.netloc), parsed.path.lstrip("/"), data, mode="create",
-                    use_multipart=False)
-    except AlreadyExistsError:
-        return False
+        obstore.put(store, key, data, mode="create", use_multipart=False)
+        return True
+    except AlreadyExistsError as refused:
+        if _exists(store, key, uri):
+            return False
+        raise SinkUnavailable(f"conditional put of {uri} refused ({_described(refused)}) while "
+                              "the object does not exist: a concurrent write in flight") \
+            from None
     except (BaseError, OSError, ValueError) as error:
         raise SinkUnavailable(f"conditional put of {uri} failed: {_described(error)}") \
             from None
+
+
+def _exists(store: Any, key: str, uri: str) -> bool:
+    import obstore
+    from obstore.exceptions import BaseError
+
+    try:
+        obstore.head(store, key)
+    except FileNotFoundError:
+        return False
+    except (BaseError, OSError) as error:
+        raise SinkUnavailable(f"reading {uri} after a refused conditional put failed: "
+                              f"{_described(error)}") from None
     return True
