@@ -16,8 +16,9 @@ read a second time here, by code that shares neither the libraries nor the decod
   Parquet reader), at the table version delta-rs read. PyPI ships the extension as
   ``duckdb-extension-delta`` (one per DuckDB release, pinned to ours in requirements.in); it is
   loaded from that wheel's file with ``LOAD '<path>'`` (a signed DuckDB build: no unsigned
-  extensions allowed, nothing downloaded, nothing installed under ``~/.duckdb``), because this
-  machine cannot reach DuckDB's extension repository.
+  extensions allowed, nothing downloaded, nothing installed under ``~/.duckdb``): the audit
+  never depends on reaching DuckDB's extension repository.
+- **PostgreSQL** with DuckDB's postgres extension, the same way: ``eos.tools.independent_postgres``.
 
 Rows are compared in a canonical form (``canonical_row``): times as integer microseconds since
 the epoch (each reader has its own time zone habits), decimals by value, binary as bytes.

@@ -347,6 +347,15 @@ def test_an_airflow_postgres_connection_supplies_the_credentials(
     assert export_postgres_connections(config) == ["eos_test_pg"]
     run_epoch(config, source)
     assert windows(server, schema) == memory_windows(config)
+    # The audit's second reader attaches with the same connection.
+    from eos.tools.audit_report import AuditReport
+    from eos.tools.audit_second_reading import read_back_with_version, reread_sink
+
+    sink = sinks_for(config)[0]
+    held, version = read_back_with_version(sink)
+    report = AuditReport(config.name, 0)
+    assert reread_sink(report, config, sink, held, version) == []
+    assert report.second_readings[sink.name] == ("DuckDB postgres", len(held)) and held
 
 
 # -- the audit's second reader: DuckDB's postgres extension -----------------------------------
