@@ -4,10 +4,11 @@ It re-reads every committed epoch's ranges from Kafka with a plain consumer, rec
 watermarks, late and quarantined records in plain Python (no Spark, no staging), and compares the
 result with what each sink holds (Delta tables read back, Kafka topics read back with
 ``read_committed``), with each sink's commits (exactly one per epoch), and with the checkpoint
-table. Everything it reads from Kafka and Delta is read a second time by readers that share no
-library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta extension), and
-any difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug
-in confluent-kafka or delta-rs cannot show the audit the same wrong picture it showed the
+table. Everything it reads from Kafka, Delta and PostgreSQL is read a second time by readers
+that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta
+extension; ``eos.tools.independent_postgres``: DuckDB's postgres extension), and any
+difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug in
+confluent-kafka, delta-rs or psycopg cannot show the audit the same wrong picture it showed the
 pipeline. It shares only the parse rules (``eos.compute.formats.json.Parser``: they are the
 specification of a valid event) with the pipeline; the filter runs on DuckDB (not Spark),
 windows and aggregations are written out again (``eos.tools.audit_reference``), and the
