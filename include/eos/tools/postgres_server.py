@@ -1,0 +1,180 @@
+"""A throwaway PostgreSQL server for the demo, ``eos chaos`` and the tests: Debian's server
+binaries (``initdb``, ``postgres``, package ``postgresql``) run by eos itself, in a temporary
+directory, listening on 127.0.0.1 only (a free port, no Unix socket), with a generated password
+and SCRAM authentication for every connection. Its data is deleted when it stops.
+
+PostgreSQL refuses to run as root; when the tests run as root (CI does), the server runs as an
+unprivileged user (``nobody``) through ``runuser``, in a directory that user owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eos.core.errors import ConfigError
+
+__all__ = ["PostgresServer", "missing_reason", "postgres_server", "require_server"]
+
+BIN_GLOB = "/usr/lib/postgresql/*/bin"
+UNPRIVILEGED_USER = "nobody"
+START_TIMEOUT_S = 60.0
+USER = "airflow"
+DATABASE = "airflow"
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    host: str
+    port: int
+    user: str
+    database: str
+    password: str = field(repr=False)
+
+    def sqlalchemy_url(self) -> str:
+        """The URL Airflow's ``[database] sql_alchemy_conn`` takes (holds the password)."""
+        return (f"postgresql+psycopg2://{self.user}:{self.password}@{self.host}:{self.port}/"
+                f"{self.database}")
+
+    def dsn(self) -> str:
+        """The libpq DSN a ``postgres`` sink takes from its ``dsn_env`` (holds the password)."""
+        return (f"host={self.host} port={self.port} user={self.user} "
+                f"password={self.password} dbname={self.database}")
+
+
+def __free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_bin() -> Path | None:
+    """The newest installed server's ``bin`` directory (Debian: one per major version)."""
+    found = sorted(Path("/").glob(BIN_GLOB.lstrip("/")),
+                   key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    found = [path for path in found if (path / "initdb").exists() and (path / "postgres").exists()]
+    return found[-1] if found else None
+
+
+def missing_reason() -> str | None:
+    """Why no server can run here, or None."""
+    if server_bin() is None:
+        return ("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb): install "
+                "Debian's postgresql package (apt-get install postgresql; ./dev test does it "
+                "when root)")
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: PostgreSQL refuses to run as root"
+    return None
+
+
+def require_server() -> None:
+    """``ConfigError`` naming what to install when no server can run here."""
+    problem = missing_reason()
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _as_server_user(command: list[str]) -> list[str]:
+    return ["runuser", "-u", UNPRIVILEGED_USER, "--", *command] if os.geteuid() == 0 else command
+
+
+def _own(path: Path) -> None:
+    """Give ``path`` to the server's user (root only; otherwise it is already ours)."""
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam(UNPRIVILEGED_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _initdb(bindir: Path, base: Path, password: str) -> Path:
+    data = base / "data"
+    pwfile = base / "pwfile"
+    pwfile.write_text(password + "\n")
+    os.chmod(pwfile, 0o600)
+    _own(pwfile)
+    subprocess.run(_as_server_user([
+        str(bindir / "initdb"), "-D", str(data), "-U", USER, "--pwfile", str(pwfile),
+        "--auth", "scram-sha-256", "--encoding", "UTF8", "--no-sync", "--no-instructions",
+    ]), check=True, capture_output=True, timeout=120, cwd=base)
+    pwfile.unlink()
+    return data
+
+
+def _ready(server: PostgresServer) -> bool:
+    import psycopg2
+
+    try:
+        psycopg2.connect(host=server.host, port=server.port, user=server.user,
+                         password=server.password, dbname="postgres", connect_timeout=3).close()
+    except psycopg2.OperationalError:
+        return False
+    return True
+
+
+def _create_database(server: PostgresServer) -> None:
+    import psycopg2
+
+    connection = psycopg2.connect(host=server.host, port=server.port, user=server.user,
+                                  password=server.password, dbname="postgres")
+    connection.autocommit = True  # CREATE DATABASE runs outside a transaction
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE {server.database}")
+    finally:
+        connection.close()
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A running server with an empty ``airflow`` database; stopped and deleted afterwards."""
+    require_server()
+    bindir = server_bin()
+    assert bindir is not None
+    base = Path(tempfile.mkdtemp(prefix="eos-postgres-"))
+    _own(base)
+    password = secrets.token_urlsafe(18)
+    server = PostgresServer("127.0.0.1", _free_port(), USER, DATABASE, password)
+    proc: subprocess.Popen | None = None
+    try:
+        data = _initdb(bindir, base, password)
+        with (base / "postgres.log").open("wb") as log:
+            proc = subprocess.Popen(_as_server_user([
+                str(bindir / "postgres"), "-D", str(data), "-h", server.host,
+                "-p", str(server.port), "-k", "", "-c", "fsync=off",
+                "-c", "synchronous_commit=off", "-c", "max_connections=200",
+            ]), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=base)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _ready(server):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log_text = (base / "postgres.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"PostgreSQL did not start ({proc.returncode}):\n{log_text}")
+            time.sleep(0.3)
+        _create_database(server)
+        yield server
+    finally:
+        if proc is not None:
+            _stop(proc)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """A fast shutdown (SIGINT), then SIGKILL of its process group if it lingers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
