@@ -3,7 +3,7 @@ binaries (``initdb``, ``postgres``, package ``postgresql``) run by eos itself, i
 directory, listening on 127.0.0.1 only (a free port, no Unix socket), with a generated password
 and SCRAM authentication for every connection. Its data is deleted when it stops.
 
-PostgreSQL refuses to run as root; when the tests run as root (CI does), the server runs as an
+PostgreSQL refuses to run as root; when eos runs as root (CI does), the server runs as an
 unprivileged user (``nobody``) through ``runuser``, in a directory that user owns.
 """
 
@@ -22,16 +22,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eos.core.errors import ConfigError
 
-__all__ = ["PostgresServer", "missing_reason", "postgres_server", "require_server"]
+__all__ = ["PostgresServer", "missing_reason", "postgres_server", "require_server", "serving"]
 
 BIN_GLOB = "/usr/lib/postgresql/*/bin"
 UNPRIVILEGED_USER = "nobody"
 START_TIMEOUT_S = 60.0
 USER = "airflow"
 DATABASE = "airflow"
+PIPELINE_DATABASE = "eos"  # a pipeline's tables, on a server started for its postgres sinks
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class PostgresServer:
                 f"password={self.password} dbname={self.database}")
 
 
-def __free_port() -> int:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -135,15 +137,15 @@ def _create_database(server: PostgresServer) -> None:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
-    """A running server with an empty ``airflow`` database; stopped and deleted afterwards."""
+def postgres_server(database: str = DATABASE) -> Iterator[PostgresServer]:
+    """A running server with an empty ``database``; stopped and deleted afterwards."""
     require_server()
     bindir = server_bin()
     assert bindir is not None
     base = Path(tempfile.mkdtemp(prefix="eos-postgres-"))
     _own(base)
     password = secrets.token_urlsafe(18)
-    server = PostgresServer("127.0.0.1", _free_port(), USER, DATABASE, password)
+    server = PostgresServer("127.0.0.1", _free_port(), USER, database, password)
     proc: subprocess.Popen | None = None
     try:
         data = _initdb(bindir, base, password)
@@ -178,3 +180,56 @@ def _stop(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def _postgres_sinks(config: Any) -> list[Any]:
+    """The options of each ``postgres`` sink of ``config``."""
+    found = []
+    for _, spec in config.sinks.by_output():
+        ((kind, options),) = spec.items()
+        if kind == "postgres":
+            found.append(options)
+    return found
+
+
+def _hand_over(server: PostgresServer, sinks: list[Any]) -> dict[str, str]:
+    """The variables that give every sink ``server``: its ``dsn_env`` (the command line, the
+    audit) and its Airflow connection as ``AIRFLOW_CONN_<ID>`` (the DAG runs' tasks)."""
+    from urllib.parse import quote
+
+    variables = {}
+    uri = (f"postgres://{quote(server.user, safe='')}:{quote(server.password, safe='')}@"
+           f"{server.host}:{server.port}/{server.database}")
+    for options in sinks:
+        if options.dsn_env is None:
+            raise ConfigError(f"a local PostgreSQL server hands its credentials over in the "
+                              f"environment: set dsn_env on the postgres sink "
+                              f"{options.table}")
+        variables[options.dsn_env] = server.dsn()
+        variables[f"AIRFLOW_CONN_{options.connection.upper()}"] = uri
+    return variables
+
+
+@contextlib.contextmanager
+def serving(config: Any, reuse: bool = False) -> Iterator[PostgresServer | None]:
+    """For a pipeline with ``postgres`` sinks, a local server for the block (None without
+    such sinks, or with ``reuse`` when each sink's ``dsn_env`` already names a DSN: that
+    server is used). Its credentials go into this process's environment (``_hand_over``),
+    so the ``eos`` processes, the DAG runs and the audit started from here inherit them;
+    they are never printed, and are taken out again when the block ends."""
+    sinks = _postgres_sinks(config)
+    if not sinks or (reuse and all(os.environ.get(o.dsn_env or "") for o in sinks)):
+        yield None
+        return
+    with postgres_server(PIPELINE_DATABASE) as server:
+        variables = _hand_over(server, sinks)
+        saved = {name: os.environ.get(name) for name in variables}
+        os.environ.update(variables)
+        try:
+            yield server
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
