@@ -17,7 +17,7 @@ UPDATE`` replaces the row of a key a later epoch updates (a window's newer aggre
 record's correction). Exactly once then means: each epoch's upsert is applied once, in epoch
 order, so the table is the result of applying epochs 0..N once each; a rerun of epoch N finds
 its marker and changes nothing, and an epoch never re-applies over a later one. The audit
-counts every row each epoch committed, so it reports an upserted sink unaudited (``unreadable``).
+expects, per key, the row of the last epoch that wrote it (``kept_by``).
 
 ``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
 columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
@@ -211,13 +211,10 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
 
     # -- the audit and assets -------------------------------------------------------------------
 
-    def unreadable(self) -> str | None:
-        """An upserted table keeps the latest row of each key, where the audit counts every
-        row each epoch committed: a window updated by a later epoch would show as missing."""
-        if self.options.upsert_keys:
-            return ("an upserted table keeps only the latest row of each key; the audit "
-                    "counts every epoch's rows")
-        return None
+    def kept_by(self) -> tuple[str, ...]:
+        """An upserted table keeps the latest row of each key: the audit expects, per key,
+        the row of the last epoch that wrote it (its ``epoch`` column says which)."""
+        return self.options.upsert_keys
 
     def read_back(self) -> list[dict[str, Any]]:
         from eos.sinks.postgres_read import read_table
