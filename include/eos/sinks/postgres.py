@@ -34,17 +34,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eos.core.errors import ProtocolViolation, SinkCannotTake, SinkRejected, SinkUnavailable
 from eos.core.outcomes import Outcome
 from eos.core.sink import SinkCommit, SupportsAssets, SupportsReadBack, validated_options
-from eos.sinks import postgres_sql as q
 from eos.sinks.postgres_connection import dsn_for, redact
-from eos.sinks.postgres_types import column_type, refuse_conflicts, refuse_values
+
+if TYPE_CHECKING:  # pyarrow and the SQL modules load on first use: parsing a DAG file needs neither
+    import pyarrow as pa
 
 __all__ = ["PostgresOptions", "PostgresSink"]
 
@@ -156,6 +156,9 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         lacks. A column of another type is left as it is, for ``check`` to refuse."""
         import psycopg
 
+        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres_types import column_type
+
         columns = [(field.name, column_type(field)) for field in schema]
         for attempt in range(2):  # two processes creating one table: the loser sees it made
             try:
@@ -171,10 +174,15 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         """Nothing to fence: an attempt still in flight can only commit the sealed epoch's
         rows (the same rows, by the precommit's determinism), and only if no other attempt
         did, as the marker's key admits one of them."""
+        from eos.sinks import postgres_sql as q
+
         with self._connected() as conn:
             return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
+        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres_types import refuse_conflicts, refuse_values
+
         with self._connected() as conn:
             columns = q.columns(conn, self.table)
             if not columns:
@@ -187,6 +195,8 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         import psycopg
+
+        from eos.sinks import postgres_sql as q
 
         with self._connected() as conn:
             held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
