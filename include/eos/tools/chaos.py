@@ -219,6 +219,7 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
     report = ChaosReport()
     settings = client_settings(config.kafka.client)
     menu = _menu(config, settings, report)
+    gaps = max(1, len(sinks_for(config)) - 1)  # where a crash between sinks can fall
     spec = GeneratorSpec(events=events_per_epoch * epochs, keys=30, interval_ms=25,
                          disorder_ms=1000, late_fraction=0.02, late_delay_ms=20_000,
                          bad_fraction=0.02, seed=seed, users=200, **generator_options(config))
@@ -240,7 +241,7 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
         for phase in ("begin", "precommit", "commit"):
             if rng.random() < fault_rate:
                 point = rng.choice(menu[phase])
-                depth = depth_rng.randint(1, max(1, len(sinks_for(config)) - 1))
+                depth = depth_rng.randint(1, gaps)
                 if taken := _inject(config, phase, point, epoch, run_id, faults_dir, depth):
                     report.faults[point] += taken
                     report.recoveries += 1
