@@ -65,6 +65,7 @@ def value_differences(config: PipelineConfig, want: dict[str, Any],
             wrong.append(f"{name}={b!r}, expected {a!r}")
     return wrong
 
+
 def latest_rows(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
     """What a sink that upserts on ``keys`` holds of ``rows``: per key, the row of the highest
     epoch (``SupportsReadBack.kept_by``)."""
