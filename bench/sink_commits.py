@@ -265,12 +265,9 @@ def places(workdir: Path, kinds: Sequence[str]) -> Iterator[Places]:
 
 @contextlib.contextmanager
 def postgres() -> Iterator[str]:
-    """A PostgreSQL server of the test harness (tests/support/postgres.py), durable; its DSN in
+    """A PostgreSQL server (``eos.tools.postgres_server``, as the demo's), durable; its DSN in
     this process's environment while it runs. Yields its major version."""
-    tests = str(Path(__file__).resolve().parents[1] / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from support.postgres import missing_reason, postgres_server, server_bin
+    from eos.tools.postgres_server import missing_reason, postgres_server, server_bin
 
     reason, bindir = missing_reason(), server_bin()
     if reason is not None or bindir is None:

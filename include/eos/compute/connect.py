@@ -22,6 +22,7 @@ import ipaddress
 import json
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from eos.core.config import PipelineConfig, data_dir
 from eos.core.errors import ComputeUnavailable, ConfigError, EosError
+from eos.core.phaselog import log_phase
 from eos.core.processes import alive
 
 DEFAULT_PORT = 15002
@@ -256,10 +258,32 @@ def _configure(spark: Any, config: PipelineConfig) -> None:
                 f"({str(error).splitlines()[0][:160]})") from None
 
 
-def pipeline_session_id(config: PipelineConfig) -> str:
-    """The server session every precommit of this pipeline joins (``compute.session:
-    pipeline``): derived from the pipeline's identity, so it is the same in every process."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{config.app_id}@{config.root}"))
+# A pipeline's session id changes every hour and, within the hour, moves to its next generation
+# when the server refuses the current one as closed. Spark Connect closes a session that idled
+# past the server's session timeout (``eos spark start``: 15 min) and then refuses that id for
+# good (it keeps the closed ids); a fixed id made every later precommit of a pipeline that
+# idled that long fail the same way, retried forever. The hour bounds how many closed
+# generations one precommit may have to step over; past ``SESSION_GENERATIONS`` the precommit
+# runs in a session of its own (``compute.session: task``'s kind), so nothing ever halts on it.
+SESSION_ROTATION_MS = 3_600_000
+SESSION_GENERATIONS = 8
+
+
+def pipeline_session_id(config: PipelineConfig, generation: int = 0,
+                        now_ms: int | None = None) -> str:
+    """The server session the precommits of this pipeline join (``compute.session:
+    pipeline``): derived from the pipeline's identity, the hour and ``generation``, so every
+    process finds the same one."""
+    hour = (int(time.time() * 1000) if now_ms is None else now_ms) // SESSION_ROTATION_MS
+    return str(uuid.uuid5(uuid.NAMESPACE_URL,
+                          f"{config.app_id}@{config.root}#{hour}.{generation}"))
+
+
+def session_closed(error: BaseException) -> bool:
+    """Whether the server refused a session id because it closed that session (idle past its
+    timeout, or released): the id is dead for good on this server, another one works."""
+    condition = getattr(error, "getCondition", lambda: None)() or ""
+    return "SESSION_CLOSED" in f"{condition} {error}"
 
 
 CONNECT_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
@@ -296,18 +320,13 @@ def session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
 
 
 def _session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
 
     from eos.compute.reader import KafkaRangeDataSource
 
     shared = config.compute.session == "pipeline"
     spark = None
     try:
-        url = endpoint.url(pipeline_session_id(config) if shared else None)
-        spark = SparkSession.builder.remote(url).create()
-        spark.release_session_on_close = not shared
-        _fail_fast(spark)
-        _configure(spark, config)
+        spark = _joined(config, endpoint) if shared else _opened(config, endpoint, None)
         spark.dataSource.register(KafkaRangeDataSource)
         yield spark
     except Exception as error:  # setting up or using the session: a server problem is typed
@@ -318,6 +337,36 @@ def _session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
     finally:
         if spark is not None:
             stop_session(spark)
+
+
+def _opened(config: PipelineConfig, endpoint: Endpoint, session_id: str | None) -> Any:
+    """A configured session: ``session_id``'s, left open when the client is done (the
+    pipeline's), or a fresh one (None), released then."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(endpoint.url(session_id)).create()
+    spark.release_session_on_close = session_id is None
+    _fail_fast(spark)
+    try:
+        _configure(spark, config)  # the first request: the server takes the id, or refuses it
+    except BaseException:
+        stop_session(spark)
+        raise
+    return spark
+
+
+def _joined(config: PipelineConfig, endpoint: Endpoint) -> Any:
+    """The pipeline's session (``pipeline_session_id``): the first generation of this hour the
+    server has not closed; a fresh session past ``SESSION_GENERATIONS`` closed ones."""
+    for generation in range(SESSION_GENERATIONS):
+        try:
+            return _opened(config, endpoint, pipeline_session_id(config, generation))
+        except Exception as error:
+            if not session_closed(error):
+                raise
+    log_phase("precommit.session", closed_generations=SESSION_GENERATIONS,
+              session="a fresh one, released at the end")
+    return _opened(config, endpoint, None)
 
 
 def stop_session(spark: Any) -> None:

@@ -220,6 +220,12 @@ class SupportsReadBack(Sink):
         None: it can. Default: None."""
         return None
 
+    def kept_by(self) -> tuple[str, ...]:
+        """The columns of which the sink keeps one row, the latest epoch's (an upsert): the
+        audit then expects, per value of them, the row of the last epoch that wrote it. Empty:
+        every committed row is kept. Default: empty."""
+        return ()
+
     @abstractmethod
     def read_back(self) -> list[dict[str, Any]]:
         """Every committed row of this pipeline, typed as the output's schema (for the audit)."""

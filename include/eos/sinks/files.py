@@ -1,7 +1,9 @@
 """The ``files`` sink: an output as Parquet or JSON-lines files under a local directory or an
 object-store prefix, optionally partitioned Hive-style, one commit per epoch.
 
-``{files: {path: DIR_OR_URI, format: parquet|jsonl, partition_by: [cols]}}``
+``{files: {path: DIR_OR_URI, format: parquet|jsonl, partition_by: [cols]}}``: a relative
+``path`` is a directory under the pipeline's tables root (as a Delta sink's table name is), so
+it moves with the root, onto an object store too.
 
 **The commit.** Epoch N's files are written first, each whole (locally: a temporary file made
 durable, then renamed into place; on a store: one PUT), under names derived from N and its plan
@@ -29,14 +31,16 @@ AWS S3, SeaweedFS, recent MinIO (``eos.core.storage.probe_fence`` checks a root'
 from __future__ import annotations
 
 import json
+import posixpath
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eos.core.errors import ConfigError, ProtocolViolation, RewindRefused, SinkUnavailable
-from eos.core.layout import table_resource
+from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
+    PIPELINE_ROOT,
     SinkCommit,
     SupportsAssets,
     SupportsReadBack,
@@ -67,7 +71,8 @@ class FilesOptions(BaseModel):
     """``{files: {path: DIR_OR_URI, format: parquet|jsonl, partition_by: [cols]}}``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    path: str = Field(min_length=1, description="An absolute directory or an s3:// prefix, "
+    path: str = Field(min_length=1, description="A directory under the pipeline's tables root, "
+                                                "an absolute directory or an s3:// prefix, "
                                                 "this sink's alone.")
     format: Literal["parquet", "jsonl"] = Field(default="parquet",
                                                 description="The files' format.")
@@ -86,6 +91,23 @@ class FilesOptions(BaseModel):
         return columns
 
 
+def _relative(path: str) -> bool:
+    return "://" not in path and not path.startswith("/")
+
+
+def _misplaced(path: str) -> str | None:
+    """Why a relative path cannot hold the sink (None: it can): it stays under the pipeline's
+    root, never the root itself nor one of its protocol tables."""
+    name = posixpath.normpath(path)
+    if name == ".":
+        return "is the pipeline's tables root itself, which holds its protocol tables"
+    if name == ".." or name.startswith("../"):
+        return "leaves the pipeline's tables root; give an absolute directory or a URI"
+    if name.split("/", 1)[0].lower() in PROTOCOL_TABLES:
+        return f"is inside a protocol table of the pipeline ({', '.join(PROTOCOL_TABLES)})"
+    return None
+
+
 class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     """One output of a pipeline as files, one manifest per epoch."""
 
@@ -97,9 +119,11 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     @classmethod
     def parse_options(cls, options: Any) -> FilesOptions:
         parsed = validated_options(FilesOptions, options, "a files sink")
-        if "://" not in parsed.path and not parsed.path.startswith("/"):
-            raise ValueError(f"a files sink: path: an absolute directory or a URI, got "
-                             f"{parsed.path!r}")
+        if _relative(parsed.path):
+            problem = _misplaced(parsed.path)
+            if problem:
+                raise ValueError(f"a files sink: path {parsed.path!r}: {problem}")
+            return parsed
         problem = supported(parsed.path)
         if problem:
             raise ValueError(f"a files sink: path: {problem}")
@@ -118,11 +142,24 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """The directory, claimed as a table location is: a files sink inside another's
         directory, a Delta table's or a protocol table's (or holding one) is refused at load
         (each commit lists and cleans the whole directory)."""
+        if _relative(options.path):
+            return frozenset({table_resource(f"{PIPELINE_ROOT}/"
+                                             f"{posixpath.normpath(options.path)}")})
         return frozenset({table_resource(resolve(options.path, "/"))})
+
+    @classmethod
+    def check_pipeline(cls, options: FilesOptions, config: Any, output: str) -> None:
+        """A relative path is on the root's store, which must be one the sink can write."""
+        if _relative(options.path):
+            problem = supported(resolve(options.path, config.root))
+            if problem:
+                raise ValueError(f"a files sink: path {options.path!r} under the tables root "
+                                 f"{config.root}: {problem}")
 
     @property
     def place(self) -> Place:
-        return Place(resolve(self.options.path, "/"))
+        return Place(resolve(self.options.path, self.config.root if _relative(self.options.path)
+                             else "/"))
 
     # -- the two-phase commit -------------------------------------------------------------------
 

@@ -10,8 +10,8 @@ The one operation the two places do differently is the commit marker's create-if
 - **Object store**: the manifest is a PUT with ``If-None-Match: *`` (S3's conditional write,
   which AWS S3, SeaweedFS and recent MinIO enforce): of two attempts exactly one gets ``200``,
   the other ``412 Precondition Failed``. pyarrow's filesystem has no conditional write, so this
-  one request is signed here (AWS Signature V4, ``eos.sinks.files_s3``) with the same
-  ``AWS_*`` variables pyarrow and delta-rs read; everything else goes through pyarrow.
+  one request goes through obstore (``eos.sinks.files_s3``) with the same ``AWS_*`` variables
+  pyarrow and delta-rs read; everything else goes through pyarrow.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def _sync_dir(directory: str) -> None:
 
 def supported(root: str) -> str | None:
     """Why the sink cannot write under ``root`` (None: it can): only local paths and s3://,
-    the store whose conditional write is signed here."""
+    the store whose conditional write ``eos.sinks.files_s3`` makes."""
     found = scheme(root)
     if found is None or found == "s3":
         return None

@@ -17,13 +17,14 @@ UPDATE`` replaces the row of a key a later epoch updates (a window's newer aggre
 record's correction). Exactly once then means: each epoch's upsert is applied once, in epoch
 order, so the table is the result of applying epochs 0..N once each; a rerun of epoch N finds
 its marker and changes nothing, and an epoch never re-applies over a later one. The audit
-counts every row each epoch committed, so it reports an upserted sink unaudited (``unreadable``).
+expects, per key, the row of the last epoch that wrote it (``kept_by``).
 
 ``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
 columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
 The audit reads the table back with psycopg2, a different driver than the writer (its own C
 type casters over libpq, where psycopg 3 has its own Python/Cython adaptation layer), which the
-Airflow Postgres provider already needs; asyncpg would need an event loop per read.
+Airflow Postgres provider already needs; asyncpg would need an event loop per read. The audit
+reads it a second time with DuckDB's postgres extension (``eos.tools.independent_postgres``).
 
 Credentials: the Airflow ``postgres`` connection named ``connection`` (handed over by the
 airflow layer), else the DSN in the environment variable ``dsn_env`` (``postgres_connection``).
@@ -34,17 +35,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eos.core.errors import ProtocolViolation, SinkCannotTake, SinkRejected, SinkUnavailable
 from eos.core.outcomes import Outcome
 from eos.core.sink import SinkCommit, SupportsAssets, SupportsReadBack, validated_options
-from eos.sinks import postgres_sql as q
 from eos.sinks.postgres_connection import dsn_for, redact
-from eos.sinks.postgres_types import column_type, refuse_conflicts, refuse_values
+
+if TYPE_CHECKING:  # pyarrow and the SQL modules load on first use: parsing a DAG file needs neither
+    import pyarrow as pa
 
 __all__ = ["PostgresOptions", "PostgresSink"]
 
@@ -156,6 +157,9 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         lacks. A column of another type is left as it is, for ``check`` to refuse."""
         import psycopg
 
+        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres_types import column_type
+
         columns = [(field.name, column_type(field)) for field in schema]
         for attempt in range(2):  # two processes creating one table: the loser sees it made
             try:
@@ -171,10 +175,15 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         """Nothing to fence: an attempt still in flight can only commit the sealed epoch's
         rows (the same rows, by the precommit's determinism), and only if no other attempt
         did, as the marker's key admits one of them."""
+        from eos.sinks import postgres_sql as q
+
         with self._connected() as conn:
             return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
+        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres_types import refuse_conflicts, refuse_values
+
         with self._connected() as conn:
             columns = q.columns(conn, self.table)
             if not columns:
@@ -187,6 +196,8 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         import psycopg
+
+        from eos.sinks import postgres_sql as q
 
         with self._connected() as conn:
             held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
@@ -211,13 +222,10 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
 
     # -- the audit and assets -------------------------------------------------------------------
 
-    def unreadable(self) -> str | None:
-        """An upserted table keeps the latest row of each key, where the audit counts every
-        row each epoch committed: a window updated by a later epoch would show as missing."""
-        if self.options.upsert_keys:
-            return ("an upserted table keeps only the latest row of each key; the audit "
-                    "counts every epoch's rows")
-        return None
+    def kept_by(self) -> tuple[str, ...]:
+        """An upserted table keeps the latest row of each key: the audit expects, per key,
+        the row of the last epoch that wrote it (its ``epoch`` column says which)."""
+        return self.options.upsert_keys
 
     def read_back(self) -> list[dict[str, Any]]:
         from eos.sinks.postgres_read import read_table

@@ -131,7 +131,10 @@ def _refuse_column(table: str, name: str, values: pa.ChunkedArray, column: Colum
     if pa.types.is_decimal(kind) and column.type.startswith("numeric("):
         precision, scale = _numeric_args(column.type) or (0, 0)
         limit = Decimal(10) ** (precision - scale)
-        too_big = next((v for v in values.to_pylist() if v is not None and abs(v) >= limit), None)
+        # copy_abs, not abs(): abs() rounds to the context's 28 digits, so a decimal(38,9)
+        # value of 29 integer digits would round up to the limit and be refused
+        too_big = next((v for v in values.to_pylist()
+                        if v is not None and v.copy_abs() >= limit), None)
         if too_big is not None:
             raise SinkCannotTake(f"table {table}: column '{name}' is {column.type}, which "
                                  f"cannot hold {too_big}")

@@ -4,10 +4,11 @@ It re-reads every committed epoch's ranges from Kafka with a plain consumer, rec
 watermarks, late and quarantined records in plain Python (no Spark, no staging), and compares the
 result with what each sink holds (Delta tables read back, Kafka topics read back with
 ``read_committed``), with each sink's commits (exactly one per epoch), and with the checkpoint
-table. Everything it reads from Kafka and Delta is read a second time by readers that share no
-library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta extension), and
-any difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug
-in confluent-kafka or delta-rs cannot show the audit the same wrong picture it showed the
+table. Everything it reads from Kafka, Delta and PostgreSQL is read a second time by readers
+that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta
+extension; ``eos.tools.independent_postgres``: DuckDB's postgres extension), and any
+difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug in
+confluent-kafka, delta-rs or psycopg cannot show the audit the same wrong picture it showed the
 pipeline. It shares only the parse rules (``eos.compute.formats.json.Parser``: they are the
 specification of a valid event) with the pipeline; the filter runs on DuckDB (not Spark),
 windows and aggregations are written out again (``eos.tools.audit_reference``), and the
@@ -34,6 +35,7 @@ from eos.tools.audit_checks import (
     check_offsets,
     compare_rows,
     compare_window_values,
+    latest_rows,
     row_identity,
 )
 from eos.tools.audit_reference import Record, reference
@@ -101,13 +103,16 @@ def audit(config: PipelineConfig) -> AuditReport:
         identity = row_identity(config, sink.output)
         held, version = read_back_with_version(sink)
         report.problems.extend(reread_sink(report, config, sink, held, version))
-        want = Counter(identity(row) for row in expected.rows[sink.output])
+        expected_rows = expected.rows[sink.output]
+        if keys := sink.kept_by():  # an upserting sink holds each key's latest row
+            expected_rows = latest_rows(expected_rows, keys)
+        want = Counter(identity(row) for row in expected_rows)
         got = Counter(identity(row) for row in held)
         compare_rows(report, sink.name, want, got)
         if sink.output == "windows":
-            compare_window_values(report, config, sink.name, expected.rows["windows"], held)
+            compare_window_values(report, config, sink.name, expected_rows, held)
         elif sink.output == "rows":
-            compare_row_values(report, config, sink.name, expected.rows["rows"], held)
+            compare_row_values(report, config, sink.name, expected_rows, held)
         commits = sink.commits()
         # A sink may forget old commits (a Kafka sink's marker topic is compacted to the last
         # marker), never hold one twice or miss the last: a contiguous run ending at N.

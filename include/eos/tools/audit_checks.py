@@ -67,6 +67,18 @@ def value_differences(config: PipelineConfig, want: dict[str, Any],
             wrong.append(f"{name}={b!r}, expected {a!r}")
     return wrong
 
+
+def latest_rows(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What a sink that upserts on ``keys`` holds of ``rows``: per key, the row of the highest
+    epoch (``SupportsReadBack.kept_by``)."""
+    latest: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        key = tuple(_ms(row[k]) for k in keys)
+        if key not in latest or row["epoch"] > latest[key]["epoch"]:
+            latest[key] = row
+    return list(latest.values())
+
+
 def compare_rows(report: AuditReport, sink: str, want: Counter, got: Counter) -> None:
     """A sink's row identities against the reference's: a row held more often than expected is
     doubled (or unexplained), one held less often is lost."""

@@ -1,8 +1,9 @@
-"""The audit's second readings: everything it reads from Kafka and Delta read again by readers
-that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta
-extension). Any difference between the two readings is a problem of its own
-(``READERS_DISAGREE``): a bug in confluent-kafka or delta-rs cannot show the audit the same wrong
-picture it showed the pipeline."""
+"""The audit's second readings: everything it reads from Kafka, Delta and PostgreSQL read again
+by readers that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's
+delta extension; ``eos.tools.independent_postgres``: DuckDB's postgres extension). Any
+difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug in
+confluent-kafka, delta-rs or psycopg cannot show the audit the same wrong picture it showed the
+pipeline."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 
 LIBRARY_KAFKA = "confluent-kafka"
 LIBRARY_DELTA = "delta-rs"
+LIBRARY_POSTGRES = "psycopg2"
 READ_BACK_ATTEMPTS = 3
 
 
@@ -51,11 +53,15 @@ def reread_source(report: AuditReport, settings: dict[str, Any],
 
 def read_back_with_version(sink: SupportsReadBack) -> tuple[list[dict[str, Any]], int | None]:
     """The sink's rows as its own reader returns them and, for a Delta sink, the table version
-    they are of (the independent reader reads that version): the version is taken before and
-    after the read, and the read repeated while a commit lands in between. None: no stable
-    version (the audit ran while the table kept changing)."""
+    they are of (the independent reader reads that version), for a PostgreSQL sink its last
+    committed epoch: the version is taken before and after the read, and the read repeated
+    while a commit lands in between. None: no stable version (the audit ran while the table
+    kept changing)."""
     from eos.sinks.delta import DeltaSink
+    from eos.sinks.postgres import PostgresSink
 
+    if isinstance(sink, PostgresSink):
+        return _read_back_postgres(sink)
     if not isinstance(sink, DeltaSink):
         return sink.read_back(), None
     from deltalake import DeltaTable
@@ -69,13 +75,28 @@ def read_back_with_version(sink: SupportsReadBack) -> tuple[list[dict[str, Any]]
     return held, None
 
 
+def _read_back_postgres(sink: Any) -> tuple[list[dict[str, Any]], int | None]:
+    """The PostgreSQL sink's rows and the last epoch of its markers, unchanged across the
+    read (the table and its markers change together, in one transaction per epoch)."""
+    held: list[dict[str, Any]] = []
+    for _ in range(READ_BACK_ATTEMPTS):
+        before = sink.commits()
+        held = sink.read_back()
+        if sink.commits() == before:
+            return held, before[-1] if before else -1
+    return held, None
+
+
 def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
                 held: list[dict[str, Any]], version: int | None) -> list[Problem]:
     """The sink read again by its independent reader and compared whole with ``held`` (what
     the sink's own reader returned): every row, every column."""
     from eos.sinks.delta import DeltaSink
     from eos.sinks.kafka import KafkaSink
+    from eos.sinks.postgres import PostgresSink
 
+    if isinstance(sink, PostgresSink):
+        return _reread_postgres(report, sink, held, version)
     if isinstance(sink, DeltaSink):
         library, reader, rows = LIBRARY_DELTA, independent.DELTA_READER, _reread_delta(
             sink, version)
@@ -118,6 +139,38 @@ def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unr
     except (duckdb.Error, OSError, ImportError) as error:
         return _Unread(f"{independent.DELTA_READER} could not read {path} at version "
                        f"{version}: {error}", fails=True)
+
+
+def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],
+                     version: int | None) -> list[Problem]:
+    """DuckDB's reading of the table and of the markers, compared with psycopg2's: the rows
+    whole, the markers' epochs one by one. Both readings must be of epoch ``version``; a
+    commit in between (or a table that would not hold still) fails the audit, which is run
+    again on a pipeline at rest."""
+    from eos.core.errors import EosError
+    from eos.sinks.postgres_connection import dsn_for
+    from eos.tools.independent_postgres import POSTGRES_READER, read_postgres
+
+    reader = POSTGRES_READER
+    if version is None:
+        return [Problem(ProblemKind.SECOND_READER, sink.name, f"the sink committed during each "
+                        f"of {READ_BACK_ATTEMPTS} readings: no one epoch to read twice")]
+    try:
+        dsn = dsn_for(sink.options.connection, sink.options.dsn_env)
+        reading = read_postgres(dsn, sink.table, sink.options.marker(),
+                                sink.config.name, sink.name)
+    except EosError as error:  # SinkUnavailable (password removed), ConfigError
+        return [Problem(ProblemKind.SECOND_READER, sink.name, str(error))]
+    seen = reading.epochs[-1] if reading.epochs else -1
+    if seen != version:
+        return [Problem(ProblemKind.SECOND_READER, sink.name, (
+            f"{reader} read the sink at epoch {seen}, {LIBRARY_POSTGRES} at {version}: it "
+            "committed between the two readings"))]
+    report.second_readings[sink.name] = (reader, len(reading.rows))
+    markers = [{"marker epoch": e} for e in sink.commits() if e <= version]
+    return (_disagreements(sink.name, (LIBRARY_POSTGRES, held), (reader, reading.rows))
+            + _disagreements(f"{sink.name} markers", (LIBRARY_POSTGRES, markers),
+                             (reader, [{"marker epoch": e} for e in reading.epochs])))
 
 
 def _reread_kafka(config: PipelineConfig, sink: Any) -> list[dict[str, Any]]:

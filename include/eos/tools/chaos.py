@@ -32,6 +32,8 @@ from eos.core.kafka import client_settings, is_embedded_broker
 from eos.core.layout import tables_for
 from eos.core.plan import plan_of
 from eos.core.protocol import abort, begin, check_sinks, checkpointed_epoch, commit, precommit
+from eos.core.sink import sinks_for
+from eos.tools import postgres_server
 from eos.tools.audit import audit
 from eos.tools.audit_checks import check_offsets
 from eos.tools.audit_report import Problem, ProblemKind
@@ -39,12 +41,13 @@ from eos.tools.generator import GeneratedRecord, GeneratorSpec, generate, genera
 from eos.tools.produce import send
 
 CONCURRENT_COMMITS = "commit.two_attempts_at_once"
+BETWEEN_SINKS = "commit.between_sinks"
 POISON = "poison.record"  # a fault of the data, not of a phase (``poison_records``)
 RACE_POINTS = "sink.before_write:wait,checkpoint.before_write:wait"
 PHASE_FAULTS = {
     "begin": ["begin.after_log"],
     "precommit": ["precommit.mid_read", "precommit.before_write", "precommit.after_write"],
-    "commit": ["commit.between_sinks", "commit.before_checkpoint", "commit.after_checkpoint",
+    "commit": [BETWEEN_SINKS, "commit.before_checkpoint", "commit.after_checkpoint",
                CONCURRENT_COMMITS],
 }
 
@@ -86,10 +89,17 @@ def _cli(config: PipelineConfig, phase: str, epoch: int, run_id: str, env: dict[
 
 
 def _inject(config: PipelineConfig, phase: str, point: str, epoch: int, run_id: str,
-            faults_dir: str) -> bool:
-    """Run one faulty attempt (or two racing ones); True if the fault took effect."""
+            faults_dir: str, depth: int = 1) -> int:
+    """Run one faulty attempt (or two racing ones); the faults that took effect.
+
+    ``commit.between_sinks`` crashes after the first sink; with ``depth`` k, k attempts run
+    one after the other with the point armed k times: each finds the sinks before its crash
+    committed and dies after the next one, so the last dies between sinks k and k+1."""
     env = {"EOS_FAULTS_DIR": faults_dir}
     try:
+        if point == BETWEEN_SINKS:
+            env["EOS_FAULTS"] = f"{point}:{depth}"
+            return sum(_cli(config, phase, epoch, run_id, env).wait() != 0 for _ in range(depth))
         if point == CONCURRENT_COMMITS:
             env["EOS_FAULTS"] = RACE_POINTS
             racers = [_cli(config, phase, epoch, run_id, env) for _ in range(2)]
@@ -100,9 +110,9 @@ def _inject(config: PipelineConfig, phase: str, point: str, epoch: int, run_id: 
                    if r.returncode not in (0, EXIT_TRANSIENT)]
             if bad:
                 raise ProtocolViolation(f"chaos: a racing commit failed: {bad}")
-            return True
+            return 1
         env["EOS_FAULTS"] = f"{point}:1"
-        return _cli(config, phase, epoch, run_id, env).wait() != 0
+        return int(_cli(config, phase, epoch, run_id, env).wait() != 0)
     finally:
         for name in os.listdir(faults_dir):
             os.unlink(os.path.join(faults_dir, name))
@@ -170,10 +180,27 @@ def _check_invariants(config: PipelineConfig, epoch: int) -> list[Problem]:
     return problems
 
 
+def _menu(config: PipelineConfig, settings: dict[str, Any], report: ChaosReport
+          ) -> dict[str, list[str]]:
+    """The fault points of each phase this pipeline can take (a note in ``report`` for each
+    left out)."""
+    menu = {phase: list(points) for phase, points in PHASE_FAULTS.items()}
+    has_kafka_sink = any("kafka" in spec for _, spec in config.sinks.by_output())
+    if has_kafka_sink and is_embedded_broker(settings):
+        menu["commit"].remove(CONCURRENT_COMMITS)
+        report.notes.append(
+            "two commit attempts at once: not injected; this pipeline has a Kafka sink and the "
+            "embedded broker (librdkafka's mock cluster) does not fence transactional ids, so "
+            "only a real broker (KAFKA_BOOTSTRAP_SERVERS) can keep racing Kafka commits apart")
+    return menu
+
+
 def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.5,
           events_per_epoch: int = 400, spark: Any = None,
           poison_rate: float = 0.3) -> ChaosReport:
     with contextlib.ExitStack() as stack:
+        # A pipeline with postgres sinks and no DSN for them: a local server for the run.
+        stack.enter_context(postgres_server.serving(config, reuse=True))
         if spark is None and config.compute.mode == "connect":
             from eos.compute import connect
 
@@ -188,16 +215,11 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
     run here on ``session``."""
     rng = random.Random(seed)
     poison_rng = random.Random(seed + 1)  # its own: a seed's phase faults stay what they were
+    depth_rng = random.Random(seed + 2)  # which sinks a crash between sinks follows: its own too
     report = ChaosReport()
     settings = client_settings(config.kafka.client)
-    menu = {phase: list(points) for phase, points in PHASE_FAULTS.items()}
-    has_kafka_sink = any("kafka" in spec for _, spec in config.sinks.by_output())
-    if has_kafka_sink and is_embedded_broker(settings):
-        menu["commit"].remove(CONCURRENT_COMMITS)
-        report.notes.append(
-            "two commit attempts at once: not injected; this pipeline has a Kafka sink and the "
-            "embedded broker (librdkafka's mock cluster) does not fence transactional ids, so "
-            "only a real broker (KAFKA_BOOTSTRAP_SERVERS) can keep racing Kafka commits apart")
+    menu = _menu(config, settings, report)
+    gaps = max(1, len(sinks_for(config)) - 1)  # where a crash between sinks can fall
     spec = GeneratorSpec(events=events_per_epoch * epochs, keys=30, interval_ms=25,
                          disorder_ms=1000, late_fraction=0.02, late_delay_ms=20_000,
                          bad_fraction=0.02, seed=seed, users=200, **generator_options(config))
@@ -219,8 +241,9 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
         for phase in ("begin", "precommit", "commit"):
             if rng.random() < fault_rate:
                 point = rng.choice(menu[phase])
-                if _inject(config, phase, point, epoch, run_id, faults_dir):
-                    report.faults[point] += 1
+                depth = depth_rng.randint(1, gaps)
+                if taken := _inject(config, phase, point, epoch, run_id, faults_dir, depth):
+                    report.faults[point] += taken
                     report.recoveries += 1
                     if phase == "precommit" and rng.random() < 0.5:
                         abort(config, epoch, reason=f"chaos: {point}")

@@ -7,11 +7,13 @@ committed tables and the verdict of the independent audit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,7 +238,8 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
     registry = start_registry(config)
     started_spark = needs_spark_server([config]) and connect.read_state() is None
     try:
-        return _demo(config, events, via, max_epochs)
+        with _postgres(config):
+            return _demo(config, events, via, max_epochs)
     finally:
         if registry is not None:
             registry.stop()
@@ -250,6 +253,29 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
                   "`eos broker stop`", flush=True)
         if is_remote(config.root):
             _store_epilogue(config)
+
+
+@contextlib.contextmanager
+def _postgres(config: PipelineConfig) -> Iterator[None]:
+    """For a pipeline with ``postgres`` sinks, a local PostgreSQL server of the demo's own
+    (``eos.tools.postgres_server``: Debian's postgresql, 127.0.0.1, a generated password in
+    the sinks' ``dsn_env`` and Airflow connection variables, never printed). It stops with
+    the demo, its tables with it: the other sinks' tables stay."""
+    from eos.tools import postgres_server
+
+    with postgres_server.serving(config) as server:
+        if server is not None:
+            names = sorted({o.dsn_env for _, s in config.sinks.by_output()
+                            for k, o in s.items() if k == "postgres" and o.dsn_env})
+            print(f"      PostgreSQL server (Debian's postgresql) at {server.host}:{server.port}"
+                  f", database {server.database}; its DSN is in "
+                  f"{', '.join('$' + n for n in names)} for what the demo starts", flush=True)
+        try:
+            yield
+        finally:
+            if server is not None:
+                print("stopped the PostgreSQL server the demo started (its tables went with "
+                      "it)", flush=True)
 
 
 def start_registry(config: PipelineConfig) -> SchemaRegistryServer | None:

@@ -16,8 +16,9 @@ read a second time here, by code that shares neither the libraries nor the decod
   Parquet reader), at the table version delta-rs read. PyPI ships the extension as
   ``duckdb-extension-delta`` (one per DuckDB release, pinned to ours in requirements.in); it is
   loaded from that wheel's file with ``LOAD '<path>'`` (a signed DuckDB build: no unsigned
-  extensions allowed, nothing downloaded, nothing installed under ``~/.duckdb``), because this
-  machine cannot reach DuckDB's extension repository.
+  extensions allowed, nothing downloaded, nothing installed under ``~/.duckdb``): the audit
+  never depends on reaching DuckDB's extension repository.
+- **PostgreSQL** with DuckDB's postgres extension, the same way: ``eos.tools.independent_postgres``.
 
 Rows are compared in a canonical form (``canonical_row``): times as integer microseconds since
 the epoch (each reader has its own time zone habits), decimals by value, binary as bytes.
@@ -392,14 +393,16 @@ def _quoted(text: str) -> str:
 
 def canonical(value: Any) -> Any:
     """One value as both readers can agree on it: a time as microseconds since the epoch (a
-    naive one is UTC), binary as bytes, NaN as a marker (it equals nothing, itself included)."""
+    naive one is UTC), binary as bytes, a float or decimal NaN as a marker (it equals nothing,
+    itself included)."""
     if isinstance(value, datetime):
         aware = value if value.tzinfo else value.replace(tzinfo=UTC)
         delta = aware - _EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
-    if isinstance(value, float) and math.isnan(value):
+    if (isinstance(value, float) and math.isnan(value)) or (
+            isinstance(value, Decimal) and value.is_nan()):
         return "NaN"
     if isinstance(value, dict):  # a struct: hashable, in name order
         return tuple(sorted((k, canonical(v)) for k, v in value.items()))

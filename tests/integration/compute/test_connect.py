@@ -264,6 +264,33 @@ def test_abandoned_sessions_expire(tmp_path: Path, own_server: tuple[Path, int])
             again.stop()
 
 
+def test_a_pipeline_session_the_server_closed_is_stepped_over(
+        tmp_path: Path, own_server: tuple[Path, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect: a pipeline's session had one fixed id; once the server closed it (idle past
+    its session timeout, 15 min on ``eos spark start``'s server), the server refused that id
+    for good and every later precommit failed, retried forever. Now a closed id is stepped
+    over to the pipeline's next one. Closed here by releasing it (the server keeps a released
+    session's id as closed, as an expired one's: ``test_abandoned_sessions_expire``)."""
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(connect, "SESSION_ROTATION_MS", 10**15)  # one "hour" for the test
+    config = loaded_pipeline(tmp_path)
+    assert config.compute.session == "pipeline"
+    endpoint = own_endpoint(own_server)
+    first = connect.pipeline_session_id(config, 0)
+    closing = SparkSession.builder.remote(endpoint.url(first)).create()
+    assert closing.range(2).count() == 2
+    closing.release_session_on_close = True
+    connect.stop_session(closing)  # released: the server now refuses ``first``
+    with pytest.raises(Exception, match="SESSION_CLOSED") as refused:
+        connect._opened(config, endpoint, first)  # what a fixed id met on every precommit
+    assert connect.session_closed(refused.value)
+    for _ in range(2):  # the next precommit, and the one after, join generation 1
+        with connect.session(config, endpoint) as spark:
+            assert spark.range(3).count() == 3
+            assert spark.session_id == connect.pipeline_session_id(config, 1)
+
+
 def test_stop_leaves_no_process(tmp_path: Path, kafka: str) -> None:
     """``eos spark stop``: the JVM and every Python worker it forked are gone."""
     base = tmp_path / "data"

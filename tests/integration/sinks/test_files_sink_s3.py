@@ -1,7 +1,8 @@
 """The ``files`` sink on an object store (the embedded SeaweedFS S3 gateway, a real S3 server):
 epochs committed through the protocol, the manifest's conditional create (``If-None-Match: *``,
-signed by ``eos.sinks.files_s3``) letting exactly one of two racing attempts win, orphans of a
-crashed attempt removed by the rerun, and DuckDB reading back what was committed."""
+obstore's ``put(mode="create")`` in ``eos.sinks.files_s3``) letting exactly one of two racing
+attempts win, orphans of a crashed attempt removed by the rerun, and DuckDB reading back what
+was committed."""
 
 from __future__ import annotations
 
@@ -134,6 +135,30 @@ def test_orphans_of_an_attempt_killed_before_its_manifest_are_removed_by_the_rer
         n for n in names if n.startswith("epoch-") and "0ldplan" not in n] and len(names) == 3
     assert sorted((r["key"], r["n"], r["epoch"]) for r in
                   sinks_for(config)[0].read_back()) == rows_of(config)
+
+
+def test_a_conflict_reported_as_already_existing_is_no_lost_race_until_the_object_is_seen(
+        s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """obstore reports S3's 409 (a concurrent conditional write in flight, outcome unknown) as
+    AlreadyExistsError, as it does a 412. Taken for a lost race, the attempt would report the
+    epoch committed while its manifest may never be: it is retried until the object is seen."""
+    import obstore
+    from obstore.exceptions import AlreadyExistsError
+
+    key = f"{s3_root}/conflict/{uuid.uuid4().hex}.json"
+    real = obstore.put
+
+    def conflict(*args: object, **kwargs: object) -> None:
+        raise AlreadyExistsError("Server returned non-2xx status code: 409 Conflict: "
+                                 "<Error><Code>ConditionalRequestConflict</Code></Error>")
+
+    monkeypatch.setattr(obstore, "put", conflict)
+    with pytest.raises(SinkUnavailable, match="HTTP 409 ConditionalRequestConflict"):
+        put_if_absent(key, b"one")
+    monkeypatch.setattr(obstore, "put", real)
+    assert put_if_absent(key, b"one") is True
+    monkeypatch.setattr(obstore, "put", conflict)
+    assert put_if_absent(key, b"two") is False  # the object is there: a lost race
 
 
 def test_a_refused_request_names_the_status_and_no_secret(s3_root: str,

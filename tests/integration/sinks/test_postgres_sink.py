@@ -225,7 +225,7 @@ def test_upserts_replace_a_keys_row_in_epoch_order_once(
     assert sink.commit(0, first, "h0").outcome is Outcome.ALREADY_COMMITTED  # a rerun: no-op
     assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == table
     assert sorted((r["key"], r["n"]) for r in sink.read_back()) == table
-    assert sink.commits() == [0, 1] and "latest row of each key" in str(sink.unreadable())
+    assert sink.commits() == [0, 1] and sink.kept_by() == ("key",)
     with pytest.raises(SinkCannotTake, match="upsert keys more than once"):
         sink.check(2, pa.table({"key": ["a", "a"], "n": [1, 2]}))
     with pytest.raises(SinkCannotTake, match="column 'key' is NOT NULL and the epoch has empty"):
@@ -347,3 +347,105 @@ def test_an_airflow_postgres_connection_supplies_the_credentials(
     assert export_postgres_connections(config) == ["eos_test_pg"]
     run_epoch(config, source)
     assert windows(server, schema) == memory_windows(config)
+    # The audit's second reader attaches with the same connection.
+    from eos.tools.audit_report import AuditReport
+    from eos.tools.audit_second_reading import read_back_with_version, reread_sink
+
+    sink = sinks_for(config)[0]
+    held, version = read_back_with_version(sink)
+    report = AuditReport(config.name, 0)
+    assert reread_sink(report, config, sink, held, version) == []
+    assert report.second_readings[sink.name] == ("DuckDB postgres", len(held)) and held
+
+
+# -- the audit's second reader: DuckDB's postgres extension -----------------------------------
+
+def test_duckdb_reads_every_type_as_psycopg2_does(tmp_path: Path, server: PostgresServer,
+                                                   schema: str) -> None:
+    """Both of the audit's readings, column for column: decimals (a declared numeric(P,S) and
+    an unconstrained numeric), doubles with NaN and both infinities, a real, times with their
+    zone, dates, bytes, text, integers up to uint64, empty values; and the markers."""
+    from eos.tools.independent import disagreements
+    from eos.tools.independent_postgres import read_postgres
+
+    query(server, f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.windows (loose numeric)")
+    when = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    rows = pa.table({
+        "price": pa.array([Decimal("12345678901234567890.12"), Decimal("-0.01"), None],
+                          pa.decimal128(38, 2)),
+        "loose": pa.array([Decimal("3.14159"), Decimal("-1E+5"), None], pa.decimal128(12, 5)),
+        "ratio": [math.inf, -math.inf, math.nan], "tenth": pa.array([1.1, 0.1, None],
+                                                                   pa.float32()),
+        "at": pa.array([when, datetime(1970, 1, 1, tzinfo=UTC), None],
+                       pa.timestamp("us", "UTC")),
+        "day": pa.array([date(2026, 3, 1), date(1, 1, 1), None], pa.date32()),
+        "blob": [b"\x00\xff", b"", None], "flag": [True, False, None],
+        "big": pa.array([2**64 - 1, 0, None], pa.uint64()),
+        "small": pa.array([1, -1, 0], pa.int16()), "text": ["é ✓", "", None]})
+    sink = sinks_for(pipeline(tmp_path, schema))[0]
+    sink.prepare(rows.schema)
+    sink.check(0, rows)
+    sink.commit(0, rows, "h0")
+    reading = read_postgres(dsn_of(server), sink.table, sink.options.marker(),
+                            sink.config.name, sink.name)
+    held = sink.read_back()
+    assert len(reading.rows) == len(held) == 3
+    assert disagreements(("psycopg2", held), ("DuckDB postgres", reading.rows)) == []
+    assert reading.epochs == sink.commits() == [0]
+    loose = sorted(str(r["loose"]) for r in reading.rows if r["loose"] is not None)
+    assert loose == ["-100000.00000", "3.14159"]  # exact, not a double's rounding
+
+
+def test_a_value_one_reader_misreads_fails_the_second_reading(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    """psycopg2's reading with one value wrong (a decimal's scale, a time's zone) is what the
+    second reading is for: it names the sink and the row; the same for a marker it misses."""
+    from eos.tools.audit_report import AuditReport, ProblemKind
+    from eos.tools.audit_second_reading import read_back_with_version, reread_sink
+
+    config = pipeline(tmp_path, schema)
+    for _ in range(2):
+        run_epoch(config, source)
+    sink = sinks_for(config)[0]
+    held, version = read_back_with_version(sink)
+    assert version == 1 and held
+    report = AuditReport(config.name, version)
+    assert reread_sink(report, config, sink, held, version) == []
+    assert report.second_readings[sink.name] == ("DuckDB postgres", len(held))
+    wrong = [dict(row) for row in held]
+    wrong[0]["n"] += 1
+    problems = reread_sink(AuditReport(config.name, version), config, sink, wrong, version)
+    assert {(p.kind, p.where) for p in problems} == {(ProblemKind.READERS_DISAGREE, sink.name)}
+    assert len(problems) == 2 and any(p.detail.startswith("DuckDB postgres reads {")
+                                      for p in problems)
+    query(server, f"DELETE FROM {schema}.eos_markers WHERE epoch = 1")
+    problems = reread_sink(AuditReport(config.name, 1), config, sink, held, 1)
+    assert [p.kind for p in problems] == [ProblemKind.SECOND_READER]
+    assert "DuckDB postgres read the sink at epoch 0" in problems[0].detail
+
+
+def test_the_password_never_shows_in_the_second_readers_errors(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB prints the connection string it failed with, password included: the audit's
+    problem and the error carry neither it nor a password that almost matched."""
+    from eos.tools.audit_report import AuditReport, ProblemKind
+    from eos.tools.audit_second_reading import reread_sink
+    from eos.tools.independent_postgres import read_postgres
+
+    caplog.set_level(logging.DEBUG)
+    config = pipeline(tmp_path, schema)
+    run_epoch(config, source)
+    sink = sinks_for(config)[0]
+    held = sink.read_back()
+    shown: list[str] = []
+    for dsn in (dsn_of(server, port=1), dsn_of(server, password=server.password + "x")):
+        monkeypatch.setenv(DSN_ENV, dsn)
+        with pytest.raises(SinkUnavailable) as failed:
+            read_postgres(dsn, sink.table, sink.options.marker(), config.name, sink.name)
+        (problem,) = reread_sink(AuditReport(config.name, 0), config, sink, held, 0)
+        assert problem.kind == ProblemKind.SECOND_READER and problem.where == sink.name
+        shown += [str(failed.value), repr(failed.value), problem.detail, str(problem)]
+    assert "password authentication failed" in shown[-1]
+    shown.append(caplog.text)
+    assert not [text for text in shown if server.password in text]

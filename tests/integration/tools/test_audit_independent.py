@@ -13,7 +13,9 @@ first (both of its readings are the buggy one); this one fails it.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,9 +36,12 @@ from eos.tools.audit_second_reading import reread_sink
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
 
+from support import postgres
 from support.harness import sink
 from support.pipelines import kafka_sinks, make_pipeline
+from support.postgres import PostgresServer
 
+PG_DSN_ENV = "EOS_TEST_AUDIT_POSTGRES_DSN"
 SPEC = GeneratorSpec(events=1500, keys=10, interval_ms=25, disorder_ms=800, late_fraction=0.03,
                      late_delay_ms=20_000, bad_fraction=0.03, seed=26)
 
@@ -46,10 +51,30 @@ def key(row: dict[str, Any]) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def committed(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any) -> PipelineConfig:
-    """Windows to a Kafka topic and a Delta table, late and quarantine to Delta: several
-    epochs, committed."""
-    config = make_pipeline(tmp_path_factory.mktemp("independent"), base=kafka_sinks(),
+def pg() -> Iterator[PostgresServer | None]:
+    """A PostgreSQL server for the windows' postgres sink, its DSN in ``PG_DSN_ENV`` for the
+    module; None where no server can run (the Kafka and Delta readings are still audited)."""
+    if postgres.missing_reason() is not None:
+        yield None
+        return
+    with postgres.postgres_server() as server, pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PG_DSN_ENV, " ".join(
+            f"{k}={v}" for k, v in {"host": server.host, "port": server.port,
+                                    "user": server.user, "password": server.password,
+                                    "dbname": server.database}.items()))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any,
+              pg: PostgresServer | None) -> PipelineConfig:
+    """Windows to a Kafka topic, a Delta table and (with a server) a PostgreSQL table, late and
+    quarantine to Delta: several epochs, committed."""
+    sections = kafka_sinks()
+    if pg is not None:
+        sections["sinks"]["windows"].append(
+            {"postgres": {"table": "audit.windows", "dsn_env": PG_DSN_ENV}})
+    config = make_pipeline(tmp_path_factory.mktemp("independent"), base=sections,
                                  epoch={"max_records": 600, "staging_retention": 1})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     assert len(run_until_caught_up(config, "independent", spark=spark)) >= 3
@@ -61,7 +86,7 @@ def committed(tmp_path_factory: pytest.TempPathFactory, kafka: str, spark: Any) 
 
 
 def test_the_independent_readers_agree_with_the_pipelines_readers(
-        committed: PipelineConfig) -> None:
+        committed: PipelineConfig, pg: PostgresServer | None) -> None:
     report = audit(committed)
     assert report.ok, report.render()
     names = {s.name for s in sinks_for(committed)}
@@ -71,6 +96,9 @@ def test_the_independent_readers_agree_with_the_pipelines_readers(
     for name in names:
         assert report.second_readings[name][1] == report.counts[name][1] > 0, name
     assert report.second_readings["delta:target"][0] == "DuckDB delta"
+    assert [report.second_readings[s.name][0] for s in sinks_for(committed)
+            if s.kind == "postgres"] == (["DuckDB postgres"] if pg is not None else [])
+    assert ("read again by DuckDB postgres" in report.render()) == (pg is not None)
     assert not report.single_reader
     # And directly: the same rows, column for column, by both readers of each kind of sink.
     target = sink(committed, "delta:target")
@@ -109,6 +137,34 @@ def test_a_version_the_second_reader_cannot_read_fails_the_audit(
     problems = reread_sink(report, committed, target, [], 10**6)
     assert [p.kind for p in problems] == [ProblemKind.SECOND_READER], problems
     assert "DuckDB delta could not read" in problems[0].detail
+
+
+def test_a_value_changed_in_postgresql_fails_the_audit_naming_the_sink(
+        committed: PipelineConfig, pg: PostgresServer | None) -> None:
+    """One window's count changed straight in PostgreSQL: both readers see the change (they
+    agree), the comparison with the records names the postgres sink. Put back after."""
+    if pg is None:
+        pytest.skip(str(postgres.missing_reason()))
+    import psycopg2
+
+    (target,) = [s for s in sinks_for(committed) if s.kind == "postgres"]
+    conn = psycopg2.connect(os.environ[PG_DSN_ENV])
+    change = "UPDATE audit.windows SET count = count + %s WHERE ctid = %s RETURNING ctid"
+    try:
+        with conn, conn.cursor() as cursor:
+            cursor.execute("SELECT min(ctid) FROM audit.windows")
+            cursor.execute(change, (1, cursor.fetchone()[0]))
+            (changed,) = cursor.fetchone()
+        report = audit(committed)
+        with conn, conn.cursor() as cursor:  # an update moves the row: put back by its new ctid
+            cursor.execute(change, (-1, changed))
+    finally:
+        conn.close()
+    assert not report.ok
+    assert {p.where for p in report.problems} == {target.name}, report.render()
+    assert report.disagreeing == 0, report.render()
+    assert report.second_readings[target.name][0] == "DuckDB postgres"
+    assert audit(committed).ok
 
 
 def test_a_row_appended_outside_the_protocol_and_hidden_by_a_stale_reader_fails_the_audit(

@@ -221,7 +221,9 @@ def test_out_of_order_epochs_and_what_cannot_be_written_are_refused(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"path": "relative"}, "path: an absolute directory or a URI"),
+    ({"path": "../elsewhere"}, "leaves the pipeline's tables root"),
+    ({"path": "."}, "tables root itself"),
+    ({"path": "staging/files"}, "inside a protocol table"),
     ({"path": "/x", "format": "csv"}, "format"),
     ({"path": "/x", "partition_by": ["a/b"]}, "partition_by"),
     ({"path": "/x", "partition_by": ["a", "a"]}, "partition_by"),
@@ -233,6 +235,21 @@ def test_bad_options_are_refused_naming_the_key(tmp_path: Path, options: dict,
     sinks = {"windows": [{"files": options}], "late": [], "quarantine": []}
     with pytest.raises(ConfigError, match=message):
         make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+
+
+def test_a_relative_path_is_a_directory_under_the_tables_root(
+        tmp_path: Path, source: MemorySource) -> None:
+    """As a Delta sink's table name: it moves with the root, and is claimed as its place."""
+    sinks = {"windows": [{"files": {"path": "files/windows"}}], "late": [], "quarantine": []}
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+    run_epoch(config, source)
+    out = Path(config.root) / "files" / "windows"
+    assert sinks_for(config)[0].commits() == [0]
+    assert (out / "_eos" / "manifests" / f"{0:012d}.json").is_file()
+    beside = {"windows": [{"files": {"path": "files/windows"}}, {"delta": "files"}], "late": [],
+              "quarantine": []}
+    with pytest.raises(ConfigError, match="both claim"):
+        make_pipeline(tmp_path, base=IN_MEMORY, name="nested", sinks=beside)
 
 
 def test_a_rewind_removes_the_later_epochs_and_the_replay_commits_them_again(

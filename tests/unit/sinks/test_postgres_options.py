@@ -12,7 +12,7 @@ from eos.core import sink as sink_module
 from eos.core.errors import ConfigError, SinkCannotTake
 from eos.core.sink import register, sinks_for
 from eos.sinks.postgres import PostgresSink
-from eos.sinks.postgres_types import column_type
+from eos.sinks.postgres_types import Column, column_type, refuse_values
 
 from support.pipelines import IN_MEMORY, make_pipeline
 
@@ -69,3 +69,18 @@ def test_the_package_installs_the_sink_type_and_its_drivers() -> None:
     assert project["entry-points"]["eos.sinks"]["postgres"] == "eos.sinks.postgres:PostgresSink"
     extra = " ".join(project["optional-dependencies"]["postgres"])
     assert "psycopg[binary]" in extra and "psycopg2-binary" in extra
+
+
+def test_the_largest_decimal_a_numeric_column_holds_is_taken_exactly() -> None:
+    """decimal(38,9)'s extremes (29 integer digits, 9 decimals: the poison records of
+    ``eos chaos``) fit numeric(38,9); one more integer digit does not. Compared exactly, never
+    rounded to Python's 28-digit decimal context."""
+    from decimal import Decimal
+
+    column = Column("max", "numeric(38,9)", True, False)
+    largest = Decimal("9" * 29 + "." + "9" * 9)
+    rows = pa.table({"max": pa.array([largest, largest.copy_negate()], pa.decimal128(38, 9))})
+    refuse_values("s.t", rows, {"max": column}, ())
+    wider = pa.table({"max": pa.array([Decimal("1" + "0" * 29)], pa.decimal128(38, 0))})
+    with pytest.raises(SinkCannotTake, match="cannot hold"):
+        refuse_values("s.t", wider, {"max": column}, ())

@@ -6,12 +6,15 @@ infinite, and the exact sum decides, not the order of additions."""
 from __future__ import annotations
 
 import math
+from collections import Counter
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 from eos.core.config import PipelineConfig
-from eos.tools.audit_checks import value_differences
+from eos.tools.audit_checks import compare_rows, latest_rows, row_identity, value_differences
 from eos.tools.audit_reference import aggregate
+from eos.tools.audit_report import AuditReport, ProblemKind
 from eos.tools.pipelines import write_pipeline
 
 
@@ -61,3 +64,26 @@ def test_a_decimal_sum_is_exact_past_pythons_default_28_digits(tmp_path: Path) -
     values, overflowed = aggregate(config, [{"key": "k", "price": Decimal(p)} for p in prices])
     assert values == {"total": Decimal("64899948928417271662936078900.000000974")}
     assert overflowed == []
+
+
+def test_an_upserting_sink_is_expected_to_hold_each_keys_latest_row(tmp_path: Path) -> None:
+    """``SupportsReadBack.kept_by``: per key, the row of the last epoch that wrote it; a sink
+    still holding an older epoch's row (an upsert lost) is a missing row and an unexpected
+    one."""
+    config = _sums(tmp_path)
+    minute = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def row(key: str, epoch: int, total: int) -> dict[str, object]:
+        return {"key": key, "window_start": minute, "window_end": minute, "total": total,
+                "epoch": epoch}
+
+    committed = [row("a", 0, 1), row("b", 0, 2), row("a", 2, 5), row("a", 1, 3)]
+    expected = latest_rows(committed, ("key", "window_start"))
+    assert sorted((r["key"], r["epoch"], r["total"]) for r in expected) == [
+        ("a", 2, 5), ("b", 0, 2)]
+    identity = row_identity(config, "windows")
+    report = AuditReport(config.name, committed_epoch=2)
+    compare_rows(report, "postgres:s.t", Counter(map(identity, expected)),
+                 Counter(map(identity, [row("a", 1, 3), row("b", 0, 2)])))
+    assert sorted(p.kind for p in report.problems) == sorted(
+        [ProblemKind.MISSING, ProblemKind.UNEXPECTED])

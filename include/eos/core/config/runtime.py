@@ -107,8 +107,9 @@ class ComputeConfig(Strict):
                     "password, use_ssl in extra) precommit reaches the server through.")
     # ``pipeline``: every precommit of this pipeline joins one server session (a fixed id), so
     # the server's Python workers stay warm (a new session starts its own: about 3 s);
-    # idle, it expires with the server's session timeout. ``task``: a fresh session per
-    # precommit, released when it ends.
+    # idle past the server's session timeout, the server closes it and the next precommit
+    # joins the next one (``eos.compute.connect.pipeline_session_id``). ``task``: a fresh
+    # session per precommit, released when it ends.
     session: Literal["pipeline", "task"] = Field(
         default="pipeline",
         description="pipeline: every precommit of the pipeline joins one server session (warm "
