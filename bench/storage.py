@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from bench.env import Env, environment
 from eos.compute.epochs import run_epoch
+from eos.core.processes import restored_environ
 from eos.tools.generator import GeneratorSpec
 from eos.tools.produce import produce
 
@@ -179,16 +180,11 @@ def store() -> Iterator[str]:
 
     started = object_store.status() is None
     state = object_store.start()
-    previous = {k: os.environ.get(k) for k in object_store.env()}
-    os.environ.update(object_store.env())
     try:
-        yield state["bucket"]
+        with restored_environ(object_store.env()):
+            os.environ.update(object_store.env())
+            yield state["bucket"]
     finally:
-        for k, v in previous.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         if started:
             object_store.stop()
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from eos.core.processes import restored_environ
+
 __all__ = ["object_store", "s3_root"]
 
 
@@ -29,16 +31,11 @@ def object_store(data_dir: Path) -> Iterator[ObjectStore]:
 
     state = store.start(data_dir)
     variables = store.env(data_dir)
-    previous = {k: os.environ.get(k) for k in variables}
-    os.environ.update(variables)
     try:
-        yield ObjectStore(state["endpoint"], state["bucket"], variables)
+        with restored_environ(variables):
+            os.environ.update(variables)
+            yield ObjectStore(state["endpoint"], state["bucket"], variables)
     finally:
-        for k, v in previous.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         store.stop(data_dir)
 
 

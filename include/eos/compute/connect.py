@@ -33,7 +33,7 @@ from urllib.parse import quote, unquote, urlparse
 from eos.core.config import PipelineConfig, data_dir
 from eos.core.errors import ComputeUnavailable, ConfigError, EosError
 from eos.core.phaselog import log_phase
-from eos.core.processes import alive
+from eos.core.processes import alive, restored_environ
 
 DEFAULT_PORT = 15002
 REMOTE_ENV = "EOS_SPARK_REMOTE"  # outside Airflow: sc://host:port/;token=... of another server
@@ -290,22 +290,6 @@ CONNECT_MARKS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMO
 
 
 @contextlib.contextmanager
-def _connect_marks_restored() -> Iterator[None]:
-    """pyspark marks a process that opened a Connect session in ``os.environ`` and from then on
-    builds every DataFrame operation (even a classic session's) the Connect way; put the marks
-    back as they were when the Connect session is done with."""
-    saved = {key: os.environ.get(key) for key in CONNECT_MARKS}
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
 def session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
     """A Connect session with this pipeline's settings and the ``eos_kafka`` source registered
     (sources are registered per session). ``compute.session: task``: a fresh session, released
@@ -313,9 +297,10 @@ def session(config: PipelineConfig, endpoint: Endpoint) -> Iterator[Any]:
     left open for the next precommit (the client connection is closed either way)."""
     if not reachable(endpoint):
         raise _unreachable(endpoint)
-
-
-    with _connect_marks_restored():
+    # pyspark marks a process that opened a Connect session in ``os.environ`` and from then on
+    # builds every DataFrame operation (even a classic session's) the Connect way: the marks
+    # go back as they were when the Connect session is done with.
+    with restored_environ(CONNECT_MARKS):
         yield from _session(config, endpoint)
 
 

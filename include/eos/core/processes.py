@@ -1,9 +1,11 @@
-"""Small helpers for the background servers the dev tools supervise (broker, Spark Connect)."""
+"""Small helpers for the background servers the dev tools supervise (broker, Spark Connect),
+and for the environment variables that hand their addresses over."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Iterator
 
 
 def alive(pid: int) -> bool:
@@ -35,3 +37,19 @@ def group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry))
     return members
+
+
+@contextlib.contextmanager
+def restored_environ(names: Iterable[str]) -> Iterator[None]:
+    """Put the environment variables ``names`` back as they were when the block ends (unset
+    ones unset), whatever the block set: a server started for one command hands its address
+    over in the environment only while it runs."""
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

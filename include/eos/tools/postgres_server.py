@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eos.core.errors import ConfigError
+from eos.core.processes import restored_environ
 
 __all__ = ["PostgresServer", "missing_reason", "postgres_server", "require_server", "serving"]
 
@@ -227,13 +228,6 @@ def serving(config: Any, reuse: bool = False) -> Iterator[PostgresServer | None]
         return
     with postgres_server(PIPELINE_DATABASE) as server:
         variables = _hand_over(server, sinks)
-        saved = {name: os.environ.get(name) for name in variables}
-        os.environ.update(variables)
-        try:
+        with restored_environ(variables):
+            os.environ.update(variables)
             yield server
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value

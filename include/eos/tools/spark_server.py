@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from eos.compute.connect import (
+    CONNECT_MARKS,
     DEFAULT_PORT,
     Endpoint,
-    _connect_marks_restored,
     _fail_fast,
     reachable,
     read_state,
@@ -39,7 +39,7 @@ from eos.compute.connect import (
 from eos.compute.spark import spark_submit_binary, submit_env, worker_python
 from eos.core.config import data_dir
 from eos.core.errors import ComputeNotStarted
-from eos.core.processes import alive, group_members
+from eos.core.processes import alive, group_members, restored_environ
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # where the server reads its token
@@ -98,7 +98,7 @@ def healthy(endpoint: Endpoint) -> bool:
         return False
     from pyspark.sql import SparkSession
 
-    with _connect_marks_restored():
+    with restored_environ(CONNECT_MARKS):
         try:
             spark = SparkSession.builder.remote(endpoint.url()).create()
             try:
