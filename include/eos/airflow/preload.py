@@ -50,6 +50,7 @@ TASK_MODULES = (
     "eos.compute.precommit.stager",  # and the rest of eos.compute.precommit
     "eos.compute.reader",  # and the parser: the driver builds its options
     "eos.core.protocol",
+    "eos.core.filters",  # and sqlglot: the columns a filter or select reads, asked by precommit
     "eos.core.rewind",
     "eos.sinks.delta",
     "eos.sinks.kafka",

@@ -89,7 +89,9 @@ def metadata_read(config: PipelineConfig) -> frozenset[str]:
     """The Kafka metadata a pipeline's ``filter`` and ``select`` read (what precommit exposes
     as columns, and what the reader carries beside each record when it is the key or the
     timestamp type)."""
+    texts = [*([config.event.filter] if config.event.filter else []), *config.select.values()]
+    if not texts:  # nothing to parse: no import of sqlglot (a quarter of a second) for it
+        return frozenset()
     from eos.core.filters import filter_columns
 
-    texts = [*([config.event.filter] if config.event.filter else []), *config.select.values()]
     return frozenset(c for text in texts for c in filter_columns(text)) & frozenset(METADATA)
