@@ -453,12 +453,14 @@ class Interleaved:
     start_s: float = 0.0
     seen: set[int] = field(default_factory=set)
     epochs: int = 0
+    last_plan: Any = None  # the plan of the epoch last run: its ranges are what both read
 
     def epoch(self, count: int) -> tuple[sc.EpochTiming, float, list[Batch]]:
         """Our timing, the stream's seconds and its batches for the next ``count`` records."""
         sc.send_chunk(self.env, self.config.kafka.topic, self.records, count)
         plan, timing = sc.eo_epoch(self.config, self.env.spark, f"peer-{self.epochs}")
         self.epochs += 1
+        self.last_plan = plan
         if plan.records != count:
             raise AssertionError(f"epoch {plan.epoch} planned {plan.records} records, "
                                  f"{count} were produced")
