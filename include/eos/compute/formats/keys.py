@@ -30,7 +30,9 @@ def key_event(event: EventConfig) -> EventConfig:
     from eos.core.config.source import TimeConfig
 
     assert event.key is not None
-    return EventConfig(format="json", fields=dict(event.key.fields),
+    fields = {name: {"path": ".".join(spec.path), "type": str(spec.type),
+                     "optional": spec.optional} for name, spec in event.key.fields.items()}
+    return EventConfig(format="json", fields=fields,  # type: ignore[arg-type]
                        time=TimeConfig(format="none"), max_string_bytes=event.max_string_bytes)
 
 

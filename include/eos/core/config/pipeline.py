@@ -181,6 +181,8 @@ class PipelineConfig(Strict):
         # keep the view they were committed with.
         if event["max_string_bytes"] == MAX_STRING_BYTES:
             del event["max_string_bytes"]
+        if event["key"] is None:  # likewise: a parsed key is in the view only when declared
+            del event["key"]
         # Where writer schemas are fetched from does not change what a row means (the format
         # does, and stays in the view); a moved registry is not a schema change. Its URL is not
         # its identity either: one registry answers at several URLs, and a migration keeps ids
