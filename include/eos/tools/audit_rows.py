@@ -84,7 +84,10 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dic
                    for name, text in config.select.items()]
     else:
         columns = [f'"{name}"' for name in config.event.fields]
-    coordinates = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_headers"]
+    from eos.core.config.rows import carries_headers
+
+    coordinates = ["kafka_topic", "kafka_partition", "kafka_offset",
+                   *(["kafka_headers"] if carries_headers(config) else [])]
     query = (f"SELECT {', '.join([*columns, *coordinates])} FROM events "
              f"WHERE {keep} ORDER BY __i")
     with duckdb.connect() as con:
