@@ -105,6 +105,7 @@ from eos.sinks.kafka_records import (
     decode_value,
     encode_keys,
     encode_values,
+    headers_size,
     record_headers,
     value_columns,
 )
@@ -121,10 +122,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from eos.core.config import PipelineConfig
-
-
-def _size(headers: Headers) -> int:
-    return sum(len(k.encode()) + len(v or b"") for k, v in headers)
 
 
 class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
@@ -268,7 +265,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
         # eos's headers at their largest (a lineage id of a rewind), each record's own too.
         headers = sum(len(k) + len(v) for k, v in self._headers(epoch, "0" * 16))
-        sizes = [len(v) + len(k or b"") + headers + _size(mine)
+        sizes = [len(v) + len(k or b"") + headers + headers_size(mine)
                  for k, v, mine in zip(keys, values, own, strict=True)]
         largest = max(sizes, default=0)
         if largest > limit:

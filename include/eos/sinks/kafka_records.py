@@ -104,6 +104,11 @@ def record_headers(rows: pa.Table, carry: bool, named: dict[str, str]) -> list[H
              *((name, values[name][i]) for name in named)] for i in range(rows.num_rows)]
 
 
+def headers_size(headers: Headers) -> int:
+    """The bytes of a record's headers, names and values (toward ``message.max.bytes``)."""
+    return sum(len(k.encode()) + len(v or b"") for k, v in headers)
+
+
 def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
     """The inverse of ``encode_value``: JSON back to the Python values of the schema's types."""
     import pyarrow as pa
