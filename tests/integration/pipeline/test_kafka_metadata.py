@@ -119,3 +119,37 @@ def test_keys_and_headers_in_and_out(tmp_path: Path, spark: Any) -> None:
             offsets = [o for p, o in placed if p == partition]
             assert offsets == sorted(offsets) and offsets
     assert len(by_key) == len(USERS)  # one partition per key
+
+
+def test_a_record_over_the_limit_by_its_key_or_headers_is_refused_before_the_seal(
+        tmp_path: Path, kafka: str) -> None:
+    """The producer's limit counts a record's key and own headers: an epoch holding one that
+    outgrows it is refused by the sink's check (before the seal), nothing written."""
+    import pyarrow as pa
+
+    from eos.core.errors import SinkCannotTake
+    from eos.core.outputs import output_schema
+
+    from support.harness import sink
+
+    out = unique_topic("meta-big")
+    config = make_pipeline(
+        tmp_path, base={"kafka": {"topic": unique_topic("meta-src")}}, group_by=None,
+        window=None, aggregations=None,
+        event={"fields": {"page": "string"}, "max_string_bytes": 64},
+        select={"page": "page", "raw": "kafka_key_bytes"},
+        sinks={"rows": [{"kafka": {"topic": out, "key": "raw", "headers": {"set": {"p": "raw"}},
+                                   "client": {"message.max.bytes": 4000}}}],
+               "quarantine": []})
+    kafka_sink = sink(config, f"kafka:{out}")
+    schema = output_schema(config, "rows")
+
+    def rows(raw: bytes) -> pa.Table:
+        return pa.Table.from_pylist([{"page": "/", "raw": raw, "kafka_topic": "t",
+                                      "kafka_partition": 0, "kafka_offset": 0, "epoch": 0}],
+                                    schema=schema)
+
+    kafka_sink.check(0, rows(b"k" * 1000))  # 2 x 1000 bytes and the value: within the limit
+    with pytest.raises(SinkCannotTake, match=r"1 records exceed the producer's "
+                                             r"message.max.bytes \(4000"):
+        kafka_sink.check(0, rows(b"k" * 1900))
