@@ -56,7 +56,8 @@ class PipelineConfig(Strict):
         default_factory=dict,
         description="Columns computed from each event: a Spark SQL expression each, over the "
                     "declared fields and the Kafka metadata (kafka_topic, kafka_partition, "
-                    "kafka_offset, kafka_timestamp, kafka_timestamp_type, kafka_key), "
+                    "kafka_offset, kafka_timestamp, kafka_timestamp_type, kafka_key, "
+                    "kafka_key_bytes, kafka_headers, key.<field>, header.<name>), "
                     "deterministic functions only. Without windows: the output columns "
                     "(default: every declared field; every row also carries kafka_topic, "
                     "kafka_partition, kafka_offset and epoch). With windows: derived fields, "
