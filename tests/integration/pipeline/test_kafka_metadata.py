@@ -39,7 +39,9 @@ def _records() -> list[tuple[int, bytes | None, bytes, list[tuple[str, bytes | N
         if i % 7 == 0:
             headers.append(("empty", None))
         value = json.dumps({"page": f"/p{i % 13}", "n": i}).encode()
-        out.append((i % 2, json.dumps({"user": user, "shard": i % 3}).encode(), value, headers))
+        partition = (i // len(USERS)) % 2  # every user in both source partitions
+        out.append((partition, json.dumps({"user": user, "shard": i % 3}).encode(), value,
+                    headers))
     for key in BAD_KEYS:
         out.append((0, key, b'{"page": "/bad", "n": -1}', []))
     return out
@@ -117,7 +119,7 @@ def test_keys_and_headers_in_and_out(tmp_path: Path, spark: Any) -> None:
     for placed in by_key.values():  # a key's records in their source order, per partition
         for partition in (0, 1):
             offsets = [o for p, o in placed if p == partition]
-            assert offsets == sorted(offsets) and offsets
+            assert offsets and offsets == sorted(offsets)
     assert len(by_key) == len(USERS)  # one partition per key
 
 
