@@ -35,7 +35,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from eos.core.metadata import TIMESTAMP_TYPES
-from eos.core.schema import with_metadata
+from eos.core.schema import HEADERS_TYPE, Carried, with_metadata
 
 RAW_SCHEMA = pa.schema(
     [
@@ -169,7 +169,8 @@ class KafkaRangeReader(DataSourceReader):
         self.faults = json.loads(options.get("faults") or "{}")
         self.event_option = options.get(PARSE_OPTION) or ""
         self.event = _event(self.event_option)
-        self.metadata = options.get(METADATA_OPTION) == "true"
+        self.carried = Carried.from_option(options.get(METADATA_OPTION))
+        self.metadata = self.carried.pair
         self.constants = _constants(options.get(CONSTANTS_OPTION))
 
     def partitions(self) -> list[InputPartition]:
@@ -230,7 +231,8 @@ class KafkaRangeReader(DataSourceReader):
 
         faults.adopt(self.faults)
         records = read_split(self.topic, split, self._settings(), self.timeout_s,
-                             timestamp_types=self.metadata)
+                             timestamp_types=self.metadata,
+                             headers=self.carried.raw_headers)
         if self.event is not None:
             records = self._parsed(records)
         for batch in records:
@@ -242,9 +244,16 @@ class KafkaRangeReader(DataSourceReader):
         parser = _parsers.get(self.event_option)
         if parser is None:  # compiled once per worker and declaration (and event.format)
             parser = _parsers[self.event_option] = parser_for(self.event)
+        keys = None
+        if self.event.key is not None:
+            from eos.compute.formats.keys import KeyParser
+
+            keys = KeyParser(self.event)
         for batch in records:
             parsed = parser.parse_batch(batch)
-            yield with_metadata(parsed, batch) if self.metadata else parsed
+            if keys is not None:
+                parsed = keys.merge(parsed, batch)
+            yield with_metadata(parsed, batch, self.carried) if self.carried.any else parsed
 
 
 def _constants(value: str | None) -> dict[str, int]:
@@ -269,7 +278,7 @@ def with_constants(rows: Rows, constants: dict[str, int]) -> Rows:
 
 def read_split(
     topic: str, split: KafkaSplit, settings: dict[str, Any], timeout_s: float,
-    timestamp_types: bool = False,
+    timestamp_types: bool = False, headers: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Yield Arrow batches of exactly the records of the split's pieces, one consumer for all."""
     import confluent_kafka as ck
@@ -311,7 +320,7 @@ def read_split(
             if finished:  # nothing more of those partitions is wanted: stop fetching them
                 c.pause([ck.TopicPartition(topic, p) for p in finished])
             if len(records) >= BATCH_RECORDS or (reading.done and records):
-                yield _raw_batch(topic, records, timestamp_types)
+                yield _raw_batch(topic, records, timestamp_types, headers)
                 faults.hit("precommit.mid_read")
                 records = []
     finally:
@@ -365,7 +374,8 @@ class _Progress:
                          for p in sorted(self.open))
 
 
-def _raw_batch(topic: str, records: list[Any], timestamp_types: bool) -> pa.RecordBatch:
+def _raw_batch(topic: str, records: list[Any], timestamp_types: bool,
+               headers: bool = False) -> pa.RecordBatch:
     n = len(records)
     batch = pa.RecordBatch.from_arrays(
         [pa.array([topic] * n, pa.string()),
@@ -376,10 +386,13 @@ def _raw_batch(topic: str, records: list[Any], timestamp_types: bool) -> pa.Reco
          pa.array([m.value() for m in records], pa.binary())],
         schema=RAW_SCHEMA,
     )
-    if not timestamp_types:
-        return batch
-    types = [TIMESTAMP_TYPES.get(m.timestamp()[0]) for m in records]
-    return batch.append_column(TIMESTAMP_TYPE, pa.array(types, pa.string()))
+    if timestamp_types:
+        types = [TIMESTAMP_TYPES.get(m.timestamp()[0]) for m in records]
+        batch = batch.append_column(TIMESTAMP_TYPE, pa.array(types, pa.string()))
+    if headers:  # every header, in record order (a name may repeat): ``kafka_headers``
+        lists = [[{"key": k, "value": v} for k, v in m.headers() or ()] for m in records]
+        batch = batch.append_column("headers", pa.array(lists, HEADERS_TYPE))
+    return batch
 
 
 class SplitsRead:
@@ -420,7 +433,7 @@ def schema_ddl(options: dict[str, str]) -> str:
         return RAW_DDL + constants
     from eos.core.schema import ddl, read_schema
 
-    return ddl(read_schema(event, options.get(METADATA_OPTION) == "true")) + constants
+    return ddl(read_schema(event, Carried.from_option(options.get(METADATA_OPTION)))) + constants
 
 
 class KafkaRangeDataSource(DataSource):

@@ -158,10 +158,17 @@ def _impurities(tree: exp.Expression) -> list[str]:
     return found
 
 
+def _column_name(column: exp.Column) -> str:
+    """A column as the config names it: ``page``, or qualified, ``key.user``,
+    ``header.trace-id`` (``eos.core.metadata``)."""
+    return ".".join(part for part in (column.text("catalog"), column.text("db"),
+                                      column.text("table"), column.name) if part)
+
+
 def filter_columns(text: str, what: str = "filter") -> list[str]:
-    """The columns an expression reads; raises ``ValueError`` naming the problem if it does not
-    parse or is not a pure function of the record."""
-    return sorted({column.name for column in _expression(text, what).find_all(exp.Column)})
+    """The columns an expression reads (qualified ones as ``key.user``); raises ``ValueError``
+    naming the problem if it does not parse or is not a pure function of the record."""
+    return sorted({_column_name(c) for c in _expression(text, what).find_all(exp.Column)})
 
 
 def filter_for_duckdb(text: str) -> str:
@@ -173,6 +180,7 @@ def filter_for_duckdb(text: str) -> str:
 _GRAMMAR = {**dict.fromkeys(("BIGINT", "INT", "SMALLINT", "TINYINT"), "long"),
             **dict.fromkeys(("DOUBLE", "FLOAT"), "double"),
             **dict.fromkeys(("VARCHAR", "TEXT", "CHAR", "NCHAR", "NVARCHAR"), "string"),
+            **dict.fromkeys(("BINARY", "VARBINARY", "BLOB"), "binary"),
             "BOOLEAN": "boolean"}
 
 
@@ -191,17 +199,21 @@ def expression_type(text: str, what: str, columns: dict[str, str]) -> str:
     found: exp.DataType | None = None
     if isinstance(tree, exp.Cast | exp.TryCast):
         found = tree.to
-    elif isinstance(tree, exp.Column) and tree.name in columns:
-        found = exp.DataType.build(columns[tree.name], dialect="spark")
+    elif isinstance(tree, exp.Column) and _column_name(tree) in columns:
+        found = exp.DataType.build(columns[_column_name(tree)], dialect="spark")
     elif isinstance(tree, _PREDICATES):
         found = exp.DataType.build("BOOLEAN")
     return _grammar_type(found, text, what)
 
 
 def _grammar_type(found: exp.DataType | None, text: str, what: str) -> str:
+    from eos.core.metadata import HEADERS_SQL
+
     name = found.this.name if found is not None else "UNKNOWN"
     if name in _GRAMMAR:
         return _GRAMMAR[name]
+    if found is not None and found == exp.DataType.build(HEADERS_SQL, dialect="spark"):
+        return "headers"
     if found is not None and name == "DECIMAL":
         params = [p.this.name for p in found.expressions]
         if len(params) == 2 and all(p.isdigit() for p in params):
@@ -209,8 +221,8 @@ def _grammar_type(found: exp.DataType | None, text: str, what: str) -> str:
     shown = ("no type eos can tell without running it" if found is None or name == "UNKNOWN"
              else f"type {found.sql(dialect='spark')}")
     raise ValueError(f"{what} {text!r} has {shown}; write CAST(... AS type) with type one of "
-                     "string, bigint, double, boolean, decimal(p,s) (a column alone, or a "
-                     "comparison, needs none)")
+                     "string, bigint, double, boolean, decimal(p,s), binary (a column alone, or "
+                     "a comparison, needs none)")
 
 
 def expression_for_duckdb(text: str, sql_type: str) -> str:

@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.config import FieldType, PipelineConfig
 from eos.core.limits import RAW_PREFIX_BYTES
-from eos.core.metadata import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+from eos.core.metadata import KAFKA_HEADERS, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from eos.core.schema import arrow_type
-from eos.core.tables import ROW_TOPIC, TS, group_column, row_column
+from eos.core.tables import ROW_HEADERS, ROW_TOPIC, TS, group_column, row_column
 
 MS_TO_US = 1000
 QUARANTINE_SCHEMA = pa.schema(
@@ -61,10 +61,15 @@ def late_schema(config: PipelineConfig) -> pa.Schema:
 def rows_schema(config: PipelineConfig) -> pa.Schema:
     """docs/pipelines.md, "Stateless pipelines": the selected columns, then where the row's
     record is in Kafka (``kafka_topic``, ``kafka_partition``, ``kafka_offset``: what tells a
-    duplicate) and ``epoch``."""
+    duplicate) and ``epoch``; and the record's headers (``kafka_headers``) when a Kafka sink
+    carries them."""
+    from eos.core.config.rows import carries_headers
+    from eos.core.schema import HEADERS_TYPE
+
     return pa.schema([*[(name, arrow_type(ftype)) for name, ftype in config.row_columns.items()],
                       (KAFKA_TOPIC, pa.string()), (KAFKA_PARTITION, pa.int32()),
-                      (KAFKA_OFFSET, pa.int64()), ("epoch", pa.int64())])
+                      (KAFKA_OFFSET, pa.int64()), ("epoch", pa.int64()),
+                      *([(KAFKA_HEADERS, HEADERS_TYPE)] if carries_headers(config) else [])])
 
 
 def output_schema(config: PipelineConfig, output: str) -> pa.Schema:
@@ -115,6 +120,7 @@ def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
         KAFKA_PARTITION: rows["partition"],
         KAFKA_OFFSET: rows["offset"],
         "epoch": _epoch(epoch, rows.num_rows),
+        **({KAFKA_HEADERS: rows[ROW_HEADERS]} if ROW_HEADERS in rows.schema.names else {}),
     }
     schema = rows_schema(config)
     return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)

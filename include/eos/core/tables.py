@@ -81,6 +81,7 @@ CHECKPOINTS_SCHEMA = pa.schema(
 GROUP_PREFIX = "g__"  # group fields; state (s__) and output (o__) columns: eos.core.aggregations
 ROW_PREFIX = "r__"  # a stateless pipeline's selected columns
 ROW_TOPIC = "r__kafka_topic"  # ... and the topic of each row's record
+ROW_HEADERS = "r__kafka_headers"  # ... and its headers, when a sink carries them
 
 
 def group_column(name: str) -> str:
@@ -97,9 +98,13 @@ def staging_schema(config: PipelineConfig) -> pa.Schema:
     offset are the protocol's): derived from the config, which is why its schema view may not
     change."""
     if config.stateless:
+        from eos.core.config.rows import carries_headers
+        from eos.core.schema import HEADERS_TYPE
+
         return pa.schema([*STAGING_PROTOCOL, (ROW_TOPIC, pa.string()),
                           *[(row_column(name), arrow_type(ftype))
-                            for name, ftype in config.row_columns.items()]])
+                            for name, ftype in config.row_columns.items()],
+                          *([(ROW_HEADERS, HEADERS_TYPE)] if carries_headers(config) else [])])
     types = config.field_types
     groups = [(group_column(g), arrow_type(types[g])) for g in config.group_by]
     aggs = aggregations_for(config)

@@ -92,13 +92,23 @@ from eos.sinks.kafka_options import (
     DEFAULT_TRANSACTIONAL_ID_PREFIX,
     KafkaSinkOptions,
     check_avro,
+    check_record_columns,
     marker_topic_of,
     registry_of,
     transactional_id,
 )
 from eos.sinks.kafka_producer import commit_transaction, fenced_producer, produce_rows
 from eos.sinks.kafka_read_back import rows_on_line, topic_records
-from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
+from eos.sinks.kafka_records import (
+    Headers,
+    column_bytes,
+    decode_value,
+    encode_keys,
+    encode_values,
+    headers_size,
+    record_headers,
+    value_columns,
+)
 from eos.sinks.kafka_topics import (
     MARKER_TOPIC_CONFIG,
     TIMEOUT_S,
@@ -142,6 +152,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         on every retry (``MSG_SIZE_TOO_LARGE``) and the pipeline could never commit again."""
         from eos.core.limits import largest_record_bytes
 
+        check_record_columns(options, config, output)
         if options.format == "avro":
             require_format("avro", "a Kafka sink's format")
             check_avro(options, config)
@@ -226,10 +237,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         # Every value encoded (Avro: its schema registered) before the transaction opens: a
         # registry that is away fails here, transiently, with nothing written. ``check`` did
         # it before the seal when this object checked the same rows.
-        keys, values = self._records(epoch, rows)
+        keys, values, own = self._records(epoch, rows)
         try:
             producer.begin_transaction()
-            produce_rows(producer, self.options.topic, self.name, headers, keys, values)
+            produce_rows(producer, self.options.topic, self.name, headers, keys, values, own)
             faults.hit("sink.kafka.in_transaction")
             markers.write(producer, {"epoch": epoch, "plan_hash": plan_hash,
                                      "rows": rows.num_rows, **line}, headers)
@@ -246,14 +257,16 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         this object."""
         check_marker_topic(self._settings(), self.marker_topic)  # MarkerTopicUnsafe
         try:
-            keys, values = self._records(epoch, rows)
+            keys, values, own = self._records(epoch, rows)
         except SinkRejected as error:
             raise SinkCannotTake(f"Kafka sink {self.name} cannot take epoch {epoch}: "
                                  f"{error.message}; nothing was sealed or written") from None
         client = {**self.config.kafka.client, **self.options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+        # eos's headers at their largest (a lineage id of a rewind), each record's own too.
         headers = sum(len(k) + len(v) for k, v in self._headers(epoch, "0" * 16))
-        sizes = [len(v) + len(k or b"") + headers for k, v in zip(keys, values, strict=True)]
+        sizes = [len(v) + len(k or b"") + headers + headers_size(mine)
+                 for k, v, mine in zip(keys, values, own, strict=True)]
         largest = max(sizes, default=0)
         if largest > limit:
             raise SinkCannotTake(
@@ -264,17 +277,24 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 "(and the topic's max.message.bytes), then run again")
 
     def _records(self, epoch: int, rows: pa.Table
-                 ) -> tuple[list[bytes | None], list[bytes]]:
-        """The record keys and values of ``rows`` (values in JSON, or Avro through the
-        registry), encoded once per epoch and rows on this object."""
+                 ) -> tuple[list[bytes | None], list[bytes], list[Headers]]:
+        """The record keys, values and own headers of ``rows`` (values in JSON, or Avro
+        through the registry), encoded once per epoch and rows on this object."""
         kept = getattr(self, "_encoded", None)
         if kept is not None and kept[0] == epoch and kept[1] is rows:
-            return kept[2], kept[3]
+            return kept[2], kept[3], kept[4]
         avro = self.avro_values()
-        values = avro.encode(rows) if avro is not None else encode_values(rows)
-        keys = encode_keys(rows, self._group())
-        self._encoded = (epoch, rows, keys, values)
-        return keys, values
+        shown = value_columns(rows)
+        values = avro.encode(shown) if avro is not None else encode_values(shown)
+        if self.options.key is not None:
+            keys = column_bytes(rows, self.options.key)
+        else:
+            keys = encode_keys(rows, self._group())
+        wanted = self.options.headers
+        own = (record_headers(rows, wanted.carry, wanted.set) if wanted is not None
+               else [[] for _ in range(rows.num_rows)])
+        self._encoded = (epoch, rows, keys, values, own)
+        return keys, values, own
 
     def _group(self) -> list[str]:
         """The fields a record is keyed by: windows and late rows by their group (one group,

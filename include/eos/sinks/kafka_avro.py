@@ -53,6 +53,11 @@ def avro_name(text: str) -> str:
 def _column_type(kind: pa.DataType, column: str) -> Any:
     import pyarrow as pa
 
+    if pa.types.is_list(kind):  # Kafka headers, in record order: a name may repeat
+        return {"type": "array", "items": {
+            "type": "record", "name": f"{avro_name(column)}_header",
+            "fields": [{"name": "key", "type": "string"},
+                       {"name": "value", "type": ["null", "bytes"], "default": None}]}}
     if pa.types.is_timestamp(kind):
         return {"type": "long", "logicalType": "timestamp-millis"}
     if pa.types.is_decimal(kind):

@@ -52,6 +52,40 @@ def expanded_prefix(value: str, key: str) -> str:
     return expanded
 
 
+# Header names eos writes on every record (``KafkaSink._headers``); a sink may not set them.
+EOS_HEADER_PREFIX = "eos-"
+
+
+class HeadersOptions(BaseModel):
+    """``headers: carry``, or ``{carry: true, set: {NAME: COLUMN}}``: the record headers a
+    sink of rows adds to eos's own (``eos-pipeline``, ``eos-epoch``, ...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    carry: bool = Field(
+        default=False,
+        description="Copy every header of the row's source record, in its order (a name may "
+                    "repeat); the rows then hold them as kafka_headers, in every sink.")
+    set: dict[str, str] = Field(
+        default_factory=dict,
+        description="Header name -> a string or binary column of the rows: its value, UTF-8 "
+                    "for a string (null: a header with a null value).")
+
+    @field_validator("set")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, column in value.items():
+            if not name or name.lower().startswith(EOS_HEADER_PREFIX):
+                raise ValueError(f"headers.set: header name {name!r} must be non-empty and not "
+                                 f"start with '{EOS_HEADER_PREFIX}' (eos's own headers)")
+            if not isinstance(column, str) or not column:
+                raise ValueError(f"headers.set.{name}: name a column of the rows")
+        return value
+
+
+def _headers_option(value: object) -> object:
+    return {"carry": True} if value == "carry" else value
+
+
 class KafkaSinkOptions(BaseModel):
     """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {},
     format: json|avro, schema_registry: {...}, transactional_id_prefix: P}}``. ``marker_topic``:
@@ -90,10 +124,30 @@ class KafkaSinkOptions(BaseModel):
         description="The first part of the sink's transactional id <prefix>:<pipeline>:<sink>; "
                     "`${VAR}` is read from the environment, so one file serves several "
                     "deployments.")
+    key: str | None = Field(
+        default=None, min_length=1,
+        description="Rows only: the column (string or binary) whose value is each record's "
+                    "key (UTF-8 for a string; null: no key). Records of one key go to one "
+                    "partition in their source offsets' order. Unset: no key.")
+    headers: HeadersOptions | None = Field(
+        default=None,
+        description="Rows only: `carry` (copy the source record's headers) and/or `set: {NAME: "
+                    "COLUMN}` (a header per string or binary column), besides eos's own "
+                    "eos-* headers.")
     previous_transactional_id_prefix: str | None = Field(
         default=None,
         description="The prefix the sink committed under before a change: its open transaction "
                     "is aborted and its producers fenced at every fenced step while set.")
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _carry_shorthand(cls, value: object) -> object:
+        return _headers_option(value)
+
+    @property
+    def carries_headers(self) -> bool:
+        """Whether the sink copies each row's source record headers (``headers: carry``)."""
+        return self.headers is not None and self.headers.carry
 
     @field_validator("transactional_id_prefix", "previous_transactional_id_prefix")
     @classmethod
@@ -146,6 +200,31 @@ def registry_of(options: KafkaSinkOptions,
                 config: PipelineConfig) -> SchemaRegistryConfig | None:
     """The registry an Avro sink registers with: its own, else the event's."""
     return options.schema_registry or config.event.schema_registry
+
+
+def check_record_columns(options: KafkaSinkOptions, config: PipelineConfig,
+                         output: str) -> None:
+    """Load-time refusals of ``key`` and ``headers``: rows only, naming a column of the rows
+    that is a string or binary (the bytes a key or header is)."""
+    wanted = {**({"key": options.key} if options.key else {}),
+              **{f"headers.set.{name}": column
+                 for name, column in (options.headers.set if options.headers else {}).items()}}
+    if not wanted and not options.carries_headers:
+        return
+    if output != "rows":
+        raise ValueError(f"kafka sink {options.topic}: key and headers are options of a sink "
+                         f"of rows (a pipeline without windows), not of '{output}'")
+    types = {name: str(ftype) for name, ftype in config.row_columns.items()}
+    types.update(kafka_topic="string", kafka_partition="long", kafka_offset="long",
+                 epoch="long")
+    for option, column in wanted.items():
+        if column not in types:
+            raise ValueError(f"kafka sink {options.topic}: {option} names '{column}', which is "
+                             f"not a column of the rows ({', '.join(types)})")
+        if types[column] not in ("string", "binary"):
+            raise ValueError(f"kafka sink {options.topic}: {option} names '{column}', of type "
+                             f"{types[column]}; a key or header is a string or binary column "
+                             f"(select CAST({column} AS STRING) as a column of its own)")
 
 
 def check_avro(options: KafkaSinkOptions, config: PipelineConfig) -> None:

@@ -40,9 +40,13 @@ def fenced_producer(settings: dict[str, Any], transactional_id: str, sink: str) 
 
 def produce_rows(producer: ck.Producer, topic: str, sink: str,
                  headers: list[tuple[str, bytes]], keys: list[bytes | None],
-                 values: list[bytes]) -> None:
-    """Every record into ``topic`` inside the open transaction, delivered before it returns;
-    a refusal (``SinkRejected``) or a transient failure (``SinkUnavailable``) otherwise."""
+                 values: list[bytes],
+                 own: list[list[tuple[str, bytes | None]]] | None = None) -> None:
+    """Every record into ``topic`` inside the open transaction, in order, delivered before it
+    returns; a refusal (``SinkRejected``) or a transient failure (``SinkUnavailable``)
+    otherwise. ``headers`` go on every record, then each record's ``own``. One idempotent
+    producer keeps the order of a partition's records: records of one key (one partition) land
+    in the order given."""
     import confluent_kafka as ck
 
     failures: list[Any] = []
@@ -51,10 +55,11 @@ def produce_rows(producer: ck.Producer, topic: str, sink: str,
         if err is not None:
             failures.append(err)
 
-    for key, value in zip(keys, values, strict=True):
+    for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+        mine = headers + own[i] if own and own[i] else headers
         while True:
             try:
-                producer.produce(topic, key=key, value=value, headers=headers,
+                producer.produce(topic, key=key, value=value, headers=mine,
                                  on_delivery=delivered)
                 break
             except BufferError:  # the client's queue is full: let it drain

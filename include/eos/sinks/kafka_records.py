@@ -42,6 +42,11 @@ def _fragments(column: pa.ChunkedArray) -> list[str]:
         texts = pc.strftime(column, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
         return ["null" if t is None else f'"{t}"' for t in texts]
     values = column.to_pylist()
+    if pa.types.is_list(kind):  # kafka_headers: [{"key": name, "value": base64 or null}]
+        return ["null" if v is None else json.dumps(
+            [{"key": h["key"], "value": None if h["value"] is None
+              else base64.b64encode(h["value"]).decode()} for h in v], ensure_ascii=False)
+            for v in values]
     if pa.types.is_decimal(kind):
         return ["null" if v is None else format(v, "f") for v in values]
     if pa.types.is_binary(kind):
@@ -51,6 +56,14 @@ def _fragments(column: pa.ChunkedArray) -> list[str]:
         return ["null" if v is None else dumps(v) if math.isfinite(v)
                 else f'"{non_finite_text(v)}"' for v in values]
     return ["null" if v is None else dumps(v) for v in values]
+
+
+def value_columns(rows: pa.Table) -> pa.Table:
+    """The columns a record value holds: every column but ``kafka_headers`` (a sink that
+    carries them writes them as the record's headers)."""
+    if "kafka_headers" in rows.schema.names:
+        return rows.drop_columns(["kafka_headers"])
+    return rows
 
 
 def encode_values(rows: pa.Table) -> list[bytes]:
@@ -66,6 +79,34 @@ def encode_keys(rows: pa.Table, group: list[str]) -> list[bytes | None]:
     if not group:
         return [None] * rows.num_rows
     return list(encode_values(rows.select(sorted(group))))
+
+
+def column_bytes(rows: pa.Table, column: str) -> list[bytes | None]:
+    """A string or binary column's values as bytes (a string as UTF-8; null stays null): what
+    a sink of rows writes as a record's key or a header's value."""
+    return [v.encode() if isinstance(v, str) else v for v in rows.column(column).to_pylist()]
+
+
+Headers = list[tuple[str, bytes | None]]
+# eos's own headers (``eos-pipeline``, ``eos-epoch``, ...): a source record's are not carried,
+# the record gets this pipeline's (a consumer of a chain of pipelines sees one set).
+EOS_HEADERS = "eos-"
+
+
+def record_headers(rows: pa.Table, carry: bool, named: dict[str, str]) -> list[Headers]:
+    """Each row's own headers: its source record's (``carry``, from ``kafka_headers``, in
+    their order), then one per ``named`` header (name -> column), in the option's order."""
+    carried = (rows.column("kafka_headers").to_pylist() if carry
+               else [None] * rows.num_rows)
+    values = {name: column_bytes(rows, column) for name, column in named.items()}
+    return [[*((h["key"], h["value"]) for h in carried[i] or ()
+               if not h["key"].lower().startswith(EOS_HEADERS)),
+             *((name, values[name][i]) for name in named)] for i in range(rows.num_rows)]
+
+
+def headers_size(headers: Headers) -> int:
+    """The bytes of a record's headers, names and values (toward ``message.max.bytes``)."""
+    return sum(len(k.encode()) + len(v or b"") for k, v in headers)
 
 
 def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
@@ -86,6 +127,9 @@ def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
             row[field.name] = Decimal(value)
         elif pa.types.is_binary(field.type):
             row[field.name] = base64.b64decode(value)
+        elif pa.types.is_list(field.type):
+            row[field.name] = [{"key": h["key"], "value": None if h["value"] is None
+                                else base64.b64decode(h["value"])} for h in value]
         else:
             row[field.name] = value
     return row

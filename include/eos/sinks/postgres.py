@@ -115,6 +115,21 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         return options.table
 
     @classmethod
+    def check_pipeline(cls, options: PostgresOptions, config: Any, output: str) -> None:
+        """Refuse rows holding Kafka headers (a list of key/value pairs): no column type here
+        takes them, and every epoch would be refused before its seal."""
+        if output != "rows":
+            return
+        from eos.core.config.rows import carries_headers
+
+        listed = [name for name, ftype in config.row_columns.items() if ftype.name == "headers"]
+        listed += ["kafka_headers"] if carries_headers(config) else []
+        if listed:
+            raise ValueError(f"postgres sink {options.table}: columns {listed} hold Kafka "
+                             "headers (a list of key/value pairs), which no PostgreSQL column "
+                             "here takes; select single headers as header.<name> instead")
+
+    @classmethod
     def resources(cls, options: PostgresOptions, pipeline_name: str) -> frozenset[str]:
         return frozenset({f"postgres-table:{options.connection}:{options.table}"})
 

@@ -38,6 +38,7 @@ from eos.tools.audit_checks import (
     latest_rows,
     row_identity,
 )
+from eos.tools.audit_kafka_records import compare_kafka_records
 from eos.tools.audit_reference import Record, reference
 from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 from eos.tools.audit_rows import compare_row_values, row_reference
@@ -52,7 +53,7 @@ def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
                until: int) -> list[Record]:
     """Every record in ``[start, until)`` of one partition, with a plain consumer."""
     return [Record(partition, m.offset(), m.timestamp()[1], m.value(), m.key(),
-                   _TIMESTAMP_TYPES.get(m.timestamp()[0]))
+                   _TIMESTAMP_TYPES.get(m.timestamp()[0]), tuple(m.headers() or ()))
             for m in read_partition(settings, topic, partition, start, until, group="eos-audit",
                                     timeout_s=READ_TIMEOUT_S)]
 
@@ -113,6 +114,8 @@ def audit(config: PipelineConfig) -> AuditReport:
             compare_window_values(report, config, sink.name, expected_rows, held)
         elif sink.output == "rows":
             compare_row_values(report, config, sink.name, expected_rows, held)
+            if sink.kind == "kafka":
+                compare_kafka_records(report, config, sink, expected_rows)
         commits = sink.commits()
         # A sink may forget old commits (a Kafka sink's marker topic is compacted to the last
         # marker), never hold one twice or miss the last: a contiguous run ending at N.

@@ -33,6 +33,7 @@ class Record(NamedTuple):
     value: bytes | None
     key: bytes | None = None
     timestamp_type: str | None = None  # CreateTime, LogAppendTime; None: the record has none
+    headers: tuple[tuple[str, bytes | None], ...] = ()  # in record order, names may repeat
 
 
 class Event(NamedTuple):
@@ -44,19 +45,74 @@ class Event(NamedTuple):
 
 
 # The Kafka metadata a filter or select may read (docs/pipelines.md), as the audit builds it.
+_HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 METADATA_SCHEMA = pa.schema([("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
                              ("kafka_offset", pa.int64()), ("kafka_timestamp", pa.int64()),
                              ("kafka_timestamp_type", pa.string()),
-                             ("kafka_key", pa.string())])
+                             ("kafka_key", pa.string()), ("kafka_key_bytes", pa.binary()),
+                             ("kafka_headers", pa.list_(_HEADER))])
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode("utf-8", "replace")
 
 
 def record_metadata(topic: str, record: Record) -> dict[str, Any]:
     """A record's Kafka metadata columns, from the record as the audit read it; the key
     decoded here (UTF-8, a bad sequence as U+FFFD), not by the pipeline's code."""
-    key = None if record.key is None else record.key.decode("utf-8", "replace")
     return {"kafka_topic": topic, "kafka_partition": record.partition,
             "kafka_offset": record.offset, "kafka_timestamp": record.timestamp_ms,
-            "kafka_timestamp_type": record.timestamp_type, "kafka_key": key}
+            "kafka_timestamp_type": record.timestamp_type, "kafka_key": _text(record.key),
+            "kafka_key_bytes": record.key,
+            "kafka_headers": [{"key": k, "value": v} for k, v in record.headers]}
+
+
+def parts_schema(config: PipelineConfig) -> list[pa.Field]:
+    """The struct columns ``key`` (the parsed key's fields) and ``header`` (the headers the
+    pipeline reads as text) the audit's DuckDB evaluates ``key.f`` and ``header.h`` on."""
+    from eos.core.config.rows import headers_read
+    from eos.core.schema import arrow_type
+
+    out = []
+    if config.event.key is not None:
+        out.append(pa.field("key", pa.struct([(n, arrow_type(s.type))
+                                              for n, s in config.event.key.fields.items()])))
+    names = headers_read(config)
+    if names:
+        out.append(pa.field("header", pa.struct([(n, pa.string()) for n in names])))
+    return out
+
+
+def record_parts(config: PipelineConfig, record: Record, key: tuple) -> dict[str, Any]:
+    """A record's ``key`` and ``header`` struct values (``parts_schema``): the key's parsed
+    fields, and each header read the last of its name, as text (decoded here)."""
+    from eos.core.config.rows import headers_read
+
+    out: dict[str, Any] = {}
+    if config.event.key is not None:
+        out["key"] = dict(zip(config.event.key.fields, key, strict=True))
+    names = headers_read(config)
+    if names:
+        last = {k: v for k, v in record.headers}
+        out["header"] = {n: _text(last.get(n)) for n in names}
+    return out
+
+
+def key_values(config: PipelineConfig, parser: Any, record: Record) -> tuple | str:
+    """The record's parsed key fields (none without ``event.key``), or why it is refused."""
+    if parser is None:
+        return ()
+    parsed = parser.parse(record.key)
+    return parsed.values if isinstance(parsed, Parsed) else parsed.reason
+
+
+def key_parser(config: PipelineConfig) -> Any:
+    """``event.key``'s parser (the JSON parse rules, shared), or None."""
+    if config.event.key is None:
+        return None
+    from eos.compute.formats.keys import KeyParser
+
+    return KeyParser(config.event)
 
 
 @dataclass
@@ -78,7 +134,7 @@ def _evaluate(config: PipelineConfig, events: list[Event], columns: list[str]) -
     the pipeline evaluates the same expressions with Spark."""
     import duckdb
 
-    schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA])
+    schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA, *parts_schema(config)])
     table = pa.Table.from_pylist([{**e.fields, **e.metadata} for e in events], schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
     with duckdb.connect() as con:
@@ -227,6 +283,7 @@ class _Reference:
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config
         self.parser = event_parser(config)
+        self.keys = key_parser(config)
         self.names = list(config.event.fields)
         self.expected = Expected()
         self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events
@@ -238,16 +295,19 @@ class _Reference:
         for r in records:
             self.expected.records += 1
             parsed = self.parser.parse(r.value, r.timestamp_ms)
-            if not isinstance(parsed, Parsed):
+            key = key_values(self.config, self.keys, r)
+            if not isinstance(parsed, Parsed) or isinstance(key, str):
+                reason = parsed.reason if not isinstance(parsed, Parsed) else key
                 self.expected.rows["quarantine"].append({
-                    "partition": r.partition, "offset": r.offset, "reason": parsed.reason,
+                    "partition": r.partition, "offset": r.offset, "reason": reason,
                     "epoch": plan.epoch})
                 continue
             self.max_event = parsed.event_ms if self.max_event is None else max(
                 self.max_event, parsed.event_ms)
             events.append(Event(r.partition, r.offset, parsed.event_ms,
                                 dict(zip(self.names, parsed.values, strict=True)),
-                                record_metadata(plan.topic, r)))
+                                {**record_metadata(plan.topic, r),
+                                 **record_parts(self.config, r, key)}))
         keep = kept_by_filter(self.config, events)
         self.expected.filtered[plan.epoch] = keep.count(False)
         kept = with_derived(self.config, [e for e, k in zip(events, keep, strict=True) if k])

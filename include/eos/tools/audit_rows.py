@@ -27,7 +27,11 @@ from eos.tools.audit_reference import (
     Expected,
     Record,
     event_parser,
+    key_parser,
+    key_values,
+    parts_schema,
     record_metadata,
+    record_parts,
 )
 from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 
@@ -37,6 +41,7 @@ DOUBLE_TOLERANCE = 1e-12  # a function of doubles may differ in its last bits be
 def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
     """Every epoch's rows and quarantined records, recomputed from its records."""
     parser = event_parser(config)
+    keys = key_parser(config)
     expected = Expected()
     names = list(config.event.fields)
     for plan, records in epochs:
@@ -44,13 +49,15 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
         for r in records:
             expected.records += 1
             parsed = parser.parse(r.value, r.timestamp_ms)
-            if not isinstance(parsed, Parsed):
+            key = key_values(config, keys, r)
+            if not isinstance(parsed, Parsed) or isinstance(key, str):
                 expected.rows["quarantine"].append({
-                    "partition": r.partition, "offset": r.offset, "reason": parsed.reason,
+                    "partition": r.partition, "offset": r.offset,
+                    "reason": parsed.reason if not isinstance(parsed, Parsed) else key,
                     "epoch": plan.epoch})
                 continue
             accepted.append({**dict(zip(names, parsed.values, strict=True)),
-                             **record_metadata(plan.topic, r)})
+                             **record_metadata(plan.topic, r), **record_parts(config, r, key)})
         kept = _evaluated(config, accepted)
         expected.filtered[plan.epoch] = len(accepted) - len(kept)
         expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
@@ -67,7 +74,7 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dic
 
     from eos.core.filters import expression_for_duckdb, filter_for_duckdb
 
-    schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA])
+    schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA, *parts_schema(config)])
     table = pa.Table.from_pylist(events, schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
     keep = (f"coalesce(({filter_for_duckdb(config.event.filter)}), false)"
@@ -77,7 +84,10 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dic
                    for name, text in config.select.items()]
     else:
         columns = [f'"{name}"' for name in config.event.fields]
-    coordinates = ["kafka_topic", "kafka_partition", "kafka_offset"]
+    from eos.core.config.rows import carries_headers
+
+    coordinates = ["kafka_topic", "kafka_partition", "kafka_offset",
+                   *(["kafka_headers"] if carries_headers(config) else [])]
     query = (f"SELECT {', '.join([*columns, *coordinates])} FROM events "
              f"WHERE {keep} ORDER BY __i")
     with duckdb.connect() as con:

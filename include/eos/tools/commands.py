@@ -173,7 +173,8 @@ def _register_tools(sub: argparse._SubParsersAction, pipeline_args: Callable) ->
     group.add_argument("--pipeline", default="pageviews")
     group.add_argument("--config")
     p.add_argument("--events", type=int, default=None,
-                   help="events to produce (default: 100,000 pageviews or 200,000 clicks)")
+                   help="events to produce (default: 100,000 pageviews or 200,000 clicks; "
+                        "50,000 for a pipeline publishing every row to Kafka)")
     p.add_argument("--via", choices=["airflow", "cli"], default="airflow")
     p.add_argument("--storage", choices=["local", "s3"], default="local",
                    help="s3: every table on the embedded object store (eos store), "

@@ -195,7 +195,14 @@ def _kafka_view(sink: Any) -> list[str]:
 
 # Events the demo produces by default, per shape: what the embedded broker retains in full
 # (librdkafka's mock cluster keeps ~5 MiB per partition; a pageview is about twice a click).
-DEMO_EVENTS = {"clicks": 200_000, "pageviews": 100_000, "avro": 100_000}
+# A pipeline publishing every row to a Kafka topic needs that topic to hold them all too: a
+# row record (its value, key and headers) is about three clicks.
+DEMO_EVENTS = {"clicks": 200_000, "pageviews": 100_000, "avro": 100_000, "rows_to_kafka": 50_000}
+
+
+def _rows_to_kafka(config: PipelineConfig) -> bool:
+    """Whether the pipeline publishes one record per accepted event to a Kafka topic."""
+    return config.stateless and any("kafka" in spec for spec in config.sinks.rows or [])
 
 
 def demo_spec(config: PipelineConfig, events: int | None = None) -> GeneratorSpec:
@@ -209,7 +216,8 @@ def demo_spec(config: PipelineConfig, events: int | None = None) -> GeneratorSpe
     options = generator_options(config)
     shape = options["shape"]
     keys = 50 if shape == "pageviews" else 200
-    return GeneratorSpec(events=events or DEMO_EVENTS[shape], keys=keys, users=500,
+    default = DEMO_EVENTS["rows_to_kafka" if _rows_to_kafka(config) else shape]
+    return GeneratorSpec(events=events or default, keys=keys, users=500,
                          interval_ms=10, disorder_ms=3000,
                          late_fraction=0.01, late_delay_ms=180_000, bad_fraction=0.005, seed=1,
                          **options)
@@ -226,6 +234,23 @@ def _check_retained(settings: dict[str, Any], topic: str, produced: int) -> None
             f"the broker kept only {produced - dropped} of the {produced} records produced to "
             f"'{topic}' (the embedded broker retains about 5 MiB per partition); run the demo "
             f"with fewer --events or point KAFKA_BOOTSTRAP_SERVERS at a real broker")
+
+
+def _check_outputs_retained(config: PipelineConfig) -> None:
+    """Fail before the audit, saying why, if the broker dropped the oldest records of a Kafka
+    sink's topic (a sink never deletes: its log start moved only by the broker's retention)."""
+    from eos.core.kafka import topic_watermarks
+    from eos.core.sink import sinks_for
+
+    for sink in sinks_for(config):
+        if sink.kind != "kafka":
+            continue
+        settings = sink._settings()  # type: ignore[attr-defined]
+        if sum(low for low, _ in topic_watermarks(settings, sink.options.topic).values()):
+            raise DataLoss(
+                f"the broker no longer holds the oldest records of '{sink.options.topic}' (the "
+                "embedded broker retains about 5 MiB per partition); run the demo with fewer "
+                "--events or point KAFKA_BOOTSTRAP_SERVERS at a real broker")
 
 
 def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int = 50) -> int:
@@ -352,6 +377,7 @@ def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int)
     print(f"[3/4] running epochs ({'Airflow DAG runs' if via == 'airflow' else 'eos run'}, "
           f"at most {config.epoch.max_records} records each)", flush=True)
     run_until_caught_up(config, via, max_epochs)
+    _check_outputs_retained(config)
     print("[4/4] summary and independent audit", flush=True)
     print(summary(config))
     report = audit(config)

@@ -286,6 +286,10 @@ def decode_json(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
             row[field.name] = Decimal(value)
         elif pa.types.is_binary(field.type):
             row[field.name] = base64.b64decode(value, validate=True)
+        elif pa.types.is_list(field.type):  # Kafka headers: [{key, value: base64 or null}]
+            row[field.name] = [{"key": h["key"], "value": None if h["value"] is None
+                                else base64.b64decode(h["value"], validate=True)}
+                               for h in value]
         else:
             row[field.name] = value
     return canonical_row(row)

@@ -92,3 +92,25 @@ def _all_types(types: dict[str, str]) -> dict[str, Any]:
             "sinks": {"windows": [{"kafka": {"topic": "out", "format": "avro", "schema_registry": {
                 "url": "http://127.0.0.1:1", "auth_env": "X"}}}]}}
 
+
+
+def test_rows_with_a_raw_key_and_headers_have_an_avro_schema() -> None:
+    """A stateless pipeline's binary and headers columns: bytes, and an array of {key, value}
+    records (a name may repeat, a value be null), each surviving the trip."""
+    import io
+
+    import pyarrow as pa
+    from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+    from eos.core.schema import HEADERS_TYPE
+    from eos.sinks.kafka_avro import value_schema
+
+    schema = pa.schema([("raw", pa.binary()), ("all", HEADERS_TYPE),
+                        ("kafka_partition", pa.int32())])
+    parsed = parse_schema(value_schema(schema, "out", "p"))
+    row = {"raw": b"\x00k", "all": [{"key": "a", "value": None}, {"key": "a", "value": b"1"}],
+           "kafka_partition": 1}
+    out = io.BytesIO()
+    schemaless_writer(out, parsed, row)
+    out.seek(0)
+    assert schemaless_reader(out, parsed, None) == row

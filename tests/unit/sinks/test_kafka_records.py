@@ -58,3 +58,27 @@ def test_the_documented_format() -> None:
     demo = load_pipeline("pageviews")
     for schema in (windows_schema(demo), late_schema(demo), QUARANTINE_SCHEMA):
         assert encode_values(schema.empty_table()) == []
+
+
+def test_a_row_record_s_key_and_own_headers() -> None:
+    """The key is the key column's bytes (a string as UTF-8, null: no key); a record's own
+    headers are its source record's, in order and repeats kept, less eos's own, then the set
+    ones; ``kafka_headers`` is never in the value (the headers carry it)."""
+    from eos.core.schema import HEADERS_TYPE
+    from eos.sinks.kafka_records import column_bytes, record_headers, value_columns
+
+    headers = [[{"key": "t", "value": b"1"}, {"key": "eos-epoch", "value": b"3"},
+                {"key": "t", "value": None}], []]
+    rows = pa.table({"user": pa.array(["é", None]), "raw": pa.array([b"\x00", b"k"]),
+                     "kafka_headers": pa.array(headers, HEADERS_TYPE)})
+    assert column_bytes(rows, "user") == ["é".encode(), None]
+    assert column_bytes(rows, "raw") == [b"\x00", b"k"]
+    assert record_headers(rows, True, {"u": "user", "r": "raw"}) == [
+        [("t", b"1"), ("t", None), ("u", "é".encode()), ("r", b"\x00")],
+        [("u", None), ("r", b"k")]]
+    assert record_headers(rows, False, {}) == [[], []]
+    assert value_columns(rows).schema.names == ["user", "raw"]
+    encoded = encode_values(rows.select(["kafka_headers"]))
+    assert decode_value(encoded[0], rows.select(["kafka_headers"]).schema) == {
+        "kafka_headers": [{"key": "t", "value": b"1"}, {"key": "eos-epoch", "value": b"3"},
+                          {"key": "t", "value": None}]}

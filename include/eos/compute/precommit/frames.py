@@ -21,21 +21,27 @@ from eos.compute.precommit.watermark import (
 from eos.compute.windows import END, START, WindowType, columns, window_type
 from eos.core.aggregations import Aggregation, Lifts, aggregations_for, lifts_all, output_column
 from eos.core.config import PipelineConfig
-from eos.core.config.rows import metadata_read
+from eos.core.config.rows import headers_read, metadata_read
 from eos.core.errors import ConfigError
 from eos.core.metadata import (
+    HEADER_PREFIX,
+    KAFKA_HEADERS,
     KAFKA_KEY,
+    KAFKA_KEY_BYTES,
     KAFKA_OFFSET,
     KAFKA_PARTITION,
     KAFKA_TIMESTAMP,
     KAFKA_TIMESTAMP_TYPE,
     KAFKA_TOPIC,
+    KEY_PREFIX,
 )
 from eos.core.phaselog import timed
 from eos.core.plan import Plan
 from eos.core.schema import (
     EVENT_MS,
+    HEADERS,
     KAFKA_TS,
+    KEY_BYTES,
     KEY_TEXT,
     OFFSET,
     PARTITION,
@@ -43,6 +49,8 @@ from eos.core.schema import (
     RAW_VALUE,
     REASON,
     TS_TYPE,
+    header_column,
+    key_field_column,
 )
 from eos.core.tables import group_column
 from eos.core.window_state import EVERY_ROW
@@ -94,13 +102,23 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
 
 
 def with_metadata(F: Any, config: PipelineConfig, parsed: Any, topic: str) -> Any:
-    """``parsed`` with the Kafka metadata the pipeline's filter and select read, as columns of
-    their reserved names (``eos.core.metadata``)."""
+    """``parsed`` with the Kafka metadata the pipeline's filter, select and sinks read, as
+    columns of their reserved names (``eos.core.metadata``); the parsed key as the struct
+    ``key`` and the headers read as text as the struct ``header`` (``key.user``,
+    ``header.trace_id``)."""
     sources = {KAFKA_TOPIC: F.lit(topic), KAFKA_PARTITION: F.col(PARTITION),
                KAFKA_OFFSET: F.col(OFFSET), KAFKA_TIMESTAMP: F.col(KAFKA_TS),
-               KAFKA_TIMESTAMP_TYPE: F.col(TS_TYPE), KAFKA_KEY: F.col(KEY_TEXT)}
+               KAFKA_TIMESTAMP_TYPE: F.col(TS_TYPE), KAFKA_KEY: F.col(KEY_TEXT),
+               KAFKA_KEY_BYTES: F.col(KEY_BYTES), KAFKA_HEADERS: F.col(HEADERS)}
     for name in sorted(metadata_read(config)):
         parsed = parsed.withColumn(name, sources[name])
+    if config.event.key is not None:
+        parsed = parsed.withColumn(KEY_PREFIX, F.struct(
+            *[F.col(key_field_column(n)).alias(n) for n in config.event.key.fields]))
+    names = headers_read(config)
+    if names:
+        parsed = parsed.withColumn(HEADER_PREFIX, F.struct(
+            *[F.col(header_column(i)).alias(n) for i, n in enumerate(names)]))
     return parsed
 
 

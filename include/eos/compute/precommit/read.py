@@ -10,11 +10,11 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from eos.core.config import EventConfig, PipelineConfig
-from eos.core.config.rows import metadata_read
+from eos.core.config.rows import headers_read, metadata_read
 from eos.core.kafka import client_settings, security_keys
-from eos.core.metadata import READ_ON_DEMAND
+from eos.core.metadata import KAFKA_HEADERS, KAFKA_KEY, KAFKA_KEY_BYTES, KAFKA_TIMESTAMP_TYPE
 from eos.core.plan import Plan
-from eos.core.schema import read_schema
+from eos.core.schema import Carried, read_schema
 
 
 def parse_records(event: EventConfig) -> Callable[[Iterator[pa.RecordBatch]],
@@ -89,16 +89,24 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
     if parse:
         options[PARSE_OPTION] = event_option(config.event)
         if reads_metadata(config):
-            options[METADATA_OPTION] = "true"
+            options[METADATA_OPTION] = carried(config).to_json()
     if constants:
         options[CONSTANTS_OPTION] = json.dumps(constants)
     return options
 
 
+def carried(config: PipelineConfig) -> Carried:
+    """What the reader carries beside each parsed record for this pipeline: only what its
+    filter, select and sinks read (each costs every record's bytes in the parsed input)."""
+    read = metadata_read(config)
+    return Carried(pair=bool(read & {KAFKA_KEY, KAFKA_TIMESTAMP_TYPE}),
+                   key_bytes=KAFKA_KEY_BYTES in read, headers=KAFKA_HEADERS in read,
+                   header_names=headers_read(config))
+
+
 def reads_metadata(config: PipelineConfig) -> bool:
-    """Whether the reader carries every record's key and timestamp type: only for a pipeline
-    that reads them (they cost every record's key bytes in the parsed input)."""
-    return bool(metadata_read(config) & READ_ON_DEMAND)
+    """Whether the reader carries anything beside the parsed record (``carried``)."""
+    return carried(config).any
 
 
 def read_parsed(spark: Any, config: PipelineConfig, plan: Plan, marks: dict[str, int]) -> Any:
@@ -109,5 +117,5 @@ def read_parsed(spark: Any, config: PipelineConfig, plan: Plan, marks: dict[str,
 
     if plan.records:
         return read_ranges(spark, config, plan, parse=True, constants=marks)
-    empty = read_schema(config.event, reads_metadata(config)).empty_table()
+    empty = read_schema(config.event, carried(config)).empty_table()
     return local_frame(spark, with_constants(empty, marks))

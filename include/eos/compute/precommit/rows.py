@@ -15,10 +15,12 @@ from eos.compute.precommit.read import read_parsed
 from eos.compute.precommit.resume import ResumePoint
 from eos.compute.precommit.watermark import NEG_INF
 from eos.core.config import PipelineConfig
+from eos.core.config.rows import carries_headers
 from eos.core.errors import ConfigError
+from eos.core.metadata import KAFKA_HEADERS
 from eos.core.plan import Plan
 from eos.core.schema import KAFKA_TS, OFFSET, PARTITION, REASON
-from eos.core.tables import ROW_TOPIC, row_column
+from eos.core.tables import ROW_HEADERS, ROW_TOPIC, row_column
 from eos.core.window_state import EMPTY
 
 # Where a stateless epoch resumes from: nowhere (no state, no watermark).
@@ -51,7 +53,8 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
         rows = accepted.select(
             F.lit("output").alias("kind"), F.col(PARTITION).alias("partition"),
             F.col(OFFSET).alias("offset"), F.col(KAFKA_TS).alias("kafka_timestamp_ms"),
-            F.lit(plan.topic).alias(ROW_TOPIC), *selected(F, config, accepted))
+            F.lit(plan.topic).alias(ROW_TOPIC), *selected(F, config, accepted),
+            *([F.col(KAFKA_HEADERS).alias(ROW_HEADERS)] if carries_headers(config) else []))
         try:
             rows.schema  # noqa: B018 - analysed now: a select Spark refuses is named here
         except (AnalysisException, ParseException) as error:

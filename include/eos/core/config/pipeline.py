@@ -56,7 +56,8 @@ class PipelineConfig(Strict):
         default_factory=dict,
         description="Columns computed from each event: a Spark SQL expression each, over the "
                     "declared fields and the Kafka metadata (kafka_topic, kafka_partition, "
-                    "kafka_offset, kafka_timestamp, kafka_timestamp_type, kafka_key), "
+                    "kafka_offset, kafka_timestamp, kafka_timestamp_type, kafka_key, "
+                    "kafka_key_bytes, kafka_headers, key.<field>, header.<name>), "
                     "deterministic functions only. Without windows: the output columns "
                     "(default: every declared field; every row also carries kafka_topic, "
                     "kafka_partition, kafka_offset and epoch). With windows: derived fields, "
@@ -181,6 +182,8 @@ class PipelineConfig(Strict):
         # keep the view they were committed with.
         if event["max_string_bytes"] == MAX_STRING_BYTES:
             del event["max_string_bytes"]
+        if event["key"] is None:  # likewise: a parsed key is in the view only when declared
+            del event["key"]
         # Where writer schemas are fetched from does not change what a row means (the format
         # does, and stays in the view); a moved registry is not a schema change. Its URL is not
         # its identity either: one registry answers at several URLs, and a migration keeps ids

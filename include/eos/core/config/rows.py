@@ -4,12 +4,21 @@ without one, every declared field; and always the record's coordinates and the e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
 
 from eos.core.config.values import check_name
-from eos.core.metadata import COORDINATES, METADATA, SQL_TYPES
+from eos.core.metadata import (
+    COORDINATES,
+    HEADER_PREFIX,
+    KAFKA_HEADERS,
+    KEY_PREFIX,
+    METADATA,
+    SQL_TYPES,
+    qualified,
+)
 
 if TYPE_CHECKING:
     from eos.core.config.pipeline import PipelineConfig
@@ -50,17 +59,26 @@ _SELECT_SCHEMA = {
 Select = Annotated[dict[str, str], BeforeValidator(_select), WithJsonSchema(_SELECT_SCHEMA)]
 
 
-def sql_types(config: PipelineConfig) -> dict[str, str]:
-    """What a ``select`` or ``filter`` may read, with its Spark SQL type: the declared fields
-    and the Kafka metadata."""
+def sql_types(config: PipelineConfig, columns: Iterable[str] = ()) -> dict[str, str]:
+    """What a ``select`` or ``filter`` may read, with its Spark SQL type: the declared fields,
+    the Kafka metadata, the key's declared fields (``key.<field>``) and the headers of
+    ``columns`` (``header.<name>``: text)."""
+    key = config.event.key
     return {**{name: spec.type.sql for name, spec in config.event.fields.items()},
-            **SQL_TYPES}
+            **SQL_TYPES,
+            **({f"{KEY_PREFIX}.{name}": spec.type.sql for name, spec in key.fields.items()}
+               if key is not None else {}),
+            **{c: "STRING" for c in columns if (qualified(c) or ("",))[0] == HEADER_PREFIX}}
 
 
 def row_types(config: PipelineConfig) -> dict[str, FieldType]:
     """The columns a stateless pipeline selects, in order, with their types: each ``select``
     column typed from its expression (refused at load when it cannot be), or every declared
     field. Raises ``ValueError`` naming the column at fault."""
+    if carries_headers(config) and KAFKA_HEADERS in config.select:
+        raise ValueError(f"select column '{KAFKA_HEADERS}': a Kafka sink carries the records' "
+                         f"headers, and every row then holds them as {KAFKA_HEADERS}; name the "
+                         "column otherwise")
     if not config.select:
         return {name: spec.type for name, spec in config.event.fields.items()}
     return select_types(config)
@@ -69,29 +87,61 @@ def row_types(config: PipelineConfig) -> dict[str, FieldType]:
 def select_types(config: PipelineConfig) -> dict[str, FieldType]:
     """Each ``select`` column's type, from its expression (``eos.core.filters``); raises
     ``ValueError`` naming the column at fault."""
-    from eos.core.config.source import FieldType
+    from eos.core.config.source import (
+        FieldType,
+        check_prefixes,
+        readable_names,
+        unknown_columns,
+    )
     from eos.core.filters import expression_type, filter_columns
 
-    readable = sql_types(config)
     types: dict[str, FieldType] = {}
     for name, text in config.select.items():
         what = f"select column '{name}':"
-        unknown = sorted(set(filter_columns(text, what)) - set(readable))
+        columns = filter_columns(text, what)
+        unknown = unknown_columns(config.event, columns)
         if unknown:
-            raise ValueError(f"{what} {text!r} uses {unknown}, which are not declared fields "
-                             f"(declared: {sorted(config.event.fields)}) or Kafka metadata "
-                             f"({', '.join(METADATA)})")
-        types[name] = FieldType.parse(expression_type(text, what, readable))
+            raise ValueError(f"{what} {text!r} uses {unknown}, which are not "
+                             f"{readable_names(config.event)}")
+        check_prefixes(config.event, columns, what)
+        types[name] = FieldType.parse(
+            expression_type(text, what, sql_types(config, columns)), output=True)
+        if types[name].name in ("binary", "headers") and not config.stateless:
+            raise ValueError(f"{what} {text!r} is of type {types[name]}, which only a "
+                             "pipeline without windows outputs")
     return types
 
 
-def metadata_read(config: PipelineConfig) -> frozenset[str]:
-    """The Kafka metadata a pipeline's ``filter`` and ``select`` read (what precommit exposes
-    as columns, and what the reader carries beside each record when it is the key or the
-    timestamp type)."""
+def columns_read(config: PipelineConfig) -> frozenset[str]:
+    """Every column a pipeline's ``filter`` and ``select`` read (qualified ones as
+    ``key.user``, ``header.trace-id``)."""
     texts = [*([config.event.filter] if config.event.filter else []), *config.select.values()]
     if not texts:  # nothing to parse: no import of sqlglot (a quarter of a second) for it
         return frozenset()
     from eos.core.filters import filter_columns
 
-    return frozenset(c for text in texts for c in filter_columns(text)) & frozenset(METADATA)
+    return frozenset(c for text in texts for c in filter_columns(text))
+
+
+def metadata_read(config: PipelineConfig) -> frozenset[str]:
+    """The Kafka metadata a pipeline's ``filter`` and ``select`` read (what precommit exposes
+    as columns, and what the reader carries beside each record when it is the key, the
+    headers or the timestamp type); ``kafka_headers`` too when a Kafka sink carries them."""
+    carried = {KAFKA_HEADERS} if carries_headers(config) else set()
+    return (columns_read(config) & frozenset(METADATA)) | carried
+
+
+def headers_read(config: PipelineConfig) -> tuple[str, ...]:
+    """The header names a pipeline reads as ``header.<name>``, sorted (the reader's text
+    columns of them, in this order)."""
+    return tuple(sorted(parts[1] for parts in map(qualified, columns_read(config))
+                        if parts is not None and parts[0] == HEADER_PREFIX))
+
+
+def carries_headers(config: PipelineConfig) -> bool:
+    """Whether a sink of the rows copies each record's headers (a Kafka sink's ``headers:
+    {carry: true}``): the rows then hold them as ``kafka_headers`` (``rows_schema``)."""
+    if not config.stateless:
+        return False
+    return any(getattr(options, "carries_headers", False)
+               for spec in config.sinks.rows or [] for options in spec.values())

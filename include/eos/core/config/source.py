@@ -10,10 +10,13 @@ from urllib.parse import urlsplit
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from eos.core.config.positions import StartPosition
-from eos.core.config.values import DurationMs, Strict, check_name
-from eos.core.metadata import METADATA
+from eos.core.config.values import DurationMs, Strict, check_name, not_null_schema
+from eos.core.metadata import HEADER_PREFIX, KEY_PREFIX, METADATA, qualified
 
 FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
+# Types a ``select`` column may have besides the declared ones: the Kafka metadata's raw key
+# (``binary``) and its headers (``headers``); no declared field has them.
+OUTPUT_TYPES = ("binary", "headers")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 START_PATTERN = (r"^(earliest|latest|timestamp:(\d+|\d{4}-\d{2}-\d{2}T\S+)"
                  r"|offsets:\d+=\d+(,\d+=\d+)*)$")
@@ -70,10 +73,13 @@ class FieldType(Strict):
     scale: int | None = None
 
     @classmethod
-    def parse(cls, text: Any) -> FieldType:
+    def parse(cls, text: Any, output: bool = False) -> FieldType:
+        """A declared type; with ``output``, a select column's (``OUTPUT_TYPES`` too)."""
         if not isinstance(text, str):
             raise ValueError(f"a type is one of {FIELD_TYPES} or decimal(p,s), got {text!r}")
         text = text.strip().lower()
+        if output and text in OUTPUT_TYPES:
+            return cls(name=text)
         match = _DECIMAL.match(text)
         if match:
             precision, scale = int(match.group(1)), int(match.group(2))
@@ -94,10 +100,12 @@ class FieldType(Strict):
     @property
     def sql(self) -> str:
         """The type's Spark SQL name (what a select's column is cast to)."""
+        from eos.core.metadata import HEADERS_SQL
+
         if self.name == "decimal":
             return f"DECIMAL({self.precision},{self.scale})"
         return {"string": "STRING", "long": "BIGINT", "double": "DOUBLE",
-                "boolean": "BOOLEAN"}[self.name]
+                "boolean": "BOOLEAN", "binary": "BINARY", "headers": HEADERS_SQL}[self.name]
 
 
 class FieldSpec(Strict):
@@ -244,6 +252,46 @@ class SchemaRegistryConfig(Strict):
         return self
 
 
+class KeyConfig(Strict):
+    """How a record key is parsed: its format and its declared fields, read in expressions as
+    ``key.<field>``. A key that does not parse (no key, not JSON, a field missing or of another
+    type) quarantines its record with the reason, prefixed ``key:``."""
+
+    format: Literal["json"] = Field(
+        default="json", description="json: the key is one JSON object.")
+    fields: Annotated[dict[str, FieldSpec], BeforeValidator(_fields),
+                      WithJsonSchema({"type": "object", "minProperties": 1,
+                                      "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9_]*$"},
+                                      "additionalProperties": FieldSpec.JSON_SCHEMA})] = Field(
+        description="The key's fields, declared as event.fields are; an expression reads one "
+                    "as key.<field>.")
+
+
+def unknown_columns(event: EventConfig, columns: list[str]) -> list[str]:
+    """The columns of an expression that are neither declared fields, Kafka metadata, a
+    declared key field (``key.<field>``) nor a header (``header.<name>``)."""
+    key_fields = set(event.key.fields) if event.key is not None else set()
+    unknown = []
+    for column in columns:
+        parts = qualified(column)
+        if parts is None:
+            known = column in event.fields or column in METADATA
+        else:
+            known = parts[0] == HEADER_PREFIX or (parts[0] == KEY_PREFIX
+                                                  and parts[1] in key_fields)
+        if not known:
+            unknown.append(column)
+    return unknown
+
+
+def readable_names(event: EventConfig) -> str:
+    """What an expression may read, for a message."""
+    key = (f", key.<field> ({', '.join(event.key.fields)})" if event.key is not None
+           else ", key.<field> (with event.key)")
+    return (f"declared fields ({', '.join(sorted(event.fields))}), Kafka metadata "
+            f"({', '.join(METADATA)}){key}, header.<name>")
+
+
 class EventConfig(Strict):
     """How a record is read: its format, its declared fields, its event time, and which records
     an epoch keeps (``filter``, ``max_future``, ``max_string_bytes``)."""
@@ -270,11 +318,17 @@ class EventConfig(Strict):
                     "optional: true}`. A required field missing or null, a value of another "
                     "type or a decimal that does not fit quarantines its record, naming the "
                     "field.")
+    key: KeyConfig | None = Field(
+        default=None, json_schema_extra=not_null_schema,
+        description="How the record key is parsed ({format: json, fields: {...}}), its fields "
+                    "read as key.<field>; a key that does not parse quarantines its record. "
+                    "Unset: the key is read only as kafka_key / kafka_key_bytes.")
     filter: str | None = Field(
         default=None,
         description="A Spark SQL predicate over the fields and the Kafka metadata (kafka_topic, "
                     "kafka_partition, kafka_offset, kafka_timestamp, kafka_timestamp_type, "
-                    "kafka_key); events where it is not true are dropped and counted (they "
+                    "kafka_key, kafka_key_bytes, kafka_headers, key.<field>, header.<name>); "
+                    "events where it is not true are dropped and counted (they "
                     "still advance the watermark). Only deterministic "
                     "functions are accepted; rand(), current_timestamp(), uuid() and the like "
                     "are refused at load.")
@@ -307,8 +361,27 @@ class EventConfig(Strict):
             # loads every config while only a pipeline with a filter needs it.
             from eos.core.filters import filter_columns
 
-            unknown = sorted(set(filter_columns(self.filter)) - set(self.fields) - set(METADATA))
+            columns = filter_columns(self.filter)
+            unknown = unknown_columns(self, columns)
             if unknown:
-                raise ValueError(f"filter uses {unknown}, which are not declared fields "
-                                 f"(declared: {sorted(self.fields)}) or Kafka metadata")
+                raise ValueError(f"filter uses {unknown}, which are not "
+                                 f"{readable_names(self)}")
+            check_prefixes(self, columns, "filter")
         return self
+
+    @model_validator(mode="after")
+    def _key_prefix_free(self) -> EventConfig:
+        if self.key is not None and KEY_PREFIX in self.fields:
+            raise ValueError(f"event.key is declared, so '{KEY_PREFIX}' names the parsed key "
+                             f"(key.<field>): rename the field '{KEY_PREFIX}' (path: keeps "
+                             "where it is in the record)")
+        return self
+
+
+def check_prefixes(event: EventConfig, columns: list[str], what: str) -> None:
+    """Refuse ``header.<name>`` in an expression of a pipeline with a field named ``header``:
+    one name, two meanings."""
+    if HEADER_PREFIX in event.fields and any(
+            (qualified(c) or ("",))[0] == HEADER_PREFIX for c in columns):
+        raise ValueError(f"{what} reads header.<name>, but a declared field is named "
+                         f"'{HEADER_PREFIX}': rename the field (path: keeps where it is)")
