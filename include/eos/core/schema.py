@@ -29,11 +29,15 @@ TS_TYPE = "__kafka_ts_type"
 METADATA_SCHEMA = pa.schema([(KEY_TEXT, pa.string()), (TS_TYPE, pa.string())])
 
 
+# A select's timestamp column: Spark's TIMESTAMP (microseconds, an instant; UTC).
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
 def arrow_type(ftype: FieldType) -> pa.DataType:
     if ftype.name == "decimal":
         return pa.decimal128(ftype.precision, ftype.scale)
     return {"string": pa.string(), "long": pa.int64(), "double": pa.float64(),
-            "boolean": pa.bool_()}[ftype.name]
+            "boolean": pa.bool_(), "date": pa.date32(), "timestamp": TIMESTAMP}[ftype.name]
 
 
 def spark_ddl(dtype: pa.DataType) -> str:
@@ -43,7 +47,8 @@ def spark_ddl(dtype: pa.DataType) -> str:
     if pa.types.is_list(dtype):
         return f"array<{spark_ddl(dtype.value_type)}>"
     simple = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int",
-              pa.float64(): "double", pa.bool_(): "boolean", pa.binary(): "binary"}
+              pa.float64(): "double", pa.bool_(): "boolean", pa.binary(): "binary",
+              pa.date32(): "date", TIMESTAMP: "timestamp"}
     return simple[dtype]
 
 

@@ -81,7 +81,11 @@ def select_types(config: PipelineConfig) -> dict[str, FieldType]:
             raise ValueError(f"{what} {text!r} uses {unknown}, which are not declared fields "
                              f"(declared: {sorted(config.event.fields)}) or Kafka metadata "
                              f"({', '.join(METADATA)})")
-        types[name] = FieldType.parse(expression_type(text, what, readable))
+        types[name] = FieldType.parse(expression_type(text, what, readable), temporal=True)
+        if types[name].temporal and not config.stateless:
+            raise ValueError(f"{what} {text!r} is a {types[name]}: a date or timestamp column "
+                             "is for a pipeline without windows (group or aggregate its "
+                             "string, e.g. CAST(... AS string))")
     return types
 
 

@@ -14,6 +14,9 @@ from eos.core.config.values import DurationMs, Strict, check_name
 from eos.core.metadata import METADATA
 
 FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
+# Types only a ``select`` column may have (what its CAST says): a declared field is parsed from
+# the record, where a date or a time is a string or a number the select converts.
+SELECT_ONLY_TYPES = ("date", "timestamp")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 START_PATTERN = (r"^(earliest|latest|timestamp:(\d+|\d{4}-\d{2}-\d{2}T\S+)"
                  r"|offsets:\d+=\d+(,\d+=\d+)*)$")
@@ -63,14 +66,20 @@ class KafkaConfig(Strict):
 
 
 class FieldType(Strict):
-    """A declared type: ``string | long | double | boolean | decimal(p,s)``."""
+    """A declared type: ``string | long | double | boolean | decimal(p,s)``; a ``select``
+    column may also be a ``date`` or a ``timestamp`` (Spark's TIMESTAMP: an instant, shown in
+    UTC, the session's time zone)."""
 
     name: str
     precision: int | None = None
     scale: int | None = None
 
     @classmethod
-    def parse(cls, text: Any) -> FieldType:
+    def parse(cls, text: Any, temporal: bool = False) -> FieldType:
+        """``text`` as a type; ``temporal``: a select column's, which may be a date or a
+        timestamp too."""
+        if temporal and isinstance(text, str) and text.strip().lower() in SELECT_ONLY_TYPES:
+            return cls(name=text.strip().lower())
         if not isinstance(text, str):
             raise ValueError(f"a type is one of {FIELD_TYPES} or decimal(p,s), got {text!r}")
         text = text.strip().lower()
@@ -92,12 +101,17 @@ class FieldType(Strict):
         return self.name in ("long", "double", "decimal")
 
     @property
+    def temporal(self) -> bool:
+        """A date or a timestamp: a select column's type only."""
+        return self.name in SELECT_ONLY_TYPES
+
+    @property
     def sql(self) -> str:
         """The type's Spark SQL name (what a select's column is cast to)."""
         if self.name == "decimal":
             return f"DECIMAL({self.precision},{self.scale})"
         return {"string": "STRING", "long": "BIGINT", "double": "DOUBLE",
-                "boolean": "BOOLEAN"}[self.name]
+                "boolean": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMP"}[self.name]
 
 
 class FieldSpec(Strict):
