@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from eos.compute.epochs import run_epoch, run_until_caught_up
+from eos.compute.epochs import run_epoch
 from eos.core.delta import read_table
 from eos.core.errors import ConfigError, SinkCannotTake
 from eos.core.protocol import begin, checkpointed_epoch

@@ -115,7 +115,7 @@ def test_select_may_gain_columns_between_epochs() -> None:
 
 @pytest.mark.parametrize(("select", "named"), [
     ({"day": DAY}, "'page'"),  # removed
-    ({"page": "CAST(upper(page) AS string)"}, "'page'"),  # changed (its values would mean another thing)
+    ({"page": "CAST(upper(page) AS string)"}, "'page'"),  # changed: another meaning
 ])
 def test_a_change_that_is_not_additive_is_refused_naming_the_column(
         select: dict[str, str], named: str) -> None:
