@@ -49,7 +49,8 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 def _pipeline(tmp_path: Path, topic: str, select: dict[str, str], rows: list[Any]) -> Any:
-    return make_pipeline(tmp_path, base={"kafka": {"topic": topic}}, event=EVENT,
+    """The pipeline ``lake`` of ``tmp_path`` (each call rewrites its one file)."""
+    return make_pipeline(tmp_path, name="lake", base={"kafka": {"topic": topic}}, event=EVENT,
                          select=select, group_by=None, window=None, aggregations=None,
                          sinks={"rows": rows, "quarantine": [{"delta": "quarantine"}]},
                          max_records=40)
