@@ -49,7 +49,12 @@ class DeltaSinkOptions(BaseModel):
     (``eos.core.ownership``; the table records its writers). Unset, the first pipeline to
     begin on the table owns it and any other is refused before its first commit. A rewind
     never removes another writer's rows: it is refused when another writer committed after
-    the epoch it goes back to."""
+    the epoch it goes back to.
+
+    ``partition_by``: the table is created partitioned by these output columns (checked at
+    load: ``partition_problem``). Partitioning is fixed when a table is created, so a table
+    partitioned otherwise is refused before the seal (``SinkCannotTake``), never at commit; a
+    rewind to -1 gives the emptied table the partitioning asked for."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: str = Field(
