@@ -123,3 +123,16 @@ def test_a_change_that_is_not_additive_is_refused_naming_the_column(
     with pytest.raises(ConfigError, match=rf"committed epochs 0..4 .*select\.page.*"
                                           rf"never remove or change one: put back {named}"):
         check_schema_view(before, load(select=select))
+
+
+def test_a_windows_table_is_partitioned_by_group_fields_or_window_bounds() -> None:
+    windows = {"group_by": ["page"], "window": {"type": "tumbling", "size": "1m"},
+               "aggregations": {"views": "count(*)"},
+               "event": {**BASE["event"], "time": {"format": "kafka_timestamp"}}}
+    config = load(**windows, sinks={"windows": [{"delta": {
+        "table": "w", "partition_by": ["page", "window_start"]}}]})
+    ((_, options),) = config.sinks.windows[0].items()
+    assert options.partition_by == ("page", "window_start")
+    with pytest.raises(ConfigError, match=r"partition column 'views' is not a column of the "
+                                          r"windows output that can partition it"):
+        load(**windows, sinks={"windows": [{"delta": {"table": "w", "partition_by": ["views"]}}]})
