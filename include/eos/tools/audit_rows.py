@@ -57,8 +57,8 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
             accepted.append({**dict(zip(names, parsed.values, strict=True)),
                              **record_metadata(plan.topic, r)})
         view = (views or {}).get(plan.epoch)
-        names = [n for n in config.row_columns if not view or n in columns_of(view)]
-        kept = _evaluated(config, accepted, names)
+        columns = [n for n in config.row_columns if not view or n in columns_of(view)]
+        kept = _evaluated(config, accepted, columns)
         expected.filtered[plan.epoch] = len(accepted) - len(kept)
         expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
         expected.rows["rows"].extend({**row, "epoch": plan.epoch} for row in kept)
