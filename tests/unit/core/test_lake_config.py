@@ -19,6 +19,7 @@ from eos.core.filters import DUCKDB_TIME_ZONE, expression_for_duckdb
 from eos.core.outputs import output_schema
 from eos.sinks.kafka_avro import value_schema
 from eos.sinks.kafka_records import decode_value, encode_values
+from eos.tools.independent import decode_json
 
 BASE: dict[str, Any] = {
     "name": "ingest",
@@ -95,6 +96,7 @@ def test_kafka_codecs_carry_a_date() -> None:
     values = encode_values(rows)
     assert values[0] == b'{"day":"2026-11-27"}'
     assert [decode_value(v, rows.schema) for v in values] == rows.to_pylist()
+    assert [decode_json(v, rows.schema) for v in values] == rows.to_pylist()  # the audit's own
     (field,) = value_schema(rows.schema, "t", "p")["fields"]
     assert field["type"] == ["null", {"type": "int", "logicalType": "date"}]
 
