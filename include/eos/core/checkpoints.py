@@ -134,7 +134,12 @@ def schema_changes(checkpoint: Checkpoint | None, config: PipelineConfig) -> lis
     """What changed in the config's schema view since ``checkpoint``'s epoch was computed."""
     if checkpoint is None or not checkpoint.config:
         return []
-    return _changes(checkpoint.config, config.schema_view())
+    before, after = checkpoint.config, config.schema_view()
+    if config.stateless and "select" in before:  # it may gain columns (eos.core.evolution)
+        from eos.core.evolution import comparable
+
+        before, after = comparable(before, after)
+    return _changes(before, after)
 
 
 def check_schema_view(checkpoint: Checkpoint | None, config: PipelineConfig) -> None:
@@ -146,6 +151,10 @@ def check_schema_view(checkpoint: Checkpoint | None, config: PipelineConfig) -> 
         committed = checkpoint.epoch
         from eos.core.errors import ConfigError
 
+        if config.stateless:
+            from eos.core.evolution import refusal
+
+            raise ConfigError(refusal(config, changes, committed))
         raise ConfigError(
             f"pipeline '{config.name}' committed epochs 0..{committed} with another schema; "
             f"changed: {'; '.join(changes)}. Its state and committed rows mean the old config: "

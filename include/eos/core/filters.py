@@ -83,12 +83,29 @@ _WHY = {
 _SPECIAL_DATETIMES = ("now", "today", "yesterday", "tomorrow")
 
 
+# Spark functions sqlglot does not know (it parses them as ``exp.Anonymous``), vouched for here:
+# a number of seconds, milliseconds or microseconds since 1970 as a timestamp. Each becomes
+# sqlglot's ``UnixToTime`` of its scale, which the allow-list has and DuckDB translates.
+_UNIX_TO_TIME = {"timestamp_seconds": exp.UnixToTime.SECONDS,
+                 "timestamp_millis": exp.UnixToTime.MILLIS,
+                 "timestamp_micros": exp.UnixToTime.MICROS}
+
+
+def _known(node: exp.Expression) -> exp.Expression:
+    """``node`` with the vouched-for functions (``_UNIX_TO_TIME``) in sqlglot's terms."""
+    if isinstance(node, exp.Anonymous) and len(node.expressions) == 1:
+        scale = _UNIX_TO_TIME.get(str(node.name).lower())
+        if scale is not None:
+            return exp.UnixToTime(this=node.expressions[0], scale=scale)
+    return node
+
+
 @lru_cache(maxsize=256)
 def _expression(text: str, what: str = "filter") -> exp.Expression:
     """``text`` parsed and checked; ``what`` names it in a message (``filter``, ``select
     'page'``)."""
     try:
-        tree = sqlglot.parse_one(text, read="spark")
+        tree = sqlglot.parse_one(text, read="spark").transform(_known)
     except SqlglotError as error:
         raise ValueError(f"{what} {text!r} is not a Spark SQL expression: "
                          f"{str(error).splitlines()[0]}") from None
@@ -171,9 +188,27 @@ def filter_columns(text: str, what: str = "filter") -> list[str]:
     return sorted({_column_name(c) for c in _expression(text, what).find_all(exp.Column)})
 
 
+def _instants(node: exp.Expression) -> exp.Expression:
+    """Spark's TIMESTAMP is an instant (TIMESTAMP_LTZ, read in the session's time zone, UTC):
+    DuckDB's TIMESTAMPTZ, not its TIMESTAMP, which would drop a string's UTC offset."""
+    if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.TIMESTAMP:
+        return exp.DataType.build("TIMESTAMPTZ")
+    return node
+
+
+def _for_duckdb(tree: exp.Expression) -> str:
+    """An expression in DuckDB's dialect: run it in a connection whose ``TimeZone`` is UTC
+    (``DUCKDB_TIME_ZONE``), as precommit's Spark session is."""
+    return tree.copy().transform(_instants).sql(dialect="duckdb")
+
+
+# What the audit sets in DuckDB before evaluating a filter or select: Spark's session time zone.
+DUCKDB_TIME_ZONE = "SET TimeZone = 'UTC'"
+
+
 def filter_for_duckdb(text: str) -> str:
     """The expression in DuckDB's dialect, for the audit's independent evaluation."""
-    return _expression(text).sql(dialect="duckdb")
+    return _for_duckdb(_expression(text))
 
 
 # sqlglot's types, as the config's grammar names them (``eos.core.config.FieldType``).
@@ -181,7 +216,8 @@ _GRAMMAR = {**dict.fromkeys(("BIGINT", "INT", "SMALLINT", "TINYINT"), "long"),
             **dict.fromkeys(("DOUBLE", "FLOAT"), "double"),
             **dict.fromkeys(("VARCHAR", "TEXT", "CHAR", "NCHAR", "NVARCHAR"), "string"),
             **dict.fromkeys(("BINARY", "VARBINARY", "BLOB"), "binary"),
-            "BOOLEAN": "boolean"}
+            "BOOLEAN": "boolean", "DATE": "date",
+            **dict.fromkeys(("TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPLTZ"), "timestamp")}
 
 
 # Predicates: boolean whatever their operands (a comparison, a logical operator, a test).
@@ -221,8 +257,8 @@ def _grammar_type(found: exp.DataType | None, text: str, what: str) -> str:
     shown = ("no type eos can tell without running it" if found is None or name == "UNKNOWN"
              else f"type {found.sql(dialect='spark')}")
     raise ValueError(f"{what} {text!r} has {shown}; write CAST(... AS type) with type one of "
-                     "string, bigint, double, boolean, decimal(p,s), binary (a column alone, or "
-                     "a comparison, needs none)")
+                     "string, bigint, double, boolean, decimal(p,s), binary, date, timestamp (a "
+                     "column alone, or a comparison, needs none)")
 
 
 def expression_for_duckdb(text: str, sql_type: str) -> str:
@@ -230,4 +266,4 @@ def expression_for_duckdb(text: str, sql_type: str) -> str:
     Spark's name) as Spark's result is: the audit's reference value."""
     cast = exp.Cast(this=_expression(text).copy(),
                     to=exp.DataType.build(sql_type, dialect="spark"))
-    return cast.sql(dialect="duckdb")
+    return _for_duckdb(cast)

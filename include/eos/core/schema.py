@@ -90,13 +90,18 @@ class Carried:
                    tuple(doc["header_names"]))
 
 
+# A select's timestamp column: Spark's TIMESTAMP (microseconds, an instant; UTC).
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
 def arrow_type(ftype: FieldType) -> pa.DataType:
     if ftype.name == "decimal":
         return pa.decimal128(ftype.precision, ftype.scale)
     if ftype.name == "headers":
         return HEADERS_TYPE
     return {"string": pa.string(), "long": pa.int64(), "double": pa.float64(),
-            "boolean": pa.bool_(), "binary": pa.binary()}[ftype.name]
+            "boolean": pa.bool_(), "binary": pa.binary(), "date": pa.date32(),
+            "timestamp": TIMESTAMP}[ftype.name]
 
 
 def spark_ddl(dtype: pa.DataType) -> str:
@@ -109,7 +114,8 @@ def spark_ddl(dtype: pa.DataType) -> str:
         inner = ", ".join(f"{f.name}: {spark_ddl(f.type)}" for f in dtype)
         return f"struct<{inner}>"
     simple = {pa.string(): "string", pa.int64(): "bigint", pa.int32(): "int",
-              pa.float64(): "double", pa.bool_(): "boolean", pa.binary(): "binary"}
+              pa.float64(): "double", pa.bool_(): "boolean", pa.binary(): "binary",
+              pa.date32(): "date", TIMESTAMP: "timestamp"}
     return simple[dtype]
 
 

@@ -203,7 +203,9 @@ def replace_schema(path: str, schema: pa.Schema, app_id: str, epoch: int, rewind
     from deltalake import DeltaTable, write_deltalake
 
     table = DeltaTable(path)
-    if _same_schema(table, schema):
+    if _same_schema(table, schema) and (
+            partition_by is None
+            or list(table.metadata().partition_columns) == list(partition_by)):
         return None
     if table.to_pyarrow_dataset().count_rows():
         raise RewindRefused(f"Delta table {path} still holds rows after the rewind; its schema "
@@ -216,7 +218,10 @@ def replace_schema(path: str, schema: pa.Schema, app_id: str, epoch: int, rewind
                         commit_properties=commit_properties(app_id, epoch, "rewind",
                                                             extra={REWIND: rewind_id}))
     except CommitFailedError as error:
-        if _same_schema(DeltaTable(path), schema):  # another attempt of this rewind did it
+        done = DeltaTable(path)
+        if _same_schema(done, schema) and (  # another attempt of this rewind did it
+                partition_by is None
+                or list(done.metadata().partition_columns) == list(partition_by)):
             return None
         from eos.core.errors import CommitConflict
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from eos.core.config import DurationMs
 from eos.core.errors import ConfigError, SinkCannotTake
@@ -49,7 +49,12 @@ class DeltaSinkOptions(BaseModel):
     (``eos.core.ownership``; the table records its writers). Unset, the first pipeline to
     begin on the table owns it and any other is refused before its first commit. A rewind
     never removes another writer's rows: it is refused when another writer committed after
-    the epoch it goes back to."""
+    the epoch it goes back to.
+
+    ``partition_by``: the table is created partitioned by these output columns (checked at
+    load: ``partition_problem``). Partitioning is fixed when a table is created, so a table
+    partitioned otherwise is refused before the seal (``SinkCannotTake``), never at commit; a
+    rewind to -1 gives the emptied table the partitioning asked for."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: str = Field(
@@ -64,6 +69,22 @@ class DeltaSinkOptions(BaseModel):
     shared: bool = Field(
         default=False,
         description="Other pipelines may write this table too, if each declares it shared.")
+    partition_by: tuple[str, ...] = Field(
+        default=(),
+        description="Output columns the table is partitioned by (Hive-style directories, "
+                    "e.g. [event_date]): a rows output's string, long, boolean, date, "
+                    "timestamp or decimal columns, a windows output's group fields and window "
+                    "bounds. Set when the sink creates the table; an existing table partitioned "
+                    "otherwise is refused before the seal.")
+
+    @field_validator("partition_by", mode="before")
+    @classmethod
+    def _columns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list | tuple) and len(set(value)) != len(value):
+            raise ValueError(f"a column is named twice in {list(value)}")
+        return value
 
 
 def _is_uri(table: str) -> bool:
@@ -127,6 +148,41 @@ def _plain(dtype: pa.DataType) -> pa.DataType:
     return dtype
 
 
+# Types a partition column may have: a partition's value is its directory's name, exact for
+# these (a double's text is not: NaN, -0.0, digits), and binary names no directory.
+PARTITIONABLE = ("string", "long", "boolean", "date", "timestamp", "decimal")
+
+
+def partition_types(config: Any, output: str) -> dict[str, str]:
+    """The columns of ``output`` a table may be partitioned by, with their types (the
+    grammar's names): a rows output's selected columns and coordinates, a windows output's
+    group fields and window bounds. Read from the config alone (no pyarrow: it runs at load)."""
+    if output == "rows":
+        return {**{name: t.name for name, t in config.row_columns.items()},
+                "kafka_topic": "string", "kafka_partition": "long", "kafka_offset": "long",
+                "epoch": "long"}
+    if output == "windows":
+        types = config.field_types
+        return {**{g: types[g].name for g in config.group_by},
+                "window_start": "timestamp", "window_end": "timestamp", "epoch": "long"}
+    return {}
+
+
+def partition_problem(columns: tuple[str, ...], config: Any, output: str) -> str | None:
+    """Why ``columns`` cannot partition a table of ``output`` (None: they can)."""
+    types = partition_types(config, output)
+    if not types:
+        return f"only a rows or windows output's table may be partitioned, not {output}'s"
+    for column in columns:
+        if column not in types:
+            return (f"partition column {column!r} is not a column of the {output} output "
+                    f"that can partition it (those are {', '.join(types)})")
+        if types[column] not in PARTITIONABLE:
+            return (f"partition column {column!r} is a {types[column]}; a partition column is "
+                    f"one of {', '.join(PARTITIONABLE)}")
+    return None
+
+
 def schema_conflicts(table: pa.Schema, rows: pa.Schema) -> list[str]:
     """Why a table of schema ``table`` cannot take rows of schema ``rows`` (empty: it can).
     A column the rows add is no conflict: the commit adds it (``merge_schema``)."""
@@ -168,6 +224,14 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return options.table
 
     @classmethod
+    def check_pipeline(cls, options: DeltaSinkOptions, config: Any, output: str) -> None:
+        """``partition_by`` names columns of the output that can partition a table."""
+        if options.partition_by:
+            problem = partition_problem(options.partition_by, config, output)
+            if problem:
+                raise ValueError(f"delta sink {options.table!r}: partition_by: {problem}")
+
+    @classmethod
     def resources(cls, options: DeltaSinkOptions, pipeline_name: str) -> frozenset[str]:
         """The table's resolved location: ``target``, ``./target`` and the absolute path of
         ``<root>/target`` are one table, claimed once per pipeline (and never a protocol
@@ -207,7 +271,8 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         # A table this process holds a handle of exists; asking costs a listing of its log.
         if not pooled(self.path):
             owner = Record((self._writer(),), self.options.shared).properties()
-            create_table(self.path, schema, configuration={**self._properties(), **owner})
+            create_table(self.path, schema, partition_by=list(self.options.partition_by),
+                         configuration={**self._properties(), **owner})
         with lent(self.path) as table:
             if table is not None:
                 claim(table, self.path, self._writer(), self.options.shared)
@@ -231,6 +296,12 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         import pyarrow as pa
 
         conflicts = schema_conflicts(pa.schema(table.schema().to_arrow()), schema)
+        partitioned = list(table.metadata().partition_columns)
+        if partitioned != list(self.options.partition_by):
+            conflicts.append(f"the table is partitioned by {partitioned or 'nothing'}, the "
+                             f"sink's partition_by says {list(self.options.partition_by)} (a "
+                             "table is partitioned when it is created: set partition_by back, "
+                             "or rewind to -1 to replay into it partitioned anew)")
         if conflicts:
             raise SinkCannotTake(
                 f"Delta sink {self.name}: the table at {self.path} cannot take {what}: "
@@ -317,7 +388,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             version = self._keep_writers(writers[0]) or version
         if epoch == NO_EPOCH:
             version = replace_schema(self.path, schema, self.config.app_id, epoch,
-                                     rewind_id) or version
+                                     rewind_id, list(self.options.partition_by)) or version
         return version
 
     def _keep_writers(self, before: Record) -> int | None:

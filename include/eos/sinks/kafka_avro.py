@@ -3,10 +3,10 @@ wire format, so a downstream consumer with a Schema Registry deserializer reads 
 
 The value schema is derived from the output's columns (``value_schema``): decimals as the
 ``decimal`` logical type at the column's precision and scale, timestamps as
-``timestamp-millis``, a nullable column as a union with null (default null); the window bounds,
-a row's coordinates and the epoch are never null. It is a function of the output's schema
-alone, so every commit registers the same schema and gets the same id: a rerun writes
-identical bytes.
+``timestamp-millis`` (a finer value is refused before the seal), dates as ``date``, a nullable
+column as a union with null (default null); the window bounds, a row's coordinates and the
+epoch are never null. It is a function of the output's schema alone, so every commit registers
+the same schema and gets the same id: a rerun writes identical bytes.
 
 It is registered under the topic's value subject ``<topic>-value`` (the registry's
 ``TopicNameStrategy``, which Confluent's deserializers assume) **before** the transaction opens:
@@ -60,6 +60,8 @@ def _column_type(kind: pa.DataType, column: str) -> Any:
                        {"name": "value", "type": ["null", "bytes"], "default": None}]}}
     if pa.types.is_timestamp(kind):
         return {"type": "long", "logicalType": "timestamp-millis"}
+    if pa.types.is_date(kind):
+        return {"type": "int", "logicalType": "date"}
     if pa.types.is_decimal(kind):
         return {"type": "bytes", "logicalType": "decimal", "precision": kind.precision,
                 "scale": kind.scale}

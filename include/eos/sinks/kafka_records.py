@@ -2,11 +2,11 @@
 
 Key: the group fields as compact JSON with sorted keys (none when the output has no group
 fields). Value: a JSON object of the output columns in schema order, typed by the output's
-schema: timestamps ISO-8601 UTC with milliseconds, decimals as exact JSON numbers, binary as
-base64, and the doubles JSON has no number for (±Infinity, NaN) as the strings ``"Infinity"``,
-``"-Infinity"`` and ``"NaN"``: what Spark's ``to_json`` writes and its JSON reader (Jackson's
-non-numeric numbers) reads back. ``decode_value`` is the inverse (the audit and the demo read
-the topic back with it).
+schema: timestamps ISO-8601 UTC with milliseconds, dates ISO-8601 (``2026-11-27``), decimals as
+exact JSON numbers, binary as base64, and the doubles JSON has no number for (±Infinity, NaN)
+as the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"``: what Spark's ``to_json`` writes
+and its JSON reader (Jackson's non-numeric numbers) reads back. ``decode_value`` is the inverse
+(the audit and the demo read the topic back with it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,8 @@ def _fragments(column: pa.ChunkedArray) -> list[str]:
             [{"key": h["key"], "value": None if h["value"] is None
               else base64.b64encode(h["value"]).decode()} for h in v], ensure_ascii=False)
             for v in values]
+    if pa.types.is_date(kind):
+        return ["null" if v is None else f'"{v.isoformat()}"' for v in values]
     if pa.types.is_decimal(kind):
         return ["null" if v is None else format(v, "f") for v in values]
     if pa.types.is_binary(kind):
@@ -121,6 +123,8 @@ def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
             row[field.name] = None
         elif pa.types.is_timestamp(field.type):
             row[field.name] = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        elif pa.types.is_date(field.type):
+            row[field.name] = date.fromisoformat(value)
         elif pa.types.is_floating(field.type):
             row[field.name] = float(value)
         elif pa.types.is_decimal(field.type):

@@ -87,7 +87,9 @@ def refuse_conflicts(table: str, schema: pa.Schema, columns: dict[str, Column],
         column = columns.get(field.name)
         if column is None:
             raise SinkCannotTake(f"table {table} has no column '{field.name}' (the output has "
-                                 f"it, type {column_type(field)})")
+                                 f"it, type {column_type(field)}): add it (ALTER TABLE {table} "
+                                 f"ADD COLUMN \"{field.name}\" {column_type(field)}), then run "
+                                 "again")
         if not _accepts(field, column.type):
             raise SinkCannotTake(f"table {table}: column '{field.name}' is {column.type}, the "
                                  f"output's is {column_type(field)}")

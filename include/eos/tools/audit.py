@@ -91,7 +91,9 @@ def audit(config: PipelineConfig) -> AuditReport:
         for plan in plans
     ]
     report.problems.extend(reread_source(report, settings, epochs))
-    expected = row_reference(config, epochs) if config.stateless else reference(config, epochs)
+    expected = (row_reference(config, epochs, {c.epoch: c.config
+                                               for c in checkpoints.read_all(tables)})
+                if config.stateless else reference(config, epochs))
     report.records = expected.records
     report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
     for sink in sinks_for(config):

@@ -137,7 +137,10 @@ def _evaluate(config: PipelineConfig, events: list[Event], columns: list[str]) -
     schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA, *parts_schema(config)])
     table = pa.Table.from_pylist([{**e.fields, **e.metadata} for e in events], schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
+    from eos.core.filters import DUCKDB_TIME_ZONE
+
     with duckdb.connect() as con:
+        con.execute(DUCKDB_TIME_ZONE)
         con.register("events", table)
         return con.execute(f"SELECT {', '.join(columns)} FROM events ORDER BY __i").fetchall()
 

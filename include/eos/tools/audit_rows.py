@@ -38,8 +38,13 @@ from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 DOUBLE_TOLERANCE = 1e-12  # a function of doubles may differ in its last bits between engines
 
 
-def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
-    """Every epoch's rows and quarantined records, recomputed from its records."""
+def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]],
+                  views: dict[int, dict[str, Any]] | None = None) -> Expected:
+    """Every epoch's rows and quarantined records, recomputed from its records; ``views``:
+    each epoch's checkpointed schema view, whose ``select`` columns the epoch has (a column
+    added since is null in it: ``eos.core.evolution``)."""
+    from eos.core.evolution import columns_of
+
     parser = event_parser(config)
     keys = key_parser(config)
     expected = Expected()
@@ -58,21 +63,24 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
                 continue
             accepted.append({**dict(zip(names, parsed.values, strict=True)),
                              **record_metadata(plan.topic, r), **record_parts(config, r, key)})
-        kept = _evaluated(config, accepted)
+        view = (views or {}).get(plan.epoch)
+        columns = [n for n in config.row_columns if not view or n in columns_of(view)]
+        kept = _evaluated(config, accepted, columns)
         expected.filtered[plan.epoch] = len(accepted) - len(kept)
         expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
         expected.rows["rows"].extend({**row, "epoch": plan.epoch} for row in kept)
     return expected
 
 
-def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of the events the filter keeps (DuckDB): their selected columns, then their
-    coordinates."""
+def _evaluated(config: PipelineConfig, events: list[dict[str, Any]],
+               names: list[str]) -> list[dict[str, Any]]:
+    """The rows of the events the filter keeps (DuckDB): their selected columns (null but
+    ``names``), then their coordinates."""
     if not events:
         return []
     import duckdb
 
-    from eos.core.filters import expression_for_duckdb, filter_for_duckdb
+    from eos.core.filters import DUCKDB_TIME_ZONE, expression_for_duckdb, filter_for_duckdb
 
     schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA, *parts_schema(config)])
     table = pa.Table.from_pylist(events, schema=schema)
@@ -81,6 +89,7 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dic
             if config.event.filter else "true")
     if config.select:
         columns = [f'{expression_for_duckdb(text, config.row_columns[name].sql)} AS "{name}"'
+                   if name in names else f'NULL AS "{name}"'
                    for name, text in config.select.items()]
     else:
         columns = [f'"{name}"' for name in config.event.fields]
@@ -91,6 +100,7 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]]) -> list[dic
     query = (f"SELECT {', '.join([*columns, *coordinates])} FROM events "
              f"WHERE {keep} ORDER BY __i")
     with duckdb.connect() as con:
+        con.execute(DUCKDB_TIME_ZONE)
         con.register("events", table)
         result = con.execute(query)
         labels = [d[0] for d in result.description]

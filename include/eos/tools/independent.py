@@ -37,7 +37,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -53,6 +53,7 @@ KAFKA_READER = "aiokafka"
 DELTA_READER = "DuckDB delta"
 READ_TIMEOUT_S = 30.0
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 _ISO = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z$")
 T = TypeVar("T")
 
@@ -280,6 +281,8 @@ def decode_json(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
             row[field.name] = None
         elif pa.types.is_timestamp(field.type):
             row[field.name] = iso_micros(value)
+        elif pa.types.is_date(field.type):
+            row[field.name] = iso_date(value)
         elif pa.types.is_floating(field.type):
             row[field.name] = float(value)
         elif pa.types.is_decimal(field.type):
@@ -293,6 +296,14 @@ def decode_json(raw: bytes, schema: pa.Schema) -> dict[str, Any]:
         else:
             row[field.name] = value
     return canonical_row(row)
+
+
+def iso_date(text: str) -> date:
+    """``YYYY-MM-DD`` as a date (nothing else: a sink writes dates so)."""
+    match = _ISO_DATE.match(text)
+    if match is None:
+        raise ValueError(f"not an ISO-8601 date: {text!r}")
+    return date(*(int(part) for part in match.groups()))
 
 
 def iso_micros(text: str) -> int:

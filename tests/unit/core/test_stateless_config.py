@@ -68,7 +68,7 @@ def test_select_columns_are_typed_from_their_expressions() -> None:
     ({"select": {"x": "rand()"}}, r"select column 'x'.*rand\(\) returns a different value"),
     ({"select": {"x": "sha2(page, 256)"}}, r"select column 'x'.*CAST\(\.\.\. AS type\)"),
     ({"select": {"x": "concat(n, page)"}}, r"select column 'x'.*no type eos can tell"),
-    ({"select": {"x": "cast(page as date)"}}, r"select column 'x'.*type DATE"),
+    ({"select": {"x": "cast(page as timestamp_ntz)"}}, r"select column 'x'.*type TIMESTAMP_NTZ"),
     ({"select": {"kafka_offset": "n"}}, "every row carries"),
     ({"select": {"epoch": "n"}}, "every row carries|reserved"),
     ({"select": {"x": ""}}, "write a Spark SQL expression"),

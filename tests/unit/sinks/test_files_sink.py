@@ -9,7 +9,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
-from datetime import date
+from datetime import date, time
 from pathlib import Path
 
 import pyarrow as pa
@@ -210,7 +210,8 @@ def test_out_of_order_epochs_and_what_cannot_be_written_are_refused(tmp_path: Pa
     with pytest.raises(SinkCannotTake, match="partition column 'p' is not a column"):
         sink.check(0, pa.table({"q": [1]}))
     with pytest.raises(SinkCannotTake, match="JSON cannot hold"):
-        sink.check(0, pa.table({"p": ["x"], "day": [date(2026, 1, 1)]}))
+        sink.check(0, pa.table({"p": ["x"], "at": [time(1, 2)]}))  # a time of day
+    sink.check(0, pa.table({"p": ["x"], "day": [date(2026, 1, 1)]}))  # a date is ISO text
     rows = pa.table({"p": ["x", None], "v": [float("inf"), float("nan")]})
     sink.check(0, rows)  # non-finite doubles are written as the Kafka JSON codec writes them
     sink.commit(0, rows, "h0")

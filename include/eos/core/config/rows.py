@@ -106,6 +106,10 @@ def select_types(config: PipelineConfig) -> dict[str, FieldType]:
         check_prefixes(config.event, columns, what)
         types[name] = FieldType.parse(
             expression_type(text, what, sql_types(config, columns)), output=True)
+        if types[name].temporal and not config.stateless:
+            raise ValueError(f"{what} {text!r} is a {types[name]}: a date or timestamp column "
+                             "is for a pipeline without windows (group or aggregate its "
+                             "string, e.g. CAST(... AS string))")
         if types[name].name in ("binary", "headers") and not config.stateless:
             raise ValueError(f"{what} {text!r} is of type {types[name]}, which only a "
                              "pipeline without windows outputs")

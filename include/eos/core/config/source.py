@@ -15,8 +15,10 @@ from eos.core.metadata import HEADER_PREFIX, KEY_PREFIX, METADATA, qualified
 
 FIELD_TYPES = ("string", "long", "double", "boolean")  # and decimal(p,s)
 # Types a ``select`` column may have besides the declared ones: the Kafka metadata's raw key
-# (``binary``) and its headers (``headers``); no declared field has them.
-OUTPUT_TYPES = ("binary", "headers")
+# (``binary``), its headers (``headers``), and a date or a time its CAST makes (a declared field
+# is parsed from the record, where a date or a time is a string or a number the select converts).
+SELECT_ONLY_TYPES = ("date", "timestamp")
+OUTPUT_TYPES = ("binary", "headers", *SELECT_ONLY_TYPES)
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 START_PATTERN = (r"^(earliest|latest|timestamp:(\d+|\d{4}-\d{2}-\d{2}T\S+)"
                  r"|offsets:\d+=\d+(,\d+=\d+)*)$")
@@ -66,7 +68,9 @@ class KafkaConfig(Strict):
 
 
 class FieldType(Strict):
-    """A declared type: ``string | long | double | boolean | decimal(p,s)``."""
+    """A declared type: ``string | long | double | boolean | decimal(p,s)``; a ``select``
+    column may also be a ``date`` or a ``timestamp`` (Spark's TIMESTAMP: an instant, shown in
+    UTC, the session's time zone)."""
 
     name: str
     precision: int | None = None
@@ -98,6 +102,11 @@ class FieldType(Strict):
         return self.name in ("long", "double", "decimal")
 
     @property
+    def temporal(self) -> bool:
+        """A date or a timestamp: a select column's type only."""
+        return self.name in SELECT_ONLY_TYPES
+
+    @property
     def sql(self) -> str:
         """The type's Spark SQL name (what a select's column is cast to)."""
         from eos.core.metadata import HEADERS_SQL
@@ -105,7 +114,8 @@ class FieldType(Strict):
         if self.name == "decimal":
             return f"DECIMAL({self.precision},{self.scale})"
         return {"string": "STRING", "long": "BIGINT", "double": "DOUBLE",
-                "boolean": "BOOLEAN", "binary": "BINARY", "headers": HEADERS_SQL}[self.name]
+                "boolean": "BOOLEAN", "binary": "BINARY", "headers": HEADERS_SQL,
+                "date": "DATE", "timestamp": "TIMESTAMP"}[self.name]
 
 
 class FieldSpec(Strict):

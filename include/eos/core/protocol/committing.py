@@ -8,6 +8,7 @@ from eos.core import checkpoints, epochlog, faults
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import ProtocolViolation
+from eos.core.evolution import unstaged, without
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs
@@ -76,7 +77,9 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     previous = checkpoints.last(tables, epoch - 1)
     checkpoints.check_schema_view(previous, config)  # N is checkpointed with this config's view
     watermark = previous.watermark_ms if previous else None
-    outputs = epoch_outputs(config, staged, epoch, watermark)
+    # Columns the select gained after N was precommitted: N commits as it was staged.
+    unready = unstaged(config, tables, epoch, previous.config if previous else None)
+    outputs = _without(epoch_outputs(config, staged, epoch, watermark), unready)
     sinks = sinks_for(config)
     # Every deterministic failure is found here, before the seal, while N can be aborted:
     # once sealed, N's commit must eventually succeed (docs/guarantees.md). A retry of a sealed N
@@ -86,7 +89,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
             sink.check(epoch, outputs[sink.output])
     rewinds, sealed = seal_epoch(config, tables, plan, staged)
     if sealed is not staged:  # read again after a lost seal: promote what was sealed
-        staged, outputs = sealed, epoch_outputs(config, sealed, epoch, watermark)
+        staged, outputs = sealed, _without(epoch_outputs(config, sealed, epoch, watermark),
+                                           unready)
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     for i, sink in enumerate(sinks):
         done = sink.commit(epoch, outputs[sink.output], plan.hash)
@@ -99,7 +103,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     checkpoint = Checkpoint(
         epoch=epoch, plan_hash=plan.hash, until={r.partition: r.until for r in plan.ranges},
         watermark_ms=_staged_watermark(staged), rows=result.rows,
-        sinks={s.sink: sink_summary(s) for s in result.sinks}, config=config.schema_view(),
+        sinks={s.sink: sink_summary(s) for s in result.sinks},
+        config=without(config.schema_view(), unready),
         source=plan.source,
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)
@@ -118,6 +123,13 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     if every and epoch > 0 and epoch % every == 0:
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
                                       app_id=config.app_id, epoch=epoch, rewinds=rewinds)
+
+
+def _without(outputs: dict[str, pa.Table], columns: list[str]) -> dict[str, pa.Table]:
+    """The outputs with a stateless epoch's rows lacking ``columns`` (``unstaged``)."""
+    if not columns:
+        return outputs
+    return {**outputs, "rows": outputs["rows"].drop_columns(columns)}
 
 
 def _staged_watermark(staged: pa.Table) -> int:

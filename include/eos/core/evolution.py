@@ -1,0 +1,93 @@
+"""Additive schema evolution of a pipeline without windows: its ``select`` may gain columns
+between epochs, and nothing else may change.
+
+A stateless pipeline keeps no state, so an epoch's rows mean what its own config said; the
+checkpoint records that config's schema view (``PipelineConfig.schema_view``) for each epoch,
+and the audit recomputes each epoch with the ``select`` it was committed with. A column added
+to ``select`` is carried from the first epoch precommitted with it: the Delta sink adds it to
+its table in that epoch's commit (rows written before read as null), a files sink's later files
+have it, a Kafka sink's values gain the field (an Avro value schema gains a nullable field with
+a null default: a backward-compatible change the registry accepts), and a PostgreSQL table
+must have it first (``ALTER TABLE ... ADD COLUMN``: the sink refuses the epoch before the seal
+until it does).
+
+What is refused, before anything is sealed (``begin``, ``precommit`` and ``commit`` before
+the seal check the view against the last checkpoint's): a column removed from ``select``, a
+column whose expression changed (its values would mean something else from one epoch to the
+next, its type may differ), and any change outside ``select``. Rows already committed cannot
+be taken back by a config change: the way to reshape them is a new pipeline (new tables), or a
+replay from the start (``eos rewind --to-epoch -1``), which checks nothing against the old
+view.
+
+An epoch precommitted before a column was added and committed after it is committed as it was
+staged, without the column (``unstaged``): the checkpoint records the view its rows were
+computed with, and the next epoch carries the column.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eos.core.config import PipelineConfig
+    from eos.core.tables import OpenTables
+
+
+def columns_of(view: dict[str, Any]) -> dict[str, str]:
+    """A stateless view's output columns and their expressions: its ``select``, or without
+    one every declared field under its own name."""
+    select = view.get("select") or {}
+    if select:
+        return dict(select)
+    return {name: name for name in (view.get("event") or {}).get("fields", {})}
+
+
+def comparable(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, dict]:
+    """Two stateless schema views with ``after``'s added columns left out (and both selects
+    spelled out), so that what remains differs only where the change is not additive."""
+    old, new = columns_of(before), columns_of(after)
+    kept = {name: text for name, text in new.items() if name in old}
+    return {**before, "select": old}, {**after, "select": kept}
+
+
+def refusal(config: PipelineConfig, changes: list[str], committed: int) -> str:
+    """The message of a refused change of a stateless pipeline's view: each column at fault
+    and what to do."""
+    tail = ("give the changed pipeline a new name (and tables), or replay it from the start "
+            "(eos rewind --to-epoch -1)")
+    names = [c.split(":", 1)[0].removeprefix("select.") for c in changes
+             if c.startswith("select.")]
+    todo = (f"A pipeline without windows may add select columns between epochs, never remove "
+            f"or change one: put back {', '.join(map(repr, names))} as committed, or {tail}"
+            if names else tail[:1].upper() + tail[1:])
+    return (f"pipeline '{config.name}' committed epochs 0..{committed} with another schema; "
+            f"changed: {'; '.join(changes)}. {todo}")
+
+
+def unstaged(config: PipelineConfig, tables: OpenTables, epoch: int,
+             previous: dict[str, Any] | None) -> list[str]:
+    """The columns the config adds since ``previous`` (the last checkpoint's view) that epoch
+    N's staged rows were not computed with (its precommit ran before they were added): N
+    commits without them. Reads the staged files' footers only when columns were added."""
+    from eos.core.tables import row_column
+
+    if not config.stateless or previous is None:
+        return []
+    added = [name for name in config.row_columns if name not in columns_of(previous)]
+    if not added:
+        return []
+    staging = tables.handle(tables.staging)
+    if staging is None:
+        return added
+    dataset = staging.to_pyarrow_dataset(partitions=[("epoch", "=", str(int(epoch)))])
+    present: set[str] = set()
+    for fragment in dataset.get_fragments():
+        present.update(fragment.physical_schema.names)
+    return [name for name in added if row_column(name) not in present]
+
+
+def without(view: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    """``view`` with ``columns`` left out of its ``select``."""
+    if not columns:
+        return view
+    return {**view, "select": {k: v for k, v in view["select"].items() if k not in columns}}
