@@ -27,6 +27,9 @@ REASON = "__reason"  # null: the record parsed; else why it is quarantined
 KEY_TEXT = "__kafka_key"
 TS_TYPE = "__kafka_ts_type"
 METADATA_SCHEMA = pa.schema([(KEY_TEXT, pa.string()), (TS_TYPE, pa.string())])
+# Read only when a plan reads several topics (a plan of one names its topic once): each
+# record's topic, after the metadata columns.
+TOPIC = "__topic"
 
 
 def arrow_type(ftype: FieldType) -> pa.DataType:
@@ -63,11 +66,13 @@ def parsed_schema(event: EventConfig) -> pa.Schema:
     )
 
 
-def read_schema(event: EventConfig, metadata: bool) -> pa.Schema:
-    """What the reader emits per Kafka record: ``parsed_schema``, and with ``metadata`` the
-    record's key as text and its timestamp's type (``with_metadata``)."""
+def read_schema(event: EventConfig, metadata: bool, topics: bool = False) -> pa.Schema:
+    """What the reader emits per Kafka record: ``parsed_schema``, with ``metadata`` the
+    record's key as text and its timestamp's type (``with_metadata``), with ``topics`` the
+    record's topic (``TOPIC``)."""
     parsed = parsed_schema(event)
-    return pa.schema([*parsed, *METADATA_SCHEMA]) if metadata else parsed
+    parsed = pa.schema([*parsed, *METADATA_SCHEMA]) if metadata else parsed
+    return pa.schema([*parsed, (TOPIC, pa.string())]) if topics else parsed
 
 
 def with_metadata(parsed: pa.RecordBatch, raw: pa.RecordBatch) -> pa.RecordBatch:

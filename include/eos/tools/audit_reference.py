@@ -33,6 +33,7 @@ class Record(NamedTuple):
     value: bytes | None
     key: bytes | None = None
     timestamp_type: str | None = None  # CreateTime, LogAppendTime; None: the record has none
+    topic: str = ""  # the record's topic ("": the plan's one topic)
 
 
 class Event(NamedTuple):
@@ -54,7 +55,7 @@ def record_metadata(topic: str, record: Record) -> dict[str, Any]:
     """A record's Kafka metadata columns, from the record as the audit read it; the key
     decoded here (UTF-8, a bad sequence as U+FFFD), not by the pipeline's code."""
     key = None if record.key is None else record.key.decode("utf-8", "replace")
-    return {"kafka_topic": topic, "kafka_partition": record.partition,
+    return {"kafka_topic": record.topic or topic, "kafka_partition": record.partition,
             "kafka_offset": record.offset, "kafka_timestamp": record.timestamp_ms,
             "kafka_timestamp_type": record.timestamp_type, "kafka_key": key}
 

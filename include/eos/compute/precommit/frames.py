@@ -42,6 +42,7 @@ from eos.core.schema import (
     RAW_KEY,
     RAW_VALUE,
     REASON,
+    TOPIC,
     TS_TYPE,
 )
 from eos.core.tables import group_column
@@ -96,12 +97,18 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
 def with_metadata(F: Any, config: PipelineConfig, parsed: Any, topic: str) -> Any:
     """``parsed`` with the Kafka metadata the pipeline's filter and select read, as columns of
     their reserved names (``eos.core.metadata``)."""
-    sources = {KAFKA_TOPIC: F.lit(topic), KAFKA_PARTITION: F.col(PARTITION),
+    sources = {KAFKA_TOPIC: topic_column(F, topic), KAFKA_PARTITION: F.col(PARTITION),
                KAFKA_OFFSET: F.col(OFFSET), KAFKA_TIMESTAMP: F.col(KAFKA_TS),
                KAFKA_TIMESTAMP_TYPE: F.col(TS_TYPE), KAFKA_KEY: F.col(KEY_TEXT)}
     for name in sorted(metadata_read(config)):
         parsed = parsed.withColumn(name, sources[name])
     return parsed
+
+
+def topic_column(F: Any, topic: str) -> Any:
+    """Each record's topic: the plan's one topic, or ("": a plan of several) the column the
+    reader adds (``eos.core.schema.TOPIC``)."""
+    return F.lit(topic) if topic else F.col(TOPIC)
 
 
 def with_derived(F: Any, config: PipelineConfig, parsed: Any) -> Any:
