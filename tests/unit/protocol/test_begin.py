@@ -16,6 +16,7 @@ from eos.core.outcomes import Outcome
 from eos.core.plan import KafkaSource, PartitionRange, Plan, new_plan
 from eos.core.protocol import begin, check_sinks, checkpointed_epoch, commit, precommit
 from eos.core.tables import ensure_tables
+from eos.core.topics import Marks, TopicPartition
 
 from support.memory import (
     MemorySink,
@@ -109,11 +110,12 @@ class RacingSource(MemorySource):
         super().__init__()
         self.barrier = threading.Barrier(parties, timeout=30)
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+    def watermarks(self, config: PipelineConfig) -> Marks:
         self.barrier.wait()
         with self.lock:
             self.asked += 1
-            return {0: (0, 10 * self.asked), 1: (0, 5)}
+            return {TopicPartition("in-memory", 0): (0, 10 * self.asked),
+                    TopicPartition("in-memory", 1): (0, 5)}
 
 
 def test_racing_planners_agree_on_the_first_plan_logged(
