@@ -308,13 +308,14 @@ def new_plan(config: PipelineConfig, epoch: int, committed: Offsets,
     start, ``first_offset``) to the high watermarks, capped by ``max_records``.
     The watermarks are ``source``'s (default: the topics', ``KafkaSource``); ``since``, the
     source the committed offsets are of, must go on in the one ``source`` answers for
-    (``check_same_source``)."""
+    (``check_same_source``); with it, the pipeline is not new even when no offsets were
+    committed (a pattern that matched nothing yet): ``kafka.start`` is not applied again."""
     source = default_source(config, source)
     marks = source.watermarks(config)
     identity = SourceIdentity(tuple(topics_of(marks) or (config.kafka.named_topics or [])),
                               source.cluster(config))
     check_same_source(config, since, identity)
-    if committed:  # a partition or topic added since starts at its log start
+    if committed or since is not None:  # a partition or topic added since: at its log start
         starts = {tp: committed.get(tp, low) for tp, (low, _) in marks.items()}
     else:  # a brand-new pipeline: where ``kafka.start`` says, decided once, in this plan
         starts = position_starts(config.kafka.start_position, config, source, marks,

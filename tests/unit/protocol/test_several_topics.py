@@ -71,6 +71,17 @@ def test_a_pattern_reads_every_matching_topic_and_one_created_later_from_its_log
     assert second.source.topics == ("t-a", "t-b", "t-c")
 
 
+def test_a_pattern_that_matched_nothing_yet_reads_its_first_topic_from_the_log_start(
+        tmp_path: Path) -> None:
+    """``kafka.start`` places a brand-new pipeline's first epoch; one that committed an empty
+    epoch (no topic matched) is not new: a topic created since starts at its log start."""
+    config = several(tmp_path, {"pattern": "^t-", "start": "latest"})
+    source = MemorySource({}, topic="unmatched")
+    assert run_epoch(config, source).ranges == ()
+    source.others["t-a"] = {0: (0, 6)}
+    assert ranges(run_epoch(config, source)) == [("t-a", 0, 0, 6)]
+
+
 def test_a_matched_topic_that_vanishes_is_refused_and_nothing_is_planned(
         tmp_path: Path) -> None:
     config = several(tmp_path, {"pattern": "^t-"})
