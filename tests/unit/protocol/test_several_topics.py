@@ -6,6 +6,7 @@ were keyed by partition only continues exactly where it ended."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig, parse_config
 from eos.core.errors import ConfigError, SourceChanged, TopicVanished
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import partition_lags, pipeline_status, render
 from eos.core.plan import PartitionRange
 from eos.core.protocol import begin
 from eos.core.topics import TopicPartition, offsets_from_json
@@ -106,6 +108,21 @@ def test_adding_topics_keeps_the_committed_offsets_and_dropping_one_is_a_move(
     assert ranges(run_epoch(both, source)) == [("a", 0, 25, 27), ("b", 0, 3, 8)]
     with pytest.raises(SourceChanged, match="topics 'a', 'b'"):
         begin(config, "run-2", source=source)
+
+
+def test_status_shows_ranges_and_lags_per_topic(tmp_path: Path) -> None:
+    config = several(tmp_path, {"topics": ["a", "b"]}, max_records=20)
+    source = MemorySource({0: (0, 25)}, others={"b": {0: (0, 5)}})
+    run_epoch(config, source)
+    status = pipeline_status(config, with_lag=False)
+    status = replace(status, partitions=partition_lags(config, last_until(config),
+                                                       source.watermarks(config)))
+    shown = render(status)
+    assert "pipeline " + config.name + ": topics 'a', 'b'" in shown
+    assert "a/p0:[0,15) b/p0:[0,5)" in shown
+    assert [(p.topic, p.partition, p.lag) for p in status.partitions] == [("a", 0, 10),
+                                                                        ("b", 0, 0)]
+    assert any(line.startswith("a ") and line.split()[-1] == "10" for line in shown.splitlines())
 
 
 def _main_row(self: Checkpoint) -> dict[str, Any]:
