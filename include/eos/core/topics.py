@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 
@@ -28,9 +29,9 @@ Offsets = dict[TopicPartition, int]
 Marks = dict[TopicPartition, tuple[int, int]]  # (log start, high watermark)
 
 
-def topics_of(keys: object) -> list[str]:
+def topics_of(keys: Iterable[TopicPartition]) -> list[str]:
     """The distinct topics of some topic-partitions, sorted."""
-    return sorted({tp.topic for tp in keys})  # type: ignore[attr-defined]
+    return sorted({tp.topic for tp in keys})
 
 
 def offsets_to_json(offsets: Offsets) -> str:
