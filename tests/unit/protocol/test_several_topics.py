@@ -15,8 +15,9 @@ import pytest
 from eos.core import checkpoints
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig, parse_config
-from eos.core.errors import ConfigError, SourceChanged, TopicVanished
+from eos.core.errors import ConfigError, MoveRefused, SourceChanged, TopicVanished
 from eos.core.layout import tables_for
+from eos.core.move import StartPosition, move_source
 from eos.core.pipeline_status import partition_lags, pipeline_status, render
 from eos.core.plan import PartitionRange
 from eos.core.protocol import begin
@@ -108,6 +109,25 @@ def test_adding_topics_keeps_the_committed_offsets_and_dropping_one_is_a_move(
     assert ranges(run_epoch(both, source)) == [("a", 0, 25, 27), ("b", 0, 3, 8)]
     with pytest.raises(SourceChanged, match="topics 'a', 'b'"):
         begin(config, "run-2", source=source)
+
+
+def test_a_move_of_several_topics_places_every_one_and_offsets_name_one_topic(
+        tmp_path: Path) -> None:
+    config = several(tmp_path, {"topic": "a"})
+    source = MemorySource({0: (0, 5)}, others={"b": {0: (2, 9)}})
+    run_epoch(config, source)
+    moved = same_pipeline(config, kafka={"topics": ["b"]})  # a dropped: a move
+    with pytest.raises(SourceChanged):
+        begin(moved, "run-1", source=source)
+    both = same_pipeline(config, kafka={"topics": ["a", "b"]})
+    with pytest.raises(MoveRefused, match="names partitions of one topic"):
+        move_source(both, StartPosition.parse("offsets:0=1"), source=source)
+    done = move_source(moved, StartPosition.parse("latest"), source=source)
+    assert ranges(done.plan) == [("b", 0, 9, 9)] and done.move["start"] == {"0": 9}
+    run_epoch(moved, source, run_id="operator")
+    wide = move_source(both, StartPosition.parse("earliest"), source=source)
+    assert ranges(wide.plan) == [("a", 0, 0, 5), ("b", 0, 2, 9)]
+    assert wide.move["start"] == {"a": {"0": 0}, "b": {"0": 2}}
 
 
 def test_status_shows_ranges_and_lags_per_topic(tmp_path: Path) -> None:
