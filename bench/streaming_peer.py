@@ -217,7 +217,7 @@ def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
     from eos.core.schema import EVENT_MS, REASON, ddl, parsed_schema
 
     raw = (spark.readStream.format(SOURCE)
-           .option("topic", config.kafka.topic)
+           .option("topic", config.kafka.sole_topic)
            .option("bootstrap", client_settings(config.kafka.client)["bootstrap.servers"])
            .option("config", config.source_path or "")
            .option("split_records", str(config.kafka.split_records))
@@ -457,7 +457,7 @@ class Interleaved:
 
     def epoch(self, count: int) -> tuple[sc.EpochTiming, float, list[Batch]]:
         """Our timing, the stream's seconds and its batches for the next ``count`` records."""
-        sc.send_chunk(self.env, self.config.kafka.topic, self.records, count)
+        sc.send_chunk(self.env, self.config.kafka.sole_topic, self.records, count)
         plan, timing = sc.eo_epoch(self.config, self.env.spark, f"peer-{self.epochs}")
         self.epochs += 1
         self.last_plan = plan

@@ -32,13 +32,20 @@ from eos.compute.writers import attempt_dir, counts_by_kind, write_collected, wr
 from eos.core.aggregations import output_column, state_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
-from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused, SinkCannotTake
-from eos.core.identity import SourceIdentity
+from eos.core.config.source import topic_pattern
+from eos.core.errors import (
+    CommitConflict,
+    ProtocolViolation,
+    RewindRefused,
+    SinkCannotTake,
+    TopicMissing,
+)
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SinkCommit, SupportsRewind, register
 from eos.core.staging import WATERMARK, StagedFiles
 from eos.core.tables import OpenTables, group_column, read_epoch, staging_schema
+from eos.core.topics import Marks, Offsets, TopicPartition, matching
 
 # -- sinks --------------------------------------------------------------------------------------
 
@@ -181,40 +188,58 @@ REWINDABLE_SINKS = {"windows": [{"memory_rewind": "a"}], "late": [{"memory_rewin
 
 @dataclass
 class MemorySource:
-    """``eos.core.plan.Source`` whose offsets the test sets: partition -> (log start, high)."""
+    """``eos.core.plan.Source`` whose offsets the test sets: partition -> (log start, high) of
+    the pipeline's topic (``marks``; ``topic``, default the config's first named topic), and
+    of any other topics (``others``: topic -> partition -> marks). A config's ``topics`` read
+    those it names (one missing: ``TopicMissing``), its ``pattern`` those whose names match."""
 
     marks: dict[int, tuple[int, int]] = field(default_factory=lambda: {0: (0, 25), 1: (0, 15)})
     asked: int = 0
-    cluster: str | None = "memory-cluster"  # the cluster id it reports (None: none)
+    cluster_id: str | None = "memory-cluster"  # the cluster id it reports (None: none)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    others: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    topic: str | None = None
 
-    def produce(self, partition: int, records: int) -> None:
+    def produce(self, partition: int, records: int, topic: str | None = None) -> None:
         with self.lock:
-            low, high = self.marks[partition]
-            self.marks[partition] = (low, high + records)
+            marks = self.marks if topic is None else self.others[topic]
+            low, high = marks[partition]
+            marks[partition] = (low, high + records)
 
     def truncate(self, partition: int, low: int) -> None:
         """Retention removed the records below ``low``."""
         with self.lock:
             self.marks[partition] = (low, max(low, self.marks[partition][1]))
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+    def _all(self, config: PipelineConfig) -> dict[str, dict[int, tuple[int, int]]]:
+        main = self.topic or (config.kafka.named_topics or ["in-memory"])[0]
+        return {main: self.marks, **self.others}
+
+    def watermarks(self, config: PipelineConfig) -> Marks:
         with self.lock:
             self.asked += 1
-            return dict(self.marks)
+            present = self._all(config)
+            named = config.kafka.named_topics
+            if named is None:
+                assert config.kafka.pattern is not None
+                named = matching(topic_pattern(config.kafka.pattern), list(present))
+            missing = [t for t in named if t not in present]
+            if missing:
+                raise TopicMissing(f"topic '{missing[0]}' does not exist (memory source)")
+            return {TopicPartition(t, p): m for t in named for p, m in present[t].items()}
 
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         return {"source": "memory"}
 
-    def identity(self, config: PipelineConfig) -> SourceIdentity:
-        """The configured topic on this source's cluster."""
-        return SourceIdentity(config.kafka.topic, self.cluster)
+    def cluster(self, config: PipelineConfig) -> str | None:
+        return self.cluster_id
 
-    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
+    def offsets_at(self, config: PipelineConfig, ms: int, topics: list[str]) -> Offsets:
         """The record at offset o is timestamped o seconds (``MemoryStager``)."""
         with self.lock:
-            return {p: min(max(-(-ms // 1000), low), high)
-                    for p, (low, high) in self.marks.items()}
+            present = self._all(config)
+            return {TopicPartition(t, p): min(max(-(-ms // 1000), low), high)
+                    for t in topics for p, (low, high) in present[t].items()}
 
 
 # -- the stager ---------------------------------------------------------------------------------

@@ -38,16 +38,17 @@ def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
 
 
 def source_assets(config: PipelineConfig) -> list[Asset]:
-    """The source topic as an inlet of the task that reads its records (precommit):
-    ``kafka://<first bootstrap host:port>/<topic>``; none where no broker is configured."""
+    """The source topics as inlets of the task that reads their records (precommit):
+    ``kafka://<first bootstrap host:port>/<topic>`` each; none where no broker is configured,
+    nor for a ``kafka.pattern`` (its topics are the broker's to say, epoch by epoch)."""
     from eos.core.lineage import topic_uri
 
-    uri = topic_uri(config.kafka.client, config.kafka.topic)
-    if uri is None:
+    uris = [topic_uri(config.kafka.client, topic) for topic in config.kafka.named_topics or []]
+    if any(uri is None for uri in uris):
         log.warning("eos: no asset for the source topic of %s: no Kafka broker configured to "
                     "name it", config.name)
         return []
-    return [Asset(uri=uri)]
+    return [Asset(uri=uri) for uri in uris if uri is not None]
 
 
 def asset_extra(planned: dict[str, Any], result: Any, sink: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from eos.core.errors import EosError
 from eos.core.layout import tables_for
 from eos.core.pipeline_status import PartitionLag, PipelineStatus, partition_lags
 from eos.core.storage import is_remote
+from eos.core.topics import Marks, TopicPartition
 
 REFRESH_S = 15.0  # how often a watched pipeline's sinks and watermarks are read again
 WATCHED_S = 600.0  # a pipeline nobody looked at for this long is no longer read
@@ -38,7 +39,7 @@ class BrokerReading:
     at: datetime
     sinks: dict[str, int] = field(default_factory=dict)
     sinks_error: str | None = None
-    marks: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (low, high)
+    marks: Marks = field(default_factory=dict)  # topic-partition -> (low, high)
     lag_error: str | None = None
 
 
@@ -82,7 +83,8 @@ def read_broker(config: PipelineConfig) -> BrokerReading:
     except EosError as error:  # the recorded tables themselves could not be read
         return BrokerReading(datetime.now(UTC), sinks_error=str(error), lag_error=str(error))
     return BrokerReading(datetime.now(UTC), sinks=status.sinks, sinks_error=status.sinks_error,
-                         marks={p.partition: (p.low, p.high) for p in status.partitions
+                         marks={TopicPartition(p.topic, p.partition): (p.low, p.high)
+                                for p in status.partitions
                                 if p.low is not None and p.high is not None},
                          lag_error=status.lag_error)
 
@@ -170,7 +172,7 @@ def recorded_status(config: PipelineConfig, limit: int,
     except EosError:
         settings = dict(config.kafka.client)
     status = PipelineStatus(
-        name=config.name, topic=config.kafka.topic, dag_id=config.dag_id,
+        name=config.name, topic=config.kafka.describe(), dag_id=config.dag_id,
         tables_root=str(tables.root), committed_epoch=committed, epochs=epochs,
         epochs_logged=None if last_logged is None else last_logged + 1,
         last_audit=audits.latest(tables), client=redact(settings))
@@ -182,7 +184,7 @@ def recorded_status(config: PipelineConfig, limit: int,
 
 
 def _lags(config: PipelineConfig, tables: Any, committed: int,
-          marks: dict[int, tuple[int, int]]) -> list[PartitionLag]:
+          marks: Marks) -> list[PartitionLag]:
     """``eos status``'s lags (before the first epoch: the backlog), against watermarks read
     earlier: never below 0 when the checkpoint has moved past them since."""
     last = checkpoints.last(tables, committed)

@@ -57,17 +57,17 @@ def begin_metrics(config: PipelineConfig, plan: Any, duration_ms: float) -> None
     """The plan's size and the lag it leaves, per partition and in total."""
     if not enabled():
         return
-    from eos.core.kafka import client_settings, topic_watermarks
     from eos.core.pipeline_status import partition_lags
+    from eos.core.plan import KafkaSource
 
     stats = _stats()
     stats.gauge(name(config, "planned_records"), plan.records)
     stats.timing(name(config, "phase", "begin"), duration_ms)
-    marks = topic_watermarks(client_settings(config.kafka.client), config.kafka.topic)
-    lags = partition_lags(config, {r.partition: r.until for r in plan.ranges}, marks)
+    lags = partition_lags(config, plan.until, KafkaSource().watermarks(config))
     known = [p for p in lags if p.lag is not None]
-    for p in known:
-        stats.gauge(name(config, "lag", f"p{p.partition}"), p.lag)
+    for p in known:  # ``lag.p<n>`` for one topic, ``lag.<topic>.p<n>`` for several
+        where = (f"p{p.partition}",) if config.kafka.topic else (p.topic, f"p{p.partition}")
+        stats.gauge(name(config, "lag", *where), p.lag)
     stats.gauge(name(config, "lag"), sum(p.lag or 0 for p in known))
 
 

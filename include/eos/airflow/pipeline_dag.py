@@ -94,7 +94,7 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     assets = sink_assets(config)
     kwargs: dict[str, Any] = {
         "dag_id": config.dag_id,
-        "description": f"exactly-once micro-batches of '{config.kafka.topic}' into "
+        "description": f"exactly-once micro-batches of {config.kafka.describe()} into "
         f"{config.root}: one run = one epoch",
         "schedule": epoch_schedule(config),  # cron, data-driven or both (eos.airflow.triggers)
         "start_date": START_DATE,

@@ -26,7 +26,7 @@ import pickle
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from eos.core.metadata import TIMESTAMP_TYPES
-from eos.core.schema import HEADERS_TYPE, Carried, with_metadata
+from eos.core.schema import HEADERS_TYPE, TOPIC, Carried, with_metadata
 
 RAW_SCHEMA = pa.schema(
     [
@@ -64,6 +64,8 @@ PARSE_OPTION = "parse_event"
 # With ``parse_event``: also carry every record's key as text and timestamp type
 # (``eos.core.schema.with_metadata``), for a pipeline that reads them.
 METADATA_OPTION = "metadata"
+# "true": each parsed record carries its topic (``eos.core.schema.TOPIC``): a read of several.
+TOPICS_OPTION = "record_topics"
 # Values that change every epoch (precommit's wm(N-1)), given as ``{"column": long}``: the reader
 # appends each to every row as a column. Spark compiles a literal into the generated code of the
 # stage that uses it, so a value that is new each epoch, written in the plan, would cost a
@@ -87,11 +89,13 @@ def _event(value: str | None) -> Any:
 
 @dataclass(frozen=True)
 class Piece:
-    """``[start, until)`` of one partition, read by one split."""
+    """``[start, until)`` of one partition, read by one split (``topic`` "": the read's one
+    topic, the ``topic`` option)."""
 
     partition: int
     start: int
     until: int
+    topic: str = ""
 
     @property
     def offsets(self) -> int:
@@ -109,14 +113,15 @@ class KafkaSplit(InputPartition):
         return sum(p.offsets for p in self.pieces)
 
 
-def splits_of(ranges: list[dict[str, int]], split_records: int,
+def splits_of(ranges: list[dict[str, Any]], split_records: int,
               min_splits: int = 1) -> list[KafkaSplit]:
     """The ranges' offsets dealt into ``max(min_splits, ceil(total / split_records))`` splits of
     at most ``ceil(total / count)`` offsets each (the last may hold fewer), in partition order:
     a range is cut where a split is full, so a split never holds two pieces of one partition,
     and every offset of every non-empty range is in exactly one piece."""
-    pieces = [Piece(r["partition"], r["start"], r["until"])
-              for r in sorted(ranges, key=lambda r: r["partition"]) if r["until"] > r["start"]]
+    pieces = [Piece(r["partition"], r["start"], r["until"], str(r.get("topic", "")))
+              for r in sorted(ranges, key=lambda r: (str(r.get("topic", "")), r["partition"]))
+              if r["until"] > r["start"]]
     total = sum(p.offsets for p in pieces)
     if total == 0:
         return []
@@ -129,7 +134,7 @@ def splits_of(ranges: list[dict[str, int]], split_records: int,
         lo = piece.start
         while lo < piece.until:
             hi = min(piece.until, lo + room)
-            current.append(Piece(piece.partition, lo, hi))
+            current.append(Piece(piece.partition, lo, hi, piece.topic))
             room -= hi - lo
             lo = hi
             if room == 0:
@@ -171,6 +176,7 @@ class KafkaRangeReader(DataSourceReader):
         self.event = _event(self.event_option)
         self.carried = Carried.from_option(options.get(METADATA_OPTION))
         self.metadata = self.carried.pair
+        self.record_topics = options.get(TOPICS_OPTION) == "true"
         self.constants = _constants(options.get(CONSTANTS_OPTION))
 
     def partitions(self) -> list[InputPartition]:
@@ -253,7 +259,9 @@ class KafkaRangeReader(DataSourceReader):
             parsed = parser.parse_batch(batch)
             if keys is not None:
                 parsed = keys.merge(parsed, batch)
-            yield with_metadata(parsed, batch, self.carried) if self.carried.any else parsed
+            parsed = with_metadata(parsed, batch, self.carried) if self.carried.any else parsed
+            yield parsed.append_column(TOPIC, batch.column("topic")) if self.record_topics \
+                else parsed
 
 
 def _constants(value: str | None) -> dict[str, int]:
@@ -280,7 +288,8 @@ def read_split(
     topic: str, split: KafkaSplit, settings: dict[str, Any], timeout_s: float,
     timestamp_types: bool = False, headers: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield Arrow batches of exactly the records of the split's pieces, one consumer for all."""
+    """Yield Arrow batches of exactly the records of the split's pieces, one consumer for all
+    (a piece without a topic is of ``topic``)."""
     import confluent_kafka as ck
 
     from eos.core import faults
@@ -290,13 +299,14 @@ def read_split(
     bootstrap = settings["bootstrap.servers"]
     c = consumer({**QUEUE_BACKOFF, **settings}, group=f"eos-reader-{topic}",
                  **{"enable.partition.eof": True})
+    pieces = [replace(p, topic=p.topic or topic) for p in split.pieces]
     try:
-        for piece in split.pieces:  # offsets gone or truncated are data loss, said now
-            check_in_log(c, topic, piece.partition, piece.start, piece.until, bootstrap,
+        for piece in pieces:  # offsets gone or truncated are data loss, said now
+            check_in_log(c, piece.topic, piece.partition, piece.start, piece.until, bootstrap,
                          until_in_log=True, what="planned range",
                          consequence="the epoch cannot be computed without losing data")
-        c.assign([ck.TopicPartition(topic, p.partition, p.start) for p in split.pieces])
-        reading = _Progress(split)
+        c.assign([ck.TopicPartition(p.topic, p.partition, p.start) for p in pieces])
+        reading = _Progress(pieces)
         records: list[Any] = []
         last_progress = time.monotonic()
         while not reading.done:
@@ -313,14 +323,15 @@ def read_split(
                 error = m.error()
                 if error is not None and error.code() != ck.KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(
-                        f"error reading '{topic}' partition {m.partition()}: {error.str()}")
+                        f"error reading '{m.topic()}' partition {m.partition()}: "
+                        f"{error.str()}")
                 if reading.take(m, eof=error is not None):
                     records.append(m)
             finished = reading.finished()
             if finished:  # nothing more of those partitions is wanted: stop fetching them
-                c.pause([ck.TopicPartition(topic, p) for p in finished])
+                c.pause([ck.TopicPartition(t, p) for t, p in finished])
             if len(records) >= BATCH_RECORDS or (reading.done and records):
-                yield _raw_batch(topic, records, timestamp_types, headers)
+                yield _raw_batch(records, timestamp_types, headers)
                 faults.hit("precommit.mid_read")
                 records = []
     finally:
@@ -330,11 +341,11 @@ def read_split(
 class _Progress:
     """Where each piece of a split stands: the next offset wanted, and whether it is done."""
 
-    def __init__(self, split: KafkaSplit) -> None:
-        self.until = {p.partition: p.until for p in split.pieces}
-        self.next = {p.partition: p.start for p in split.pieces}
+    def __init__(self, pieces: list[Piece]) -> None:
+        self.until = {(p.topic, p.partition): p.until for p in pieces}
+        self.next = {(p.topic, p.partition): p.start for p in pieces}
         self.open = set(self.until)
-        self._paused: set[int] = set()
+        self._paused: set[tuple[str, int]] = set()
 
     @property
     def done(self) -> bool:
@@ -345,7 +356,7 @@ class _Progress:
 
     def take(self, m: Any, eof: bool) -> bool:
         """Account for one message (or end-of-partition event); True if its record is wanted."""
-        partition, offset = m.partition(), m.offset()
+        partition, offset = (m.topic(), m.partition()), m.offset()
         if partition not in self.open:
             return False  # fetched before the partition was paused
         if eof:
@@ -363,22 +374,21 @@ class _Progress:
             self.open.discard(partition)
         return True
 
-    def finished(self) -> list[int]:
+    def finished(self) -> list[tuple[str, int]]:
         """Partitions done since the last call."""
         newly = sorted(set(self.until) - self.open - self._paused)
         self._paused.update(newly)
         return newly
 
     def pending(self) -> str:
-        return ", ".join(f"partition {p} [{self.next[p]},{self.until[p]})"
-                         for p in sorted(self.open))
+        return ", ".join(f"{t}[{p}] [{self.next[(t, p)]},{self.until[(t, p)]})"
+                         for t, p in sorted(self.open))
 
 
-def _raw_batch(topic: str, records: list[Any], timestamp_types: bool,
+def _raw_batch(records: list[Any], timestamp_types: bool,
                headers: bool = False) -> pa.RecordBatch:
-    n = len(records)
     batch = pa.RecordBatch.from_arrays(
-        [pa.array([topic] * n, pa.string()),
+        [pa.array([m.topic() for m in records], pa.string()),
          pa.array([m.partition() for m in records], pa.int32()),
          pa.array([m.offset() for m in records], pa.int64()),
          pa.array([m.timestamp()[1] for m in records], pa.int64()),
@@ -433,7 +443,8 @@ def schema_ddl(options: dict[str, str]) -> str:
         return RAW_DDL + constants
     from eos.core.schema import ddl, read_schema
 
-    return ddl(read_schema(event, Carried.from_option(options.get(METADATA_OPTION)))) + constants
+    return ddl(read_schema(event, Carried.from_option(options.get(METADATA_OPTION)),
+                           options.get(TOPICS_OPTION) == "true")) + constants
 
 
 class KafkaRangeDataSource(DataSource):

@@ -17,11 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.delta import FencedWrite, fenced_append, read_existing, read_table, scan, txn_version
 from eos.core.identity import SourceIdentity
 from eos.core.layout import Tables
 from eos.core.tables import CHECKPOINTS_SCHEMA, handle
+from eos.core.topics import Offsets, offsets_from_json, offsets_to_json
 
 # A checkpoint's watermark before any event, and always without windows: minus infinity.
 NO_WATERMARK = -(2**63)
@@ -31,7 +33,7 @@ NO_WATERMARK = -(2**63)
 class Checkpoint:
     epoch: int
     plan_hash: str
-    until: dict[int, int]
+    until: Offsets  # (topic, partition) -> where the next epoch starts
     watermark_ms: int | None
     rows: dict[str, int] = field(default_factory=dict)
     sinks: dict[str, Any] = field(default_factory=dict)
@@ -45,7 +47,7 @@ class Checkpoint:
         return {
             "epoch": self.epoch,
             "plan_hash": self.plan_hash,
-            "until": json.dumps({str(p): u for p, u in sorted(self.until.items())}),
+            "until": offsets_to_json(self.until),
             "watermark_ms": self.watermark_ms,
             "rows": json.dumps(self.rows, sort_keys=True),
             "sinks": json.dumps(self.sinks, sort_keys=True, default=str),
@@ -55,16 +57,30 @@ class Checkpoint:
         }
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Checkpoint:
+    def from_row(cls, row: dict[str, Any], topic: str | None = None) -> Checkpoint:
+        """A row as written; ``until`` of a row written when pipelines read one topic
+        (``{"partition": offset}``) is keyed by the topic its ``source`` records, else by
+        ``topic`` (its epoch's plan's: ``_from_row``)."""
+        source = (SourceIdentity.from_dict(json.loads(row["source"])) if row.get("source")
+                  else None)
+        if source is not None and len(source.topics) == 1:
+            topic = source.topics[0]
         return cls(
             epoch=row["epoch"], plan_hash=row["plan_hash"],
-            until={int(p): u for p, u in json.loads(row["until"]).items()},
+            until=offsets_from_json(row["until"], topic),
             watermark_ms=row["watermark_ms"], rows=json.loads(row["rows"]),
             sinks=json.loads(row["sinks"]), committed_at=row["committed_at"],
-            config=json.loads(row.get("config") or "{}"),
-            source=SourceIdentity.from_dict(json.loads(row["source"])) if row.get("source")
-            else None,
+            config=json.loads(row.get("config") or "{}"), source=source,
         )
+
+
+def _from_row(tables: Tables, row: dict[str, Any]) -> Checkpoint:
+    """``Checkpoint.from_row``; a row that records no source (written before identities were)
+    keys its offsets by the topic its epoch's logged plan read."""
+    if row.get("source"):
+        return Checkpoint.from_row(row)
+    plan = epochlog.first_plan_row(tables, row["epoch"])
+    return Checkpoint.from_row(row, None if plan is None else json.loads(plan["plan"])["topic"])
 
 
 def last_checkpointed(tables: Tables, app_id: str) -> int:
@@ -88,20 +104,20 @@ def append(tables: Tables, app_id: str, checkpoint: Checkpoint) -> FencedWrite:
 def read_all(tables: Tables) -> list[Checkpoint]:
     """Every checkpoint row, by epoch (the audit checks there is exactly one per epoch)."""
     rows = read_table(tables.checkpoints).to_pylist()
-    return sorted((Checkpoint.from_row(r) for r in rows), key=lambda c: c.epoch)
+    return sorted((_from_row(tables, r) for r in rows), key=lambda c: c.epoch)
 
 
 def read_since(tables: Tables, epoch: int) -> list[Checkpoint]:
     """Checkpoints of epochs ``>= epoch``, by epoch (none if the table does not exist yet)."""
     read = read_existing(tables.checkpoints, filters=[("epoch", ">=", int(epoch))])
     rows = [] if read is None else read.to_pylist()
-    return sorted((Checkpoint.from_row(r) for r in rows), key=lambda c: c.epoch)
+    return sorted((_from_row(tables, r) for r in rows), key=lambda c: c.epoch)
 
 
 def read(tables: Tables, epoch: int) -> Checkpoint | None:
     table = handle(tables, tables.checkpoints)
     rows = [] if table is None else scan(table, filters=[("epoch", "=", int(epoch))]).to_pylist()
-    return Checkpoint.from_row(rows[0]) if rows else None
+    return _from_row(tables, rows[0]) if rows else None
 
 
 def last(tables: Tables, committed: int) -> Checkpoint | None:

@@ -184,6 +184,12 @@ class SourceChanged(PermanentError):
     an operator's decision (``eos move-source``)."""
 
 
+class TopicVanished(PermanentError):
+    """A topic whose offsets the last checkpoint holds, which the config still reads (its
+    pattern matches the name), is no longer on the broker: records after those offsets may
+    never have been read, and a pipeline does not skip them silently."""
+
+
 class MoveRefused(PermanentError):
     """``eos move-source`` cannot move the pipeline as asked (the reason says why and what
     would work); nothing was changed."""

@@ -33,6 +33,7 @@ from eos.core.bootstrap import Provided, bootstrap_servers, supplied_settings
 from eos.core.bootstrap import broker_state_path as broker_state_path  # re-exported
 from eos.core.bootstrap import local_broker as local_broker  # re-exported
 from eos.core.errors import DataLoss, KafkaUnavailable, TimeLookupWrong, TopicMissing
+from eos.core.topics import Marks, TopicPartition, matching
 
 _ENV_PREFIXES = ("SECURITY_", "SASL_", "SSL_")
 # Client settings whose value is a secret or says who we are (``redact``): passwords, keys and
@@ -199,8 +200,8 @@ def check_in_log(c: ck.Consumer, topic: str, partition: int, start: int, until: 
         raise DataLoss.beyond(topic, partition, until, high, f"the {what} until")
 
 
-def _metadata(c: ck.Consumer, topic: str, bootstrap: str) -> Any:
-    """The broker's metadata about ``topic`` (and the cluster), asked now."""
+def _metadata(c: ck.Consumer, topic: str | None, bootstrap: str) -> Any:
+    """The broker's metadata about ``topic`` (None: every topic) and the cluster, asked now."""
     try:
         return c.list_topics(topic, timeout=METADATA_TIMEOUT_S)
     except ck.KafkaException as error:
@@ -238,6 +239,28 @@ def topic_watermarks(settings: dict[str, Any], topic: str) -> dict[int, tuple[in
     bootstrap = settings["bootstrap.servers"]
     with metadata_client(settings) as c:
         return {p: watermarks(c, topic, p, bootstrap) for p in describe_topic(c, topic, bootstrap)}
+
+
+def input_watermarks(settings: dict[str, Any], names: list[str] | None,
+                     pattern: re.Pattern[str] | None) -> tuple[str | None, Marks]:
+    """The cluster's id and (log start, high watermark) of every partition of a pipeline's
+    input, asked of the broker now: the topics ``names`` (each must exist: ``TopicMissing``),
+    else every topic ``pattern`` matches (``eos.core.topics.matching``) in one metadata
+    request, so the topic set and its watermarks are of the same moment."""
+    bootstrap = settings["bootstrap.servers"]
+    with metadata_client(settings) as c:
+        if names is None:
+            assert pattern is not None
+            metadata = _metadata(c, None, bootstrap)
+            present = [t for t, m in metadata.topics.items() if m.error is None and m.partitions]
+            partitions = {t: sorted(metadata.topics[t].partitions)
+                          for t in matching(pattern, present)}
+        else:
+            partitions = {t: describe_topic(c, t, bootstrap) for t in names}
+            metadata = _metadata(c, names[0], bootstrap)
+        marks = {TopicPartition(t, p): watermarks(c, t, p, bootstrap)
+                 for t, ps in partitions.items() for p in ps}
+    return metadata.cluster_id or None, marks
 
 
 def cluster_id(settings: dict[str, Any], topic: str) -> str | None:

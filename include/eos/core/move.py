@@ -33,6 +33,7 @@ from eos.core.phaselog import elapsed_ms, log_phase, timed
 from eos.core.plan import Plan, Source, committed_source, default_source, plan_from, position_starts
 from eos.core.rewind import check_none_unfinished
 from eos.core.tables import ensure_tables
+from eos.core.topics import topics_of
 
 __all__ = ["POSITIONS", "Moved", "StartPosition", "move_source"]
 
@@ -61,14 +62,15 @@ def move_source(config: PipelineConfig, position: StartPosition, *,
         check_none_unfinished(logged)
         _check_none_in_flight(config, logged, committed)
         source = default_source(config, source)
-        target = source.identity(config)
+        marks = source.watermarks(config)
+        target = SourceIdentity(tuple(topics_of(marks) or (config.kafka.named_topics or [])),
+                                source.cluster(config))
         old = committed_source(tables, last)
         _check_moves(config, old, target, committed)
-        marks = source.watermarks(config)
         starts = position_starts(position, config, source, marks)
         plan = plan_from(config, committed + 1, starts, marks, target, source)
         move = {"from": old.to_dict() if old else None, "to": target.to_dict(),
-                "start": {str(r.partition): r.start for r in plan.ranges},
+                "start": _starts(plan),
                 "position": position.describe(), "after_epoch": committed}
         details = {epochlog.MOVED: move}
         if not epochlog.log_plan(tables, config.app_id, plan.epoch, plan.to_json(), plan.hash,
@@ -84,6 +86,17 @@ def move_source(config: PipelineConfig, position: StartPosition, *,
               position=position.describe(), ranges=plan.describe_ranges(","),
               records=plan.records, duration_ms=took["ms"])
     return Moved(plan, move)
+
+
+def _starts(plan: Plan) -> dict[str, Any]:
+    """The move's start offsets: ``{partition: offset}`` of a plan of one topic (the form a move
+    was always logged in), else ``{topic: {partition: offset}}``."""
+    if plan.topic:
+        return {str(r.partition): r.start for r in plan.ranges}
+    nested: dict[str, dict[str, int]] = {}
+    for r in plan.ranges:
+        nested.setdefault(r.topic, {})[str(r.partition)] = r.start
+    return nested
 
 
 def _check_none_in_flight(config: PipelineConfig, logged: list[dict[str, Any]],

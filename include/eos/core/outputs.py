@@ -112,8 +112,10 @@ def window_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Tabl
 
 
 def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
-    """A stateless epoch's rows, in (partition, offset) order: one per accepted record."""
-    rows = _kind(staged, "output").sort_by([("partition", "ascending"), ("offset", "ascending")])
+    """A stateless epoch's rows, in (topic, partition, offset) order: one per accepted record
+    (a Kafka sink writes them in this order, so a key's records keep their source order)."""
+    rows = _kind(staged, "output").sort_by([(ROW_TOPIC, "ascending"), ("partition", "ascending"),
+                                            ("offset", "ascending")])
     cols = {
         **{name: rows[row_column(name)] for name in config.row_columns},
         KAFKA_TOPIC: rows[ROW_TOPIC],

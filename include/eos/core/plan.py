@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.config.positions import StartPosition
+from eos.core.config.source import topic_pattern
 from eos.core.errors import (
     DataLoss,
     EosError,
@@ -23,20 +24,18 @@ from eos.core.errors import (
     ProtocolViolation,
     SourceChanged,
     StartRefused,
+    TopicVanished,
 )
 from eos.core.identity import SourceIdentity
-from eos.core.kafka import (
-    client_settings,
-    cluster_id,
-    offsets_for_time,
-    redact,
-    topic_watermarks,
-)
+from eos.core.kafka import client_settings, input_watermarks, offsets_for_time, redact
 from eos.core.layout import Tables
 from eos.core.phaselog import log_phase
+from eos.core.topics import Marks, Offsets, TopicPartition, topics_of
 
 if TYPE_CHECKING:
     from eos.core.checkpoints import Checkpoint
+
+K = TypeVar("K", int, TopicPartition)
 
 
 @dataclass(frozen=True)
@@ -44,15 +43,23 @@ class PartitionRange:
     partition: int
     start: int  # "from", inclusive
     until: int  # exclusive
+    # The topic read; in a plan of one topic the JSON leaves it out (the plan's ``topic``), so
+    # plans logged before pipelines read several topics keep their form and hash.
+    topic: str = ""
 
     @property
     def records(self) -> int:
         return self.until - self.start
 
+    @property
+    def key(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
 
 @dataclass(frozen=True)
 class Plan:
     pipeline: str
+    # The plan's topic when it reads one ("" when several: each range names its own).
     topic: str
     epoch: int
     ranges: tuple[PartitionRange, ...]
@@ -62,10 +69,35 @@ class Plan:
     # the hash it was logged and staged with.
     cluster_id: str | None = None
 
+    def __post_init__(self) -> None:
+        """A range without a topic is of the plan's one topic."""
+        if self.topic and any(not r.topic for r in self.ranges):
+            object.__setattr__(self, "ranges", tuple(
+                r if r.topic else replace(r, topic=self.topic) for r in self.ranges))
+
+    @classmethod
+    def of(cls, pipeline: str, epoch: int, ranges: list[PartitionRange],
+           clock_ms: int | None, cluster: str | None, topics: list[str]) -> Plan:
+        """A plan of ``ranges`` over ``topics`` (those of its ranges, or the one topic of a
+        source without partitions to read)."""
+        one = topics[0] if len(topics) == 1 else ""
+        return cls(pipeline, one, epoch, tuple(ranges), clock_ms, cluster)
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics the plan reads."""
+        return tuple(topics_of(r.key for r in self.ranges)) or (
+            (self.topic,) if self.topic else ())
+
     @property
     def source(self) -> SourceIdentity:
         """What this plan's offsets belong to."""
-        return SourceIdentity(self.topic, self.cluster_id)
+        return SourceIdentity(self.topics, self.cluster_id)
+
+    @property
+    def until(self) -> Offsets:
+        """Where the next epoch starts: the checkpoint's offsets."""
+        return {r.key: r.until for r in self.ranges}
 
     @property
     def hash(self) -> str:
@@ -80,6 +112,9 @@ class Plan:
         data = asdict(self)
         if data["cluster_id"] is None:
             del data["cluster_id"]
+        if self.topic:
+            for r in data["ranges"]:
+                del r["topic"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -89,11 +124,13 @@ class Plan:
         return cls(**data)
 
     def describe_ranges(self, sep: str = " ") -> str:
-        """``p0:[0,500) p1:[0,480)``; a phase line joins them with ``,`` (one ``k=v`` token)."""
-        return sep.join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
+        """``p0:[0,500) p1:[0,480)`` (``a/p0:[0,500)`` when the plan reads several topics); a
+        phase line joins them with ``,`` (one ``k=v`` token)."""
+        prefix = (lambda r: "") if self.topic else (lambda r: f"{r.topic}/")
+        return sep.join(f"{prefix(r)}p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
 
 
-def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
+def cap_fairly(available: dict[K, int], budget: int) -> dict[K, int]:
     """Split ``budget`` records over partitions by water-filling: no partition starves another."""
     taken = dict.fromkeys(available, 0)
     active = sorted(p for p, n in available.items() if n > 0)
@@ -112,95 +149,117 @@ def cap_fairly(available: dict[int, int], budget: int) -> dict[int, int]:
 
 
 class Source(Protocol):
-    """What the planner asks of the input (``new_plan``): its partitions and their offsets now.
-    Kafka in production (``KafkaSource``); another implementation plans without a broker (the
-    fast tests' in-process source)."""
+    """What the planner asks of the input (``new_plan``): its topic-partitions and their offsets
+    now. Kafka in production (``KafkaSource``); another implementation plans without a broker
+    (the fast tests' in-process source)."""
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
-        """(log start, high watermark) per partition of the pipeline's input, asked now."""
+    def watermarks(self, config: PipelineConfig) -> Marks:
+        """(log start, high watermark) per partition of every topic of the pipeline's input
+        (``kafka.topic``/``topics``, or every topic ``kafka.pattern`` matches), asked now."""
         ...
 
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         """What the ``begin.watermarks`` log line names as where the watermarks came from."""
         ...
 
-    def identity(self, config: PipelineConfig) -> SourceIdentity:
-        """The topic and cluster the watermarks are of, asked now (``eos.core.identity``)."""
+    def cluster(self, config: PipelineConfig) -> str | None:
+        """The id of the cluster the watermarks are of, asked now (``eos.core.identity``)."""
         ...
 
-    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
-        """Per partition, the first offset of a record timestamped ``>= ms`` (else the high
-        watermark): where ``kafka.start`` or ``eos move-source --from timestamp:<t>``
-        starts."""
+    def offsets_at(self, config: PipelineConfig, ms: int, topics: list[str]) -> Offsets:
+        """Per partition of ``topics``, the first offset of a record timestamped ``>= ms``
+        (else the high watermark): where ``kafka.start`` or ``eos move-source --from
+        timestamp:<t>`` starts."""
         ...
 
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """The pipeline's topic on its Kafka cluster (``eos.core.kafka``): the default source.
-    ``settings``: client settings already resolved (None: resolved from the config per call)."""
+    """The pipeline's topics on its Kafka cluster (``eos.core.kafka``): the default source.
+    ``settings``: client settings already resolved (None: resolved from the config per call).
+    The last ``watermarks`` answer's cluster id is what ``cluster`` reports (one metadata
+    request answers both)."""
 
     settings: dict[str, Any] | None = None
+    _cluster: dict[str, str | None] = field(default_factory=dict, compare=False)
 
     def _settings(self, config: PipelineConfig) -> dict[str, Any]:
         return self.settings if self.settings is not None else client_settings(config.kafka.client)
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
-        return topic_watermarks(self._settings(config), config.kafka.topic)
+    def watermarks(self, config: PipelineConfig) -> Marks:
+        pattern = None if config.kafka.pattern is None else topic_pattern(config.kafka.pattern)
+        cluster, marks = input_watermarks(self._settings(config), config.kafka.named_topics,
+                                          pattern)
+        self._cluster["id"] = cluster
+        return marks
 
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         return {"kafka": redact(self._settings(config))}
 
-    def identity(self, config: PipelineConfig) -> SourceIdentity:
-        topic = config.kafka.topic
-        return SourceIdentity(topic, cluster_id(self._settings(config), topic))
+    def cluster(self, config: PipelineConfig) -> str | None:
+        if "id" not in self._cluster:
+            self.watermarks(config)
+        return self._cluster["id"]
 
-    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
-        return offsets_for_time(self._settings(config), config.kafka.topic, ms)
+    def offsets_at(self, config: PipelineConfig, ms: int, topics: list[str]) -> Offsets:
+        return {TopicPartition(t, p): o for t in topics
+                for p, o in offsets_for_time(self._settings(config), t, ms).items()}
 
 
-def first_offset(config: PipelineConfig, committed: dict[int, int], low: int, high: int,
+def first_offset(config: PipelineConfig, committed: Offsets, low: int, high: int,
                  partition: int = 0) -> int:
     """Where a partition the checkpoint does not know yet starts, as far as can be told without
     the broker (``eos status``): ``kafka.start`` only for a brand-new pipeline (no checkpoint:
-    ``committed`` is empty). A partition that appears after the first epoch (partitions were
-    added to the topic) starts at its log start, as Spark's Kafka source does: every record it
-    holds was produced after the pipeline started, and starting at its end would skip them
-    silently."""
+    ``committed`` is empty). A partition or topic that appears after the first epoch
+    (partitions were added, a topic joined the list or matched the pattern) starts at its log
+    start, as Spark's Kafka source does: every record it holds was produced after the pipeline
+    started, and starting at its end would skip them silently."""
     if committed:
         return low
     return config.kafka.start_position.first_guess(partition, low, high)
 
 
 def position_starts(position: StartPosition, config: PipelineConfig, source: Source,
-                    marks: dict[int, tuple[int, int]],
-                    refused: type[EosError] = MoveRefused) -> dict[int, int]:
+                    marks: Marks, refused: type[EosError] = MoveRefused) -> Offsets:
     """The start offset of every partition of the source for ``position`` (``marks``: log
     start and high watermark per partition); ``refused`` for offsets the log does not hold."""
     if position.kind == "earliest":
-        return {p: low for p, (low, _) in marks.items()}
+        return {tp: low for tp, (low, _) in marks.items()}
     if position.kind == "latest":
-        return {p: high for p, (_, high) in marks.items()}
+        return {tp: high for tp, (_, high) in marks.items()}
     if position.kind == "timestamp":
         assert position.timestamp_ms is not None
-        found = source.offsets_at(config, position.timestamp_ms)
-        return {p: min(max(found.get(p, high), low), high) for p, (low, high) in marks.items()}
-    if set(position.offsets) != set(marks):
+        found = source.offsets_at(config, position.timestamp_ms, topics_of(marks))
+        return {tp: min(max(found.get(tp, high), low), high) for tp, (low, high) in marks.items()}
+    return given_offsets(position, config, marks, refused)
+
+
+def given_offsets(position: StartPosition, config: PipelineConfig, marks: Marks,
+                  refused: type[EosError]) -> Offsets:
+    """``offsets:<p>=<o>,...``: one offset per partition of the one topic read."""
+    topics = topics_of(marks)
+    if len(topics) != 1:
+        raise refused(f"offsets:<p>=<o>,... names partitions of one topic, and "
+                      f"{config.kafka.describe()} is {len(topics)} topics ({', '.join(topics)}):"
+                      " start from earliest, latest or a timestamp instead")
+    topic = topics[0]
+    partitions = {tp.partition: m for tp, m in marks.items()}
+    if set(position.offsets) != set(partitions):
         raise refused(
             f"offsets given for partitions {sorted(position.offsets)}, and topic "
-            f"'{config.kafka.topic}' has partitions {sorted(marks)}: give one offset for "
+            f"'{topic}' has partitions {sorted(partitions)}: give one offset for "
             "each partition")
-    outside = [f"partition {p}: {o} not in [{marks[p][0]}, {marks[p][1]}]"
+    outside = [f"partition {p}: {o} not in [{partitions[p][0]}, {partitions[p][1]}]"
                for p, o in sorted(position.offsets.items())
-               if not marks[p][0] <= o <= marks[p][1]]
+               if not partitions[p][0] <= o <= partitions[p][1]]
     if outside:
-        raise refused(f"offsets outside topic '{config.kafka.topic}''s log (log start, "
+        raise refused(f"offsets outside topic '{topic}''s log (log start, "
                       f"high watermark): {'; '.join(outside)}")
-    return dict(position.offsets)
+    return {TopicPartition(topic, p): o for p, o in position.offsets.items()}
 
 
 def default_source(config: PipelineConfig, source: Source | None) -> Source:
-    """``source``, else the pipeline's topic (its settings resolved once, for every request
+    """``source``, else the pipeline's topics (its settings resolved once, for every request
     and the log line)."""
     return source if source is not None else KafkaSource(client_settings(config.kafka.client))
 
@@ -208,9 +267,21 @@ def default_source(config: PipelineConfig, source: Source | None) -> Source:
 def check_same_source(config: PipelineConfig, committed: SourceIdentity | None,
                       configured: SourceIdentity) -> None:
     """Refuse to plan ``configured`` from offsets of ``committed`` (the last checkpoint's
-    source; None: not recorded, a checkpoint written before identities were: adopted)."""
-    if committed is None or committed.same_as(configured):
+    source; None: not recorded, a checkpoint written before identities were: adopted) unless
+    it continues it (``SourceIdentity.continues``). A committed topic the broker no longer
+    has, which the config still reads (it matches the pattern), is ``TopicVanished``: records
+    after its committed offsets may never have been read, and eos does not skip them."""
+    if committed is None or configured.continues(committed):
         return
+    gone = [t for t in committed.topics if t not in configured.topics]
+    pattern = config.kafka.pattern
+    if committed.same_cluster(configured) and pattern is not None and gone and all(
+            topic_pattern(pattern).match(t) for t in gone):
+        raise TopicVanished(
+            f"pipeline '{config.name}': topic(s) {', '.join(gone)} matched by '{pattern}' "
+            "hold committed offsets and are no longer on the broker; records after those "
+            "offsets may never have been read, so no epoch is planned. Recreate the topic, or "
+            f"move the pipeline (`eos move-source --pipeline {config.name} --from ...`)")
     raise SourceChanged(
         f"pipeline '{config.name}': its committed offsets are of {committed.describe()}, and "
         f"its config now reads {configured.describe()}; offsets of one topic or cluster mean "
@@ -227,55 +298,67 @@ def committed_source(tables: Tables, last: Checkpoint | None) -> SourceIdentity 
     if last is None or last.source is not None:
         return None if last is None else last.source
     row = epochlog.first_plan_row(tables, last.epoch)
-    return None if row is None else SourceIdentity(Plan.from_json(row["plan"]).topic)
+    return None if row is None else SourceIdentity(Plan.from_json(row["plan"]).topics)
 
 
-def new_plan(config: PipelineConfig, epoch: int, committed: dict[int, int],
+def new_plan(config: PipelineConfig, epoch: int, committed: Offsets,
              source: Source | None = None, *, since: SourceIdentity | None = None) -> Plan:
-    """Ranges from the committed offsets (``until`` per partition in the checkpoint of epoch
-    N-1; empty before the first epoch; a partition not in it starts at ``first_offset``) to
-    the high watermarks, capped by ``max_records``.
-    The watermarks are ``source``'s (default: the topic's, ``KafkaSource``); ``since``, the
-    source the committed offsets are of, must be the one ``source`` names
-    (``check_same_source``)."""
+    """Ranges from the committed offsets (``until`` per topic-partition in the checkpoint of
+    epoch N-1; empty before the first epoch; a partition or topic not in it starts at its log
+    start, ``first_offset``) to the high watermarks, capped by ``max_records``.
+    The watermarks are ``source``'s (default: the topics', ``KafkaSource``); ``since``, the
+    source the committed offsets are of, must go on in the one ``source`` answers for
+    (``check_same_source``); with it, the pipeline is not new even when no offsets were
+    committed (a pattern that matched nothing yet): ``kafka.start`` is not applied again."""
     source = default_source(config, source)
-    identity = source.identity(config)
-    check_same_source(config, since, identity)
     marks = source.watermarks(config)
-    if committed:  # a partition added since starts at its log start (``first_offset``)
-        starts = {p: committed.get(p, low) for p, (low, _) in marks.items()}
+    identity = SourceIdentity(tuple(topics_of(marks) or (config.kafka.named_topics or [])),
+                              source.cluster(config))
+    check_same_source(config, since, identity)
+    if committed or since is not None:  # a partition or topic added since: at its log start
+        starts = {tp: committed.get(tp, low) for tp, (low, _) in marks.items()}
     else:  # a brand-new pipeline: where ``kafka.start`` says, decided once, in this plan
         starts = position_starts(config.kafka.start_position, config, source, marks,
                                  refused=StartRefused)
     return plan_from(config, epoch, starts, marks, identity, source)
 
 
-def plan_from(config: PipelineConfig, epoch: int, starts: dict[int, int],
-              marks: dict[int, tuple[int, int]], identity: SourceIdentity,
-              source: Source) -> Plan:
+def plan_from(config: PipelineConfig, epoch: int, starts: Offsets, marks: Marks,
+              identity: SourceIdentity, source: Source) -> Plan:
     """The plan of ``epoch`` reading ``identity``'s partitions from ``starts`` to the high
     watermarks ``marks`` (asked of ``source``), capped by ``max_records``."""
-    topic = identity.topic
-    for partition, (low, high) in marks.items():
-        start = starts[partition]
+    for tp, (low, high) in marks.items():
+        start = starts[tp]
         if start < low:
             raise DataLoss(
-                f"topic '{topic}' partition {partition}: epoch {epoch} must read from offset "
-                f"{start} but the log now starts at {low} (retention or truncation removed "
-                f"{low - start} records); refusing to skip them"
+                f"topic '{tp.topic}' partition {tp.partition}: epoch {epoch} must read from "
+                f"offset {start} but the log now starts at {low} (retention or truncation "
+                f"removed {low - start} records); refusing to skip them"
             )
         if start > high:
             raise DataLoss(
-                f"topic '{topic}' partition {partition}: committed offset {start} is beyond the "
-                f"high watermark {high}; the partition was truncated or recreated"
+                f"topic '{tp.topic}' partition {tp.partition}: committed offset {start} is "
+                f"beyond the high watermark {high}; the partition was truncated or recreated"
             )
-    available = {p: marks[p][1] - starts[p] for p in marks}
+    available = {tp: marks[tp][1] - starts[tp] for tp in marks}
     taken = cap_fairly(available, config.epoch.max_records)
-    ranges = tuple(PartitionRange(p, starts[p], starts[p] + taken[p]) for p in sorted(marks))
+    ranges = [PartitionRange(tp.partition, starts[tp], starts[tp] + taken[tp], tp.topic)
+              for tp in sorted(marks)]
     clock = (int(time.time() * 1000)
              if config.window is not None and config.window.idle_timeout is not None else None)
-    log_phase("begin.watermarks", epoch=epoch, **source.describe(config), watermarks=marks)
-    return Plan(config.name, topic, epoch, ranges, clock, identity.cluster_id)
+    log_phase("begin.watermarks", epoch=epoch, **source.describe(config),
+              watermarks=_by_topic(marks))
+    return Plan.of(config.name, epoch, ranges, clock, identity.cluster_id, list(identity.topics))
+
+
+def _by_topic(marks: Marks) -> dict[str, dict[int, tuple[int, int]]] | dict[int, tuple[int, int]]:
+    """The watermarks as a log line shows them: by partition for one topic, else by topic."""
+    if len(topics_of(marks)) <= 1:
+        return {tp.partition: m for tp, m in marks.items()}
+    nested: dict[str, dict[int, tuple[int, int]]] = {}
+    for tp, m in sorted(marks.items()):
+        nested.setdefault(tp.topic, {})[tp.partition] = m
+    return nested
 
 
 def plan_of(tables: Tables, epoch: int) -> Plan:
@@ -296,4 +379,4 @@ def plan_summary(plan: Plan) -> dict[str, Any]:
     ``offsets`` for programs (the asset events' extra: topic, partition, [start, until))."""
     return {"epoch": plan.epoch, "plan_hash": plan.hash, "records": plan.records,
             "ranges": plan.describe_ranges(),
-            "offsets": [{"topic": plan.topic, **asdict(r)} for r in plan.ranges]}
+            "offsets": [asdict(r) for r in plan.ranges]}

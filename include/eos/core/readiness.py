@@ -26,8 +26,9 @@ from eos.core import checkpoints
 from eos.core.config import PipelineConfig, ScheduleConfig
 from eos.core.errors import DataLoss
 from eos.core.layout import tables_for
-from eos.core.pipeline_status import PartitionLag, partition_lags
+from eos.core.pipeline_status import PartitionLag, partition_lags, source_moved
 from eos.core.plan import KafkaSource, Source
+from eos.core.topics import TopicPartition
 
 REFIRE_MS = 300_000  # a request not answered by a commit within this long is made again
 
@@ -49,7 +50,7 @@ class RecordStamps(Protocol):
     """The Kafka timestamp (ms) of the first readable record of a partition at or after an
     offset, or None when there is none to read yet."""
 
-    def first_timestamp(self, config: PipelineConfig, partition: int,
+    def first_timestamp(self, config: PipelineConfig, partition: TopicPartition,
                         offset: int) -> int | None: ...
 
 
@@ -59,9 +60,9 @@ class KafkaStamps:
     start moved, remembered (the record at an offset never changes). Assign only, no group."""
 
     settings: dict[str, Any] | None = None
-    seen: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    seen: dict[tuple[TopicPartition, int], int | None] = field(default_factory=dict)
 
-    def first_timestamp(self, config: PipelineConfig, partition: int,
+    def first_timestamp(self, config: PipelineConfig, partition: TopicPartition,
                         offset: int) -> int | None:
         from eos.core.kafka import client_settings, read_partition
 
@@ -69,7 +70,7 @@ class KafkaStamps:
         if self.seen.get(key) is not None:
             return self.seen[key]
         settings = self.settings or client_settings(config.kafka.client)
-        messages = read_partition(settings, config.kafka.topic, partition, offset,
+        messages = read_partition(settings, partition.topic, partition.partition, offset,
                                   group="eos-readiness", timeout_s=10.0)
         try:
             first = next(messages, None)
@@ -129,23 +130,22 @@ def observe(config: PipelineConfig, *, source: Source | None = None,
     committed = checkpoints.last_checkpointed(tables, config.app_id)
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
-    if last is not None and last.source is not None and last.source.topic != config.kafka.topic:
-        return Observation(committed, (), source_changed=(
-            f"the committed offsets are of {last.source.describe()}, the config reads topic "
-            f"'{config.kafka.topic}'"))
+    if (moved := source_moved(config, last)) is not None:
+        return Observation(committed, (), source_changed=moved)
     source = source if source is not None else KafkaSource()
     lags = tuple(partition_lags(config, offsets, source.watermarks(config)))
     gone = [p for p in lags if p.low is not None and p.committed is not None
             and p.committed < p.low]
     if gone:
-        lost = ", ".join(f"partition {p.partition} from {p.committed} (log starts at {p.low})"
-                         for p in gone)
-        return Observation(committed, lags, None, f"topic '{config.kafka.topic}': {lost}")
+        lost = ", ".join(f"topic '{p.topic}' partition {p.partition} from {p.committed} (log "
+                         f"starts at {p.low})" for p in gone)
+        return Observation(committed, lags, None, lost)
     oldest = None
     if with_oldest:
         stamps = stamps if stamps is not None else KafkaStamps()
         try:
-            found = [stamps.first_timestamp(config, p.partition, p.committed)
+            found = [stamps.first_timestamp(config, TopicPartition(p.topic, p.partition),
+                                            p.committed)
                      for p in lags if p.lag and p.committed is not None]
         except DataLoss as error:  # removed between the watermarks and the read
             return Observation(committed, lags, None, str(error))

@@ -92,6 +92,9 @@ class Carried:
 
 # A select's timestamp column: Spark's TIMESTAMP (microseconds, an instant; UTC).
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+# Read only when a plan reads several topics (a plan of one names its topic once): each
+# record's topic, after the metadata columns.
+TOPIC = "__topic"
 
 
 def arrow_type(ftype: FieldType) -> pa.DataType:
@@ -143,11 +146,14 @@ def key_schema(event: EventConfig) -> list[pa.Field]:
             for name, spec in event.key.fields.items()]
 
 
-def read_schema(event: EventConfig, metadata: bool | Carried) -> pa.Schema:
-    """What the reader emits per Kafka record: ``parsed_schema``, the parsed key's fields, and
-    what it carries (``Carried``; ``True``: the key as text and the timestamp's type)."""
+def read_schema(event: EventConfig, metadata: bool | Carried,
+                topics: bool = False) -> pa.Schema:
+    """What the reader emits per Kafka record: ``parsed_schema``, the parsed key's fields,
+    what it carries (``Carried``; ``True``: the key as text and the timestamp's type), and with
+    ``topics`` the record's topic (``TOPIC``: a plan of several topics)."""
     carried = Carried(pair=True) if metadata is True else metadata or Carried()
-    return pa.schema([*parsed_schema(event), *key_schema(event), *carried.schema()])
+    return pa.schema([*parsed_schema(event), *key_schema(event), *carried.schema(),
+                      *([pa.field(TOPIC, pa.string())] if topics else [])])
 
 
 def with_metadata(parsed: pa.RecordBatch, raw: pa.RecordBatch,

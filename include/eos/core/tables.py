@@ -68,7 +68,7 @@ CHECKPOINTS_SCHEMA = pa.schema(
     [
         ("epoch", pa.int64()),
         ("plan_hash", pa.string()),
-        ("until", pa.string()),  # JSON {"partition": until}: where epoch N+1 starts reading
+        ("until", pa.string()),  # JSON {topic: {partition: until}}: where N+1 starts reading
         ("watermark_ms", pa.int64()),
         ("rows", pa.string()),  # JSON {output: rows}
         ("sinks", pa.string()),  # JSON {sink: outcome and version} as this commit left them

@@ -53,7 +53,7 @@ def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
                until: int) -> list[Record]:
     """Every record in ``[start, until)`` of one partition, with a plain consumer."""
     return [Record(partition, m.offset(), m.timestamp()[1], m.value(), m.key(),
-                   _TIMESTAMP_TYPES.get(m.timestamp()[0]), tuple(m.headers() or ()))
+                   _TIMESTAMP_TYPES.get(m.timestamp()[0]), tuple(m.headers() or ()), topic)
             for m in read_partition(settings, topic, partition, start, until, group="eos-audit",
                                     timeout_s=READ_TIMEOUT_S)]
 
@@ -87,7 +87,7 @@ def audit(config: PipelineConfig) -> AuditReport:
     report.problems.extend(check_offsets(plans, {p.epoch for p, move in logged if move}))
     epochs = [
         (plan, [rec for r in plan.ranges
-                for rec in read_range(settings, plan.topic, r.partition, r.start, r.until)])
+                for rec in read_range(settings, r.topic, r.partition, r.start, r.until)])
         for plan in plans
     ]
     report.problems.extend(reread_source(report, settings, epochs))

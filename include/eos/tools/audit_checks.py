@@ -15,6 +15,7 @@ from eos.core import checkpoints
 from eos.core.config import PipelineConfig
 from eos.core.layout import Tables
 from eos.core.plan import Plan
+from eos.core.topics import TopicPartition
 from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 
 # approx_count_distinct: HLL with lgConfigK 12 has a relative standard error of 1.04/sqrt(4096)
@@ -106,28 +107,29 @@ def compare_window_values(report: AuditReport, config: PipelineConfig, sink: str
 
 def check_offsets(plans: list[Plan], moved: set[int] | frozenset[int] = frozenset()
                   ) -> list[Problem]:
-    """Committed ranges must be contiguous per partition: no gap, no overlap. A logged move
-    (``moved``: the epochs whose plan is the first on a new source, ``eos.core.move``) starts
-    afresh where it says; no other plan may read another source than the epoch before."""
+    """Committed ranges must be contiguous per topic-partition: no gap, no overlap. A logged
+    move (``moved``: the epochs whose plan is the first on a new source, ``eos.core.move``)
+    starts afresh where it says; no other plan may read another source than the epoch before
+    (topics may join it: ``SourceIdentity.continues``)."""
     problems = []
-    until: dict[int, int] = {}
+    until: dict[TopicPartition, int] = {}
     before: Plan | None = None
     for plan in plans:
         if plan.epoch in moved:
             until = {}
-        elif before is not None and not before.source.same_as(plan.source):
+        elif before is not None and not plan.source.continues(before.source):
             problems.append(Problem(
                 ProblemKind.OFFSETS, f"epoch {plan.epoch}",
                 f"reads {plan.source.describe()}, epoch {before.epoch} read "
                 f"{before.source.describe()}, and no move is logged"))
             until = {}
         for r in plan.ranges:
-            if r.partition in until and r.start != until[r.partition]:
+            if r.key in until and r.start != until[r.key]:
                 problems.append(Problem(
                     ProblemKind.OFFSETS, f"epoch {plan.epoch}",
-                    f"partition {r.partition} starts at {r.start} but the previous epoch ended "
-                    f"at {until[r.partition]}"))
-            until[r.partition] = r.until
+                    f"topic '{r.topic}' partition {r.partition} starts at {r.start} but the "
+                    f"previous epoch ended at {until[r.key]}"))
+            until[r.key] = r.until
         before = plan
     return problems
 
@@ -146,7 +148,7 @@ def check_checkpoints(tables: Tables, plans: list[Plan],
         if checkpoint.epoch >= len(plans):
             continue
         plan = plans[checkpoint.epoch]
-        want_until = {r.partition: r.until for r in plan.ranges}
+        want_until = plan.until
         want_mark = watermarks.get(plan.epoch)
         want_mark = NEG_INF if want_mark is None else want_mark
         if (checkpoint.plan_hash, checkpoint.until, checkpoint.watermark_ms) != (

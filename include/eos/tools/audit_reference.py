@@ -34,6 +34,7 @@ class Record(NamedTuple):
     key: bytes | None = None
     timestamp_type: str | None = None  # CreateTime, LogAppendTime; None: the record has none
     headers: tuple[tuple[str, bytes | None], ...] = ()  # in record order, names may repeat
+    topic: str = ""  # the record's topic ("": the plan's one topic)
 
 
 class Event(NamedTuple):
@@ -60,7 +61,7 @@ def _text(raw: bytes | None) -> str | None:
 def record_metadata(topic: str, record: Record) -> dict[str, Any]:
     """A record's Kafka metadata columns, from the record as the audit read it; the key
     decoded here (UTF-8, a bad sequence as U+FFFD), not by the pipeline's code."""
-    return {"kafka_topic": topic, "kafka_partition": record.partition,
+    return {"kafka_topic": record.topic or topic, "kafka_partition": record.partition,
             "kafka_offset": record.offset, "kafka_timestamp": record.timestamp_ms,
             "kafka_timestamp_type": record.timestamp_type, "kafka_key": _text(record.key),
             "kafka_key_bytes": record.key,

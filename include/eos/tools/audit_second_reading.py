@@ -35,12 +35,12 @@ def reread_source(report: AuditReport, settings: dict[str, Any],
     key, value) as confluent-kafka read, or a ``READERS_DISAGREE`` problem per record that differs.
     A record is compared once even when ranges overlap (``check_offsets`` reports overlaps)."""
     problems: list[Problem] = []
-    for topic in dict.fromkeys(plan.topic for plan, _ in epochs):
-        ranges = [(r.partition, r.start, r.until) for plan, _ in epochs if plan.topic == topic
-                  for r in plan.ranges]
+    for topic in dict.fromkeys(r.topic for plan, _ in epochs for r in plan.ranges):
+        ranges = [(r.partition, r.start, r.until) for plan, _ in epochs for r in plan.ranges
+                  if r.topic == topic]
         ours = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
                                                     r.value, r.key)
-                for plan, records in epochs if plan.topic == topic for r in records}
+                for _, records in epochs for r in records if r.topic == topic}
         theirs = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
                                                       r.value, r.key)
                   for r in independent.read_ranges(settings, topic, ranges)}

@@ -231,7 +231,7 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
                 chunk):
             chunk = poisoned
             report.faults[POISON] += 1
-        send(chunk, len(chunk), config.kafka.topic, settings, progress=False)
+        send(chunk, len(chunk), config.kafka.sole_topic, settings, progress=False)
         report.records += len(chunk)
         run_id = f"chaos-{seed}-{i}"
         epoch = checkpointed_epoch(config) + 1

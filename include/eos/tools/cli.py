@@ -124,7 +124,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     config = _config(args)
     settings = client_settings(config.kafka.client)
-    start_ms = (continue_after(settings, config.kafka.topic, args.interval_ms)
+    start_ms = (continue_after(settings, config.kafka.sole_topic, args.interval_ms)
                 if args.start_at is None else args.start_at)
     spec = GeneratorSpec(
         events=args.events,
@@ -145,11 +145,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if config.event.format == "avro":
         summary = _produce_avro(args, spec, config, settings)
     else:
-        summary = produce(spec, config.kafka.topic, settings, args.rate)
+        summary = produce(spec, config.kafka.sole_topic, settings, args.rate)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(summary.kinds.items()))
     rate = summary.records / summary.seconds if summary.seconds else 0.0
     print(
-        f"produced {summary.records} records to '{config.kafka.topic}' in {summary.seconds:.1f}s "
+        f"produced {summary.records} records to '{config.kafka.sole_topic}' in "
+        f"{summary.seconds:.1f}s "
         f"({rate:,.0f} rec/s): {kinds}; arrival times from {_iso_ms(start_ms)}"
     )
     return 0

@@ -96,12 +96,12 @@ def cmd_move_source(args: argparse.Namespace) -> int:
 
     config = _config(args)
     moved = move_source(config, args.start, run_id=args.run_id)
-    old, new = moved.move["from"], moved.move["to"]
+    from eos.core.identity import SourceIdentity
+
+    old, new = moved.move["from"], SourceIdentity.from_dict(moved.move["to"])
     print(f"'{config.name}' moved from "
-          + (f"topic '{old['topic']}' (cluster {old['cluster_id']})" if old else "an unrecorded "
-             "source")
-          + f" to topic '{new['topic']}' (cluster {new['cluster_id']}) at "
-          f"{moved.move['position']}: epoch {moved.plan.epoch} reads "
+          + (SourceIdentity.from_dict(old).describe() if old else "an unrecorded source")
+          + f" to {new.describe()} at {moved.move['position']}: epoch {moved.plan.epoch} reads "
           f"{moved.plan.describe_ranges()}")
     print(json.dumps(moved.summary()))
     return 0

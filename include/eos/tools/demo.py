@@ -37,7 +37,7 @@ def reset(config: PipelineConfig) -> None:
         store.delete_dir_contents(path, missing_dir_ok=True)
     else:
         shutil.rmtree(config.root, ignore_errors=True)
-    broker.start(topics=[config.kafka.topic])
+    broker.start(topics=[config.kafka.sole_topic])
 
 
 def on_embedded_store(config: PipelineConfig) -> PipelineConfig:
@@ -365,15 +365,16 @@ def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int)
     if config.event.format == "avro":
         from eos.tools.produce_avro import produce_avro
 
-        print(f"[2/4] producing {spec.events} Avro events to '{config.kafka.topic}' through the "
+        print(f"[2/4] producing {spec.events} Avro events to '{config.kafka.sole_topic}' "
+              "through the "
               f"registry (writer schema version 2 from event {spec.events // 2})", flush=True)
         done = produce_avro(spec, config, settings, evolve_at=spec.events // 2)
     else:
-        print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.topic}'",
+        print(f"[2/4] producing {spec.events} {spec.shape} events to '{config.kafka.sole_topic}'",
               flush=True)
-        done = produce(spec, config.kafka.topic, settings)
+        done = produce(spec, config.kafka.sole_topic, settings)
     print(f"      {done.records} records in {done.seconds:.1f}s: {dict(done.kinds)}", flush=True)
-    _check_retained(settings, config.kafka.topic, done.records)
+    _check_retained(settings, config.kafka.sole_topic, done.records)
     print(f"[3/4] running epochs ({'Airflow DAG runs' if via == 'airflow' else 'eos run'}, "
           f"at most {config.epoch.max_records} records each)", flush=True)
     run_until_caught_up(config, via, max_epochs)

@@ -229,7 +229,7 @@ def serializer(config: PipelineConfig, client: Any | None = None
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     event = config.event
-    context = SerializationContext(config.kafka.topic, MessageField.VALUE)
+    context = SerializationContext(config.kafka.sole_topic, MessageField.VALUE)
     writers = {v: AvroSerializer(client, json.dumps(writer_schema(event, v))) for v in (1, 2)}
     required = [spec.path for spec in event.fields.values() if not spec.optional]
     lost = writer_schema(event, 1, without=required[0]) if required else None
@@ -277,4 +277,4 @@ def produce_avro(spec: GeneratorSpec, config: PipelineConfig, settings: dict[str
     (version 2 from record ``evolve_at``); raise on any loss, as ``produce`` does."""
     wire = serializer(config)
     return send(map(wire, generate_avro(spec, config, evolve_at)), spec.events,
-                config.kafka.topic, settings, rate, progress)
+                config.kafka.sole_topic, settings, rate, progress)

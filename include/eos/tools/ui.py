@@ -46,7 +46,8 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
     started_broker = False
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         started_broker = local_broker() is None
-        state = broker.start(topics=sorted({config.kafka.topic for config in configs}))
+        state = broker.start(topics=sorted({topic for config in configs
+                                            for topic in config.kafka.named_topics or []}))
         print(f"embedded Kafka broker at {state['bootstrap']} (pid {state['pid']})")
 
     url = f"http://127.0.0.1:{env['AIRFLOW__API__PORT']}"

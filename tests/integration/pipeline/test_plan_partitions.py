@@ -22,9 +22,9 @@ import confluent_kafka as ck
 import pytest
 
 from eos.core.config import PipelineConfig
-from eos.core.identity import SourceIdentity
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.plan import KafkaSource, new_plan
+from eos.core.topics import Marks, Offsets
 from eos.tools.pipelines import unique_topic, write_pipeline
 
 pytestmark = [pytest.mark.integration]
@@ -37,18 +37,18 @@ class Grown:
 
     hidden: set[int]
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
-        marks = topic_watermarks(client_settings(config.kafka.client), config.kafka.topic)
-        return {p: m for p, m in marks.items() if p not in self.hidden}
+    def watermarks(self, config: PipelineConfig) -> Marks:
+        marks = KafkaSource().watermarks(config)
+        return {tp: m for tp, m in marks.items() if tp.partition not in self.hidden}
 
     def describe(self, config: PipelineConfig) -> dict[str, Any]:
         return {"kafka": config.kafka.topic, "hidden": sorted(self.hidden)}
 
-    def identity(self, config: PipelineConfig) -> SourceIdentity:
-        return KafkaSource().identity(config)
+    def cluster(self, config: PipelineConfig) -> str | None:
+        return KafkaSource().cluster(config)
 
-    def offsets_at(self, config: PipelineConfig, ms: int) -> dict[int, int]:
-        return KafkaSource().offsets_at(config, ms)
+    def offsets_at(self, config: PipelineConfig, ms: int, topics: list[str]) -> Offsets:
+        return KafkaSource().offsets_at(config, ms, topics)
 
     def grow(self) -> None:
         self.hidden = set()
@@ -74,7 +74,7 @@ def starts(plan: Any) -> dict[int, int]:
 def test_a_partition_added_after_the_first_epoch_is_read_from_its_log_start(
         tmp_path: Path, kafka: str) -> None:
     config = latest_pipeline(tmp_path)
-    topic = config.kafka.topic
+    topic = config.kafka.sole_topic
     produce(topic, {0: 5})  # the topic exists (the embedded broker makes it 4 partitions)
     partitions = sorted(topic_watermarks(client_settings(), topic))
     assert len(partitions) >= 2
@@ -83,7 +83,7 @@ def test_a_partition_added_after_the_first_epoch_is_read_from_its_log_start(
     assert starts(first) == {0: 5}  # brand new: partition 0 starts at its high watermark
     produce(topic, {0: 3, 1: 4})
     source.grow()  # partitions 1.. appear, holding records produced before this plan
-    second = new_plan(config, 1, {r.partition: r.until for r in first.ranges}, source)
+    second = new_plan(config, 1, first.until, source)
     assert starts(second) == {0: 5, **{p: 0 for p in partitions[1:]}}
     assert {r.partition: r.records for r in second.ranges}[1] == 4
 
@@ -91,7 +91,7 @@ def test_a_partition_added_after_the_first_epoch_is_read_from_its_log_start(
 def test_a_brand_new_pipeline_under_latest_starts_every_partition_at_its_end(
         tmp_path: Path, kafka: str) -> None:
     config = latest_pipeline(tmp_path)
-    produce(config.kafka.topic, {0: 2, 1: 3})
+    produce(config.kafka.sole_topic, {0: 2, 1: 3})
     plan = new_plan(config, 0, {}, KafkaSource())
     assert plan.records == 0
     assert starts(plan)[0] == 2 and starts(plan)[1] == 3
@@ -108,7 +108,7 @@ def test_partitions_added_on_a_real_broker_are_read_from_their_log_start(
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     config = latest_pipeline(tmp_path)
-    topic = config.kafka.topic
+    topic = config.kafka.sole_topic
     admin = AdminClient(client_settings())
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     produce(topic, {0: 5})
@@ -120,6 +120,6 @@ def test_partitions_added_on_a_real_broker_are_read_from_their_log_start(
         assert time.monotonic() < deadline, "the new partition did not appear"
         time.sleep(0.5)
     produce(topic, {1: 4})
-    second = new_plan(config, 1, {r.partition: r.until for r in first.ranges}, KafkaSource())
+    second = new_plan(config, 1, first.until, KafkaSource())
     assert starts(second) == {0: 5, 1: 0}
     assert second.records == 4

@@ -15,6 +15,7 @@ from eos.core.layout import tables_for
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
 from eos.core.tables import ensure_tables, staging_schema
+from eos.core.topics import TopicPartition
 from eos.tools.pipelines import write_pipeline
 
 
@@ -55,7 +56,8 @@ def test_log_cleanup_keeps_the_authority_rows_and_pooled_handles_right(tmp_path:
     tables = ensure_tables(config)
     for epoch in range(6):
         epochlog.append(tables, epoch, epochlog.PLANNED, plan_hash=f"{epoch:016x}", plan="{}")
-        mark = checkpoints.Checkpoint(epoch=epoch, plan_hash=f"{epoch:016x}", until={0: epoch},
+        mark = checkpoints.Checkpoint(epoch=epoch, plan_hash=f"{epoch:016x}",
+                                      until={TopicPartition("t", 0): epoch},
                                       watermark_ms=epoch)
         assert checkpoints.append(tables, config.app_id, mark).outcome is Outcome.COMMITTED
         tables = ensure_tables(config)  # the next phase: pooled handles brought up to date
@@ -69,9 +71,11 @@ def test_log_cleanup_keeps_the_authority_rows_and_pooled_handles_right(tmp_path:
     tables = ensure_tables(config)
     assert epochlog.rows(tables) == log_rows
     assert checkpoints.last_checkpointed(tables, config.app_id) == 5
-    again = checkpoints.Checkpoint(epoch=5, plan_hash=f"{5:016x}", until={0: 5}, watermark_ms=5)
+    again = checkpoints.Checkpoint(epoch=5, plan_hash=f"{5:016x}",
+                                   until={TopicPartition("t", 0): 5}, watermark_ms=5)
     assert checkpoints.append(tables, config.app_id, again).outcome is Outcome.ALREADY_COMMITTED
-    nxt = checkpoints.Checkpoint(epoch=6, plan_hash=f"{6:016x}", until={0: 6}, watermark_ms=6)
+    nxt = checkpoints.Checkpoint(epoch=6, plan_hash=f"{6:016x}",
+                                 until={TopicPartition("t", 0): 6}, watermark_ms=6)
     assert checkpoints.append(ensure_tables(config), config.app_id, nxt).outcome \
         is Outcome.COMMITTED
     assert checkpoints.last_checkpointed(ensure_tables(config), config.app_id) == 6

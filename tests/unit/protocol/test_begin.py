@@ -16,6 +16,7 @@ from eos.core.outcomes import Outcome
 from eos.core.plan import KafkaSource, PartitionRange, Plan, new_plan
 from eos.core.protocol import begin, check_sinks, checkpointed_epoch, commit, precommit
 from eos.core.tables import ensure_tables
+from eos.core.topics import Marks, TopicPartition
 
 from support.memory import (
     MemorySink,
@@ -34,13 +35,19 @@ def logged_plan(config: PipelineConfig, epoch: int) -> Plan | None:
     return None if row is None else Plan.from_json(row["plan"])
 
 
+
+def ranged(partition: int, start: int, until: int) -> PartitionRange:
+    """A range of the fast pipeline's topic."""
+    return PartitionRange(partition, start, until, "in-memory")
+
+
 # -- a new plan ---------------------------------------------------------------------------------
 
 def test_a_new_plan_reads_from_the_checkpoint_to_the_high_watermarks(
         pipeline: PipelineConfig, source: MemorySource, phases) -> None:
     first = begin(pipeline, "run-0", source=source)
     assert first.epoch == 0
-    assert first.ranges == (PartitionRange(0, 0, 25), PartitionRange(1, 0, 15))
+    assert first.ranges == (ranged(0, 0, 25), ranged(1, 0, 15))
     assert phases.outcome("begin") == Outcome.PLANNED
     assert " source=memory " in phases.lines("begin.watermarks")[-1]
     precommit(pipeline, 0, MemoryStager())
@@ -48,7 +55,7 @@ def test_a_new_plan_reads_from_the_checkpoint_to_the_high_watermarks(
     source.produce(0, 7)
     second = begin(pipeline, "run-1", source=source)
     # Epoch 1 starts exactly where epoch 0's checkpoint says it ended.
-    assert second.ranges == (PartitionRange(0, 25, 32), PartitionRange(1, 15, 15))
+    assert second.ranges == (ranged(0, 25, 32), ranged(1, 15, 15))
     assert second.epoch == 1 and phases.outcome("begin") == Outcome.PLANNED
 
 
@@ -109,11 +116,12 @@ class RacingSource(MemorySource):
         super().__init__()
         self.barrier = threading.Barrier(parties, timeout=30)
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+    def watermarks(self, config: PipelineConfig) -> Marks:
         self.barrier.wait()
         with self.lock:
             self.asked += 1
-            return {0: (0, 10 * self.asked), 1: (0, 5)}
+            return {TopicPartition("in-memory", 0): (0, 10 * self.asked),
+                    TopicPartition("in-memory", 1): (0, 5)}
 
 
 def test_racing_planners_agree_on_the_first_plan_logged(
@@ -164,9 +172,9 @@ def test_a_plan_is_refused_when_the_source_lost_records(
 def test_a_plan_is_capped_fairly_and_may_be_empty(tmp_path: Path, source: MemorySource) -> None:
     config = make_pipeline(tmp_path, base=IN_MEMORY,
                            epoch={"max_records": 10, "staging_retention": 2})
-    assert run_epoch(config, source).ranges == (PartitionRange(0, 0, 5), PartitionRange(1, 0, 5))
-    assert run_epoch(config, source).ranges == (PartitionRange(0, 5, 10),
-                                                PartitionRange(1, 5, 10))
+    assert run_epoch(config, source).ranges == (ranged(0, 0, 5), ranged(1, 0, 5))
+    assert run_epoch(config, source).ranges == (ranged(0, 5, 10),
+                                                ranged(1, 5, 10))
     latest = make_pipeline(tmp_path, base=IN_MEMORY,
                            kafka={"topic": "in-memory", "start": "latest"})
     empty = run_epoch(latest, source)  # starts at the high watermarks: an empty epoch
@@ -180,15 +188,17 @@ def test_without_a_source_begin_asks_kafka(pipeline: PipelineConfig, source: Mem
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
     with pytest.raises(AssertionError, match="must not reach a broker"):
         begin(pipeline)
-    asked, identified = [], []
-    monkeypatch.setattr("eos.core.plan.topic_watermarks",
-                        lambda settings, topic: asked.append((settings, topic)) or {0: (0, 4)})
-    monkeypatch.setattr("eos.core.plan.cluster_id",
-                        lambda settings, topic: identified.append((settings, topic)) or "c-1")
+    asked = []
+
+    def marks(settings: dict, names: list[str] | None, pattern: object) -> tuple[str, Marks]:
+        asked.append((settings, names, pattern))
+        return "c-1", {TopicPartition("in-memory", 0): (0, 4)}
+
+    monkeypatch.setattr("eos.core.plan.input_watermarks", marks)
     plan = new_plan(pipeline, 0, {})
-    assert plan.ranges == (PartitionRange(0, 0, 4),)
-    assert asked == identified == [({"bootstrap.servers": "127.0.0.1:9"}, "in-memory")]
-    assert plan.source == SourceIdentity("in-memory", "c-1")  # the plan names its cluster
+    assert plan.ranges == (ranged(0, 0, 4),)
+    assert asked == [({"bootstrap.servers": "127.0.0.1:9"}, ["in-memory"], None)]
+    assert plan.source == SourceIdentity.of("in-memory", "c-1")  # the plan names its cluster
     assert phases.lines("begin.watermarks")[-1] == (
         'phase=begin.watermarks epoch=0 kafka={"bootstrap.servers":"127.0.0.1:9"} '
         'watermarks={"0":[0,4]}')

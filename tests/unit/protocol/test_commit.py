@@ -13,6 +13,7 @@ from eos.core.errors import InjectedFault, ProtocolViolation
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.protocol import CommitResult, begin, checkpointed_epoch, commit, precommit
+from eos.core.topics import TopicPartition
 
 from support.memory import MemorySource, MemoryStager, at_once, log_plan, log_rows, run_epoch, store
 
@@ -45,7 +46,9 @@ def test_an_epoch_reaches_every_sink_then_its_checkpoint(
     assert {r["reason"] for r in quarantined} == {"offset ends in 9"}
     checkpoint = checkpoints.read(tables_for(pipeline), 0)
     assert checkpoint is not None and checkpoint.plan_hash == plan.hash
-    assert checkpoint.until == {0: 25, 1: 15} and checkpoint.watermark_ms == 10_000
+    assert checkpoint.until == {TopicPartition("in-memory", 0): 25,
+                                TopicPartition("in-memory", 1): 15}
+    assert checkpoint.watermark_ms == 10_000
     assert checkpoint.config == pipeline.schema_view()
     assert len(log_rows(pipeline, 0, epochlog.COMMITTED)) == 1
     assert phases.outcome("commit") == Outcome.COMMITTED

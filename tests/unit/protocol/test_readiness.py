@@ -14,6 +14,7 @@ from eos.core.config import PipelineConfig, ScheduleConfig
 from eos.core.errors import ConfigError
 from eos.core.pipeline_status import PartitionLag
 from eos.core.readiness import Decision, Fired, Observation, Reason, decide, observe
+from eos.core.topics import TopicPartition
 
 from support.memory import MemorySource, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
@@ -133,9 +134,10 @@ class Stamps:
     base: int = NOW - 600_000
     reads: list[tuple[int, int]] = field(default_factory=list)
 
-    def first_timestamp(self, config: PipelineConfig, partition: int, offset: int) -> int:
-        self.reads.append((partition, offset))
-        return self.base + 10 * partition + offset
+    def first_timestamp(self, config: PipelineConfig, partition: TopicPartition,
+                        offset: int) -> int:
+        self.reads.append((partition.partition, offset))
+        return self.base + 10 * partition.partition + offset
 
 
 def test_before_the_first_epoch_the_backlog_is_the_lag(tmp_path: Path) -> None:

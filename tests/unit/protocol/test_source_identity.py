@@ -24,18 +24,19 @@ from eos.core.protocol import begin, commit, precommit
 from eos.core.readiness import Reason, decide, observe
 from eos.core.rewind import rewind
 from eos.core.tables import ensure_tables
+from eos.core.topics import Marks, TopicPartition
 
 from support.memory import MemorySource, MemoryStager, at_once, log_rows, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline, same_pipeline
 
-A = SourceIdentity("in-memory", "memory-cluster")  # the fast pipeline's topic and cluster
-B = SourceIdentity("topic-b", "memory-cluster")
+A = SourceIdentity.of("in-memory", "memory-cluster")  # the fast pipeline's topic and cluster
+B = SourceIdentity.of("topic-b", "memory-cluster")
 EARLIEST = StartPosition.parse("earliest")
 
 
 def on_b(pipeline: PipelineConfig) -> PipelineConfig:
     """The same pipeline (name, tables, sinks) configured to read ``topic-b``."""
-    return same_pipeline(pipeline, kafka={"topic": B.topic})
+    return same_pipeline(pipeline, kafka={"topic": B.topics[0]})
 
 
 def b_source() -> MemorySource:
@@ -64,7 +65,7 @@ def test_a_plan_logged_before_identities_keeps_its_hash() -> None:
     logged = ('{"clock_ms":null,"epoch":3,"pipeline":"p","ranges":[{"partition":0,"start":0,'
               '"until":5}],"topic":"t"}')
     plan = Plan.from_json(logged)
-    assert plan.to_json() == logged and plan.source == SourceIdentity("t")
+    assert plan.to_json() == logged and plan.source == SourceIdentity.of("t")
     with_cluster = Plan("p", "t", 3, (PartitionRange(0, 0, 5),), None, "c-1")
     assert Plan.from_json(with_cluster.to_json()) == with_cluster
     assert with_cluster.hash != plan.hash
@@ -78,11 +79,11 @@ def test_begin_refuses_a_source_the_offsets_are_not_of(
     """The silent skip this guards against: the new source planned from the old one's offsets.
     Nothing is logged; the message names both sources and the command that moves."""
     run_epoch(pipeline, source)
-    config, now = pipeline, SourceIdentity(A.topic, "another-cluster")
+    config, now = pipeline, SourceIdentity(A.topics, "another-cluster")
     if change == "topic":
         config, now = on_b(pipeline), B
     else:
-        source.cluster = now.cluster_id
+        source.cluster_id = now.cluster_id
     with pytest.raises(SourceChanged) as refused:
         begin(config, "run-1", source=source)
     assert isinstance(refused.value, PermanentError)
@@ -90,7 +91,7 @@ def test_begin_refuses_a_source_the_offsets_are_not_of(
     assert A.describe() in message and now.describe() in message
     assert f"eos move-source --pipeline {pipeline.name} --from earliest" in message
     assert log_rows(pipeline, 1) == []
-    source.cluster = A.cluster_id  # the old source again: planned as before
+    source.cluster_id = A.cluster_id  # the old source again: planned as before
     assert begin(pipeline, "run-1", source=source).ranges[0].start == 25
 
 
@@ -101,15 +102,15 @@ def test_a_checkpoint_without_a_source_adopts_the_configured_one(
     source; a changed topic is refused (the topic comes from the epoch's logged plan)."""
     row = Checkpoint.to_row
     monkeypatch.setattr(Checkpoint, "to_row", lambda self: {**row(self), "source": None})
-    source.cluster = None
+    source.cluster_id = None
     run_epoch(pipeline, source)
     monkeypatch.undo()
     assert last_checkpoint(pipeline, 0).source is None
     with pytest.raises(SourceChanged, match="topic 'in-memory' on an unrecorded cluster"):
         begin(on_b(pipeline), "run-1", source=source)
-    source.cluster = A.cluster_id
+    source.cluster_id = A.cluster_id
     source.produce(0, 4)
-    assert run_epoch(pipeline, source).ranges[0] == PartitionRange(0, 25, 29)
+    assert run_epoch(pipeline, source).ranges[0] == PartitionRange(0, 25, 29, "in-memory")
     assert last_checkpoint(pipeline, 1).source == A
 
 
@@ -124,7 +125,8 @@ def test_a_move_plans_the_next_epoch_on_the_new_source_and_epochs_continue_there
 
     done = move_source(moved, EARLIEST, source=b, run_id="operator")
     assert done.plan.epoch == 1 and done.plan.source == B
-    assert done.plan.ranges == (PartitionRange(0, 3, 40), PartitionRange(1, 0, 10))
+    assert done.plan.ranges == (PartitionRange(0, 3, 40, "topic-b"),
+                                PartitionRange(1, 0, 10, "topic-b"))
     assert done.move == {"from": A.to_dict(), "to": B.to_dict(), "start": {"0": 3, "1": 0},
                          "position": "earliest", "after_epoch": 0}
     rows = log_rows(moved, 1)
@@ -137,9 +139,11 @@ def test_a_move_plans_the_next_epoch_on_the_new_source_and_epochs_continue_there
     assert phases.outcome("begin") == Outcome.REUSED_LOG
     assert run_epoch(moved, b, run_id="run-1") == done.plan
     assert last_checkpoint(moved, 1).source == B
-    assert last_checkpoint(moved, 1).until == {0: 40, 1: 10}
+    assert last_checkpoint(moved, 1).until == {TopicPartition("topic-b", 0): 40,
+                                               TopicPartition("topic-b", 1): 10}
     b.produce(0, 5)
-    assert run_epoch(moved, b).ranges == (PartitionRange(0, 40, 45), PartitionRange(1, 10, 10))
+    assert run_epoch(moved, b).ranges == (PartitionRange(0, 40, 45, "topic-b"),
+                                         PartitionRange(1, 10, 10, "topic-b"))
     # The old config is now the one refused.
     with pytest.raises(SourceChanged):
         begin(pipeline, source=source)
@@ -208,7 +212,7 @@ class Barrier(MemorySource):
         super().__init__(marks)
         self.barrier = barrier
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+    def watermarks(self, config: PipelineConfig) -> Marks:
         self.barrier.wait()
         return super().watermarks(config)
 
@@ -265,8 +269,8 @@ def test_a_data_driven_schedule_asks_for_an_epoch_when_the_source_changed(
     threshold): the trigger fires, so begin refuses loudly, or runs a move's plan."""
     config = make_pipeline(tmp_path, base=IN_MEMORY, schedule={"lag_records": 1000})
     run_epoch(config, source)
-    moved, b = same_pipeline(config, kafka={"topic": B.topic}, schedule={"lag_records": 1000}), \
-        b_source()
+    moved = same_pipeline(config, kafka={"topic": B.topics[0]}, schedule={"lag_records": 1000})
+    b = b_source()
     observed = observe(moved, source=b, with_oldest=False)
     assert observed.source_changed is not None and "topic 'in-memory'" in observed.source_changed
     decision = decide(moved.schedule, observed, 1_800_000_000_000)
@@ -279,7 +283,7 @@ def test_a_rewind_to_before_a_move_from_another_cluster_is_refused(
     """A replay reads each logged plan's topic from the configured cluster: epochs read from
     the cluster a pipeline moved away from cannot be replayed; those after the move can."""
     run_epoch(rewindable, source)  # epoch 0 on memory-cluster
-    source.cluster = "cluster-2"  # a topic of the same name on another cluster
+    source.cluster_id = "cluster-2"  # a topic of the same name on another cluster
     with pytest.raises(SourceChanged, match="cluster 'cluster-2'"):
         begin(rewindable, source=source)
     move_source(rewindable, EARLIEST, source=source)

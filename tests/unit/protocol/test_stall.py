@@ -15,6 +15,7 @@ import pytest
 from eos.core.config import PipelineConfig
 from eos.core.errors import ConfigError, KafkaUnavailable
 from eos.core.pipeline_status import StallVerdict, check_stall, stall_verdict
+from eos.core.topics import Marks
 
 from support.memory import MemorySource, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline
@@ -80,7 +81,7 @@ def test_the_checkpoint_age_and_the_lag_behind_it_decide(
 class DownSource(MemorySource):
     """A source whose broker does not answer."""
 
-    def watermarks(self, config: PipelineConfig) -> dict[int, tuple[int, int]]:
+    def watermarks(self, config: PipelineConfig) -> Marks:
         raise KafkaUnavailable("no broker answered within 10 s")
 
 

@@ -36,7 +36,8 @@ def test_the_first_epoch_starts_where_start_says(tmp_path: Path, source: MemoryS
                                                   start: str, ranges: tuple) -> None:
     plan = run_epoch(starting(tmp_path, start), source)
     assert plan.epoch == 0
-    assert plan.ranges == tuple(PartitionRange(p, lo, hi) for p, (lo, hi) in enumerate(ranges))
+    assert plan.ranges == tuple(PartitionRange(p, lo, hi, "in-memory")
+                                for p, (lo, hi) in enumerate(ranges))
 
 
 def test_start_is_decided_once_and_later_partitions_start_at_their_log_start(
@@ -48,7 +49,8 @@ def test_start_is_decided_once_and_later_partitions_start_at_their_log_start(
     source.produce(0, 5)
     source.marks[2] = (0, 4)  # a partition added since the first epoch
     assert run_epoch(config, source).ranges == (
-        PartitionRange(0, 25, 30), PartitionRange(1, 15, 15), PartitionRange(2, 0, 4))
+        PartitionRange(0, 25, 30, "in-memory"), PartitionRange(1, 15, 15, "in-memory"),
+        PartitionRange(2, 0, 4, "in-memory"))
 
 
 @pytest.mark.parametrize("start, why", [
@@ -88,7 +90,8 @@ def test_status_counts_the_backlog_from_where_the_first_epoch_will_start(
     """Before the first epoch, ``eos status``'s lag is what that epoch will read: exact for
     offsets and latest, from the log start for a time (an upper bound; no broker lookup)."""
     def lags(start: str) -> list[int | None]:
-        return [lag.lag for lag in partition_lags(starting(tmp_path, start), {}, source.marks)]
+        return [lag.lag for lag in partition_lags(starting(tmp_path, start), {},
+                                                  source.watermarks(starting(tmp_path, start)))]
 
     assert lags("offsets:0=20,1=5") == [5, 10]
     assert lags("latest") == [0, 0]

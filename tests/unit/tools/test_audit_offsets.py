@@ -13,10 +13,10 @@ def test_the_audit_starts_a_moved_source_afresh_and_only_at_a_logged_move() -> N
     """``check_offsets``: ranges continue per partition on one source; the first plan after a
     logged move starts where the move says; a plan on another source without a move, and a
     gap after the move, are problems."""
-    a, b = SourceIdentity("a", "c-1"), SourceIdentity("b", "c-1")
+    a, b = SourceIdentity.of("a", "c-1"), SourceIdentity.of("b", "c-1")
 
     def plan(epoch: int, on: SourceIdentity, *ranges: tuple[int, int, int]) -> Plan:
-        return Plan("p", on.topic, epoch, tuple(PartitionRange(*r) for r in ranges), None,
+        return Plan("p", on.topics[0], epoch, tuple(PartitionRange(*r) for r in ranges), None,
                     on.cluster_id)
 
     plans = [plan(0, a, (0, 0, 700)), plan(1, a, (0, 700, 750)), plan(2, b, (0, 0, 400)),

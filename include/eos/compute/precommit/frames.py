@@ -48,6 +48,7 @@ from eos.core.schema import (
     RAW_KEY,
     RAW_VALUE,
     REASON,
+    TOPIC,
     TS_TYPE,
     header_column,
     key_field_column,
@@ -106,7 +107,7 @@ def with_metadata(F: Any, config: PipelineConfig, parsed: Any, topic: str) -> An
     columns of their reserved names (``eos.core.metadata``); the parsed key as the struct
     ``key`` and the headers read as text as the struct ``header`` (``key.user``,
     ``header.trace_id``)."""
-    sources = {KAFKA_TOPIC: F.lit(topic), KAFKA_PARTITION: F.col(PARTITION),
+    sources = {KAFKA_TOPIC: topic_column(F, topic), KAFKA_PARTITION: F.col(PARTITION),
                KAFKA_OFFSET: F.col(OFFSET), KAFKA_TIMESTAMP: F.col(KAFKA_TS),
                KAFKA_TIMESTAMP_TYPE: F.col(TS_TYPE), KAFKA_KEY: F.col(KEY_TEXT),
                KAFKA_KEY_BYTES: F.col(KEY_BYTES), KAFKA_HEADERS: F.col(HEADERS)}
@@ -120,6 +121,12 @@ def with_metadata(F: Any, config: PipelineConfig, parsed: Any, topic: str) -> An
         parsed = parsed.withColumn(HEADER_PREFIX, F.struct(
             *[F.col(header_column(i)).alias(n) for i, n in enumerate(names)]))
     return parsed
+
+
+def topic_column(F: Any, topic: str) -> Any:
+    """Each record's topic: the plan's one topic, or ("": a plan of several) the column the
+    reader adds (``eos.core.schema.TOPIC``)."""
+    return F.lit(topic) if topic else F.col(TOPIC)
 
 
 def with_derived(F: Any, config: PipelineConfig, parsed: Any) -> Any:

@@ -63,12 +63,14 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
         CONSTANTS_OPTION,
         METADATA_OPTION,
         PARSE_OPTION,
+        TOPICS_OPTION,
         event_option,
         shareable_client,
     )
     from eos.core import faults
 
-    ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
+    ranges = [{"partition": r.partition, "start": r.start, "until": r.until, "topic": r.topic}
+              for r in plan.ranges]
     # The bootstrap is resolved once, on the driver; secrets are resolved on the executors.
     bootstrap = client_settings(config.kafka.client)["bootstrap.servers"]
     shared = shareable_client(config.kafka.client)
@@ -90,6 +92,8 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
         options[PARSE_OPTION] = event_option(config.event)
         if reads_metadata(config):
             options[METADATA_OPTION] = carried(config).to_json()
+        if not plan.topic:  # several topics: each record says its own
+            options[TOPICS_OPTION] = "true"
     if constants:
         options[CONSTANTS_OPTION] = json.dumps(constants)
     return options
@@ -117,5 +121,5 @@ def read_parsed(spark: Any, config: PipelineConfig, plan: Plan, marks: dict[str,
 
     if plan.records:
         return read_ranges(spark, config, plan, parse=True, constants=marks)
-    empty = read_schema(config.event, carried(config)).empty_table()
+    empty = read_schema(config.event, carried(config), not plan.topic).empty_table()
     return local_frame(spark, with_constants(empty, marks))

@@ -10,7 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eos.compute.precommit.frames import Frames, input_stats, side_rows, with_metadata
+from eos.compute.precommit.frames import (
+    Frames,
+    input_stats,
+    side_rows,
+    topic_column,
+    with_metadata,
+)
 from eos.compute.precommit.read import read_parsed
 from eos.compute.precommit.resume import ResumePoint
 from eos.compute.precommit.watermark import NEG_INF
@@ -53,7 +59,7 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
         rows = accepted.select(
             F.lit("output").alias("kind"), F.col(PARTITION).alias("partition"),
             F.col(OFFSET).alias("offset"), F.col(KAFKA_TS).alias("kafka_timestamp_ms"),
-            F.lit(plan.topic).alias(ROW_TOPIC), *selected(F, config, accepted),
+            topic_column(F, plan.topic).alias(ROW_TOPIC), *selected(F, config, accepted),
             *([F.col(KAFKA_HEADERS).alias(ROW_HEADERS)] if carries_headers(config) else []))
         try:
             rows.schema  # noqa: B018 - analysed now: a select Spark refuses is named here

@@ -38,7 +38,7 @@ class PipelineConfig(Strict):
         description="The pipeline's name: its DAG is eos_<name>, its Delta application id "
                     "eos:<name>, its tables' default root <name>. Keep it equal to the file's "
                     "name (--pipeline NAME reads NAME.yaml).")
-    kafka: KafkaConfig = Field(description="The source topic and how it is read.")
+    kafka: KafkaConfig = Field(description="The source topics and how they are read.")
     event: EventConfig = Field(description="How a record value becomes an event.")
     group_by: list[str] = Field(
         default_factory=list,

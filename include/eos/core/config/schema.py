@@ -31,7 +31,8 @@ DESCRIPTION = (
 # Each section's description for a person writing a file (the models' docstrings say why the
 # code is as it is, for whoever changes it).
 SECTIONS = {
-    "KafkaConfig": "The source: one Kafka topic, read by offset ranges an epoch plans.",
+    "KafkaConfig": "The source: one Kafka topic, a list or a pattern, read by offset ranges an "
+                   "epoch plans.",
     "EventConfig": "How a record's value becomes an event: its format, its declared fields, "
                    "its event time, and which records an epoch keeps.",
     "SchemaRegistryConfig": "Where a Schema Registry format (avro, protobuf, json_schema) "

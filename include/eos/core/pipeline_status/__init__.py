@@ -20,7 +20,7 @@ from eos.core.pipeline_status.model import (
     TaskTry,
     total_lag,
 )
-from eos.core.pipeline_status.reading import partition_lags, pipeline_status
+from eos.core.pipeline_status.reading import partition_lags, pipeline_status, source_moved
 from eos.core.pipeline_status.rendering import render
 from eos.core.pipeline_status.stall import StallCheck, StallVerdict, check_stall, stall_verdict
 
@@ -38,6 +38,7 @@ __all__ = [
     "partition_lags",
     "pipeline_status",
     "render",
+    "source_moved",
     "stall_verdict",
     "total_lag",
 ]

@@ -97,7 +97,11 @@ class EpochStatus:
         return max(found, key=lambda f: f[1].at or datetime.min) if found else None
 
     def describe_ranges(self) -> str:
-        return " ".join(f"p{r.partition}:[{r.start},{r.until})" for r in self.ranges)
+        """``p0:[0,5) p1:[0,7)``; ``a/p0:[0,5) b/p0:[0,2)`` when the ranges are of several
+        topics."""
+        several = len({r.topic for r in self.ranges}) > 1
+        return " ".join(f"{r.topic + '/' if several else ''}p{r.partition}:[{r.start},{r.until})"
+                        for r in self.ranges)
 
     def describe_move(self) -> str:
         """``moved from <source> to <source> at <position>`` ('' when no move led here)."""
@@ -115,6 +119,7 @@ class PartitionLag:
     high: int | None  # the partition's high watermark
     lag: int | None
     low: int | None = None  # the partition's log start, as read with ``high``
+    topic: str = ""  # the partition's topic
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from eos.core.pipeline_status.model import (
     TaskTry,
 )
 from eos.core.plan import Plan, first_offset
+from eos.core.topics import Marks, Offsets, TopicPartition
 
 
 def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
@@ -47,7 +48,7 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
     if with_lag and lag_error is None:
         partitions, lag_error = _lag(config, settings, tables, committed)
     return PipelineStatus(
-        name=config.name, topic=config.kafka.topic, dag_id=config.dag_id,
+        name=config.name, topic=config.kafka.describe(), dag_id=config.dag_id,
         tables_root=str(tables.root), committed_epoch=committed, epochs=epochs,
         epochs_logged=None if last_logged is None else last_logged + 1,
         sinks=sinks, sinks_error=sinks_error, partitions=partitions, lag_error=lag_error,
@@ -173,31 +174,42 @@ def _sinks(config: PipelineConfig, committed: int) -> tuple[dict[str, int], str 
 
 def _lag(config: PipelineConfig, settings: dict[str, Any], tables: Tables, committed: int
          ) -> tuple[list[PartitionLag], str | None]:
-    from eos.core.kafka import topic_watermarks
+    from eos.core.plan import KafkaSource
 
     last = checkpoints.last(tables, committed)
     offsets = last.until if last else {}
     problem: str | None = None
-    if last is not None and last.source is not None and last.source.topic != config.kafka.topic:
+    if (moved := source_moved(config, last)) is not None:
         # Offsets of another topic say nothing of this one's lag (``eos move-source``).
-        return [], (f"the committed offsets are of {last.source.describe()}, the config reads "
-                    f"topic '{config.kafka.topic}': move the pipeline (eos move-source)")
+        return [], f"{moved}: move the pipeline (eos move-source)"
     try:
-        marks = topic_watermarks(settings, config.kafka.topic)
+        marks = KafkaSource(settings).watermarks(config)
     except EosError as error:
         marks, problem = {}, str(error)
     return partition_lags(config, offsets, marks), problem
 
 
-def partition_lags(config: PipelineConfig, offsets: dict[int, int],
-                   marks: dict[int, tuple[int, int]]) -> list[PartitionLag]:
-    """Each partition's lag from the checkpoint's ``offsets`` and the topic's watermarks
-    (``marks``: partition -> (low, high)), for ``eos status`` and the epochs view."""
-    return [_partition_lag(config, offsets, p, marks.get(p))
-            for p in sorted(set(offsets) | set(marks))]
+def source_moved(config: PipelineConfig, last: checkpoints.Checkpoint | None) -> str | None:
+    """Why the last checkpoint's offsets are not of the configured source (a committed topic
+    the config no longer names), else None. A pattern's topics are only known to the broker:
+    ``begin`` checks those (``eos.core.plan.check_same_source``)."""
+    named = config.kafka.named_topics
+    if last is None or last.source is None or named is None:
+        return None
+    if set(last.source.topics) <= set(named):
+        return None
+    return (f"the committed offsets are of {last.source.describe()}, the config reads "
+            f"{config.kafka.describe()}")
 
 
-def _partition_lag(config: PipelineConfig, offsets: dict[int, int], partition: int,
+def partition_lags(config: PipelineConfig, offsets: Offsets, marks: Marks) -> list[PartitionLag]:
+    """Each partition's lag from the checkpoint's ``offsets`` and the topics' watermarks
+    (``marks``: topic-partition -> (low, high)), for ``eos status`` and the epochs view."""
+    return [_partition_lag(config, offsets, tp, marks.get(tp))
+            for tp in sorted(set(offsets) | set(marks))]
+
+
+def _partition_lag(config: PipelineConfig, offsets: Offsets, partition: TopicPartition,
                    marks: tuple[int, int] | None) -> PartitionLag:
     """Where the next epoch starts reading ``partition`` and how far behind that is. A partition
     no checkpoint knows yet (before the first epoch, or added later) starts where the plan
@@ -207,8 +219,8 @@ def _partition_lag(config: PipelineConfig, offsets: dict[int, int], partition: i
     low, high = marks if marks is not None else (None, None)
     start = offsets.get(partition)
     if start is None and low is not None and high is not None:
-        start = first_offset(config, offsets, low, high, partition)
+        start = first_offset(config, offsets, low, high, partition.partition)
     lag = high - start if start is not None and high is not None else None
-    return PartitionLag(partition, start, high, lag, low)
+    return PartitionLag(partition.partition, start, high, lag, low, partition.topic)
 
 

@@ -9,7 +9,7 @@ from eos.core.pipeline_status.model import PipelineStatus
 def render(status: PipelineStatus) -> str:
     """The status as ``eos status`` prints it."""
     committed = status.committed_epoch
-    lines = [f"pipeline {status.name}: topic '{status.topic}', tables {status.tables_root}",
+    lines = [f"pipeline {status.name}: {status.topic}, tables {status.tables_root}",
              f"last committed epoch: {committed if committed != NO_EPOCH else 'none'}", "",
              f"{'epoch':>5}  {'state':<12} {'records':>8} {'output':>7} {'late':>5} "
              f"{'quar.':>5} {'stage s':>7}  ranges"]
@@ -29,10 +29,13 @@ def render(status: PipelineStatus) -> str:
     lines.append("")
     if status.lag_error:
         lines.append(f"lag unknown: {status.lag_error}")
-    lines.append(f"{'partition':>9} {'committed':>10} {'high wm':>10} {'lag':>8}")
+    several = len({p.topic for p in status.partitions}) > 1
+    lines.append(("topic  " if several else "")
+                 + f"{'partition':>9} {'committed':>10} {'high wm':>10} {'lag':>8}")
     for p in status.partitions:
         cells = ["-" if v is None else v for v in (p.committed, p.high, p.lag)]
-        lines.append(f"{p.partition:>9} {cells[0]:>10} {cells[1]:>10} {cells[2]:>8}")
+        lines.append((f"{p.topic}  " if several else "")
+                     + f"{p.partition:>9} {cells[0]:>10} {cells[1]:>10} {cells[2]:>8}")
     if status.last_audit is not None:
         audit = status.last_audit
         lines += ["", f"last audit {audit.at:%Y-%m-%d %H:%M:%S} UTC: "

@@ -101,7 +101,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
             faults.hit("commit.between_sinks")
     faults.hit("commit.before_checkpoint")
     checkpoint = Checkpoint(
-        epoch=epoch, plan_hash=plan.hash, until={r.partition: r.until for r in plan.ranges},
+        epoch=epoch, plan_hash=plan.hash, until=plan.until,
         watermark_ms=_staged_watermark(staged), rows=result.rows,
         sinks={s.sink: sink_summary(s) for s in result.sinks},
         config=without(config.schema_view(), unready),
