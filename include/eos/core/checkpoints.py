@@ -138,7 +138,7 @@ def schema_changes(checkpoint: Checkpoint | None, config: PipelineConfig) -> lis
     if config.stateless and "select" in before:  # it may gain columns (eos.core.evolution)
         from eos.core.evolution import comparable
 
-        before, after = comparable(before, after)
+        before, after = comparable(before, after, config)
     return _changes(before, after)
 
 

@@ -11,10 +11,16 @@ a null default: a backward-compatible change the registry accepts), and a Postgr
 must have it first (``ALTER TABLE ... ADD COLUMN``: the sink refuses the epoch before the seal
 until it does).
 
+A column's expression may change when its type does not: the way out of a select that fails
+on some record (a ``CAST`` of a malformed string, an overflow in ANSI mode) is to write it with
+``TRY_CAST`` or a ``CASE``, and a rule that refused that would leave a replay from the start as
+the only way on. Rows keep the expression of their epoch: the audit recomputes each epoch with
+the select its checkpoint recorded.
+
 What is refused, before anything is sealed (``begin``, ``precommit`` and ``commit`` before
 the seal check the view against the last checkpoint's): a column removed from ``select``, a
-column whose expression changed (its values would mean something else from one epoch to the
-next, its type may differ), and any change outside ``select``. Rows already committed cannot
+column whose type changed (its expression now gives another type, or no longer types), and
+any change outside ``select``. Rows already committed cannot
 be taken back by a config change: the way to reshape them is a new pipeline (new tables), or a
 replay from the start (``eos rewind --to-epoch -1``), which checks nothing against the old
 view.
@@ -42,12 +48,35 @@ def columns_of(view: dict[str, Any]) -> dict[str, str]:
     return {name: name for name in (view.get("event") or {}).get("fields", {})}
 
 
-def comparable(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, dict]:
+def comparable(before: dict[str, Any], after: dict[str, Any],
+               config: PipelineConfig | None = None) -> tuple[dict, dict]:
     """Two stateless schema views with ``after``'s added columns left out (and both selects
-    spelled out), so that what remains differs only where the change is not additive."""
+    spelled out), so that what remains differs only where the change is not additive. With
+    ``config`` (``after``'s), a kept column whose expression changed but still gives the same
+    type counts as unchanged."""
     old, new = columns_of(before), columns_of(after)
     kept = {name: text for name, text in new.items() if name in old}
+    if config is not None:
+        old = {name: kept[name] if name in kept and text != kept[name]
+               and not retyped(config, name, text) else text for name, text in old.items()}
     return {**before, "select": old}, {**after, "select": kept}
+
+
+def retyped(config: PipelineConfig, name: str, committed: str) -> bool:
+    """Whether column ``name``'s committed expression gives another type than its expression in
+    ``config`` (or cannot be typed against ``config``'s fields any more)."""
+    from eos.core.config.rows import sql_types
+    from eos.core.config.source import FieldType
+    from eos.core.filters import expression_type, filter_columns
+
+    what = f"select column '{name}' as committed:"
+    try:
+        columns = filter_columns(committed, what)
+        old = FieldType.parse(expression_type(committed, what, sql_types(config, columns)),
+                              output=True)
+    except ValueError:
+        return True
+    return old != config.row_columns.get(name)
 
 
 def refusal(config: PipelineConfig, changes: list[str], committed: int) -> str:
@@ -58,7 +87,8 @@ def refusal(config: PipelineConfig, changes: list[str], committed: int) -> str:
     names = [c.split(":", 1)[0].removeprefix("select.") for c in changes
              if c.startswith("select.")]
     todo = (f"A pipeline without windows may add select columns between epochs, never remove "
-            f"or change one: put back {', '.join(map(repr, names))} as committed, or {tail}"
+            f"or change one: put back {', '.join(map(repr, names))} as committed (an expression "
+            f"may change if its type does not), or {tail}"
             if names else tail[:1].upper() + tail[1:])
     return (f"pipeline '{config.name}' committed epochs 0..{committed} with another schema; "
             f"changed: {'; '.join(changes)}. {todo}")
