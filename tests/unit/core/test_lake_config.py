@@ -130,7 +130,8 @@ def test_a_change_that_is_not_additive_is_refused_naming_the_column(
         select: dict[str, str], named: str) -> None:
     before = _committed_with({"page": "page"})
     with pytest.raises(ConfigError, match=rf"committed epochs 0..4 .*select\.page.*"
-                                          rf"never remove or change one: put back {named} as committed"):
+                                          rf"never remove or change one: put back {named} "
+                                          r"as committed"):
         check_schema_view(before, load(select=select))
 
 
