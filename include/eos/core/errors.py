@@ -133,6 +133,13 @@ class SinkRejected(PermanentError):
     """A sink refuses this pipeline's writes for good (authorization, an uncreatable topic)."""
 
 
+class ExpressionFailed(PermanentError):
+    """A ``select``, ``filter`` or derived field fails on a record of the epoch (Spark's ANSI
+    mode: a malformed string cast, an overflow, a division by zero). Every attempt computes the
+    same rows, so a retry cannot pass: the expression must change (``TRY_CAST``, ``try_add``,
+    a ``CASE``), which a pipeline may do between epochs while the column's type stays."""
+
+
 class SinkCannotTake(PermanentError):
     """A sink proved, before the commit sealed the epoch, that it cannot take the epoch's rows
     (a table whose schema conflicts, a record over its size limit, a schema the registry

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from eos.compute.epochs import run_epoch
 from eos.core.delta import read_table
-from eos.core.errors import ConfigError, SinkCannotTake
+from eos.core.errors import ConfigError, ExpressionFailed, SinkCannotTake
 from eos.core.protocol import begin, checkpointed_epoch
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic
@@ -117,3 +117,24 @@ def test_select_gains_a_column_between_epochs_and_a_refused_change_halts_nothing
     assert {r["epoch"] for r in held if r["event_date"] is None} == {0, 1}
     assert all(r["event_date"] is not None for r in held if r["epoch"] >= 2)
     assert os.path.isdir(delta_path(fixed, "target"))
+
+
+def test_a_select_that_fails_on_a_record_stops_with_the_way_out_and_try_cast_goes_on(
+        tmp_path: Path, spark: Any) -> None:
+    """Spark's ANSI mode fails a CAST of a malformed string: the epoch stops with a permanent
+    error saying what to do (a retry would read the same record), and the column's expression
+    may change to TRY_CAST between epochs because its type stays: nothing is replayed."""
+    topic = produce(DAYS)
+    # Epoch 0 reads offsets 0-9 of each partition ("1" casts), epoch 1 the first page path.
+    cast = "CAST(CASE WHEN kafka_offset < 10 THEN '1' ELSE page END AS bigint)"
+    strict = _pipeline(tmp_path, topic, {"page": "page", "n": cast}, [{"delta": "target"}])
+    run_epoch(strict, "strict-0", spark=spark)
+    assert checkpointed_epoch(strict) == 0
+    with pytest.raises(ExpressionFailed, match=r"epoch 1: .*CAST_INVALID_INPUT.*TRY_CAST"):
+        run_epoch(strict, "strict-1", spark=spark)
+    lenient = _pipeline(tmp_path, topic, {"page": "page", "n": f"TRY_{cast}"},
+                        [{"delta": "target"}])
+    finish_and_audit(lenient, spark, "lenient", DAYS.events)
+    held = read_table(delta_path(lenient, "target")).to_pylist()
+    assert {r["n"] for r in held if r["epoch"] == 0} == {1}
+    assert {r["n"] for r in held if r["kafka_offset"] >= 10} == {None}
