@@ -137,19 +137,20 @@ def user(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]
         for service in ("spark", "broker"):
             subprocess.run([str(person.bin / "eos"), service, "stop"], cwd=person.cwd,
                            env=person.env, capture_output=True, timeout=120, check=False)
-        _kill_left_over(person.env["AIRFLOW_HOME"])
+        _kill_left_over(person.cwd.parent)
 
 
-def _kill_left_over(airflow_home: str) -> None:
-    """SIGKILL every process still running with this user's ``AIRFLOW_HOME``: when ``eos ui``
-    is killed before it has stopped Airflow (its own stop escalates over 45 s; a loaded machine
+def _kill_left_over(home: Path) -> None:
+    """SIGKILL every process still working under this user's directory: when ``eos ui`` is
+    killed before it has stopped Airflow (its own stop escalates over 45 s; a loaded machine
     can take longer than the test waits), ``airflow standalone`` runs on in a session of its
-    own and would outlive the suite."""
+    own and would outlive the suite. Matched by working directory, which Airflow's children
+    inherit (their environment is not readable: Airflow rewrites its process titles over it)."""
     import psutil
 
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("AIRFLOW_HOME") == airflow_home:
+            if Path(proc.cwd()).is_relative_to(home):
                 proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
