@@ -33,10 +33,11 @@ import pyarrow as pa
 
 from bench import scenarios as sc
 from bench.streaming_peer import (
-    SOURCE,
     DeltaBatchWriter,
     Interleaved,
     Peer,
+    agreeing,
+    parsed_stream,
     quiet_streaming_logs,
     register_stream_source,
 )
@@ -92,20 +93,9 @@ def peer_rows(spark: Any, config: PipelineConfig, released: Path) -> Any:
     the record's coordinates."""
     from pyspark.sql import functions as F
 
-    from eos.compute.precommit.read import parse_records
-    from eos.core.kafka import client_settings
-    from eos.core.schema import KAFKA_TS, OFFSET, PARTITION, REASON, ddl, parsed_schema
+    from eos.core.schema import KAFKA_TS, OFFSET, PARTITION, REASON
 
-    raw = (spark.readStream.format(SOURCE)
-           .option("topic", config.kafka.topic)
-           .option("bootstrap", client_settings(config.kafka.client)["bootstrap.servers"])
-           .option("config", config.source_path or "")
-           .option("split_records", str(config.kafka.split_records))
-           .option("min_splits", str(config.spark.shuffle_partitions))
-           .option("read_timeout_ms", str(config.kafka.read_timeout))
-           .option("released_offsets", str(released))
-           .load())
-    parsed = raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+    parsed = parsed_stream(spark, config, released)
     accepted = (parsed.where(F.col(REASON).isNull())
                 .where(F.coalesce(F.expr(config.event.filter or "true"), F.lit(False)))
                 .withColumn("kafka_timestamp", F.col(KAFKA_TS)))
@@ -214,9 +204,7 @@ def _compare(result: Result, config: PipelineConfig, peer: IngestPeer) -> None:
     joined = eo.join(theirs, keys, join_type="inner", right_suffix="__peer")
     agree = pa.array([True] * joined.num_rows, pa.bool_())
     for name in values:
-        mine, other = joined[name], joined[f"{name}__peer"]
-        both_null = pc.and_(pc.is_null(mine), pc.is_null(other))
-        agree = pc.and_(agree, pc.fill_null(pc.equal(mine, other), both_null))
+        agree = pc.and_(agree, agreeing(joined[name], joined[f"{name}__peer"]))
     result.same = pc.sum(agree).as_py() or 0
 
 

@@ -207,14 +207,12 @@ def user_aggregations(F: Any, config: PipelineConfig) -> list[Any]:
     return columns
 
 
-def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
-    """The streaming DataFrame of closed windows, in our windows output's columns."""
-    from pyspark.sql import functions as F
-
+def parsed_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
+    """The pipeline's topic as a stream (held back to ``released``), parsed by our parser:
+    where every peer's job starts."""
     from eos.compute.precommit.read import parse_records
-    from eos.core.aggregations import aggregations_for
     from eos.core.kafka import client_settings
-    from eos.core.schema import EVENT_MS, REASON, ddl, parsed_schema
+    from eos.core.schema import ddl, parsed_schema
 
     raw = (spark.readStream.format(SOURCE)
            .option("topic", config.kafka.sole_topic)
@@ -225,7 +223,17 @@ def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
            .option("read_timeout_ms", str(config.kafka.read_timeout))
            .option("released_offsets", str(released))
            .load())
-    parsed = raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+    return raw.mapInArrow(parse_records(config.event), ddl(parsed_schema(config.event)))
+
+
+def peer_stream(spark: Any, config: PipelineConfig, released: Path) -> Any:
+    """The streaming DataFrame of closed windows, in our windows output's columns."""
+    from pyspark.sql import functions as F
+
+    from eos.core.aggregations import aggregations_for
+    from eos.core.schema import EVENT_MS, REASON
+
+    parsed = parsed_stream(spark, config, released)
     # Not part of the user's job: counts what it drops as malformed, for the table.
     parsed = parsed.observe("parse", F.count(F.lit(1)).alias("records"),
                             F.count(F.when(F.col(REASON).isNotNull(), 1)).alias("malformed"))
@@ -599,6 +607,12 @@ def _totals(result: Result, config: PipelineConfig, peer: Peer) -> None:
     result.comparison = compare(config, str(Path(config.root) / "target"), peer.table)
 
 
+def agreeing(mine: Any, theirs: Any, close: Any = None) -> Any:
+    """Per row: the two values are equal (or ``close``, when given), or both are null."""
+    same = pc.equal(mine, theirs) if close is None else close
+    return pc.fill_null(same, pc.and_(pc.is_null(mine), pc.is_null(theirs)))
+
+
 def compare(config: PipelineConfig, eo_path: str, peer_path: str) -> Comparison:
     """Windows closed in both tables, matched on group, start and end, and how many agree on
     every aggregate (avg, a double, to 1e-9 relative; approx_count_distinct is not compared:
@@ -616,12 +630,11 @@ def compare(config: PipelineConfig, eo_path: str, peer_path: str) -> Comparison:
         mine, theirs = joined[name], joined[f"{name}__peer"]
         if function == "approx_count_distinct":
             continue
+        close = None
         if function == "avg":
             close = pc.less_equal(pc.abs(pc.subtract(mine, theirs)),
                                   pc.multiply(pc.abs(mine), 1e-9))
-        else:
-            close = pc.equal(mine, theirs)
-        agree = pc.and_(agree, pc.fill_null(close, pc.and_(pc.is_null(mine), pc.is_null(theirs))))
+        agree = pc.and_(agree, agreeing(mine, theirs, close))
     return Comparison(both=joined.num_rows, equal=pc.sum(agree).as_py() or 0,
                       only_eo=eo.join(peer, keys, join_type="left anti").num_rows,
                       only_peer=peer.join(eo, keys, join_type="left anti").num_rows)

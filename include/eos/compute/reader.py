@@ -115,21 +115,22 @@ class KafkaSplit(InputPartition):
 
 def splits_of(ranges: list[dict[str, Any]], split_records: int,
               min_splits: int = 1) -> list[KafkaSplit]:
-    """The ranges' offsets dealt into ``max(min_splits, ceil(total / split_records))`` splits of
-    at most ``ceil(total / count)`` offsets each (the last may hold fewer), in partition order:
-    a range is cut where a split is full, so a split never holds two pieces of one partition,
-    and every offset of every non-empty range is in exactly one piece."""
+    """The ranges' offsets dealt into ``max(min_splits, ceil(total / split_records))`` splits
+    (fewer only when there are fewer offsets), their sizes within one offset of each other, in
+    (topic, partition) order: a range is cut where a split is full, so a split never holds two
+    pieces of one partition, and every offset of every non-empty range is in exactly one piece."""
     pieces = [Piece(r["partition"], r["start"], r["until"], str(r.get("topic", "")))
               for r in sorted(ranges, key=lambda r: (str(r.get("topic", "")), r["partition"]))
               if r["until"] > r["start"]]
     total = sum(p.offsets for p in pieces)
     if total == 0:
         return []
-    count = max(min_splits, -(-total // max(1, split_records)))
-    target = -(-total // count)
+    count = min(total, max(min_splits, -(-total // max(1, split_records))))
+    # Not ceil(total / count) each: that leaves the last splits empty (4 offsets, 3 splits).
+    sizes = [total // count + (1 if i < total % count else 0) for i in range(count)]
     splits: list[KafkaSplit] = []
     current: list[Piece] = []
-    room = target
+    room = sizes[0]
     for piece in pieces:
         lo = piece.start
         while lo < piece.until:
@@ -139,9 +140,8 @@ def splits_of(ranges: list[dict[str, Any]], split_records: int,
             lo = hi
             if room == 0:
                 splits.append(KafkaSplit(tuple(current)))
-                current, room = [], target
-    if current:
-        splits.append(KafkaSplit(tuple(current)))
+                current = []
+                room = sizes[len(splits)] if len(splits) < count else 0
     return splits
 
 

@@ -90,8 +90,9 @@ def range_options(config: PipelineConfig, plan: Plan, parse: bool = False,
     }
     if parse:
         options[PARSE_OPTION] = event_option(config.event)
-        if reads_metadata(config):
-            options[METADATA_OPTION] = carried(config).to_json()
+        carry = carried(config)
+        if carry.any:
+            options[METADATA_OPTION] = carry.to_json()
         if not plan.topic:  # several topics: each record says its own
             options[TOPICS_OPTION] = "true"
     if constants:
@@ -106,11 +107,6 @@ def carried(config: PipelineConfig) -> Carried:
     return Carried(pair=bool(read & {KAFKA_KEY, KAFKA_TIMESTAMP_TYPE}),
                    key_bytes=KAFKA_KEY_BYTES in read, headers=KAFKA_HEADERS in read,
                    header_names=headers_read(config))
-
-
-def reads_metadata(config: PipelineConfig) -> bool:
-    """Whether the reader carries anything beside the parsed record (``carried``)."""
-    return carried(config).any
 
 
 def read_parsed(spark: Any, config: PipelineConfig, plan: Plan, marks: dict[str, int]) -> Any:

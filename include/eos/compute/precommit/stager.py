@@ -64,7 +64,7 @@ _CONDITION = re.compile(r"\[([A-Z_]+)(?:\.[A-Z_]+)?\]")
 
 def expression_failed(error: BaseException, plan: Plan) -> ExpressionFailed | None:
     """``error`` as the epoch's ``ExpressionFailed`` when Spark says a value broke an
-    expression (its condition, or the ``[CONDITION]`` its message starts with), else None."""
+    expression (its condition, or the first ``[CONDITION]`` in its message), else None."""
     condition = getattr(error, "getCondition", lambda: None)() or ""
     if not condition:
         found = _CONDITION.search(str(error))
