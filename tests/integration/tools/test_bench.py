@@ -172,4 +172,5 @@ def test_sink_commits_benchmark_commits_a_new_epoch_to_every_sink(
         n: dict.fromkeys(kinds, 1) for n in (40, 90)}
     table = sink_commits.render(figures, where, {40: 4, 90: 4})
     assert "| 90 | postgres |" in table and "| 40 | delta |" in table, table
+    assert "| 90 | iceberg |" in table and "SQL catalog on SQLite" in table, table
     assert "| 1.00x |" in table and "librdkafka's mock cluster" in table, table
