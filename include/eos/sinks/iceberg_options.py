@@ -32,6 +32,7 @@ CATALOG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
 SQLITE_RELATIVE = re.compile(r"^sqlite:///(?!/)")  # a SQLite file named relatively
 REFERENCE = re.compile(r"\$\{([^}]*)\}")
 VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+URL_PASSWORD = re.compile(r"://[^/@\s:]*:([^/@\s]+)@")  # scheme://user:PASSWORD@host
 # Property names whose values are credentials (pyiceberg's and its FileIOs' names contain these).
 SECRET_NAME = re.compile(r"(password|secret|token|credential|private|access-key|key-id|"
                          r"account-key|sas|session)", re.IGNORECASE)
@@ -83,6 +84,10 @@ class IcebergOptions(BaseModel):
             if is_secret_property(name) and not REFERENCE.fullmatch(text.strip()):
                 raise ValueError(f"property {name!r} holds a secret: give it as ${{VARIABLE}} "
                                  "and set the variable in the environment, never in the file")
+            password = URL_PASSWORD.search(text)
+            if password and not REFERENCE.fullmatch(password.group(1)):
+                raise ValueError(f"property {name!r} holds a password in its URL: give it as "
+                                 "${VARIABLE} and set the variable in the environment")
         return value
 
     @property

@@ -307,12 +307,24 @@ def test_what_the_table_cannot_take_is_refused_before_the_seal(tmp_path: Path) -
     ({"catalog": "c", "table": "n.t", "catalog_properties": {"uri": "${not-a-name}"}},
      "catalog_properties.*uri"),
     ({"catalog": "c", "table": "n.t", "location": "/x"}, "location"),
+    ({"catalog": "c", "table": "n.t", "catalog_properties": {
+        "uri": "postgresql+psycopg2://eos:hunter2@db/iceberg"}}, "uri.*password in its URL"),
 ])
 def test_bad_options_are_refused_naming_the_key(tmp_path: Path, options: dict,
                                                 message: str) -> None:
     sinks = {"windows": [{"iceberg": options}], "late": [], "quarantine": []}
     with pytest.raises(ConfigError, match=message):
         make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+
+
+def test_a_password_from_the_environment_in_a_url_and_a_relative_catalog_on_a_store(
+        tmp_path: Path) -> None:
+    uri = {"uri": "postgresql+psycopg2://eos:${PGPASSWORD}@db/iceberg"}
+    IcebergSink.parse_options({"catalog": "c", "table": "n.t", "catalog_properties": uri})
+    sinks = {"windows": [{"iceberg": {"catalog": "c", "table": "n.t", "catalog_properties": {
+        "uri": "sqlite:///iceberg/catalog.db"}}}], "late": [], "quarantine": []}
+    with pytest.raises(ConfigError, match="relative to the tables root s3://b/p, which is not"):
+        make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks, tables={"root": "s3://b/p"})
 
 
 def test_a_relative_catalog_and_warehouse_are_under_the_tables_root(tmp_path: Path) -> None:
