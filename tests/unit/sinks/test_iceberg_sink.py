@@ -327,6 +327,18 @@ def test_a_password_from_the_environment_in_a_url_and_a_relative_catalog_on_a_st
         make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks, tables={"root": "s3://b/p"})
 
 
+def test_the_catalog_is_found_by_name_in_pyicebergs_own_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYICEBERG_CATALOG__ENVCAT__URI", f"sqlite:///{tmp_path}/env.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__ENVCAT__WAREHOUSE", str(tmp_path / "env-wh"))
+    sinks = {"windows": [{"iceberg": {"catalog": "envcat", "table": "lake.windows"}}],
+             "late": [], "quarantine": []}
+    config = make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+    run_epoch(config, MemorySource())
+    assert the_sink(config).commits() == [0]
+    assert list((tmp_path / "env-wh").rglob("*.metadata.json"))
+
+
 def test_a_relative_catalog_and_warehouse_are_under_the_tables_root(tmp_path: Path) -> None:
     sinks = {"windows": [{"iceberg": {"catalog": "demo", "table": "lake.windows",
                                       "catalog_properties": {
