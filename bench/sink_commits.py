@@ -4,7 +4,8 @@ the Delta sink's, in one run.
 One pipeline per size (``--rows``, default 10k and 100k window rows per epoch) sends its
 ``windows`` output to one sink of each type: Delta (local, and on the S3 store), Kafka (the
 embedded broker: librdkafka's mock cluster), PostgreSQL (a server started here on 127.0.0.1 with
-a generated password, PostgreSQL's default durability) and files (Parquet, local and on the S3
+a generated password, PostgreSQL's default durability), files (Parquet, local and on the S3
+store) and Iceberg (pyiceberg, a SQL catalog on SQLite, the warehouse local and on the S3
 store). Every epoch is pre-committed as precommit stages one (``bench.scenarios``'s fabricated
 epoch: Spark writes the rows, one staging commit), then each sink gets exactly what the protocol's
 commit gives it (``eos.core.protocol.committing``): the sinks ``sinks_for`` builds, the epoch's
@@ -41,7 +42,8 @@ from eos.core.config import PipelineConfig
 from eos.core.outcomes import Outcome
 from eos.core.sink import Sink, SupportsReadBack, sinks_for
 
-KINDS = ("delta", "delta-s3", "kafka", "postgres", "files", "files-s3")
+KINDS = ("delta", "delta-s3", "kafka", "postgres", "files", "files-s3", "iceberg",
+         "iceberg-s3")
 BASELINE = "delta"
 DSN_ENV = "EOS_BENCH_POSTGRES_DSN"  # the sinks' dsn_env: the generated password stays in here
 # A window row as a Kafka record, generously (value ~200 B of JSON, key, headers, batch
@@ -92,8 +94,21 @@ def sink_spec(kind: str, rows: int, places: Places) -> dict[str, Any]:
         "postgres": {"postgres": {"table": f"bench.windows_{rows}", "dsn_env": DSN_ENV}},
         "files": {"files": {"path": str(places.workdir / "files" / f"r{rows}")}},
         "files-s3": {"files": {"path": f"{s3}/files"}},
+        "iceberg": iceberg_spec(rows, places.workdir / "iceberg" / f"r{rows}", None),
+        "iceberg-s3": iceberg_spec(rows, places.workdir / "iceberg-s3" / f"r{rows}",
+                                   f"{s3}/iceberg"),
     }
     return specs[kind]
+
+
+def iceberg_spec(rows: int, local: Path, warehouse: str | None) -> dict[str, Any]:
+    """An iceberg sink on a SQL catalog on SQLite in ``local``, its warehouse there too or at
+    ``warehouse`` (the S3 store)."""
+    local.mkdir(parents=True, exist_ok=True)
+    return {"iceberg": {"catalog": "bench", "table": f"bench.windows_{rows}",
+                        "catalog_properties": {"type": "sql",
+                                               "uri": f"sqlite:///{local}/catalog.db",
+                                               "warehouse": warehouse or str(local / "wh")}}}
 
 
 def pipeline(env: Env, rows: int, kinds: Sequence[str], places: Places) -> PipelineConfig:
@@ -243,6 +258,9 @@ def notes(kinds: Sequence[str], places: Places, partitions: dict[int, int]) -> l
     if "postgres" in kinds:
         out.append(f"postgres: PostgreSQL {places.postgres} on 127.0.0.1, its default "
                    "durability (fsync, synchronous_commit on), COPY in one transaction")
+    if any(k.startswith("iceberg") for k in kinds):
+        out.append("iceberg: pyiceberg's SQL catalog on SQLite on local disk, one snapshot "
+                   "(an append) per epoch")
     if any(k.endswith("-s3") for k in kinds):
         out.append("-s3: the embedded S3 store (SeaweedFS's S3 gateway) on 127.0.0.1")
     return out

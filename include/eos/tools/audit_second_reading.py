@@ -20,6 +20,7 @@ from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 LIBRARY_KAFKA = "confluent-kafka"
 LIBRARY_DELTA = "delta-rs"
 LIBRARY_POSTGRES = "psycopg2"
+LIBRARY_ICEBERG = "pyiceberg"
 READ_BACK_ATTEMPTS = 3
 
 
@@ -58,10 +59,13 @@ def read_back_with_version(sink: SupportsReadBack) -> tuple[list[dict[str, Any]]
     while a commit lands in between. None: no stable version (the audit ran while the table
     kept changing)."""
     from eos.sinks.delta import DeltaSink
+    from eos.sinks.iceberg import IcebergSink
     from eos.sinks.postgres import PostgresSink
 
     if isinstance(sink, PostgresSink):
         return _read_back_postgres(sink)
+    if isinstance(sink, IcebergSink):  # its rows and the snapshot they are of, one reading
+        return sink.pinned()
     if not isinstance(sink, DeltaSink):
         return sink.read_back(), None
     from deltalake import DeltaTable
@@ -92,12 +96,17 @@ def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
     """The sink read again by its independent reader and compared whole with ``held`` (what
     the sink's own reader returned): every row, every column."""
     from eos.sinks.delta import DeltaSink
+    from eos.sinks.iceberg import IcebergSink
     from eos.sinks.kafka import KafkaSink
     from eos.sinks.postgres import PostgresSink
 
     if isinstance(sink, PostgresSink):
         return _reread_postgres(report, sink, held, version)
-    if isinstance(sink, DeltaSink):
+    if isinstance(sink, IcebergSink):
+        from eos.tools.independent_iceberg import ICEBERG_READER
+
+        library, reader, rows = LIBRARY_ICEBERG, ICEBERG_READER, _reread_iceberg(sink, version)
+    elif isinstance(sink, DeltaSink):
         library, reader, rows = LIBRARY_DELTA, independent.DELTA_READER, _reread_delta(
             sink, version)
     elif isinstance(sink, KafkaSink):
@@ -139,6 +148,27 @@ def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unr
     except (duckdb.Error, OSError, ImportError) as error:
         return _Unread(f"{independent.DELTA_READER} could not read {path} at version "
                        f"{version}: {error}", fails=True)
+
+
+def _reread_iceberg(sink: Any, snapshot: int | None) -> list[dict[str, Any]] | _Unread:
+    """DuckDB's reading of the snapshot pyiceberg read, found through the table's current
+    metadata file (which lists every snapshot kept). A DuckDB error fails the audit."""
+    import duckdb
+
+    from eos.core.errors import EosError
+    from eos.sinks.iceberg import NO_SNAPSHOT
+    from eos.tools.independent_iceberg import ICEBERG_READER, read_iceberg
+
+    if snapshot is None or snapshot == NO_SNAPSHOT:
+        return []
+    try:
+        location = sink.metadata_location()
+        if location is None:
+            return _Unread("the table was dropped after pyiceberg read it", fails=True)
+        return read_iceberg(location, snapshot)
+    except (duckdb.Error, OSError, ImportError, EosError) as error:
+        return _Unread(f"{ICEBERG_READER} could not read snapshot {snapshot}: {error}",
+                       fails=True)
 
 
 def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],

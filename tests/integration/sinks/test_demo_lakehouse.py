@@ -1,7 +1,7 @@
 """``./dev demo --pipeline clicks_lakehouse`` end to end, as a person runs it: its own data
 directory, embedded broker and Spark Connect server, and a PostgreSQL server the demo starts
 itself (Debian's postgresql, 127.0.0.1, a generated password handed over in the environment);
-the windows committed to Delta, PostgreSQL and Hive-partitioned Parquet files, then the
+the windows committed to Delta, PostgreSQL, Hive-partitioned Parquet files and Iceberg, then the
 independent audit's verdict. Lean: 3,000 events in epochs of 1,000 records.
 
 It runs in a child process: the demo restarts the embedded broker, which this test session's
@@ -48,7 +48,8 @@ def test_the_lakehouse_demo_starts_postgresql_and_the_audit_agrees(tmp_path: Pat
         assert "verdict: OK" in out, out[-3000:]
         assert "3000 records re-read from Kafka" in out
         for sink in ("delta:target (windows)", "postgres:eos.clicks_per_minute (windows)",
-                     "files:files/windows (windows)"):
+                     "files:files/windows (windows)",
+                     "iceberg:clicks_lakehouse.eos.clicks_per_minute (windows)"):
             assert sink in out, out[-3000:]
         assert "stopped the PostgreSQL server the demo started" in out
         assert "password=" not in out  # the DSN never reaches the output

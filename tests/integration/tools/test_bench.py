@@ -161,7 +161,7 @@ def test_read_path_benchmark_reads_every_record_each_way(kafka: str, spark: Any,
 @pytest.mark.skipif(postgres_missing() is not None, reason=str(postgres_missing()))
 def test_sink_commits_benchmark_commits_a_new_epoch_to_every_sink(
         kafka: str, spark: Any, data_dir: Path, tmp_path: Path) -> None:
-    kinds = ["delta", "kafka", "postgres", "files"]
+    kinds = ["delta", "kafka", "postgres", "files", "iceberg"]
     with (environment(tmp_path / "sinks", spark=spark) as env,
           sink_commits.places(env.workdir, kinds) as where):
         figures = sink_commits.measure(env, [40, 90], kinds, where, repeat=1, warmup=1,
@@ -172,4 +172,5 @@ def test_sink_commits_benchmark_commits_a_new_epoch_to_every_sink(
         n: dict.fromkeys(kinds, 1) for n in (40, 90)}
     table = sink_commits.render(figures, where, {40: 4, 90: 4})
     assert "| 90 | postgres |" in table and "| 40 | delta |" in table, table
+    assert "| 90 | iceberg |" in table and "SQL catalog on SQLite" in table, table
     assert "| 1.00x |" in table and "librdkafka's mock cluster" in table, table

@@ -177,7 +177,7 @@ def test_sinks_default_to_the_three_delta_tables_and_are_declared_per_output() -
 @pytest.mark.parametrize(
     ("sinks", "message"),
     [
-        ({"windows": [{"s3": "x"}]}, "unknown sink type 's3'; known: delta, files, kafka"),
+        ({"windows": [{"s3": "x"}]}, "unknown sink type 's3'; known: delta, files, iceberg, kafka"),
         ({"windows": [{"delta": "a", "kafka": "b"}]}, "a sink is one mapping"),
         ({"windows": [{"kafka": {"topic": "bad topic!"}}]}, "kafka sink: topic"),
         ({"windows": [{"kafka": {"topic": "t", "acks": 0}}]}, "kafka sink: acks"),

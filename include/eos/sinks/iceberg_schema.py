@@ -1,0 +1,86 @@
+"""What an Iceberg table can take from an output, decided before the seal.
+
+The table is created from the output's Arrow schema (pyiceberg's own conversion: a decimal
+stays ``decimal(p, s)``, a UTC timestamp in microseconds becomes ``timestamptz``, a string
+``string``, a long ``long``). An existing table takes the rows when every column they share has
+a type Iceberg's own compatibility check accepts (the same type, or a promotion Iceberg allows)
+and every column the table requires is there; a column the rows add is added to the table in
+the epoch's commit. A type Iceberg cannot hold (a duration, nanosecond times on a format-2
+table, a decimal wider than 38 digits) or a conflicting column is refused with
+``SinkCannotTake`` in ``check``, while an abort is still possible, never at the commit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from eos.core.errors import SinkCannotTake
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["added_columns", "conflicts", "iceberg_schema", "refuse_conflicts"]
+
+
+def iceberg_schema(schema: pa.Schema, where: str) -> Any:
+    """The Iceberg schema of an output (pyiceberg's conversion, ids assigned on creation), or
+    ``SinkCannotTake`` naming what Iceberg cannot hold."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException
+
+    try:
+        return Catalog._convert_schema_if_needed(schema)
+    except (ValueError, TypeError, UnsupportedPyArrowTypeException) as error:
+        raise SinkCannotTake(f"{where}: Iceberg cannot hold the output's columns: {error}. "
+                             "Nothing was sealed or written") from None
+
+
+def added_columns(table_schema: Any, rows: pa.Schema) -> list[str]:
+    """The columns of ``rows`` the table lacks (added by the commit)."""
+    known = {field.name for field in table_schema.fields}
+    return [name for name in rows.names if name not in known]
+
+
+def conflicts(table_schema: Any, rows: Any) -> list[str]:
+    """Why a table of ``table_schema`` cannot take rows of Iceberg schema ``rows`` (empty: it
+    can), by column name: Iceberg's promotions allowed (an int into a long), containers
+    compared by kind."""
+    from pyiceberg.exceptions import ResolveError
+    from pyiceberg.schema import promote
+    from pyiceberg.types import PrimitiveType
+
+    given = {field.name: field for field in rows.fields}
+    found = []
+    for field in table_schema.fields:
+        other = given.get(field.name)
+        if other is None:
+            if field.required:
+                found.append(f"column '{field.name}' is required and the output has no such "
+                             "column")
+            continue
+        if field.required and not other.required:
+            found.append(f"column '{field.name}' is required in the table and may be empty "
+                         "in the output")
+        ours, theirs = other.field_type, field.field_type
+        if not isinstance(theirs, PrimitiveType):
+            if type(ours) is not type(theirs):
+                found.append(f"column '{field.name}' is {theirs} in the table, {ours} in the "
+                             "output")
+            continue
+        try:
+            if ours != theirs:
+                promote(ours, theirs)
+        except ResolveError:
+            found.append(f"column '{field.name}' is {theirs} in the table, {ours} in the output")
+    return found
+
+
+def refuse_conflicts(table_schema: Any | None, rows: pa.Schema, where: str) -> None:
+    """``SinkCannotTake`` when a table of ``table_schema`` (None: not created yet) cannot take
+    rows of schema ``rows``."""
+    converted = iceberg_schema(rows, where)
+    found = [] if table_schema is None else conflicts(table_schema, converted)
+    if found:
+        raise SinkCannotTake(f"{where}: the table cannot take the output: {'; '.join(found)}. "
+                             "Nothing was sealed or written: give the sink another table, or "
+                             "change the table to the output's schema, then run again")
