@@ -96,7 +96,7 @@ def miss_the_deadline(config: PipelineConfig) -> tuple[Any, list[dict[str, Any]]
     from airflow.models import Trigger
     from airflow.models.deadline import Deadline
     from airflow.models.serialized_dag import SerializedDagModel
-    from airflow.utils.module_loading import import_string
+    from airflow.sdk.module_loading import import_string
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
