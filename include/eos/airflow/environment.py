@@ -33,7 +33,7 @@ preload_in_scheduler()
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 # Chatter nobody reads, silenced unless the environment sets these itself: alembic's "setup
 # plugin" lines and the DAG processor's "Not time to refresh bundle"
-# (``eos.airflow.logging_config``), and the deprecation warnings Airflow 3.1.8 and its libraries
+# (``eos.airflow.logging_config``), and the deprecation warnings Airflow and its libraries
 # raise about their own code in every process (Airflow shows its DeprecationWarnings only when
 # PYTHONWARNINGS is unset: any value gives Python's defaults back; the entries also name the
 # FutureWarning that would still print).
