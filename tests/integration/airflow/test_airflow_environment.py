@@ -1,8 +1,9 @@
 """The environment ``eos ui`` (and the tests' standalone Airflow) runs Airflow in
 (``eos.airflow.environment``): its home follows ``AIRFLOW_HOME``, and an Airflow process started
 in it prints none of the start-up chatter every process used to print (alembic's INFO lines
-on the migration check, deprecation warnings about Airflow's own imports) while errors still print. Checked on
-real Airflow processes (``python -c 'import airflow ...'``), not by reading the settings back.
+on the migration check, deprecation warnings about Airflow's own imports) while errors still
+print. Checked on real Airflow processes (``python -c 'import airflow ...'``), not by reading
+the settings back.
 """
 
 from __future__ import annotations
