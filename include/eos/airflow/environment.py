@@ -42,6 +42,8 @@ KNOWN_DEPRECATIONS = (
     "ignore:The `airflow.operators.:FutureWarning",  # the standard provider's compat imports
     "ignore:'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated:DeprecationWarning",  # starlette
     "ignore:The anyio.abc.BlockingPortal alias is deprecated:DeprecationWarning",  # anyio
+    # starlette 1.x, on the API server's import of fastapi.testclient (a UserWarning subclass)
+    "ignore:Using `httpx` with `starlette.testclient` is deprecated:UserWarning",
 )
 QUIET_ENV = {
     "AIRFLOW__LOGGING__LOGGING_CONFIG_CLASS": "eos.airflow.logging_config.LOGGING_CONFIG",
