@@ -1,9 +1,9 @@
-# Airflow image for docker-compose.yaml: the official Airflow 3.1.8 image plus
+# Airflow image for docker-compose.yaml: the official Airflow 3.3.2 image plus
 #   - a headless JRE, because the Spark tasks run `spark-submit` from the pyspark wheel
 #     (client mode: the Spark driver lives in the Airflow task process), and
 #   - the eos package with the extras the stack uses, installed by docker/install-eos.sh with
 #     the lock (requirements.txt) as constraints, Airflow's own practice: the lock pins
-#     apache-airflow==3.1.8, the image's version, so the install never changes Airflow;
+#     apache-airflow==3.3.2, the image's version, so the install never changes Airflow;
 #   - in $AIRFLOW_HOME (/opt/airflow) the two files a deployment writes for eos: the DAG file in
 #     dags/ and the scheduler's preload in config/airflow_local_settings.py
 #     (eos.airflow.environment); the epochs view's plugin comes from the package's entry point;
@@ -12,7 +12,7 @@
 # Nothing of the repository is mounted at run time.
 #
 # Build context: the repository root (see docker-compose.yaml; .dockerignore keeps it small).
-FROM apache/airflow:3.1.8-python3.11
+FROM apache/airflow:3.3.2-python3.11
 
 USER root
 # /usr/share/man/man1 must exist for the openjdk postinst script on slim Debian images.

@@ -1,10 +1,10 @@
-"""Stall alerts (``alerts.stall_after``) as an Airflow 3.1 Deadline Alert on every DAG run.
+"""Stall alerts (``alerts.stall_after``) as an Airflow Deadline Alert on every DAG run.
 
 Each run of a pipeline's DAG gets a deadline ``stall_after`` after it was queued
 (``DeadlineReference.DAGRUN_QUEUED_AT``). A run that succeeds in time is forgotten (Airflow
 prunes its deadline); one that has not succeeded by then (failed, or still running: waiting behind
 an earlier run in ``begin``, or slow) makes the scheduler hand ``stall_alert`` to the
-triggerer (Airflow 3.1 runs only ``AsyncCallback`` deadline callbacks). ``stall_alert`` then
+triggerer (an ``AsyncCallback``, which the triggerer runs). ``stall_alert`` then
 looks at the pipeline itself (``eos.core.pipeline_status.check_stall``: the checkpoint's age and
 the lag
 from the broker's watermarks): a missed deadline alone is no stall (a backfill queues many runs at

@@ -70,9 +70,9 @@ class DagRunner:
         self.start = datetime.now(UTC).replace(microsecond=0)
 
     def _load_dag(self) -> Any:
-        from airflow.models.dagbag import DagBag
+        from airflow.dag_processing.dagbag import DagBag  # never loads Airflow's examples
 
-        bag = DagBag(dag_folder=str(self.home / "dags"), include_examples=False)
+        bag = DagBag(dag_folder=str(self.home / "dags"))
         if bag.import_errors:
             raise RuntimeError(f"DAG import errors: {bag.import_errors}")
         return bag.dags[f"eos_{self.config.name}"]

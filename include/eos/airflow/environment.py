@@ -33,7 +33,7 @@ preload_in_scheduler()
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 # Chatter nobody reads, silenced unless the environment sets these itself: alembic's "setup
 # plugin" lines and the DAG processor's "Not time to refresh bundle"
-# (``eos.airflow.logging_config``), and the deprecation warnings Airflow 3.1.8 and its libraries
+# (``eos.airflow.logging_config``), and the deprecation warnings Airflow and its libraries
 # raise about their own code in every process (Airflow shows its DeprecationWarnings only when
 # PYTHONWARNINGS is unset: any value gives Python's defaults back; the entries also name the
 # FutureWarning that would still print).
@@ -42,6 +42,8 @@ KNOWN_DEPRECATIONS = (
     "ignore:The `airflow.operators.:FutureWarning",  # the standard provider's compat imports
     "ignore:'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated:DeprecationWarning",  # starlette
     "ignore:The anyio.abc.BlockingPortal alias is deprecated:DeprecationWarning",  # anyio
+    # starlette 1.x, on the API server's import of fastapi.testclient (a UserWarning subclass)
+    "ignore:Using `httpx` with `starlette.testclient` is deprecated:UserWarning",
 )
 QUIET_ENV = {
     "AIRFLOW__LOGGING__LOGGING_CONFIG_CLASS": "eos.airflow.logging_config.LOGGING_CONFIG",

@@ -1,5 +1,5 @@
 """The Airflow UI's epochs view (Flink's Checkpoints tab, inside Airflow): a FastAPI app the
-Airflow 3.1 API server mounts from ``eos.airflow.plugin``, and the nav entry that shows it.
+Airflow 3 API server mounts from ``eos.airflow.plugin``, and the nav entry that shows it.
 
 Thin by design: every page and API answer is a ``PipelineStatus`` (``eos.core.pipeline_status``,
 what

@@ -5,12 +5,14 @@ reads. Warnings and errors of every logger still print.
 Named by ``AIRFLOW__LOGGING__LOGGING_CONFIG_CLASS`` (``eos.airflow.environment``); Airflow imports
 this module in each process before it logs anything.
 
-- ``alembic``: ``setup plugin ...`` at INFO, seven lines each time a process imports Airflow
-  (every component, every task). A stdlib logger: its level is set in the dict config.
+- ``alembic``: ``Context impl ...`` and ``Will assume ... DDL`` at INFO each time a process
+  opens alembic's migration context (every component checks the metadata DB's migrations at
+  start), and ``setup plugin ...`` where Airflow does not silence it itself. A stdlib logger:
+  its level is set in the dict config.
 - ``airflow.sdk.definitions.connection``: a warning about the ``_`` in ``spark_connect`` (the
   provider's own connection type) on every read of that connection.
 - The DAG processor's manager: ``Not time to refresh bundle dags-folder`` every five seconds.
-  Airflow's own loggers are structlog loggers, filtered by a per-logger table that Airflow 3.1's
+  Airflow's own loggers are structlog loggers, filtered by a per-logger table that Airflow's
   ``[logging]`` section cannot set; it is filled here, before any of them is created (an
   Airflow without that table keeps its levels).
 """

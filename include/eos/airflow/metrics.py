@@ -1,9 +1,10 @@
 """Per-epoch metrics through Airflow's own metrics client, from the tasks of an epoch's DAG run.
 
-``airflow.stats.Stats`` sends them wherever the deployment configured ``[metrics]``: StatsD
-(``statsd_on``), OpenTelemetry (``otel_on``), or nowhere (then nothing here costs a Kafka
-query). Airflow prefixes every name (``statsd_prefix``, ``airflow`` by default); ours follow as
-``eos.<pipeline>.<what>`` (docs/operating.md, "Metrics", has the list and a Prometheus mapping):
+The task SDK's ``stats`` (``airflow.sdk.observability``) sends them wherever the deployment
+configured ``[metrics]``: StatsD (``statsd_on``), OpenTelemetry (``otel_on``), or nowhere (then
+nothing here costs a Kafka query). Airflow prefixes every name (``statsd_prefix``, ``airflow``
+by default); ours follow as ``eos.<pipeline>.<what>`` (docs/operating.md, "Metrics", has the
+list and a Prometheus mapping):
 
 - begin: ``lag`` (records left in the topic after this epoch's plan) and ``lag.p<N>`` per
   partition, ``planned_records``, ``phase.begin`` (ms);
@@ -48,9 +49,11 @@ def name(config: PipelineConfig, *parts: str) -> str:
 
 
 def _stats() -> Any:
-    from airflow.stats import Stats
+    """The task SDK's metrics (``gauge``, ``timing``, ``incr``), set up from ``[metrics]`` by
+    the task runner in every task process."""
+    from airflow.sdk.observability import stats
 
-    return Stats
+    return stats
 
 
 def begin_metrics(config: PipelineConfig, plan: Any, duration_ms: float) -> None:

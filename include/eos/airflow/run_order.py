@@ -28,7 +28,7 @@ def wait_for_earlier_runs(context: Any) -> None:
     Waits only ever point to earlier logical dates, so they cannot form a cycle; a run without
     a logical date waits for none (``max_active_runs=1`` orders those).
     """
-    from airflow.exceptions import AirflowRescheduleException
+    from airflow.sdk.exceptions import AirflowRescheduleException
 
     earlier = context["ti"].get_previous_dagrun(state="running")
     if earlier is None:

@@ -186,8 +186,7 @@ def epoch_schedule(config: PipelineConfig) -> Any:
     if schedule.cron is None:
         return [asset]
     from airflow import settings
-    from airflow.timetables.assets import AssetOrTimeSchedule
-    from airflow.timetables.trigger import CronTriggerTimetable
+    from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable  # the DAG author's kinds
 
     return AssetOrTimeSchedule(
         timetable=CronTriggerTimetable(schedule.cron, timezone=settings.TIMEZONE),

@@ -1,8 +1,8 @@
 """Stall alerts through Airflow's own deadline machinery (``eos.airflow.alerts``).
 
-A pipeline with ``alerts.stall_after`` gets a Deadline Alert on its DAG; Airflow 3.1 records a
+A pipeline with ``alerts.stall_after`` gets a Deadline Alert on its DAG; Airflow records a
 deadline for each run when it is created (``queued_at`` + ``stall_after``) and, once it is
-missed, hands the callback to the triggerer as a ``DeadlineCallbackTrigger``. Here the real
+missed, hands the callback to the triggerer as a ``CallbackTrigger``. Here the real
 metadata DB, the real serialized DAG (dags/ parsed as the DAG processor parses it), the real
 ``Deadline`` rows and the real trigger run the callback; only the scheduler's loop, which calls
 ``Deadline.handle_miss`` for deadlines in the past, is called directly. The stall check reads the
@@ -52,7 +52,8 @@ def alerting_pipeline(directory: Path, data_dir: Path, prefix: str, events: int,
 def test_the_dag_carries_a_deadline_on_queued_runs_only_when_asked(
         pipelines_dir: Path, data_dir: Path, kafka: str, tmp_path: Path) -> None:
     from airflow.sdk.definitions.deadline import AsyncCallback, DeadlineReference
-    from airflow.serialization.serialized_objects import SerializedDAG
+    from airflow.serialization.decoders import decode_deadline_alert
+    from airflow.serialization.serialized_objects import DagSerialization
 
     config = alerting_pipeline(tmp_path, data_dir, "alparse", 0, tmp_path / "sent.json")
     dag = build_dag(config)
@@ -62,9 +63,11 @@ def test_the_dag_carries_a_deadline_on_queued_runs_only_when_asked(
     assert isinstance(alert.callback, AsyncCallback)
     assert alert.callback.path == "eos.airflow.alerts.stall_alert"
     assert alert.callback.kwargs == {"config_path": config.source_path}
-    # The deadline survives serialization (what the scheduler reads).
-    restored = SerializedDAG.from_dict(SerializedDAG.to_dict(dag))
-    assert [(type(d.reference).__name__, d.interval, d.callback.path) for d in restored.deadline
+    # The deadline survives serialization (what the scheduler reads, and decodes when it
+    # records the DAG's deadline alerts).
+    restored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    decoded = [decode_deadline_alert(encoded) for encoded in restored.deadline]
+    assert [(type(d.reference).__name__, d.interval, d.callback.path) for d in decoded
             ] == [("DagRunQueuedAtDeadline", timedelta(minutes=20),
                    "eos.airflow.alerts.stall_alert")]
     plain = make_pipeline(tmp_path, dag=(data_dir, "alnone"),
@@ -75,7 +78,7 @@ def test_the_dag_carries_a_deadline_on_queued_runs_only_when_asked(
 def sync_dags() -> None:
     """Parse dags/ and write the serialized DAGs to the metadata DB, as the DAG processor does."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.models.dagbag import BundleDagBag, sync_bag_to_db
+    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
     from airflow.utils.session import create_session
 
     manager = DagBundlesManager()
@@ -96,7 +99,7 @@ def miss_the_deadline(config: PipelineConfig) -> tuple[Any, list[dict[str, Any]]
     from airflow.models import Trigger
     from airflow.models.deadline import Deadline
     from airflow.models.serialized_dag import SerializedDagModel
-    from airflow.utils.module_loading import import_string
+    from airflow.sdk.module_loading import import_string
     from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
@@ -112,13 +115,15 @@ def miss_the_deadline(config: PipelineConfig) -> tuple[Any, list[dict[str, Any]]
         session.flush()  # Airflow's sessions do not autoflush
         (deadline,) = session.scalars(select(Deadline).where(Deadline.dagrun_id == run.id))
         assert deadline.deadline_time == run.queued_at + timedelta(minutes=20)
-        assert deadline.callback_state is None
+        # The deadline's callback is a row of its own (Airflow 3.3), queued on a miss only.
+        assert not deadline.missed and deadline.callback.trigger_id is None
         deadline.handle_miss(session)
         session.flush()
-        trigger = session.get(Trigger, deadline.trigger_id)
+        assert deadline.missed
+        trigger = session.get(Trigger, deadline.callback.trigger_id)
         classpath, kwargs = trigger.classpath, trigger.kwargs
         when = deadline.deadline_time
-    assert classpath == "airflow.triggers.deadline.DeadlineCallbackTrigger"
+    assert classpath == "airflow.triggers.callback.CallbackTrigger"
 
     async def events() -> list[dict[str, Any]]:
         return [event.payload async for event in import_string(classpath)(**kwargs).run()]

@@ -97,7 +97,7 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert tasks["commit"].trigger_rule == "all_success"
     assert dag.max_active_runs == 1
     assert dag.catchup is False
-    assert dag.timetable.summary == config.schedule.cron
+    assert dag.timetable.expression == config.schedule.cron
 
     # compute.mode connect (the default): a TaskFlow task on the Spark Connect server.
     precommit = tasks["precommit"]
@@ -126,9 +126,10 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     # Airflow's own check of a backfill request accepts the defaults (reprocess "none", the
     # UI dialog's "Missing Runs"): it raised InvalidReprocessBehavior with depends_on_past.
     from airflow.models.backfill import _validate_backfill_params
-    from airflow.serialization.serialized_objects import SerializedDAG
+    from airflow.serialization.serialized_objects import DagSerialization
 
-    served = SerializedDAG.from_dict(SerializedDAG.to_dict(dag))  # what the API server reads
+    served = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # what the API server reads
+    assert served.timetable.summary == config.schedule.cron  # what the UI shows
     _validate_backfill_params(served, False, datetime(2025, 1, 1, tzinfo=UTC),
                               datetime(2025, 1, 2, tzinfo=UTC), None)
 
@@ -147,7 +148,8 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     # Its maintenance DAG: manual runs only, one rewind each, parameterised.
     rewind = af.load_dag("eos_clicks__rewind")
     assert set(rewind.task_dict) == {"rewind"}
-    assert rewind.timetable.summary == "None" and rewind.max_active_runs == 1
+    served = DagSerialization.from_dict(DagSerialization.to_dict(rewind))
+    assert served.timetable.summary == "None" and rewind.max_active_runs == 1
     assert set(rewind.params) == {"to_epoch", "republish"}
     assert rewind.params.get_param("to_epoch").schema == {"type": "integer", "minimum": -1}
 
@@ -183,9 +185,9 @@ def test_parsing_the_dag_file_touches_no_kafka_spark_or_delta() -> None:
     created."""
     probe = (
         "import sys\n"
-        "from airflow.models.dagbag import DagBag\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
         "before = set(sys.modules)\n"
-        f"bag = DagBag(dag_folder={str(af.DAGS_DIR)!r}, include_examples=False)\n"
+        f"bag = DagBag(dag_folder={str(af.DAGS_DIR)!r})\n"
         "assert not bag.import_errors, bag.import_errors\n"
         "assert 'eos_clicks' in bag.dag_ids, bag.dag_ids\n"
         "heavy = ('confluent_kafka', 'deltalake', 'pyarrow', 'pyspark')\n"
@@ -218,11 +220,12 @@ def reference(airflow_db: Path, pipelines_dir: Path, data_dir: Path, kafka: str,
 @contextlib.contextmanager
 def statsd_listener() -> Iterator[list[str]]:
     """A real UDP socket on loopback as the StatsD server, and Airflow's metrics pointed at it
-    (``[metrics] statsd_on``), for the block: yields the lines it received. Airflow picks its
-    metrics client when ``airflow.stats`` is imported (here long before the block), so the
-    block sets the StatsD one as that import would have with this configuration."""
-    from airflow.metrics import statsd_logger
-    from airflow.stats import Stats
+    (``[metrics] statsd_on``), for the block: yields the lines it received. A task process picks
+    its metrics client from ``[metrics]`` when it starts (the task runner's
+    ``stats.initialize``); the tasks here run in this process, so the block sets the client up
+    as a task process would with this configuration, and again as before after it."""
+    from airflow.sdk.observability import stats
+    from airflow.sdk.observability.metrics import stats_utils
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
@@ -239,9 +242,7 @@ def statsd_listener() -> Iterator[list[str]]:
            "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1])}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    factory = type(Stats).factory
-    type(Stats).factory = statsd_logger.get_statsd_logger
-    Stats.instance = None  # made again from [metrics] on its next use
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
     try:
@@ -255,8 +256,7 @@ def statsd_listener() -> Iterator[list[str]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        type(Stats).factory = factory
-        Stats.instance = None
+        stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
 
 
 def eos_metrics(lines: list[str], config: PipelineConfig) -> dict[str, list[tuple[float, str]]]:

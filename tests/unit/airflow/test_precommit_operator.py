@@ -44,7 +44,7 @@ def run_precommit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str,
 
 def test_a_permanent_error_fails_at_once_with_the_apps_error_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from eos.core.errors import EXIT_PERMANENT, DataLoss
 
@@ -58,7 +58,7 @@ def test_a_permanent_error_fails_at_once_with_the_apps_error_line(
 @pytest.mark.parametrize("outcome", [None, "transient"])
 def test_a_transient_error_or_no_result_is_retried(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcome: str | None) -> None:
-    from airflow.exceptions import AirflowException, AirflowFailException
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from eos.core.errors import EXIT_TRANSIENT, KafkaUnavailable
 

@@ -91,10 +91,10 @@ def test_the_distribution_declares_its_dependencies_extras_and_entry_points() ->
             "pyyaml", "msgspec", "sqlglot", "duckdb", "aiokafka"} <= names
     extras = project["optional-dependencies"]
     assert {"airflow", "avro", "protobuf", "json-schema", "s3", "celery", "postgres", "docs",
-            "dev"} <= set(extras)
+            "iceberg", "dev"} <= set(extras)
     # Into an existing Airflow 3 environment: a range, never a pin that would replace it.
     airflow = next(req for req in extras["airflow"] if req.startswith("apache-airflow>"))
-    assert airflow == "apache-airflow>=3.1,<4"
+    assert airflow == "apache-airflow>=3.3,<4"
     plugins = project["entry-points"]["airflow.plugins"]
     assert plugins == {"eos_epochs": "eos.airflow.plugin:EpochsViewPlugin"}
     assert (LIBRARY / "compute" / "app.py").exists()

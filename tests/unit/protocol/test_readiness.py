@@ -206,7 +206,7 @@ def test_kafka_start_latest_counts_nothing_before_the_first_epoch(tmp_path: Path
 # -- the trigger's serialization (what the triggerer re-instantiates) ----------------------------
 
 def test_the_trigger_serializes_to_its_classpath_and_kwargs(tmp_path: Path) -> None:
-    from airflow.utils.module_loading import import_string
+    from airflow.sdk.module_loading import import_string
 
     from eos.airflow.triggers import EpochDueTrigger, epoch_schedule, lag_asset_uri
 
