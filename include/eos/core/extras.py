@@ -20,6 +20,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "s3": ("cryptography",),
     "airflow": ("airflow", "airflow.providers.apache.spark", "airflow.providers.standard"),
     "postgres": ("psycopg", "psycopg2"),  # a postgres sink writes with one, reads with the other
+    # an iceberg sink writes with pyiceberg; the audit reads with DuckDB's iceberg extension,
+    # which reads the manifests with DuckDB's avro extension
+    "iceberg": ("pyiceberg", "duckdb_extension_iceberg", "duckdb_extension_avro"),
 }
 # event.format -> the extra it needs (JSON needs none).
 FORMAT_EXTRAS = {"avro": "avro", "protobuf": "protobuf", "json_schema": "json-schema"}

@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from eos.core.errors import ConfigError, EosError, MissingExtra, SinkRejected, SinkUnavailable
+from eos.core.errors import ConfigError, EosError, SinkRejected, SinkUnavailable
+from eos.core.extras import require
 from eos.core.storage import is_remote, join
 from eos.sinks.iceberg_options import SQLITE_RELATIVE, IcebergOptions, expand, is_secret_property
 
@@ -96,7 +97,7 @@ def _s3_settings(properties: Mapping[str, Any]) -> dict[str, str]:
 
 def settings_for(options: IcebergOptions, root: str) -> CatalogSettings:
     """The catalog's properties for a sink whose pipeline keeps its tables at ``root``."""
-    _require()
+    require("iceberg", "an iceberg sink")
     configured = _configured(options.catalog)
     given, secrets = expand(options.catalog_properties)
     properties = {**{k: str(v) for k, v in configured.items() if not isinstance(v, dict)},
@@ -105,14 +106,6 @@ def settings_for(options: IcebergOptions, root: str) -> CatalogSettings:
     secrets += [str(v) for k, v in properties.items() if is_secret_property(k) and v]
     secrets += [os.environ[v] for v in S3_SECRETS if os.environ.get(v)]
     return CatalogSettings(options.catalog, properties, tuple(s for s in secrets if len(s) > 2))
-
-
-def _require() -> None:
-    try:
-        import pyiceberg  # noqa: F401
-    except ImportError:
-        raise MissingExtra("an iceberg sink needs the 'iceberg' extra (missing: pyiceberg): "
-                           "pip install 'eos-pipeline[iceberg]'") from None
 
 
 def open_catalog(settings: CatalogSettings, sink: str) -> Any:
