@@ -196,10 +196,28 @@ def _instants(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def _null_concat(tree: exp.Expression) -> exp.Expression:
+    """Spark's ``CONCAT`` is null when any operand is; DuckDB's skips null operands (sqlglot
+    writes it as DuckDB's ``CONCAT``), so each becomes ``||``, which is null with any of them
+    (innermost first, so a nested one is rewritten too)."""
+    for node in reversed(list(tree.find_all(exp.Concat))):
+        if node.args.get("coalesce"):
+            continue
+        parts = node.expressions
+        joined = exp.Cast(this=parts[0], to=exp.DataType.build("TEXT"))
+        for part in parts[1:]:
+            joined = exp.DPipe(this=joined, expression=part)
+        replaced = exp.Paren(this=joined)
+        if node is tree:
+            return replaced
+        node.replace(replaced)
+    return tree
+
+
 def _for_duckdb(tree: exp.Expression) -> str:
     """An expression in DuckDB's dialect: run it in a connection whose ``TimeZone`` is UTC
     (``DUCKDB_TIME_ZONE``), as precommit's Spark session is."""
-    return tree.copy().transform(_instants).sql(dialect="duckdb")
+    return _null_concat(tree.copy().transform(_instants)).sql(dialect="duckdb")
 
 
 # What the audit sets in DuckDB before evaluating a filter or select: Spark's session time zone.

@@ -91,6 +91,18 @@ def test_the_audit_reads_a_time_with_its_offset_as_spark_does() -> None:
                                    datetime(1970, 1, 1, 23, 59, 59, 999000, tzinfo=UTC)]
 
 
+def test_the_audit_s_concat_is_null_with_a_null_operand_as_spark_s_is() -> None:
+    """Spark's CONCAT is null when an operand is; DuckDB's own CONCAT skips null operands, so
+    a select with CONCAT over a nullable field was reported as wrong values by the audit."""
+    import duckdb
+
+    sql = expression_for_duckdb("CONCAT(page, '/', CONCAT(ts))", "string")
+    with duckdb.connect() as con:
+        con.register("e", pa.table({"page": ["a", None, "c"], "ts": ["1", "2", None]}))
+        got = [v for (v,) in con.execute(f"SELECT {sql} FROM e").fetchall()]
+    assert got == ["a/1", None, None]
+
+
 def test_kafka_codecs_carry_a_date() -> None:
     rows = pa.table({"day": pa.array([date(2026, 11, 27), None], pa.date32())})
     values = encode_values(rows)
