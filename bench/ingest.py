@@ -180,12 +180,19 @@ def run(env: Any, events: int, chunk: int, warmup: int, log: Log,
             result.events += count
             result.quarantined += timing.counts.get("quarantine", 0)
             result.filtered += timing.counts.get("filtered", 0)
-            log(f"epoch {timing.epoch}: {count:,} records; eos {timing.total:.2f}s, stream "
-                f"{seconds:.2f}s, bare consumer {bare:.2f}s")
+            log(f"epoch {timing.epoch}: {count:,} records; eos {timing.total:.2f}s "
+                f"({phases(timing)}), stream {seconds:.2f}s, bare consumer {bare:.2f}s")
     finally:
         both.stop()
     _compare(result, config, peer)
     return result
+
+
+def phases(timing: sc.EpochTiming) -> str:
+    """Where an eos epoch's seconds went, phase by phase (precommit's data work apart)."""
+    return (f"begin {timing.begin:.2f}, read+parse {timing.read_parse:.2f}, select "
+            f"{timing.aggregate:.2f}, stage {timing.staging_write:.2f} by {timing.written_by}, "
+            f"other {timing.precommit_other:.2f}, commit {timing.commit:.2f}")
 
 
 def _compare(result: Result, config: PipelineConfig, peer: IngestPeer) -> None:
