@@ -204,7 +204,7 @@ def _null_concat(tree: exp.Expression) -> exp.Expression:
         if node.args.get("coalesce"):
             continue
         parts = node.expressions
-        joined = exp.Cast(this=parts[0], to=exp.DataType.build("TEXT"))
+        joined: exp.Expression = exp.Cast(this=parts[0], to=exp.DataType.build("TEXT"))
         for part in parts[1:]:
             joined = exp.DPipe(this=joined, expression=part)
         replaced = exp.Paren(this=joined)

@@ -34,9 +34,11 @@ from __future__ import annotations
 import support.airflow_home  # noqa: F401  # isort: skip
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -370,6 +372,30 @@ DOCS_VIEWPORT = {"width": 1280, "height": 800}
 RUNS_TIMEOUT_S = 900.0
 
 
+CLEAR_RUN = re.compile(r"^(Clear Dag Run|Press shift\+c to clear)$")
+
+
+def pick_date_and_time(page: Any, dialog: Any, index: int, when: datetime) -> None:
+    """Fill the ``index``-th date-and-time field of a dialog (Airflow 3.3's picker: a button
+    that opens a popover with a date field, ``YYYY/MM/DD``, and a time field, ``HH:mm``),
+    then close the popover by clicking the dialog's title."""
+    from playwright.sync_api import expect
+
+    dialog.get_by_test_id("datetime-input").nth(index).click()
+    popover = page.locator('[data-scope="popover"][data-part="content"][data-state="open"]')
+    try:
+        fields = popover.locator("input")
+        fields.nth(0).fill(when.strftime("%Y/%m/%d"))
+        fields.nth(1).fill(when.strftime("%H:%M"))
+        fields.nth(1).press("Tab")
+    except Exception:
+        Path("/tmp/backfill-popover.html").write_text(page.content())
+        raise
+    dialog.get_by_text("Date Range", exact=True).click()
+    expect(dialog.get_by_test_id("datetime-input").nth(index)).to_contain_text(
+        when.strftime("%Y"))
+
+
 def shoot(page: Any, name: str) -> None:
     """A screenshot for the guide (docs/operating.md): the viewport (1280x800), dialogs past
     their opening animation."""
@@ -465,10 +491,8 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
             page.get_by_role("button", name="Trigger Dag").click()  # its aria-label
             dialog = page.get_by_role("dialog")
             dialog.get_by_text("Backfill", exact=True).click()
-            dates = dialog.locator('input[type="datetime-local"]')
             for i, when in enumerate(missing):
-                dates.nth(i).fill(when.strftime("%Y-%m-%dT%H:%M"))
-                dates.nth(i).blur()
+                pick_date_and_time(page, dialog, i, when)
             expect(dialog.get_by_text("2 runs will be triggered.")).to_be_visible()
             shoot(page, "backfill")
             dialog.get_by_role("button", name="Run Backfill").click()
@@ -484,9 +508,14 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
 
             # Clear-and-rerun a committed run: every task finds its work done.
             page.goto(f"{airflow.base}/dags/{dag_id}/runs/{quote(cleared, safe='')}")
-            page.get_by_role("button", name="Clear Dag Run").first.click()
+            # Its label is the hotkey's tooltip where the hotkey is on (Airflow 3.3).
+            page.get_by_role("button", name=CLEAR_RUN).first.click()
             dialog = page.get_by_role("dialog")
-            expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
+            try:
+                expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
+            except AssertionError:
+                Path("/tmp/clear-dialog.html").write_text(page.content())
+                raise
             shoot(page, "clear-and-rerun")
             dialog.get_by_role("button", name="Confirm").click()
             wait_for_runs(

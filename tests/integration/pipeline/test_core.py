@@ -128,7 +128,10 @@ def test_every_epoch_commits_once_with_its_txn(committed_pipeline: tuple) -> Non
     rows = checkpoints.read_all(tables_for(config))
     assert [c.epoch for c in rows] == epochs
     assert [c.plan_hash for c in rows] == [p.hash for p in plans]
-    assert [c.until for c in rows] == [{r.partition: r.until for r in p.ranges} for p in plans]
+    # Offsets by topic-partition: the one topic's partitions, where each epoch's ranges end.
+    assert [c.until for c in rows] == [{r.key: r.until for r in p.ranges} for p in plans]
+    assert {(k.topic, k.partition) for c in rows for k in c.until} == {
+        (config.kafka.topic, r.partition) for r in plans[0].ranges}
 
 
 def test_the_next_epoch_reads_only_the_files_that_hold_state(committed_pipeline: tuple) -> None:
