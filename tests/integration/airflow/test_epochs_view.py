@@ -383,14 +383,10 @@ def pick_date_and_time(page: Any, dialog: Any, index: int, when: datetime) -> No
 
     dialog.get_by_test_id("datetime-input").nth(index).click()
     popover = page.locator('[data-scope="popover"][data-part="content"][data-state="open"]')
-    try:
-        fields = popover.locator("input")
-        fields.nth(0).fill(when.strftime("%Y/%m/%d"))
-        fields.nth(1).fill(when.strftime("%H:%M"))
-        fields.nth(1).press("Tab")
-    except Exception:
-        Path("/tmp/backfill-popover.html").write_text(page.content())
-        raise
+    fields = popover.locator("input")
+    fields.nth(0).fill(when.strftime("%Y/%m/%d"))
+    fields.nth(1).fill(when.strftime("%H:%M"))
+    fields.nth(1).press("Tab")
     dialog.get_by_text("Date Range", exact=True).click()
     expect(dialog.get_by_test_id("datetime-input").nth(index)).to_contain_text(
         when.strftime("%Y"))
@@ -511,11 +507,7 @@ def test_trigger_backfill_with_the_dialogs_defaults_and_clear_and_rerun_in_the_b
             # Its label is the hotkey's tooltip where the hotkey is on (Airflow 3.3).
             page.get_by_role("button", name=CLEAR_RUN).first.click()
             dialog = page.get_by_role("dialog")
-            try:
-                expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
-            except AssertionError:
-                Path("/tmp/clear-dialog.html").write_text(page.content())
-                raise
+            expect(dialog.get_by_role("button", name="Confirm")).to_be_visible()
             shoot(page, "clear-and-rerun")
             dialog.get_by_role("button", name="Confirm").click()
             wait_for_runs(
