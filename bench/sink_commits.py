@@ -105,7 +105,8 @@ def iceberg_spec(rows: int, local: Path, warehouse: str | None) -> dict[str, Any
     """An iceberg sink on a SQL catalog on SQLite in ``local``, its warehouse there too or at
     ``warehouse`` (the S3 store)."""
     local.mkdir(parents=True, exist_ok=True)
-    return {"iceberg": {"catalog": "bench", "table": f"bench.windows_{rows}",
+    table = f"bench.windows_{rows}" + ("_s3" if warehouse else "")  # a sink name each
+    return {"iceberg": {"catalog": "bench", "table": table,
                         "catalog_properties": {"type": "sql",
                                                "uri": f"sqlite:///{local}/catalog.db",
                                                "warehouse": warehouse or str(local / "wh")}}}
