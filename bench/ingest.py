@@ -190,9 +190,10 @@ def run(env: Any, events: int, chunk: int, warmup: int, log: Log,
 
 def phases(timing: sc.EpochTiming) -> str:
     """Where an eos epoch's seconds went, phase by phase (precommit's data work apart)."""
-    return (f"begin {timing.begin:.2f}, read+parse {timing.read_parse:.2f}, select "
-            f"{timing.aggregate:.2f}, stage {timing.staging_write:.2f} by {timing.written_by}, "
-            f"other {timing.precommit_other:.2f}, commit {timing.commit:.2f}")
+    return (f"begin {timing.begin:.2f}, read+parse {timing.read_parse:.2f}, staging write "
+            f"{timing.aggregate:.2f} by {timing.written_by}, staging commit "
+            f"{timing.staging_write:.2f}, other {timing.precommit_other:.2f}, commit "
+            f"{timing.commit:.2f}")
 
 
 def _compare(result: Result, config: PipelineConfig, peer: IngestPeer) -> None:
