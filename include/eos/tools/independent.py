@@ -35,7 +35,8 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -383,17 +384,25 @@ def _s3_secret(con: Any) -> None:
     con.execute(f"CREATE SECRET eos_s3 (TYPE s3, {', '.join(parts)})")
 
 
-def read_delta(path: str, version: int) -> list[dict[str, Any]]:
-    """Every row of the Delta table at ``path`` as of ``version``, read by DuckDB's delta
-    extension, in canonical form. Extensions are never fetched or auto-loaded: only the file
-    from the wheel is loaded."""
+@contextmanager
+def duckdb_for(location: str) -> Iterator[Any]:
+    """A DuckDB connection that never fetches or auto-loads an extension (only files from the
+    wheels are loaded), with httpfs and the store's credentials when ``location`` is on S3."""
     import duckdb
 
     config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     with duckdb.connect(config=config) as con:
-        if path.startswith("s3://"):
+        if location.startswith("s3://"):
             con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_httpfs', 'httpfs')))}")
             _s3_secret(con)
+        yield con
+
+
+def read_delta(path: str, version: int) -> list[dict[str, Any]]:
+    """Every row of the Delta table at ``path`` as of ``version``, read by DuckDB's delta
+    extension, in canonical form. Extensions are never fetched or auto-loaded: only the file
+    from the wheel is loaded."""
+    with duckdb_for(path) as con:
         con.execute(f"LOAD {_quoted(str(delta_extension()))}")
         con.execute(f"ATTACH {_quoted(path)} AS sink (TYPE delta, VERSION {int(version)})")
         table = con.execute("SELECT * FROM sink").fetch_arrow_table()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eos.tools.independent import _extension, _quoted, _s3_secret, canonical_row
+from eos.tools.independent import _extension, _quoted, canonical_row, duckdb_for
 
 __all__ = ["ICEBERG_READER", "read_iceberg"]
 
@@ -28,14 +28,8 @@ ICEBERG_READER = "DuckDB iceberg"
 def read_iceberg(metadata_location: str, snapshot_id: int) -> list[dict[str, Any]]:
     """Every row of snapshot ``snapshot_id`` of the table whose metadata file is
     ``metadata_location`` (a local path, ``file://`` or ``s3://`` URI), in canonical form."""
-    import duckdb
-
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     location = metadata_location.removeprefix("file://")
-    with duckdb.connect(config=config) as con:
-        if location.startswith("s3://"):
-            con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_httpfs', 'httpfs')))}")
-            _s3_secret(con)
+    with duckdb_for(location) as con:
         con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_avro', 'avro')))}")
         con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_iceberg', 'iceberg')))}")
         table = con.execute(f"SELECT * FROM iceberg_scan({_quoted(location)}, "
