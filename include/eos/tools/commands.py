@@ -22,7 +22,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     session = uuid.uuid4().hex[:8]
     for i in range(args.epochs):
-        line = run_epoch(config, run_id=f"cli-{session}-{i}").summary()
+        # A commit that fails transiently is run again, as the DAG's commit task is retried.
+        line = run_epoch(config, run_id=f"cli-{session}-{i}", commit_retries=3).summary()
         rows = line["rows"]
         print(
             f"epoch {line['epoch']:>4}  plan {line['plan_hash']}  records {line['records']:>8}  "
