@@ -291,7 +291,8 @@ class MemoryStager:
             for offset in range(r.start, r.until):
                 what, at = record(r.partition, offset), offset * 1000
                 max_event = at if max_event is None else max(max_event, at)
-                where = {"partition": r.partition, "offset": offset, "kafka_timestamp_ms": at}
+                where = {"topic": r.topic, "partition": r.partition, "offset": offset,
+                         "kafka_timestamp_ms": at}
                 if what == "quarantine":
                     rows.append({**common, **where, "kind": "quarantine",
                                  "reason": "offset ends in 9",
@@ -308,8 +309,8 @@ class MemoryStager:
         rows.append({**common, "kind": kind, key: TOTAL, "window_start_ms": 0,
                      "window_end_ms": NEVER_ENDS, n_state: value})
         watermark = (plan.epoch + 1) * SIZE_MS
-        protocol = [{**common, "kind": "offsets", "partition": r.partition, "offset": r.start,
-                     "until": r.until} for r in plan.ranges]
+        protocol = [{**common, "kind": "offsets", "topic": r.topic, "partition": r.partition,
+                     "offset": r.start, "until": r.until} for r in plan.ranges]
         protocol.append({**common, "kind": WATERMARK, "watermark_ms": watermark,
                          "max_event_ms": max_event, "filtered": 0, "state_base": base})
         directory = attempt_dir(plan.epoch)

@@ -45,7 +45,7 @@ class RowStager:
         rows: list[dict[str, Any]] = []
         for r in plan.ranges:
             for offset in range(r.start, r.until):
-                where = {**common, "partition": r.partition, "offset": offset,
+                where = {**common, "topic": r.topic, "partition": r.partition, "offset": offset,
                          "kafka_timestamp_ms": offset * 1000}
                 if offset % 10 == 9:
                     rows.append({**where, "kind": "quarantine", "reason": "offset ends in 9",
@@ -54,8 +54,8 @@ class RowStager:
                     rows.append({**where, "kind": "output", ROW_TOPIC: plan.topic,
                                  row_column("key"): f"P{r.partition}",
                                  row_column("at"): offset * 1000})
-        protocol = [{**common, "kind": "offsets", "partition": r.partition, "offset": r.start,
-                     "until": r.until} for r in plan.ranges]
+        protocol = [{**common, "kind": "offsets", "topic": r.topic, "partition": r.partition,
+                     "offset": r.start, "until": r.until} for r in plan.ranges]
         protocol.append({**common, "kind": WATERMARK, "watermark_ms": NEG_INF,
                          "max_event_ms": None, "filtered": 0, "state_base": plan.epoch})
         directory = attempt_dir(plan.epoch)

@@ -25,6 +25,7 @@ DIGEST_BYTES = 66  # a quoted SHA-256 in hex
 BINARY_BYTES = 4 * -(-RAW_PREFIX_BYTES // 3) + 2  # a quoted base64 prefix
 HEADER_BYTES = 1024  # eos-pipeline, eos-epoch, eos-plan-hash, eos-lineage
 TOPIC_CHARS = 249  # Kafka's longest topic name
+TOPIC_BYTES = JSON_ESCAPE * TOPIC_CHARS + 2  # ... quoted, as if every character were escaped
 
 _LATE = ("event_time", "window_start", "window_end", "watermark", "partition", "offset",
          "kafka_timestamp", "epoch")
@@ -32,7 +33,7 @@ _QUARANTINE = {"reason": REASON_BYTES, "raw_key": BINARY_BYTES, "raw_value": BIN
                "partition": SCALAR_BYTES, "offset": SCALAR_BYTES,
                "kafka_timestamp": SCALAR_BYTES, "epoch": SCALAR_BYTES,
                "raw_key_bytes": SCALAR_BYTES, "raw_value_bytes": SCALAR_BYTES,
-               "raw_value_sha256": DIGEST_BYTES}
+               "raw_value_sha256": DIGEST_BYTES, "kafka_topic": TOPIC_BYTES}
 
 
 def largest_record_bytes(config: PipelineConfig, output: str) -> int:
@@ -50,10 +51,10 @@ def largest_record_bytes(config: PipelineConfig, output: str) -> int:
         # the epoch is sealed, not here.
         columns = {**{name: string if ftype.name == "string" else SCALAR_BYTES
                       for name, ftype in config.row_columns.items()},
-                   "kafka_topic": JSON_ESCAPE * TOPIC_CHARS + 2,
+                   "kafka_topic": TOPIC_BYTES,
                    **dict.fromkeys(("kafka_partition", "kafka_offset", "epoch"), SCALAR_BYTES)}
     elif output == "late":
-        columns = {**groups, **dict.fromkeys(_LATE, SCALAR_BYTES)}
+        columns = {**groups, **dict.fromkeys(_LATE, SCALAR_BYTES), "kafka_topic": TOPIC_BYTES}
     else:
         columns = {**groups, "window_start": SCALAR_BYTES, "window_end": SCALAR_BYTES,
                    **{name: _aggregate(config, name, string)

@@ -34,6 +34,9 @@ QUARANTINE_SCHEMA = pa.schema(
         ("raw_key_bytes", pa.int64()),  # the whole key's length (null: no key)
         ("raw_value_bytes", pa.int64()),  # the whole value's length (null: a null value)
         ("raw_value_sha256", pa.string()),  # of the whole value, hex
+        # The record's topic (a pipeline may read several); last, as it came last: a table
+        # made before it gains it, its older rows null. Null on a window's overflow row.
+        (KAFKA_TOPIC, pa.string()),
     ]
 )
 
@@ -52,10 +55,12 @@ def windows_schema(config: PipelineConfig) -> pa.Schema:
 
 def late_schema(config: PipelineConfig) -> pa.Schema:
     """One row per late (record, window) pair: the record's group fields and event time, the
-    window it missed, the watermark it was judged against, and where the record is in Kafka."""
+    window it missed, the watermark it was judged against, and where the record is in Kafka
+    (``partition``, ``offset``, ``kafka_timestamp``, ``kafka_topic``)."""
     return pa.schema([*_group_fields(config), ("event_time", TS), ("window_start", TS),
                       ("window_end", TS), ("watermark", TS), ("partition", pa.int32()),
-                      ("offset", pa.int64()), ("kafka_timestamp", TS), ("epoch", pa.int64())])
+                      ("offset", pa.int64()), ("kafka_timestamp", TS), ("epoch", pa.int64()),
+                      (KAFKA_TOPIC, pa.string())])  # last: it came last (QUARANTINE_SCHEMA)
 
 
 def rows_schema(config: PipelineConfig) -> pa.Schema:
@@ -128,7 +133,8 @@ def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
     return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
-def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: int) -> pa.Table:
+def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: int,
+              topic: str = "") -> pa.Table:
     rows = _kind(staged, "late")
     n = rows.num_rows
     cols = {
@@ -141,15 +147,27 @@ def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: i
         "offset": rows["offset"],
         "kafka_timestamp": _ts(rows["kafka_timestamp_ms"]),
         "epoch": _epoch(epoch, n),
+        KAFKA_TOPIC: _topics(rows, topic),
     }
     schema = late_schema(config)
     return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
-def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
+def _topics(rows: pa.Table, topic: str) -> pa.ChunkedArray | pa.Array:
+    """Each staged row's record topic; a row staged before staging had the column (null) is of
+    ``topic``, the plan's one topic ("" for a plan of several, whose rows all have theirs)."""
+    if "topic" not in rows.column_names:
+        return pa.array([topic or None] * rows.num_rows, pa.string())
+    if not topic:
+        return rows["topic"]
+    return pc.fill_null(rows["topic"], topic)
+
+
+def quarantine_rows(staged: pa.Table, epoch: int, topic: str = "") -> pa.Table:
     """Quarantined records as sinks receive them: bounded (``RAW_PREFIX_BYTES``), whatever the
     record's size. Staging keeps the whole bytes; an 800 KB undecodable record once made a
-    quarantine record over Kafka's limit and halted the pipeline."""
+    quarantine record over Kafka's limit and halted the pipeline. ``topic``: the plan's one
+    topic (``_topics``)."""
     rows = _kind(staged, "quarantine")
     values = rows["raw_value"].to_pylist()
     cols = {
@@ -164,6 +182,7 @@ def quarantine_rows(staged: pa.Table, epoch: int) -> pa.Table:
         "raw_value_bytes": pc.cast(pc.binary_length(rows["raw_value"]), pa.int64()),
         "raw_value_sha256": pa.array([None if v is None else hashlib.sha256(v).hexdigest()
                                       for v in values], pa.string()),
+        KAFKA_TOPIC: _topics(rows, topic),
     }
     names = QUARANTINE_SCHEMA.names
     return pa.Table.from_arrays([cols[n] for n in names], schema=QUARANTINE_SCHEMA)
@@ -226,16 +245,17 @@ def overflow_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Ta
 
 
 def epoch_outputs(config: PipelineConfig, staged: pa.Table, epoch: int,
-                  previous_watermark: int | None) -> dict[str, pa.Table]:
+                  previous_watermark: int | None, topic: str = "") -> dict[str, pa.Table]:
     """Rows per output of a staged epoch. ``previous_watermark`` is wm(N-1), the watermark the
-    epoch's late records were judged against (recorded in each late row)."""
+    epoch's late records were judged against (recorded in each late row); ``topic``: the
+    epoch's plan's one topic ("" when it reads several), for rows staged without theirs."""
     if config.stateless:
         return {"rows": row_rows(config, staged, epoch),
-                "quarantine": quarantine_rows(staged, epoch)}
+                "quarantine": quarantine_rows(staged, epoch, topic)}
     return {
         "windows": window_rows(config, staged, epoch),
         "late": late_rows(config, staged, epoch,
-                          previous_watermark if previous_watermark is not None else 0),
-        "quarantine": pa.concat_tables([quarantine_rows(staged, epoch),
+                          previous_watermark if previous_watermark is not None else 0, topic),
+        "quarantine": pa.concat_tables([quarantine_rows(staged, epoch, topic),
                                         overflow_rows(config, staged, epoch)]),
     }

@@ -62,6 +62,10 @@ STAGING_PROTOCOL = pa.schema(
         # N staged a snapshot; ``eos.core.window_state``). Added later: older tables gain it on
         # open.
         ("state_base", pa.int64()),
+        # The topic of an offsets row's range and of a late or quarantined row's record (a
+        # pipeline may read several). Added later: older tables gain it on open, and rows
+        # staged before it read as null (the commit gives them the plan's one topic).
+        ("topic", pa.string()),
     ]
 )
 CHECKPOINTS_SCHEMA = pa.schema(

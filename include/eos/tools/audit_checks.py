@@ -30,17 +30,28 @@ def _ms(value: Any) -> Any:
 
 def row_identity(config: PipelineConfig, output: str) -> Callable[[dict[str, Any]], tuple]:
     """What identifies a committed row of ``output``: a window's group, bounds and epoch (its
-    values are compared by ``value_differences``), the record and window of a late row, the
-    record and reason of a quarantined one."""
+    values are compared by ``value_differences``), the record (topic, partition, offset) and
+    window of a late row, the record and reason of a quarantined one: two topics' records at
+    one partition and offset are two rows."""
     if output == "windows":
         names = [*config.group_by, "window_start", "window_end", "epoch"]
         return lambda row: tuple(_ms(row[n]) for n in names)
     if output == "rows":  # a record's row: its coordinates (a duplicate is one held twice)
         return lambda row: (row["kafka_topic"], row["kafka_partition"], row["kafka_offset"])
     if output == "late":
-        return lambda row: (row["partition"], row["offset"], _ms(row["window_start"]),
-                            _ms(row["window_end"]), row["epoch"])
-    return lambda row: (row["partition"], row["offset"], row["reason"], row["epoch"])
+        return lambda row: (row.get("kafka_topic"), row["partition"], row["offset"],
+                            _ms(row["window_start"]), _ms(row["window_end"]), row["epoch"])
+    return lambda row: (row.get("kafka_topic"), row["partition"], row["offset"], row["reason"],
+                        row["epoch"])
+
+
+def with_topics(rows: list[dict[str, Any]], plans: list[Plan]) -> list[dict[str, Any]]:
+    """Late and quarantine rows as their identity reads them: a row of a record without a
+    ``kafka_topic`` (committed before those outputs had the column) is of its epoch's plan's
+    one topic; a window's overflow row (no record) stays without one."""
+    topics = {plan.epoch: plan.topic for plan in plans}
+    return [row if row.get("kafka_topic") is not None or row.get("partition") is None
+            else {**row, "kafka_topic": topics.get(row["epoch"]) or None} for row in rows]
 
 
 def value_differences(config: PipelineConfig, want: dict[str, Any],

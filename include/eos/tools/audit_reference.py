@@ -303,8 +303,8 @@ class _Reference:
             if not isinstance(parsed, Parsed) or isinstance(key, str):
                 reason = parsed.reason if not isinstance(parsed, Parsed) else key
                 self.expected.rows["quarantine"].append({
-                    "partition": r.partition, "offset": r.offset, "reason": reason,
-                    "epoch": plan.epoch})
+                    "kafka_topic": r.topic or plan.topic, "partition": r.partition,
+                    "offset": r.offset, "reason": reason, "epoch": plan.epoch})
                 continue
             self.max_event = parsed.event_ms if self.max_event is None else max(
                 self.max_event, parsed.event_ms)
@@ -321,7 +321,8 @@ class _Reference:
         self._emit(plan.epoch)
 
     def _late(self, event: Event, start: int, end: int, epoch: int) -> None:
-        self.expected.rows["late"].append({"partition": event.partition, "offset": event.offset,
+        self.expected.rows["late"].append({"kafka_topic": event.metadata.get("kafka_topic"),
+                                           "partition": event.partition, "offset": event.offset,
                                            "window_start": start, "window_end": end,
                                            "epoch": epoch})
 
@@ -368,7 +369,7 @@ class _Reference:
             self.expected.rows["windows"].append(row)
             for name in overflowed:
                 self.expected.rows["quarantine"].append({
-                    "partition": None, "offset": None, "epoch": epoch,
+                    "kafka_topic": None, "partition": None, "offset": None, "epoch": epoch,
                     "reason": self._overflow_reason(name, start, end)})
 
     def _overflow_reason(self, name: str, start: int, end: int) -> str:

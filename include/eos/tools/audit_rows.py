@@ -57,7 +57,8 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
             key = key_values(config, keys, r)
             if not isinstance(parsed, Parsed) or isinstance(key, str):
                 expected.rows["quarantine"].append({
-                    "partition": r.partition, "offset": r.offset,
+                    "kafka_topic": r.topic or plan.topic, "partition": r.partition,
+                    "offset": r.offset,
                     "reason": parsed.reason if not isinstance(parsed, Parsed) else key,
                     "epoch": plan.epoch})
                 continue

@@ -1,6 +1,7 @@
 """A pipeline reading every topic a ``kafka.pattern`` matches, against a real broker, Spark and
 Delta: two topics, then a third created mid-run; every record of the three is read once (the
-audit recomputes every row from Kafka by its topic, partition and offset)."""
+audit recomputes every row from Kafka by its topic, partition and offset), and each quarantined
+record's row names its topic."""
 
 from __future__ import annotations
 
@@ -63,3 +64,8 @@ def test_two_topics_and_a_third_created_mid_run_are_each_read_once(
     assert len(coordinates) == len(set(coordinates))
     assert {r["topic"] for r in rows} == {f"{prefix}-{t}" for t in "abc"}
     assert all(r["topic"] == r["kafka_topic"] for r in rows)
+    # A quarantined record's row says its topic too (the audit above matched each by it).
+    quarantined = read_table(delta_path(config, "quarantine")).to_pylist()
+    assert {q["kafka_topic"] for q in quarantined} == {f"{prefix}-{t}" for t in "abc"}
+    where = [(q["kafka_topic"], q["partition"], q["offset"]) for q in quarantined]
+    assert len(where) == len(set(where))

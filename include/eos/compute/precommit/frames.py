@@ -95,7 +95,7 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
         partials = partial_windows(F, pairs.where(~late), list(config.group_by),
                                    aggregations_for(config))
         result, read_rows = merge_state(spark, F, config, state, partials, watermark)
-        side = side_rows(F, config, parsed, pairs.where(late))
+        side = side_rows(F, config, parsed, pairs.where(late), plan.topic)
         yield Frames(result, side, stats["max_event"], stats["filtered"],
                      stats["bad_bytes"] or 0, watermark, max_event, read_rows)
     finally:
@@ -221,12 +221,14 @@ def merge_state(spark: Any, F: Any, config: PipelineConfig, state: ResumePoint, 
     return result, read_rows
 
 
-def side_rows(F: Any, config: PipelineConfig, parsed: Any, late_pairs: Any | None) -> Any:
+def side_rows(F: Any, config: PipelineConfig, parsed: Any, late_pairs: Any | None,
+              topic: str) -> Any:
     """The rows staged beside the windows: each late (record, window) pair (none without
-    windows), and each quarantined record with its raw bytes and reason."""
+    windows), and each quarantined record with its raw bytes and reason; each with its
+    record's coordinates (``topic``: the plan's one topic, or "" for a plan of several)."""
     group = list(config.group_by)
     quarantined = parsed.where(F.col(REASON).isNotNull()).select(
-        F.lit("quarantine").alias("kind"),
+        F.lit("quarantine").alias("kind"), topic_column(F, topic).alias("topic"),
         F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
         F.col(KAFKA_TS).alias("kafka_timestamp_ms"), F.col(RAW_KEY).alias("raw_key"),
         F.col(RAW_VALUE).alias("raw_value"), F.col(REASON).alias("reason"))
@@ -234,7 +236,7 @@ def side_rows(F: Any, config: PipelineConfig, parsed: Any, late_pairs: Any | Non
         return quarantined
     late_rows = late_pairs.select(
         F.lit("late").alias("kind"), *[F.col(g).alias(group_column(g)) for g in group],
-        F.col(EVENT_MS).alias("event_ms"), START, END,
+        F.col(EVENT_MS).alias("event_ms"), START, END, topic_column(F, topic).alias("topic"),
         F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
         F.col(KAFKA_TS).alias("kafka_timestamp_ms"))
     return late_rows.unionByName(quarantined, allowMissingColumns=True)

@@ -66,7 +66,7 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
         except (AnalysisException, ParseException) as error:
             raise ConfigError(f"select {dict(config.select)} does not run on Spark: "
                               f"{str(error).splitlines()[0]}") from None
-        side = side_rows(F, config, parsed, None)
+        side = side_rows(F, config, parsed, None, plan.topic)
         yield Frames(rows, side, None, stats["filtered"], stats["bad_bytes"] or 0, NEG_INF,
                      None, 0)
     finally:

@@ -123,7 +123,7 @@ def protocol_rows(config: PipelineConfig, plan: Plan, watermark: int, max_event:
     schema = _without_epoch(staging_schema(config))
     common = {"plan_hash": plan.hash}
     offsets = _conform(schema, {
-        **common, "kind": "offsets",
+        **common, "kind": "offsets", "topic": [r.topic for r in plan.ranges],
         "partition": [r.partition for r in plan.ranges],
         "offset": [r.start for r in plan.ranges],
         "until": [r.until for r in plan.ranges],

@@ -79,7 +79,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     watermark = previous.watermark_ms if previous else None
     # Columns the select gained after N was precommitted: N commits as it was staged.
     unready = unstaged(config, tables, epoch, previous.config if previous else None)
-    outputs = _without(epoch_outputs(config, staged, epoch, watermark), unready)
+    outputs = _without(epoch_outputs(config, staged, epoch, watermark, plan.topic), unready)
     sinks = sinks_for(config)
     # Every deterministic failure is found here, before the seal, while N can be aborted:
     # once sealed, N's commit must eventually succeed (docs/guarantees.md). A retry of a sealed N
@@ -89,8 +89,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
             sink.check(epoch, outputs[sink.output])
     rewinds, sealed = seal_epoch(config, tables, plan, staged)
     if sealed is not staged:  # read again after a lost seal: promote what was sealed
-        staged, outputs = sealed, _without(epoch_outputs(config, sealed, epoch, watermark),
-                                           unready)
+        staged = sealed
+        outputs = _without(epoch_outputs(config, sealed, epoch, watermark, plan.topic), unready)
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     for i, sink in enumerate(sinks):
         done = sink.commit(epoch, outputs[sink.output], plan.hash)
