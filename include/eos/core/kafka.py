@@ -137,6 +137,9 @@ def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
     return ck.Consumer(conf)
 
 
+END_WAIT_MS = 10  # how long a broker may hold a fetch at a partition's end (read_partition)
+
+
 def read_partition(settings: dict[str, Any], topic: str, partition: int, start: int,
                    until: int | None = None, group: str = "eos-reader",
                    timeout_s: float = 30.0) -> Iterator[ck.Message]:
@@ -148,7 +151,11 @@ def read_partition(settings: dict[str, Any], topic: str, partition: int, start: 
     (transaction markers, compaction), so it stops by offset, never by count."""
     if until is not None and until <= start:
         return
-    c = consumer(settings, group=group, **{"enable.partition.eof": True})
+    # The end of the partition is known only from a fetch that finds nothing more, and the
+    # broker holds such a fetch for fetch.wait.max.ms (500 by default): every read to the end
+    # (a sink's marker, at every begin and commit) paid half a second for it.
+    c = consumer(settings, group=group, **{"enable.partition.eof": True,
+                                           "fetch.wait.max.ms": END_WAIT_MS})
     try:
         check_in_log(c, topic, partition, start, until, settings["bootstrap.servers"])
         c.assign([ck.TopicPartition(topic, partition, start)])

@@ -209,18 +209,18 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     def committed_epoch(self, fence: bool = True) -> int:
         """Fence earlier producers of this sink (``init_transactions``), then read the marker."""
-        if fence:
-            self._fenced_producer()
-        return self.markers().last_epoch(fenced=fence)
+        if not fence:
+            return self.markers().last_epoch(fenced=False)
+        _, last = self._fenced_producer_and_last()
+        return NO_EPOCH if last is None else int(last["epoch"])
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         """One Kafka transaction holding N's rows and N's marker; see the module docstring.
         The marker topic's settings were checked before the seal (``check``): after it, only
         transient failures may remain."""
         self._ensure_topics()
-        producer = self._fenced_producer()
+        producer, last = self._fenced_producer_and_last()
         markers = self.markers()
-        last = markers.last()
         held = NO_EPOCH if last is None else int(last["epoch"])
         if held >= epoch:
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
@@ -386,21 +386,48 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         self._take_over()
         return producer
 
+    def _fenced_producer_and_last(self) -> tuple[ck.Producer, dict[str, Any] | None]:
+        """``_fenced_producer``, then the last marker read fenced (exact): what a commit acts
+        on. Without a declared previous id, the writer check reads that same marker (one read
+        where there were two). With one, the old id is fenced before the exact read: its
+        zombie's open transaction would hold the marker partition back and fail that read
+        until the transaction timed out."""
+        if self.options.previous_transactional_id_prefix is not None:
+            producer = self._fenced_producer()
+            return producer, self.markers().last()
+        producer = fenced_producer(self._settings(), self.transactional_id, self.name)
+        try:
+            last = self.markers().last()
+        except SinkUnavailable:
+            # Held back by an open transaction: if another deployment writes here, say so
+            # (permanent) rather than retrying while it writes.
+            self._refuse_foreign_writer(self.markers().last(fenced=False))
+            raise
+        self._refuse_foreign_writer(last)
+        return producer, last
+
     def _take_over(self) -> None:
-        """Refuse (``TransactionalIdChanged``) a last marker written under an id that is neither
-        this sink's nor its declared previous one. A declared previous id is fenced every time
-        (its open transaction aborted: a zombie of the old deployment holds no LSO back, even
-        after the first marker under the new id)."""
-        previous = self.options.previous_transactional_id_prefix
-        old = None if previous is None else transactional_id(previous, self.config.name,
-                                                             self.name)
-        last = self.markers().last(fenced=False)
-        writer = None if last is None else str(last.get("transactional_id") or transactional_id(
-            DEFAULT_TRANSACTIONAL_ID_PREFIX, self.config.name, self.name))
-        if writer not in (None, self.transactional_id, old):
-            raise self._changed(writer, last)
+        """Refuse a last marker of a foreign writer (``_refuse_foreign_writer``); fence a
+        declared previous id every time (its open transaction aborted: a zombie of the old
+        deployment holds no LSO back, even after the first marker under the new id)."""
+        self._refuse_foreign_writer(self.markers().last(fenced=False))
+        old = self._previous_id()
         if old is not None:
             fenced_producer(self._settings(), old, self.name).flush(0)
+
+    def _previous_id(self) -> str | None:
+        """The transactional id of the declared previous prefix (None: none declared)."""
+        previous = self.options.previous_transactional_id_prefix
+        return None if previous is None else transactional_id(previous, self.config.name,
+                                                              self.name)
+
+    def _refuse_foreign_writer(self, last: dict[str, Any] | None) -> None:
+        """``TransactionalIdChanged`` when ``last`` was written under an id that is neither
+        this sink's nor its declared previous one."""
+        writer = None if last is None else str(last.get("transactional_id") or transactional_id(
+            DEFAULT_TRANSACTIONAL_ID_PREFIX, self.config.name, self.name))
+        if writer not in (None, self.transactional_id, self._previous_id()):
+            raise self._changed(writer, last)
 
     def _changed(self, writer: str, last: dict[str, Any] | None) -> TransactionalIdChanged:
         """The refusal of a last marker written under ``writer``, saying both ways out."""
