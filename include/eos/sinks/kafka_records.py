@@ -127,13 +127,25 @@ def _fragment_array(column: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
             exact = column.cast(pa.timestamp("ms", tz="UTC"))
         except pa.ArrowInvalid:
             exact = column.cast(pa.timestamp("us", tz="UTC"))
-        texts = quoted(pc.strftime(exact, format="%Y-%m-%dT%H:%M:%SZ"))
+        texts = quoted(_formatted_times(exact))
     elif pa.types.is_string(kind) and not pc.any(
             pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
         texts = quoted(column)
     else:
         return pa.array(_fragments(column), pa.string())
     return pc.fill_null(texts, "null")
+
+
+def _formatted_times(column: pa.ChunkedArray) -> pa.Array:
+    """ISO-8601 texts of timestamps, each distinct value formatted once: ``strftime`` costs a
+    microsecond a value, and a window output repeats a few window bounds over many rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    distinct = pc.dictionary_encode(column)
+    texts = pc.strftime(distinct.dictionary, format="%Y-%m-%dT%H:%M:%SZ")
+    return pc.take(texts, distinct.indices)
 
 
 def _doubles(column: pa.ChunkedArray) -> pa.Array:
