@@ -32,7 +32,7 @@ def _cpu_wall(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 def _read_all(reader: Callable[..., Iterator[pa.RecordBatch]], settings: dict[str, Any],
               plans: list[Plan]) -> list[pa.RecordBatch]:
-    from eos.compute.reader import splits_of
+    from eos.compute.splits import splits_of
 
     batches: list[pa.RecordBatch] = []
     for plan in plans:  # one split, as a Python worker reads its share of an epoch

@@ -68,7 +68,8 @@ def spark_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> flo
 
 def python_rate(env: Env, config: PipelineConfig, plan: Plan, repeat: int) -> float:
     from eos.compute.formats.json import Parser
-    from eos.compute.reader import read_split, splits_of
+    from eos.compute.reader import read_split
+    from eos.compute.splits import splits_of
 
     ranges = [{"partition": r.partition, "start": r.start, "until": r.until} for r in plan.ranges]
     batches = [b for split in splits_of(ranges, max(1, plan.records))

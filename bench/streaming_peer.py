@@ -51,7 +51,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from bench import scenarios as sc
-from eos.compute.reader import NO_SPLIT, RAW_DDL, KafkaRangeReader, splits_of
+from eos.compute.reader import RAW_DDL, KafkaRangeReader
+from eos.compute.splits import NO_SPLIT, splits_of
 from eos.core.config import PipelineConfig, WindowConfig
 
 Log = Callable[[str], None]

@@ -12,7 +12,8 @@ import confluent_kafka as ck
 import confluent_kafka.admin
 import pytest
 
-from eos.compute.reader import KafkaSplit, Piece, read_split
+from eos.compute.reader import read_split
+from eos.compute.splits import KafkaSplit, Piece
 from eos.core.errors import EXIT_PERMANENT, DataLoss, exit_code
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.tools.audit import read_range

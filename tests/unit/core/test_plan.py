@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eos.compute.reader import splits_of
+from eos.compute.splits import splits_of
 from eos.core.plan import PartitionRange, Plan, cap_fairly
 
 
