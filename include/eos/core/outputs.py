@@ -118,7 +118,9 @@ def window_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Tabl
 
 def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
     """A stateless epoch's rows, in (topic, partition, offset) order: one per accepted record
-    (a Kafka sink writes them in this order, so a key's records keep their source order)."""
+    (a Kafka sink writes them in this order, so a key's records keep their source order);
+    after ``rows_schema``'s columns, the sinks' record columns (``sink_rows`` hands each to
+    its sink alone)."""
     rows = _kind(staged, "output").sort_by([(ROW_TOPIC, "ascending"), ("partition", "ascending"),
                                             ("offset", "ascending")])
     cols = {
@@ -130,7 +132,22 @@ def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
         **({KAFKA_HEADERS: rows[ROW_HEADERS]} if ROW_HEADERS in rows.schema.names else {}),
     }
     schema = rows_schema(config)
-    return pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+    table = pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+    for name, column in config.record_columns.items():  # handed to their sink alone
+        kind = arrow_type(column.type)
+        staged = row_column(name)
+        table = table.append_column(pa.field(name, kind), rows[staged]
+                                    if staged in rows.column_names
+                                    else pa.nulls(rows.num_rows, kind))
+    return table
+
+
+def sink_rows(config: PipelineConfig, sink: str, rows: pa.Table) -> pa.Table:
+    """What ``sink`` receives of an output's rows: every column, less the record columns of
+    other sinks (``PipelineConfig.record_columns``: a sink of rows gets its own, none else)."""
+    others = [name for name, column in config.record_columns.items()
+              if column.sink != sink and name in rows.column_names]
+    return rows.drop_columns(others) if others else rows
 
 
 def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: int,

@@ -108,7 +108,11 @@ def staging_schema(config: PipelineConfig) -> pa.Schema:
         return pa.schema([*STAGING_PROTOCOL, (ROW_TOPIC, pa.string()),
                           *[(row_column(name), arrow_type(ftype))
                             for name, ftype in config.row_columns.items()],
-                          *([(ROW_HEADERS, HEADERS_TYPE)] if carries_headers(config) else [])])
+                          *([(ROW_HEADERS, HEADERS_TYPE)] if carries_headers(config) else []),
+                          # each sink's record columns (a key or header as an expression);
+                          # one added later is a column older staging tables gain on open
+                          *[(row_column(name), arrow_type(column.type))
+                            for name, column in config.record_columns.items()]])
     types = config.field_types
     groups = [(group_column(g), arrow_type(types[g])) for g in config.group_by]
     aggs = aggregations_for(config)

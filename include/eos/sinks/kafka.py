@@ -293,14 +293,21 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         shown = value_columns(rows)
         values = avro.encode(shown) if avro is not None else encode_values(shown)
         if self.options.key is not None:
-            keys = column_bytes(rows, self.options.key)
+            keys = column_bytes(rows, self._source("key", self.options.key))
         else:
             keys = encode_keys(rows, self._group())
         wanted = self.options.headers
-        own = (record_headers(rows, wanted.carry, wanted.set) if wanted is not None
-               else [[]] * rows.num_rows)  # one shared empty list: never changed
+        own = (record_headers(rows, wanted.carry,
+                              {name: self._source(f"header:{name}", text)
+                               for name, text in wanted.set.items()})
+               if wanted is not None else [[]] * rows.num_rows)  # shared, never changed
         self._encoded = (epoch, rows, keys, values, own)
         return keys, values, own
+
+    def _source(self, role: str, text: str) -> str:
+        """The column of the rows holding ``role``'s bytes: ``text`` itself when it names a
+        column, else the record column Spark computed from the expression with the row."""
+        return self.config.record_column(self.name, role) or text
 
     def _group(self) -> list[str]:
         """The fields a record is keyed by: windows and late rows by their group (one group,

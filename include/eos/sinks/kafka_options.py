@@ -67,8 +67,9 @@ class HeadersOptions(BaseModel):
                     "repeat); the rows then hold them as kafka_headers, in every sink.")
     set: dict[str, str] = Field(
         default_factory=dict,
-        description="Header name -> a string or binary column of the rows: its value, UTF-8 "
-                    "for a string (null: a header with a null value).")
+        description="Header name -> a string or binary column of the rows, or a Spark SQL "
+                    "expression over what a select reads: its value, UTF-8 for a string "
+                    "(null: a header with a null value).")
 
     @field_validator("set")
     @classmethod
@@ -78,7 +79,8 @@ class HeadersOptions(BaseModel):
                 raise ValueError(f"headers.set: header name {name!r} must be non-empty and not "
                                  f"start with '{EOS_HEADER_PREFIX}' (eos's own headers)")
             if not isinstance(column, str) or not column:
-                raise ValueError(f"headers.set.{name}: name a column of the rows")
+                raise ValueError(f"headers.set.{name}: name a column of the rows or write an "
+                                 "expression")
         return value
 
 
@@ -126,8 +128,9 @@ class KafkaSinkOptions(BaseModel):
                     "deployments.")
     key: str | None = Field(
         default=None, min_length=1,
-        description="Rows only: the column (string or binary) whose value is each record's "
-                    "key (UTF-8 for a string; null: no key). Records of one key go to one "
+        description="Rows only: a column of the rows (string or binary), or a Spark SQL "
+                    "expression over what a select reads, whose value is each record's key "
+                    "(UTF-8 for a string; null: no key). Records of one key go to one "
                     "partition in their source offsets' order. Unset: no key.")
     headers: HeadersOptions | None = Field(
         default=None,
@@ -143,6 +146,13 @@ class KafkaSinkOptions(BaseModel):
     @classmethod
     def _carry_shorthand(cls, value: object) -> object:
         return _headers_option(value)
+
+    def record_sources(self) -> dict[str, str]:
+        """What a record takes beside the row, by role: ``key`` and ``header:<name>``, each a
+        column of the rows or else an expression (``eos.core.config.rows.record_types``)."""
+        return {**({"key": self.key} if self.key else {}),
+                **{f"header:{name}": text
+                   for name, text in (self.headers.set if self.headers else {}).items()}}
 
     @property
     def carries_headers(self) -> bool:
@@ -204,8 +214,9 @@ def registry_of(options: KafkaSinkOptions,
 
 def check_record_columns(options: KafkaSinkOptions, config: PipelineConfig,
                          output: str) -> None:
-    """Load-time refusals of ``key`` and ``headers``: rows only, naming a column of the rows
-    that is a string or binary (the bytes a key or header is)."""
+    """Load-time refusals of ``key`` and ``headers``: rows only; a column of the rows they
+    name is a string or binary (the bytes a key or header is). One that names no column is an
+    expression, checked and typed where the rows are (``eos.core.config.rows.record_types``)."""
     wanted = {**({"key": options.key} if options.key else {}),
               **{f"headers.set.{name}": column
                  for name, column in (options.headers.set if options.headers else {}).items()}}
@@ -219,8 +230,7 @@ def check_record_columns(options: KafkaSinkOptions, config: PipelineConfig,
                  epoch="long")
     for option, column in wanted.items():
         if column not in types:
-            raise ValueError(f"kafka sink {options.topic}: {option} names '{column}', which is "
-                             f"not a column of the rows ({', '.join(types)})")
+            continue  # an expression: typed with the rows (``record_types``)
         if types[column] not in ("string", "binary"):
             raise ValueError(f"kafka sink {options.topic}: {option} names '{column}', of type "
                              f"{types[column]}; a key or header is a string or binary column "

@@ -62,10 +62,13 @@ def _fragments(column: pa.ChunkedArray) -> list[str]:
 
 def value_columns(rows: pa.Table) -> pa.Table:
     """The columns a record value holds: every column but ``kafka_headers`` (a sink that
-    carries them writes them as the record's headers)."""
-    if "kafka_headers" in rows.schema.names:
-        return rows.drop_columns(["kafka_headers"])
-    return rows
+    carries them writes them as the record's headers) and the record columns (``__``: a key
+    or header computed from an expression, never part of the row)."""
+    from eos.core.config.rows import RECORD_PREFIX
+
+    kept = [name for name in rows.schema.names
+            if name != "kafka_headers" and not name.startswith(RECORD_PREFIX)]
+    return rows.select(kept) if len(kept) < rows.num_columns else rows
 
 
 def encode_values(rows: pa.Table) -> list[bytes]:

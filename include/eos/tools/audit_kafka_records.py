@@ -1,7 +1,8 @@
 """The audit of a Kafka sink of rows beyond its values: each record's key and own headers.
 
-A sink with ``key`` or ``headers`` writes, for every row, a key (the key column's value) and
-headers (the source record's, carried, then the ones ``set`` names). The topic is read here
+A sink with ``key`` or ``headers`` writes, for every row, a key (the key column's value, or
+its expression's, recomputed with DuckDB like a select column) and headers (the source
+record's, carried, then the ones ``set`` names). The topic is read here
 by the independent reader (aiokafka, ``eos.tools.independent``), each record placed by the
 coordinates in its value, and compared with what the reference row and the re-read source
 record say it must hold: a key or a header lost, changed or added is reported as wrong values.
@@ -27,14 +28,18 @@ def _bytes(value: Any) -> bytes | None:
 def _expected(sink: Any, row: dict[str, Any]) -> tuple[bytes | None, list[tuple[str, Any]]]:
     """The key and own headers a record of ``row`` must carry (docs/pipelines.md)."""
     options = sink.options
-    key = _bytes(row.get(options.key)) if options.key else None
+
+    def source(role: str, text: str) -> str:  # a column, or the expression's record column
+        return sink.config.record_column(sink.name, role) or text
+
+    key = _bytes(row.get(source("key", options.key))) if options.key else None
     headers: list[tuple[str, Any]] = []
     if options.headers is not None:
         if options.headers.carry:
             headers += [(h["key"], h["value"]) for h in row.get("kafka_headers") or ()
                         if not h["key"].lower().startswith(EOS_HEADERS)]
-        headers += [(name, _bytes(row.get(column)))
-                    for name, column in options.headers.set.items()]
+        headers += [(name, _bytes(row.get(source(f"header:{name}", text))))
+                    for name, text in options.headers.set.items()]
     return key, headers
 
 

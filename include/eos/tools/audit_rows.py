@@ -94,6 +94,8 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]],
                    for name, text in config.select.items()]
     else:
         columns = [f'"{name}"' for name in config.event.fields]
+    columns += [f'{expression_for_duckdb(c.expression, c.type.sql)} AS "{name}"'
+                for name, c in config.record_columns.items()]  # a key or header's value
     from eos.core.config.rows import carries_headers
 
     coordinates = ["kafka_topic", "kafka_partition", "kafka_offset",

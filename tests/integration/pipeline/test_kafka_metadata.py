@@ -123,6 +123,44 @@ def test_keys_and_headers_in_and_out(tmp_path: Path, spark: Any) -> None:
     assert len(by_key) == len(USERS)  # one partition per key
 
 
+def test_a_key_and_a_header_given_as_expressions_stay_out_of_the_rows(
+        tmp_path: Path, spark: Any) -> None:
+    """A key and a header written as expressions (not columns of the rows): Spark computes
+    them with each row, the Kafka sink writes them as the record's key and header, and they
+    are in no row, neither the record's value nor the Delta twin's; the audit recomputes both
+    with DuckDB and checks every record."""
+    topic, out = unique_topic("meta-x"), unique_topic("meta-x-out")
+    records = [r for r in _records() if r[1] not in BAD_KEYS]
+    _produce(topic, records)
+    key = "CAST(concat(key.user, '/', CAST(key.shard AS STRING)) AS STRING)"
+    config = make_pipeline(
+        tmp_path, base={"kafka": {"topic": topic}}, group_by=None, window=None,
+        aggregations=None, max_records=100,
+        event={"fields": {"page": "string", "n": "long"},
+               "key": {"format": "json", "fields": {"user": "string", "shard": "long"}}},
+        select={"page": "page", "n": "n"},
+        sinks={"rows": [{"kafka": {"topic": out, "partitions": 4, "key": key,
+                                   "headers": {"set": {"x-page": "CAST(upper(page) AS STRING)",
+                                                       "x-raw": "kafka_key_bytes"}}}},
+                        {"delta": "target"}],
+               "quarantine": [{"delta": "quarantine"}]})
+    finish_and_audit(config, spark, "meta-x", len(records))
+
+    rows = read_table(delta_path(config, "target"))
+    assert not [c for c in rows.column_names if c.startswith("__")]
+    published = _read(out)
+    assert len(published) == len(records)
+    for message in published:
+        value = json.loads(message.value())
+        assert set(value) == {"page", "n", "kafka_topic", "kafka_partition", "kafka_offset",
+                              "epoch"}
+        source = json.loads(records[value["n"]][1])
+        assert message.key() == f"{source['user']}/{source['shard']}".encode()
+        own = [(k, v) for k, v in message.headers() if not k.startswith("eos-")]
+        assert own == [("x-page", value["page"].upper().encode()),
+                       ("x-raw", records[value["n"]][1])]
+
+
 def test_a_record_over_the_limit_by_its_key_or_headers_is_refused_before_the_seal(
         tmp_path: Path, kafka: str) -> None:
     """The producer's limit counts a record's key and own headers: an epoch holding one that

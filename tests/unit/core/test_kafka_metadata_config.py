@@ -91,10 +91,15 @@ def test_a_sink_that_carries_headers_makes_every_row_hold_them() -> None:
 
 
 @pytest.mark.parametrize(("sink", "match"), [
-    ({"key": "nope"}, r"key names 'nope', which is not a column of the rows"),
+    ({"key": "nope"}, r"sink kafka:out: key 'nope' uses \['nope'\], which are neither "
+                      r"columns of the rows nor declared fields"),
     ({"key": "shard"}, r"key names 'shard', of type long; a key or header is a string or binary"),
+    ({"key": "CAST(n + 1 AS BIGINT)"}, r"key 'CAST\(n \+ 1 AS BIGINT\)' is of type long; a key "
+                                       r"or a header is a string or binary"),
+    ({"key": "upper(page)"}, r"key 'upper\(page\)' has no type eos can tell"),
+    ({"key": "rand()"}, r"rand"),
     ({"headers": {"set": {"eos-epoch": "page"}}}, r"must be non-empty and not start with 'eos-'"),
-    ({"headers": {"set": {"h": "missing"}}}, r"headers.set.h names 'missing'"),
+    ({"headers": {"set": {"h": "missing"}}}, r"sink kafka:out: header h 'missing' uses"),
     ({"headers": {"carry": "sometimes"}}, r"carry"),
     ({"headers": "copy"}, r"headers"),
 ])
@@ -116,3 +121,27 @@ def test_key_and_headers_are_options_of_rows_only() -> None:
                       "group_by": ["page"], "window": {"type": "tumbling", "size": "60s"},
                       "aggregations": {"views": "count(*)"},
                       "sinks": {"windows": [{"kafka": {"topic": "o", "key": "page"}}]}})
+
+
+def test_a_key_or_header_may_be_an_expression_staged_for_its_sink_alone() -> None:
+    """A key or header that names no column of the rows is an expression, typed as a select
+    column is; Spark computes it with the row under a record column of its own, which only
+    its sink receives (never in the row, nor in the record's value)."""
+    from eos.core.outputs import rows_schema
+    from eos.core.tables import row_column
+
+    key = "CAST(concat(key.user, '/', CAST(n AS STRING)) AS STRING)"
+    config = load(select={"page": "page"},
+                  sink={"key": key, "headers": {"set": {"p": "page", "raw": "kafka_key_bytes"}}})
+    records = config.record_columns
+    assert [(c.role, c.expression, str(c.type)) for c in records.values()] == [
+        ("key", key, "string"), ("header:raw", "kafka_key_bytes", "binary")]
+    name = config.record_column("kafka:out", "key")
+    assert name is not None and name.startswith("__key_") and name in records
+    assert config.record_column("kafka:out", "header:p") is None  # a column: read as one
+    assert staging_schema(config).field(row_column(name)).type == pa.string()
+    assert name not in rows_schema(config).names
+    assert "kafka_key_bytes" in metadata_read(config)  # the reader carries what they read
+    # A type change is another column, never a staged column of another type.
+    other = load(select={"page": "page"}, sink={"key": "kafka_key_bytes"})
+    assert other.record_column("kafka:out", "key") != name

@@ -14,7 +14,9 @@ ROW = {"user": "ann", "raw": b"\x00", "kafka_headers": [
 
 
 def sink(**options: Any) -> Any:
-    return SimpleNamespace(options=KafkaSinkOptions(topic="out", **options))
+    # A sink whose key and headers all name columns of the rows (no record columns).
+    return SimpleNamespace(options=KafkaSinkOptions(topic="out", **options), name="kafka:out",
+                           config=SimpleNamespace(record_column=lambda sink, role: None))
 
 
 def test_the_key_and_headers_a_row_s_record_must_carry() -> None:

@@ -35,11 +35,14 @@ NOTHING = ResumePoint(EMPTY, NEG_INF, None, None, True)
 
 def selected(F: Any, config: PipelineConfig, accepted: Any) -> list[Any]:
     """The row columns: each select expression cast to the type the config gave its column
-    (every declared field as it is, without a select)."""
+    (every declared field as it is, without a select); then the sinks' record columns (a key
+    or header given as an expression), computed with the row."""
+    records = [F.expr(column.expression).cast(column.type.sql.lower()).alias(row_column(name))
+               for name, column in config.record_columns.items()]
     if not config.select:
-        return [F.col(name).alias(row_column(name)) for name in config.row_columns]
-    return [F.expr(config.select[name]).cast(ftype.sql.lower()).alias(row_column(name))
-            for name, ftype in config.row_columns.items()]
+        return [*[F.col(name).alias(row_column(name)) for name in config.row_columns], *records]
+    return [*[F.expr(config.select[name]).cast(ftype.sql.lower()).alias(row_column(name))
+              for name, ftype in config.row_columns.items()], *records]
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from eos.core.config.checks import (
     check_unique_sinks,
 )
 from eos.core.config.paths import tables_base
-from eos.core.config.rows import Select, row_types, select_types
+from eos.core.config.rows import RecordColumn, Select, record_types, row_types, select_types
 from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
 from eos.core.config.schedule import ScheduleSpec, cron_string_schema
 from eos.core.config.sinks import OUTPUTS, ROW_OUTPUTS, SinksConfig, TablesConfig
@@ -83,6 +83,7 @@ class PipelineConfig(Strict):
     # The select's columns and their types, decided once at load: a stateless pipeline's row
     # columns (``row_types``), an aggregating one's derived fields (``select_types``).
     _rows: dict[str, FieldType] = PrivateAttr(default_factory=dict)
+    _records: dict[str, RecordColumn] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -115,6 +116,7 @@ class PipelineConfig(Strict):
         check_shape(self)
         try:
             self._rows = row_types(self) if self.stateless else select_types(self)
+            self._records = record_types(self)
         except ValueError as error:  # named at the top level: a check across sections
             raise ValueError(str(error)) from None
         return self
@@ -155,6 +157,18 @@ class PipelineConfig(Strict):
     def row_columns(self) -> dict[str, FieldType]:
         """A stateless pipeline's selected columns and their types, in order."""
         return dict(self._rows) if self.stateless else {}
+
+    @property
+    def record_columns(self) -> dict[str, RecordColumn]:
+        """The record columns of the sinks of rows (``eos.core.config.rows.RecordColumn``), by
+        staged name, in the order the sinks give them."""
+        return dict(self._records)
+
+    def record_column(self, sink: str, role: str) -> str | None:
+        """The staged name of ``sink``'s record column for ``role`` (``key``,
+        ``header:<name>``), or None when that role reads a column of the rows."""
+        return next((name for name, c in self._records.items()
+                     if c.sink == sink and c.role == role), None)
 
     @property
     def derived(self) -> dict[str, FieldType]:

@@ -4,7 +4,9 @@ without one, every declared field; and always the record's coordinates and the e
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
@@ -26,6 +28,27 @@ if TYPE_CHECKING:
 
 # Columns every row carries whatever ``select`` says: a select column may not take them.
 CARRIED = (*COORDINATES, "epoch")
+# How a record column's name begins: no select column can (each begins with a letter).
+RECORD_PREFIX = "__"
+
+
+@dataclass(frozen=True)
+class RecordColumn:
+    """A value a sink of rows writes beside a row but not in it (a Kafka record's key or a
+    header given as an expression): computed by Spark with the row, staged with it under a
+    name of its own, handed to that sink alone. ``role``: ``key`` or ``header:<name>``."""
+
+    sink: str
+    role: str
+    expression: str
+    type: FieldType
+
+
+def record_column_name(sink: str, role: str, ftype: FieldType) -> str:
+    """The staged name of a sink's record column: stable while its sink, role and type stay
+    (an expression may change; a new type is a new column, never a staged column retyped)."""
+    digest = hashlib.sha256(f"{sink}\n{role}\n{ftype}".encode()).hexdigest()[:12]
+    return f"{RECORD_PREFIX}{role.split(':', 1)[0]}_{digest}"
 
 
 def _select(value: Any) -> dict[str, str]:
@@ -119,7 +142,8 @@ def select_types(config: PipelineConfig) -> dict[str, FieldType]:
 def columns_read(config: PipelineConfig) -> frozenset[str]:
     """Every column a pipeline's ``filter`` and ``select`` read (qualified ones as
     ``key.user``, ``header.trace-id``)."""
-    texts = [*([config.event.filter] if config.event.filter else []), *config.select.values()]
+    texts = [*([config.event.filter] if config.event.filter else []), *config.select.values(),
+             *(c.expression for c in config.record_columns.values())]
     if not texts:  # nothing to parse: no import of sqlglot (a quarter of a second) for it
         return frozenset()
     from eos.core.filters import filter_columns
@@ -149,3 +173,52 @@ def carries_headers(config: PipelineConfig) -> bool:
         return False
     return any(getattr(options, "carries_headers", False)
                for spec in config.sinks.rows or [] for options in spec.values())
+
+
+def record_types(config: PipelineConfig) -> dict[str, RecordColumn]:
+    """Every record column of the pipeline's sinks of rows, by staged name: each key or
+    header a sink gives as an expression rather than a column of the rows (a sink's options
+    say which of theirs are, ``record_sources``), typed like a ``select`` column; a key or a
+    header is a string or binary. Raises ``ValueError`` naming the sink and option at fault."""
+    from eos.core.sink import sink_name
+
+    if not config.stateless:
+        return {}
+    columns = {*config.row_columns, *CARRIED}
+    found: dict[str, RecordColumn] = {}
+    for spec in config.sinks.rows or []:
+        ((_, options),) = spec.items()
+        sources = getattr(options, "record_sources", None)
+        if sources is None:
+            continue
+        sink = sink_name(spec)
+        for role, text in sources().items():
+            if text in columns:
+                continue  # a column of the rows: the sink reads it from the rows themselves
+            what = f"sink {sink}: {role.replace(':', ' ')}"
+            ftype = _expression_type(config, text, what)
+            if ftype.name not in ("string", "binary"):
+                raise ValueError(f"{what} {text!r} is of type {ftype}; a key or a header is a "
+                                 "string or binary (write CAST(... AS STRING))")
+            found[record_column_name(sink, role, ftype)] = RecordColumn(sink, role, text, ftype)
+    return found
+
+
+def _expression_type(config: PipelineConfig, text: str, what: str) -> FieldType:
+    """The type of an expression over what a ``select`` reads (the declared fields, the
+    Kafka metadata, ``key.<field>``, ``header.<name>``), checked as a select column is."""
+    from eos.core.config.source import (
+        FieldType,
+        check_prefixes,
+        readable_names,
+        unknown_columns,
+    )
+    from eos.core.filters import expression_type, filter_columns
+
+    columns = filter_columns(text, what)
+    unknown = unknown_columns(config.event, columns)
+    if unknown:
+        raise ValueError(f"{what} {text!r} uses {unknown}, which are neither columns of the "
+                         f"rows nor {readable_names(config.event)}")
+    check_prefixes(config.event, columns, what)
+    return FieldType.parse(expression_type(text, what, sql_types(config, columns)), output=True)

@@ -11,7 +11,7 @@ from eos.core.errors import ProtocolViolation
 from eos.core.evolution import unstaged, without
 from eos.core.maintenance import maintain, prune_staging
 from eos.core.outcomes import Outcome
-from eos.core.outputs import epoch_outputs
+from eos.core.outputs import epoch_outputs, sink_rows
 from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
 from eos.core.plan import Plan, plan_of
 from eos.core.protocol.results import CommitResult, sink_summary
@@ -84,16 +84,18 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     # Every deterministic failure is found here, before the seal, while N can be aborted:
     # once sealed, N's commit must eventually succeed (docs/guarantees.md). A retry of a sealed N
     # checks nothing: it can only go forward.
+    given = {sink.name: sink_rows(config, sink.name, outputs[sink.output]) for sink in sinks}
     if not sealed_already(config, tables, epoch):
         for sink in sinks:
-            sink.check(epoch, outputs[sink.output])
+            sink.check(epoch, given[sink.name])
     rewinds, sealed = seal_epoch(config, tables, plan, staged)
     if sealed is not staged:  # read again after a lost seal: promote what was sealed
         staged = sealed
         outputs = _without(epoch_outputs(config, sealed, epoch, watermark, plan.topic), unready)
+        given = {sink.name: sink_rows(config, sink.name, outputs[sink.output]) for sink in sinks}
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     for i, sink in enumerate(sinks):
-        done = sink.commit(epoch, outputs[sink.output], plan.hash)
+        done = sink.commit(epoch, given[sink.name], plan.hash)
         result.sinks.append(done)
         if sink.versions_tables and done.outcome is Outcome.COMMITTED:
             result.delta_versions[sink.name] = done.version
