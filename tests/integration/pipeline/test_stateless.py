@@ -115,3 +115,41 @@ def test_an_aggregating_pipeline_reads_metadata_and_groups_derived_fields(
     assert spec.events // 4 < views <= spec.events // 2 + 8
     sections = {r["section"] for r in windows}
     assert len(sections) > 1 and all(1 <= len(section) <= 3 for section in sections)
+
+
+def test_one_pass_stages_what_two_passes_stage(tmp_path: Path, spark: Any) -> None:
+    """An epoch the executors write is staged in one pass over its records (no cached input,
+    the filter's drops counted by the write): the same rows, kinds and counts as the two
+    passes (cache, count, collect) a small epoch takes, on records that parse, are filtered
+    out and are quarantined."""
+    import pyarrow.compute as pc
+
+    from eos.compute.precommit.rows import one_pass
+    from eos.compute.precommit.stager import SparkStager
+    from eos.core.protocol import begin, precommit
+    from eos.core.staging import staged_epoch
+
+    topic = produce(replace(MESSY, events=800))
+    _produce_keyed(topic)
+    staged = {}
+    for collect in (0, 100_000):
+        config = make_pipeline(
+            tmp_path / f"c{collect}", base={"kafka": {"topic": topic}},
+            event={**{k: v for k, v in PAGEVIEW_EVENT.items() if k != "time"},
+                   "filter": "revenue >= 0"},
+            select=SELECT, group_by=None, window=None, aggregations=None,
+            sinks={"rows": [{"delta": "target"}], "quarantine": [{"delta": "quarantine"}]},
+            spark={"master": "local[2]", "shuffle_partitions": 2, "collect_rows": collect})
+        plan = begin(config, run_id="r0")
+        assert one_pass(config, plan) is (collect == 0)
+        result = precommit(config, plan.epoch, SparkStager(spark))
+        rows = staged_epoch(tables_for(config), plan.epoch, plan.hash)
+        assert rows is not None
+        rows = rows.drop_columns(["plan_hash"]).sort_by(
+            [("kind", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
+        staged[collect] = (rows, result.counts)
+    (one, one_counts), (two, two_counts) = staged[0], staged[100_000]
+    assert one_counts == two_counts and one_counts["filtered"] > 0
+    assert one_counts["quarantine"] > 0 and one_counts["output"] > 0
+    assert one.equals(two), [name for name in one.column_names
+                             if not pc.all(pc.equal(one[name], two[name])).as_py()]

@@ -70,6 +70,16 @@ class Frames:
     watermark_ms: int = NEG_INF  # wm(N) (``epoch_watermark``)
     max_event_all_ms: int | None = None  # the max event time over epochs <= N
     read_rows: int | None = 0  # rows of the state files read (an upper bound); None: unknown
+    # One pass (``eos.compute.precommit.rows``): ``windows`` holds every staged row of the
+    # epoch, ``side`` is None, and ``filtered`` is known once the write ran, from this
+    # Spark ``Observation`` of it.
+    observed: Any = None
+
+    def filtered_count(self) -> int:
+        """The events the filter dropped: known now, or (one pass) once the write has run."""
+        if self.observed is None:
+            return self.filtered or 0
+        return int(self.observed.get.get("filtered") or 0)
 
 
 @contextmanager
@@ -138,7 +148,7 @@ def with_derived(F: Any, config: PipelineConfig, parsed: Any) -> Any:
     return parsed
 
 
-def _filter(F: Any, config: PipelineConfig) -> Any:
+def keep_condition(F: Any, config: PipelineConfig) -> Any:
     """The config's filter as a Spark column; a row it keeps is one where it is true."""
     if config.event.filter is None:
         return F.lit(True)
@@ -153,7 +163,7 @@ def input_stats(F: Any, config: PipelineConfig, parsed: Any,
     from pyspark.errors import AnalysisException, ParseException
 
     try:
-        keep = _filter(F, config)
+        keep = keep_condition(F, config)
         with timed() as took:
             bad = F.col(REASON).isNotNull()
             stats = parsed.agg(

@@ -13,6 +13,7 @@ from typing import Any
 from eos.compute.precommit.frames import (
     Frames,
     input_stats,
+    keep_condition,
     side_rows,
     topic_column,
     with_metadata,
@@ -25,7 +26,7 @@ from eos.core.config.rows import carries_headers
 from eos.core.errors import ConfigError
 from eos.core.metadata import KAFKA_HEADERS
 from eos.core.plan import Plan
-from eos.core.schema import KAFKA_TS, OFFSET, PARTITION, REASON
+from eos.core.schema import KAFKA_TS, OFFSET, PARTITION, RAW_KEY, RAW_VALUE, REASON
 from eos.core.tables import ROW_HEADERS, ROW_TOPIC, row_column
 from eos.core.window_state import EMPTY
 
@@ -37,12 +38,28 @@ def selected(F: Any, config: PipelineConfig, accepted: Any) -> list[Any]:
     """The row columns: each select expression cast to the type the config gave its column
     (every declared field as it is, without a select); then the sinks' record columns (a key
     or header given as an expression), computed with the row."""
-    records = [F.expr(column.expression).cast(column.type.sql.lower()).alias(row_column(name))
+    return [value.alias(name) for name, value in _row_values(F, config)]
+
+
+def _row_values(F: Any, config: PipelineConfig) -> list[tuple[str, Any]]:
+    """(staged name, value) of every row column and record column (``selected``)."""
+    records = [(row_column(name), F.expr(column.expression).cast(column.type.sql.lower()))
                for name, column in config.record_columns.items()]
     if not config.select:
-        return [*[F.col(name).alias(row_column(name)) for name in config.row_columns], *records]
-    return [*[F.expr(config.select[name]).cast(ftype.sql.lower()).alias(row_column(name))
+        return [*[(row_column(name), F.col(name)) for name in config.row_columns], *records]
+    return [*[(row_column(name), F.expr(config.select[name]).cast(ftype.sql.lower()))
               for name, ftype in config.row_columns.items()], *records]
+
+
+def one_pass(config: PipelineConfig, plan: Plan) -> bool:
+    """Whether epoch N is staged in one pass over its records: when its executors write it
+    anyway (it reads more records than ``spark.collect_rows``, ``write.collects``). The rows
+    and the quarantined records are then one projection of the read, and the filter's drops
+    are counted by the write itself: no cached input, no counting job before it."""
+    from eos.compute.precommit.write import COLLECT_MAX_ROWS
+
+    collect = config.spark.collect_rows
+    return not (collect > 0 and plan.records <= min(collect, COLLECT_MAX_ROWS))
 
 
 @contextmanager
@@ -54,6 +71,9 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
     from pyspark.errors import AnalysisException, ParseException
     from pyspark.sql import functions as F
 
+    if one_pass(config, plan):
+        yield _one_pass(spark, F, config, plan, timings)
+        return
     parsed = read_parsed(spark, config, plan, {}).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         events = with_metadata(F, config, parsed, plan.topic)
@@ -74,3 +94,43 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
                      None, 0)
     finally:
         parsed.unpersist()
+
+
+def _one_pass(spark: Any, F: Any, config: PipelineConfig, plan: Plan,
+              timings: dict[str, float]) -> Frames:
+    """Epoch N's staged rows as one projection of its read (``one_pass``): each record's
+    kind (``output``: parsed and kept; ``quarantine``: not parsed; ``filtered``: dropped),
+    its coordinates, the row's columns only on an output row and the raw bytes and reason only
+    on a quarantined one. CASE WHEN evaluates only the branch it takes, so a select never runs
+    on a record that did not parse, as in the two-pass path. The filter's drops are counted by
+    an ``Observation`` of the write; the rows are those ``row_frames``' two passes stage."""
+    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.sql import Observation
+
+    events = with_metadata(F, config, read_parsed(spark, config, plan, {}), plan.topic)
+    keep = keep_condition(F, config)
+    marked = events.withColumn("kind", F.when(F.col(REASON).isNotNull(), F.lit("quarantine"))
+                               .when(keep, F.lit("output")).otherwise(F.lit("filtered")))
+    output, bad = F.col("kind") == "output", F.col("kind") == "quarantine"
+    projected = marked.select(
+        "kind", F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
+        F.col(KAFKA_TS).alias("kafka_timestamp_ms"),
+        F.when(output, topic_column(F, plan.topic)).alias(ROW_TOPIC),
+        *[F.when(output, value).alias(name) for name, value in _row_values(F, config)],
+        *([F.when(output, F.col(KAFKA_HEADERS)).alias(ROW_HEADERS)]
+          if carries_headers(config) else []),
+        F.when(bad, topic_column(F, plan.topic)).alias("topic"),
+        F.when(bad, F.col(RAW_KEY)).alias("raw_key"),
+        F.when(bad, F.col(RAW_VALUE)).alias("raw_value"), F.col(REASON).alias("reason"))
+    try:
+        projected.schema  # noqa: B018 - analysed now: a filter or select Spark refuses
+    except (AnalysisException, ParseException) as error:
+        raise ConfigError(f"the filter {config.event.filter!r} or select "
+                          f"{dict(config.select)} does not run on Spark: "
+                          f"{str(error).splitlines()[0]}") from None
+    observation = Observation(f"eos_epoch_{plan.epoch}")
+    counted = projected.observe(
+        observation, F.count(F.when(F.col("kind") == "filtered", 1)).alias("filtered"))
+    timings["read_parse"] = 0.0  # read, parsed and written in the staging write's one job
+    return Frames(counted.where(F.col("kind") != "filtered"), None, None, 0, 0, NEG_INF, None,
+                  0, observed=observation)

@@ -66,6 +66,8 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
         columns.update({c: F.when(~emit, F.col(c)) for c in states})
     windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
                                       for f in schema])
+    if frames.side is None:  # one pass: every row is in ``windows`` already
+        return windows.withColumn("plan_hash", F.lit(plan.hash))
     side = frames.side.select(*[_column(F, f, {}, frames.side.columns) for f in schema])
     return windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
 
@@ -151,6 +153,8 @@ def collects(config: PipelineConfig, plan: Plan, state: ResumePoint, frames: Fra
     late row, or one quarantine row) and its quarantined records are not wide. Both are known
     before Spark computes anything; a limit on the collect would cost a shuffle to one
     partition, what collecting saves."""
+    if frames.side is None:  # one pass: nothing computed yet to collect
+        return False
     if config.stateless:  # one row per record at most, known before Spark computes
         return (config.spark.collect_rows > 0
                 and plan.records <= min(config.spark.collect_rows, COLLECT_MAX_ROWS)
@@ -186,11 +190,15 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
     def write_collected(rows: pa.Table) -> list[StagedFile]:
         return staging_files.write_collected(rows, tables.staging, directory, schema)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-stage") as driver:
-        protocol = driver.submit(staging_files.write_table, protocol_rows(
-            config, plan, watermark, max_event, frames.filtered,
+    def write_protocol() -> StagedFile:
+        return staging_files.write_table(protocol_rows(
+            config, plan, watermark, max_event, frames.filtered_count(),
             plan.epoch if state.snapshot else state.chain.base),
             tables.staging, directory, "protocol", schema)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-stage") as driver:
+        # One pass counts the filter's drops as it writes: its protocol rows come after.
+        protocol = driver.submit(write_protocol) if frames.observed is None else None
         with timed() as took:
             if on_driver:
                 windows = driver.submit(write_collected, _collected_output(
@@ -202,10 +210,10 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
                     staging_frame(F, config, plan, frames, watermark, open_kind),
                     tables.staging, directory, schema, config.spark.shuffle_partitions)
         timings["aggregate"] = took["ms"]
-        files.append(protocol.result())
+        files.append(protocol.result() if protocol is not None else write_protocol())
     counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
-    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered or 0})
+    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered_count()})
     return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")
 
 
