@@ -48,12 +48,13 @@ def postgres() -> Iterator[PostgresServer]:
         yield running
 
 
-def _pipeline(tmp_path: Path, topic: str, select: dict[str, str], rows: list[Any]) -> Any:
+def _pipeline(tmp_path: Path, topic: str, select: dict[str, str], rows: list[Any],
+              **sections: Any) -> Any:
     """The pipeline ``lake`` of ``tmp_path`` (each call rewrites its one file)."""
     return make_pipeline(tmp_path, name="lake", base={"kafka": {"topic": topic}}, event=EVENT,
                          select=select, group_by=None, window=None, aggregations=None,
                          sinks={"rows": rows, "quarantine": [{"delta": "quarantine"}]},
-                         max_records=40)
+                         max_records=40, **sections)
 
 
 def _partitioned(partition_by: list[str]) -> dict[str, Any]:
@@ -119,21 +120,25 @@ def test_select_gains_a_column_between_epochs_and_a_refused_change_halts_nothing
     assert os.path.isdir(delta_path(fixed, "target"))
 
 
+@pytest.mark.parametrize("collect_rows", [50_000, 0], ids=["two-passes", "one-pass"])
 def test_a_select_that_fails_on_a_record_stops_with_the_way_out_and_try_cast_goes_on(
-        tmp_path: Path, spark: Any) -> None:
+        tmp_path: Path, spark: Any, collect_rows: int) -> None:
     """Spark's ANSI mode fails a CAST of a malformed string: the epoch stops with a permanent
     error saying what to do (a retry would read the same record), and the column's expression
-    may change to TRY_CAST between epochs because its type stays: nothing is replayed."""
+    may change to TRY_CAST between epochs because its type stays: nothing is replayed. Alike
+    whether the driver collects the epoch (two passes) or the executors write it (one)."""
     topic = produce(DAYS)
     # Epoch 0 reads offsets 0-9 of each partition ("1" casts), epoch 1 the first page path.
     cast = "CAST(CASE WHEN kafka_offset < 10 THEN '1' ELSE page END AS bigint)"
-    strict = _pipeline(tmp_path, topic, {"page": "page", "n": cast}, [{"delta": "target"}])
+    compute = {"spark": {"collect_rows": collect_rows}}
+    strict = _pipeline(tmp_path, topic, {"page": "page", "n": cast}, [{"delta": "target"}],
+                       **compute)
     run_epoch(strict, "strict-0", spark=spark)
     assert checkpointed_epoch(strict) == 0
     with pytest.raises(ExpressionFailed, match=r"epoch 1: .*CAST_INVALID_INPUT.*TRY_CAST"):
         run_epoch(strict, "strict-1", spark=spark)
     lenient = _pipeline(tmp_path, topic, {"page": "page", "n": f"TRY_{cast}"},
-                        [{"delta": "target"}])
+                        [{"delta": "target"}], **compute)
     finish_and_audit(lenient, spark, "lenient", DAYS.events)
     held = read_table(delta_path(lenient, "target")).to_pylist()
     assert {r["n"] for r in held if r["epoch"] == 0} == {1}

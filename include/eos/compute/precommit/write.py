@@ -153,7 +153,7 @@ def collects(config: PipelineConfig, plan: Plan, state: ResumePoint, frames: Fra
     late row, or one quarantine row) and its quarantined records are not wide. Both are known
     before Spark computes anything; a limit on the collect would cost a shuffle to one
     partition, what collecting saves."""
-    if frames.side is None:  # one pass: nothing computed yet to collect
+    if frames.observed is not None:  # one pass: the executors write it as they read it
         return False
     if config.stateless:  # one row per record at most, known before Spark computes
         return (config.spark.collect_rows > 0
