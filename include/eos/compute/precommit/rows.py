@@ -6,6 +6,7 @@ alone, so an epoch depends on its plan alone.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -128,7 +129,8 @@ def _one_pass(spark: Any, F: Any, config: PipelineConfig, plan: Plan,
         raise ConfigError(f"the filter {config.event.filter!r} or select "
                           f"{dict(config.select)} does not run on Spark: "
                           f"{str(error).splitlines()[0]}") from None
-    observation = Observation(f"eos_epoch_{plan.epoch}")
+    # A name of its own: an attempt of the same epoch may run again in this session.
+    observation = Observation(f"eos_epoch_{plan.epoch}_{uuid.uuid4().hex[:8]}")
     counted = projected.observe(
         observation, F.count(F.when(F.col("kind") == "filtered", 1)).alias("filtered"))
     timings["read_parse"] = 0.0  # read, parsed and written in the staging write's one job
