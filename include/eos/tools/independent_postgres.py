@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from eos.core.errors import SinkUnavailable
 from eos.sinks.postgres_connection import redact
-from eos.tools.independent import _extension, _quoted, canonical_row
+from eos.tools.independent import _extension, _quoted, canonical_row, duckdb_for
 
 __all__ = ["POSTGRES_READER", "PostgresReading", "read_postgres"]
 
@@ -77,11 +77,8 @@ def _ident(name: Name) -> str:
 def _attached(dsn: str) -> Iterator[Any]:
     """A DuckDB connection with the database attached read-only as ``pg``; the extension
     loaded from the wheel only (nothing downloaded, nothing under ``~/.duckdb``)."""
-    import duckdb
-
-    config = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     with tempfile.TemporaryDirectory(prefix="eos-duckdb-") as private, \
-            duckdb.connect(config=config) as con:
+            duckdb_for(dsn) as con:
         link = Path(private) / f"{ENTRY_POINT}.duckdb_extension"
         os.symlink(_extension("duckdb_extension_postgres", "postgres"), link)
         con.execute(f"LOAD {_quoted(str(link))}")
