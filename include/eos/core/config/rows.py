@@ -110,25 +110,10 @@ def row_types(config: PipelineConfig) -> dict[str, FieldType]:
 def select_types(config: PipelineConfig) -> dict[str, FieldType]:
     """Each ``select`` column's type, from its expression (``eos.core.filters``); raises
     ``ValueError`` naming the column at fault."""
-    from eos.core.config.source import (
-        FieldType,
-        check_prefixes,
-        readable_names,
-        unknown_columns,
-    )
-    from eos.core.filters import expression_type, filter_columns
-
     types: dict[str, FieldType] = {}
     for name, text in config.select.items():
         what = f"select column '{name}':"
-        columns = filter_columns(text, what)
-        unknown = unknown_columns(config.event, columns)
-        if unknown:
-            raise ValueError(f"{what} {text!r} uses {unknown}, which are not "
-                             f"{readable_names(config.event)}")
-        check_prefixes(config.event, columns, what)
-        types[name] = FieldType.parse(
-            expression_type(text, what, sql_types(config, columns)), output=True)
+        types[name] = _expression_type(config, text, what, "which are not")
         if types[name].temporal and not config.stateless:
             raise ValueError(f"{what} {text!r} is a {types[name]}: a date or timestamp column "
                              "is for a pipeline without windows (group or aggregate its "
@@ -196,7 +181,8 @@ def record_types(config: PipelineConfig) -> dict[str, RecordColumn]:
             if text in columns:
                 continue  # a column of the rows: the sink reads it from the rows themselves
             what = f"sink {sink}: {role.replace(':', ' ')}"
-            ftype = _expression_type(config, text, what)
+            ftype = _expression_type(config, text, what,
+                                     "which are neither columns of the rows nor")
             if ftype.name not in ("string", "binary"):
                 raise ValueError(f"{what} {text!r} is of type {ftype}; a key or a header is a "
                                  "string or binary (write CAST(... AS STRING))")
@@ -204,9 +190,12 @@ def record_types(config: PipelineConfig) -> dict[str, RecordColumn]:
     return found
 
 
-def _expression_type(config: PipelineConfig, text: str, what: str) -> FieldType:
+def _expression_type(config: PipelineConfig, text: str, what: str,
+                     unknown_are: str) -> FieldType:
     """The type of an expression over what a ``select`` reads (the declared fields, the
-    Kafka metadata, ``key.<field>``, ``header.<name>``), checked as a select column is."""
+    Kafka metadata, ``key.<field>``, ``header.<name>``): a select column's, or a sink's key or
+    header's. ``unknown_are`` says, in the refusal of a name it cannot read, what the name is
+    not (``which are not``)."""
     from eos.core.config.source import (
         FieldType,
         check_prefixes,
@@ -218,7 +207,7 @@ def _expression_type(config: PipelineConfig, text: str, what: str) -> FieldType:
     columns = filter_columns(text, what)
     unknown = unknown_columns(config.event, columns)
     if unknown:
-        raise ValueError(f"{what} {text!r} uses {unknown}, which are neither columns of the "
-                         f"rows nor {readable_names(config.event)}")
+        raise ValueError(f"{what} {text!r} uses {unknown}, {unknown_are} "
+                         f"{readable_names(config.event)}")
     check_prefixes(config.event, columns, what)
     return FieldType.parse(expression_type(text, what, sql_types(config, columns)), output=True)
