@@ -99,6 +99,12 @@ class SinkUnavailable(TransientError):
     """A sink cannot be reached or refused a write for a reason that may pass (retry)."""
 
 
+class TransactionAborted(SinkUnavailable):
+    """A sink's transaction was aborted before it committed and its producer cannot go on
+    (the broker no longer maps its producer id to its transactional id, a produce failed):
+    nothing of it is visible, and a new producer may run the commit again."""
+
+
 class CommitConflict(TransientError):
     """A fenced commit lost to a concurrent writer and the epoch is still not committed."""
 

@@ -65,14 +65,17 @@ LSO defence are only exercised on a real broker.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from eos.core import faults
 from eos.core.errors import (
+    InjectedFault,
     SinkCannotTake,
     SinkRejected,
     SinkUnavailable,
+    TransactionAborted,
     TransactionalIdChanged,
 )
 from eos.core.extras import require_format
@@ -97,7 +100,12 @@ from eos.sinks.kafka_options import (
     registry_of,
     transactional_id,
 )
-from eos.sinks.kafka_producer import commit_transaction, fenced_producer, produce_rows
+from eos.sinks.kafka_producer import (
+    ABORT_TIMEOUT_S,
+    commit_transaction,
+    fenced_producer,
+    produce_rows,
+)
 from eos.sinks.kafka_read_back import rows_on_line, topic_records
 from eos.sinks.kafka_records import (
     Headers,
@@ -122,6 +130,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from eos.core.config import PipelineConfig
+
+log = logging.getLogger(__name__)
 
 
 class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
@@ -217,7 +227,25 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         """One Kafka transaction holding N's rows and N's marker; see the module docstring.
         The marker topic's settings were checked before the seal (``check``): after it, only
-        transient failures may remain."""
+        transient failures may remain.
+
+        A transaction aborted under its producer (``TransactionAborted``) is run once more at
+        once by a new producer, from its ``init_transactions`` on: an aborted transaction ends
+        its producer's usefulness when librdkafka cannot bump the producer's epoch (a producer
+        id the broker no longer maps to this transactional id: expired on Kafka, or, on the
+        embedded mock cluster, drawn at random equal to another producer's), and the rerun is
+        the same idempotent commit a retried task would run. A fenced producer (another
+        attempt took over) is not run again: that attempt goes on."""
+        try:
+            return self._commit_once(epoch, rows, plan_hash)
+        except TransactionAborted as error:
+            log.warning("Kafka sink %s: the transaction of epoch %d was aborted (%s); "
+                        "committing it again with a new producer", self.name, epoch,
+                        error.message)
+            return self._commit_once(epoch, rows, plan_hash)
+
+    def _commit_once(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """``commit`` by one producer."""
         self._ensure_topics()
         producer, last = self._fenced_producer_and_last()
         markers = self.markers()
@@ -473,12 +501,15 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         if not fatal:
             # If this fails too, the next attempt's init_transactions aborts the transaction.
             with contextlib.suppress(Exception):
-                producer.abort_transaction(TIMEOUT_S)
-        if isinstance(error, SinkRejected | SinkUnavailable):
+                producer.abort_transaction(ABORT_TIMEOUT_S)
+        if isinstance(error, SinkRejected | InjectedFault):
             raise error
+        if isinstance(error, SinkUnavailable):  # a produce failed: the transaction is over
+            raise TransactionAborted(error.message) from None
         if self.markers().last_epoch() >= epoch:
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows, raced=True)
-        raise SinkUnavailable(
+        kind = SinkUnavailable if fatal else TransactionAborted
+        raise kind(
             f"Kafka sink {self.name}: transaction for epoch {epoch} did not commit "
             f"({failure or error}); nothing of it is visible, retrying is safe"
         ) from None

@@ -14,6 +14,10 @@ from eos.sinks.kafka_topics import TIMEOUT_S, kafka_error
 if TYPE_CHECKING:
     import confluent_kafka as ck
 
+# How long an abort may wait: a producer whose epoch bump keeps failing never finishes one,
+# and the next ``init_transactions`` of the id aborts the transaction on the broker anyway.
+ABORT_TIMEOUT_S = 10.0
+
 
 def fenced_producer(settings: dict[str, Any], transactional_id: str, sink: str) -> ck.Producer:
     """A producer of ``transactional_id`` after ``init_transactions``: every earlier producer

@@ -56,6 +56,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
         "rd_kafka_mock_cluster_bootstraps": (s, [p]),
         "rd_kafka_mock_cluster_destroy": (None, [p]),
         "rd_kafka_mock_topic_create": (i, [p, s, i, i]),
+        "rd_kafka_mock_push_request_errors_array":
+            (None, [p, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(i)]),
         "rd_kafka_err2str": (s, [i]),
     }
     for name, (restype, argtypes) in signatures.items():
@@ -94,6 +96,13 @@ class MockCluster:
             reason = self._lib.rd_kafka_err2str(code).decode()
             raise BrokerUnavailable(f"mock cluster: cannot create topic {name!r} with "
                                    f"{partitions} partitions: {reason}")
+
+    def push_request_errors(self, api_key: int, errors: list[int]) -> None:
+        """Answer the next ``len(errors)`` requests of ``api_key`` with these error codes, one
+        each, in order (the mock's own fault injection; a code of 0 lets a request through)."""
+        codes = (ctypes.c_int * len(errors))(*errors)
+        self._lib.rd_kafka_mock_push_request_errors_array(self._cluster, api_key, len(errors),
+                                                           codes)
 
     def serve(self, timeout_ms: int) -> None:
         """Serve the owning handle's queue (its logs and errors) for up to ``timeout_ms``."""
