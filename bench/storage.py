@@ -33,23 +33,28 @@ from eos.core.processes import restored_environ
 from eos.tools.generator import GeneratorSpec
 from eos.tools.produce import produce
 
-_REQUEST = re.compile(rb"(?:^|\r\n)(GET|PUT|HEAD|POST|DELETE) /")
+_REQUEST = re.compile(rb"(?:^|\r\n)(GET|PUT|HEAD|POST|DELETE) (/\S*)")
 
 
 METHODS = ("GET", "PUT", "HEAD", "POST", "DELETE")
 
 
-def _serve(port: int, target: tuple[str, int], counts: Any) -> None:
-    """The proxy's process: forward every connection to ``target``, counting requests."""
+def _serve(port: int, target: tuple[str, int], counts: Any, trail: str | None) -> None:
+    """The proxy's process: forward every connection to ``target``, counting requests (and,
+    with ``trail``, appending each one's method and target to that file)."""
     server = socket.create_server(("127.0.0.1", port), backlog=256)
+    written = threading.Lock()
 
     def pump(source: socket.socket, sink: socket.socket, count: bool) -> None:
         try:
             while data := source.recv(65536):
                 if count:
-                    for method in _REQUEST.findall(data):
+                    for method, path in _REQUEST.findall(data):
                         with counts.get_lock():
                             counts[METHODS.index(method.decode())] += 1
+                        if trail:
+                            with written, open(trail, "ab") as out:
+                                out.write(method + b" " + path + b"\n")
                 sink.sendall(data)
         except OSError:
             pass
@@ -71,19 +76,20 @@ class CountingProxy:
     here would then never run). The bytes pass unchanged (the ``Host`` a client signed is what
     the store sees), so SigV4 holds."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, trail: str | None = None) -> None:
         import multiprocessing
 
         found = urlsplit(target)
         context = multiprocessing.get_context("spawn")
         self.counts = context.Array("q", len(METHODS))
+        self.trail = trail
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self._process = context.Process(
             target=_serve, args=(port, (found.hostname or "127.0.0.1", found.port or 80),
-                                 self.counts), daemon=True)
+                                 self.counts, trail), daemon=True)
         self._process.start()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -91,6 +97,15 @@ class CountingProxy:
                 return
             time.sleep(0.1)
         raise RuntimeError("the counting proxy did not start")
+
+    def requests_since(self, offset: int) -> tuple[list[str], int]:
+        """The requests the trail holds after byte ``offset``, and its end."""
+        if not self.trail or not os.path.exists(self.trail):
+            return [], offset
+        with open(self.trail, "rb") as trail:
+            trail.seek(offset)
+            data = trail.read()
+        return data.decode(errors="replace").splitlines(), offset + len(data)
 
     def snapshot(self) -> Counter[str]:
         with self.counts.get_lock():
@@ -101,12 +116,47 @@ class CountingProxy:
         self._process.join(5)
 
 
+_LOG_FILE = re.compile(r"_delta_log/(\d+)\.(json|checkpoint\.parquet)$")
+
+
+def request_kind(line: str) -> str:
+    """What one request to the store was, by table and object: ``GET staging commit``,
+    ``LIST epochs _delta_log``, ``PUT sink:out data``... (the table: the directory that holds
+    its ``_delta_log``, else the one above a data file's partition directories)."""
+    method, _, target = line.partition(" ")
+    parts = urlsplit(target)
+    query = dict(p.partition("=")[::2] for p in parts.query.split("&") if p)
+    key = query.get("prefix", "") if "list-type" in query else parts.path
+    key = key.replace("%2F", "/").strip("/")
+    if "list-type" in query:
+        method = "LIST"
+    segments = key.split("/")
+    if "_delta_log" in segments:
+        at = segments.index("_delta_log")
+        table = segments[at - 1] if at else "?"
+        rest = "/".join(segments[at:])
+        found = _LOG_FILE.search(rest)
+        what = ("_delta_log" if not found else "commit" if found.group(2) == "json"
+                else "checkpoint")
+        if rest.endswith("_last_checkpoint"):
+            what = "_last_checkpoint"
+    else:
+        staged = [i for i, s in enumerate(segments) if s.startswith("epoch=")]
+        named = [s for s in segments[1:] if s and "=" not in s and not s.endswith(".parquet")]
+        table = (segments[staged[0] - 1] if staged and staged[0] else
+                 named[-1] if named else "?")
+        what = "data" if key.endswith(".parquet") else "object"
+    return f"{method} {table} {what}"
+
+
 @dataclass
 class Phases:
-    """Per phase: wall seconds of each epoch, and (on S3) requests of each epoch."""
+    """Per phase: wall seconds of each epoch, and (on S3) requests of each epoch, with their
+    kinds (``request_kind``) when the proxy keeps a trail."""
 
     seconds: dict[str, list[float]] = field(default_factory=dict)
     requests: dict[str, list[int]] = field(default_factory=dict)
+    kinds: dict[str, Counter[str]] = field(default_factory=dict)
 
 
 def _epochs(env: Env, config: Any, n: int, tag: str, proxy: CountingProxy | None) -> Phases:
@@ -115,10 +165,13 @@ def _epochs(env: Env, config: Any, n: int, tag: str, proxy: CountingProxy | None
     @contextlib.contextmanager
     def in_phase(name: str) -> Iterator[None]:
         before = proxy.snapshot() if proxy else Counter()
+        _, offset = proxy.requests_since(0) if proxy else ([], 0)
         yield
         if proxy:
             made = proxy.snapshot() - before
             out.requests.setdefault(name, []).append(sum(made.values()))
+            lines, _ = proxy.requests_since(offset)
+            out.kinds.setdefault(name, Counter()).update(request_kind(x) for x in lines)
 
     for i in range(n):
         run = run_epoch(config, f"{tag}-{i}", spark=env.spark, in_phase=in_phase)
@@ -169,6 +222,18 @@ def render(figures: dict[str, dict[str, Phases]], records: int) -> str:
     return "\n".join(lines)
 
 
+def render_kinds(figures: dict[str, dict[str, Phases]], top: int = 12) -> str:
+    """Per epoch shape and phase, the most frequent kinds of S3 request, per epoch."""
+    lines = ["| epochs | phase | request | per epoch |", "| --- | --- | --- | ---: |"]
+    for shape in ("full", "empty"):
+        phases = figures["s3"][shape]
+        epochs = max(len(v) for v in phases.requests.values()) if phases.requests else 1
+        for phase, kinds in phases.kinds.items():
+            for kind, n in kinds.most_common(top):
+                lines.append(f"| {shape} | {phase} | {kind} | {n / epochs:.1f} |")
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def store() -> Iterator[str]:
     """The S3 store's endpoint: the ``AWS_*`` environment's, else the embedded one started
@@ -195,17 +260,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--records", type=int, default=50_000, help="records per epoch")
     p.add_argument("--epochs", type=int, default=5, help="timed epochs of --records each")
     p.add_argument("--empty", type=int, default=5, help="timed empty epochs")
+    p.add_argument("--requests", action="store_true",
+                   help="also list each phase's S3 requests by table and kind")
     args = p.parse_args(argv)
+    trail = None
+    if args.requests:
+        import tempfile
+
+        trail = os.path.join(tempfile.mkdtemp(prefix="eos-bench-s3-"), "requests.log")
     with store() as bucket:
         # Every client (this process, the Spark workers it starts) talks to the store through
         # the counting proxy: set before the session (and its workers) exist.
-        proxy = CountingProxy(os.environ["AWS_ENDPOINT_URL"])
+        proxy = CountingProxy(os.environ["AWS_ENDPOINT_URL"], trail)
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
         with environment() as env:
             figures = measure(env, f"s3://{bucket}/bench-{uuid.uuid4().hex[:6]}", proxy,
                               args.records, args.epochs, args.empty)
         proxy.close()
     print("\n" + render(figures, args.records))
+    if args.requests:
+        print("\n" + render_kinds(figures))
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project root holds bench/
 
-from bench import dag_runs, deltalog
+from bench import dag_runs, deltalog, storage
 
 
 def test_delta_log_benchmark_times_kept_and_cleaned_logs() -> None:
@@ -45,3 +45,16 @@ def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
     assert "| in-process | 1.25 | 1.00 | +0.25 |" in out, out
     assert "| DAG run - in-process (Airflow's share) | 0.75 | 2.00 | -1.25 |" in out, out
 
+
+
+def test_store_requests_are_named_by_table_and_object() -> None:
+    root = "/eos/bench-1/storage-s3-ab"
+    assert [storage.request_kind(line) for line in (
+        f"GET {root}/staging/_delta_log/00000000000000000012.json",
+        f"GET {root}/staging/_delta_log/00000000000000000010.checkpoint.parquet",
+        "GET /eos/?list-type=2&prefix=bench-1%2Fstorage-s3-ab%2Fepochs%2F_delta_log%2F",
+        f"HEAD {root}/checkpoints/_delta_log/_last_checkpoint",
+        f"PUT {root}/staging/epoch=3/attempt-ab/rows/part-0.parquet",
+        f"POST {root}/out/event_date=2026-11-27/part-1.parquet?uploads",
+    )] == ["GET staging commit", "GET staging checkpoint", "LIST epochs _delta_log",
+           "HEAD checkpoints _last_checkpoint", "PUT staging data", "POST out data"]
