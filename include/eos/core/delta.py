@@ -32,6 +32,15 @@ def local_path(path: str) -> str | None:
     return path.removeprefix("file://")
 
 
+# Every how many commits a table eos creates gets a Delta checkpoint (Delta Spark's default;
+# delta-rs' is 100). delta-rs 1.6 replays a table's log from its last checkpoint on every open,
+# every ``update_incremental`` and every write through a handle, not just the commits it has not
+# seen: with 100, the tables an epoch commits to several times each read up to a hundred commit
+# files per call (on an object store, one GET each: ``python -m bench.storage --requests``).
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+CHECKPOINT_EVERY = "10"
+
+
 # Every commit the protocol makes carries these in its commit info (``eos.core.timetravel``
 # reads them back to find the version of a table that held an epoch).
 APP, EPOCH, OP, PLAN_HASH, REWIND = "eos.app", "eos.epoch", "eos.op", "eos.plan_hash", "eos.rewind"

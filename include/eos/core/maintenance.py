@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from eos.core import epochlog
-from eos.core.delta import open_table
+from eos.core.delta import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL, open_table
 from eos.core.layout import Tables
 from eos.core.staging import Fence, begin_maintenance, drop, end_maintenance
 from eos.core.storage import filesystem, join
@@ -162,7 +162,9 @@ def _clean_log(path: str, log_retention_ms: int) -> int:
     table = open_table(path)
     if table is None:
         return 0
-    ensure_properties(table, {LOG_RETENTION: log_retention_property(log_retention_ms)})
+    # A table created before eos set its checkpoint interval gets it here (``CHECKPOINT_EVERY``).
+    ensure_properties(table, {LOG_RETENTION: log_retention_property(log_retention_ms),
+                              CHECKPOINT_INTERVAL: CHECKPOINT_EVERY})
     table.create_checkpoint()
     before = _log_files(path)
     table.cleanup_metadata()

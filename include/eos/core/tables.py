@@ -15,7 +15,13 @@ from deltalake import DeltaTable
 
 from eos.core.aggregations import aggregations_for, output_column
 from eos.core.config import PipelineConfig
-from eos.core.delta import create_table, open_table, scan
+from eos.core.delta import (
+    CHECKPOINT_EVERY,
+    CHECKPOINT_INTERVAL,
+    create_table,
+    open_table,
+    scan,
+)
 from eos.core.errors import TableUnwritable
 from eos.core.layout import Tables
 from eos.core.pool import checkout, give_back
@@ -158,7 +164,8 @@ class OpenTables(Tables):
             table = checkout(path)
             if table is None and path in self.schemas:
                 _probe_once(self.root)  # before the first table on a store is created
-                create_table(path, *self.schemas[path])
+                create_table(path, *self.schemas[path],
+                             configuration={CHECKPOINT_INTERVAL: CHECKPOINT_EVERY})
                 table = checkout(path)
             elif table is not None and path in self.schemas:
                 _add_missing_columns(table, self.schemas[path][0])

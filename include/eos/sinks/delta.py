@@ -264,15 +264,18 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         sure this pipeline may write it (``eos.core.ownership.claim``: ``TableOwned`` before
         any epoch when another pipeline owns it) and that its schema takes the output's
         (``SinkCannotTake``)."""
-        from eos.core.delta import create_table
+        from eos.core.delta import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL, create_table
         from eos.core.ownership import claim
         from eos.core.pool import lent, pooled
 
         # A table this process holds a handle of exists; asking costs a listing of its log.
         if not pooled(self.path):
             owner = Record((self._writer(),), self.options.shared).properties()
+            # A table it creates is checkpointed every 10 commits, as Delta Spark's are
+            # (``eos.core.delta.CHECKPOINT_EVERY``); an existing table keeps its owner's setting.
             create_table(self.path, schema, partition_by=list(self.options.partition_by),
-                         configuration={**self._properties(), **owner})
+                         configuration={CHECKPOINT_INTERVAL: CHECKPOINT_EVERY,
+                                        **self._properties(), **owner})
         with lent(self.path) as table:
             if table is not None:
                 claim(table, self.path, self._writer(), self.options.shared)
