@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from bench.env import Env, environment
 from eos.compute.epochs import run_epoch
@@ -127,7 +127,7 @@ def request_kind(line: str) -> str:
     parts = urlsplit(target)
     query = dict(p.partition("=")[::2] for p in parts.query.split("&") if p)
     key = query.get("prefix", "") if "list-type" in query else parts.path
-    key = key.replace("%2F", "/").strip("/")
+    key = unquote(key).strip("/")
     if "list-type" in query:
         method = "LIST"
     segments = key.split("/")

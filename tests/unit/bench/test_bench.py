@@ -55,6 +55,8 @@ def test_store_requests_are_named_by_table_and_object() -> None:
         "GET /eos/?list-type=2&prefix=bench-1%2Fstorage-s3-ab%2Fepochs%2F_delta_log%2F",
         f"HEAD {root}/checkpoints/_delta_log/_last_checkpoint",
         f"PUT {root}/staging/epoch=3/attempt-ab/rows/part-0.parquet",
+        f"HEAD {root}/staging/epoch%3D3/attempt-ab/state/part-0.parquet",
         f"POST {root}/out/event_date=2026-11-27/part-1.parquet?uploads",
     )] == ["GET staging commit", "GET staging checkpoint", "LIST epochs _delta_log",
-           "HEAD checkpoints _last_checkpoint", "PUT staging data", "POST out data"]
+           "HEAD checkpoints _last_checkpoint", "PUT staging data", "HEAD staging data",
+           "POST out data"]
