@@ -64,11 +64,10 @@ def staging_frame(F: Any, config: PipelineConfig, plan: Plan, frames: Frames,
         columns = {"kind": F.when(emit, F.lit("output")).otherwise(F.lit(open_kind))}
         columns.update({c: F.when(emit, F.col(c)) for c in outputs})
         columns.update({c: F.when(~emit, F.col(c)) for c in states})
-    windows = frames.windows.select(*[_column(F, f, columns, frames.windows.columns)
-                                      for f in schema])
+    windows = _conformed(F, frames.windows, schema, columns)
     if frames.side is None:  # one pass: every row is in ``windows`` already
         return windows.withColumn("plan_hash", F.lit(plan.hash))
-    side = frames.side.select(*[_column(F, f, {}, frames.side.columns) for f in schema])
+    side = _conformed(F, frames.side, schema, {})
     return windows.unionByName(side).withColumn("plan_hash", F.lit(plan.hash))
 
 
@@ -107,7 +106,27 @@ def collected_side(config: PipelineConfig, plan: Plan, side: pa.Table) -> pa.Tab
     return _conform(_without_epoch(staging_schema(config)), others, side.num_rows)
 
 
-def _column(F: Any, field: pa.Field, given: dict[str, Any], present: list[str]) -> Any:
+def _conformed(F: Any, frame: Any, schema: pa.Schema, given: dict[str, Any]) -> Any:
+    """``frame`` with exactly ``schema``'s columns, in order, each cast to its type: a column
+    of ``given``, else the frame's column of that name, else null. Without ``given`` columns,
+    as one ``selectExpr`` of SQL casts: a Column built in Python costs several JVM round
+    trips (``F.col``, ``cast``, ``alias``), and the staging schema has dozens of columns."""
+    present = set(frame.columns)  # asks the JVM: once per frame
+    if not given:
+        return frame.selectExpr(*[_cast_sql(f, f.name in present) for f in schema])
+    return frame.select(*[_column(F, f, given, present) for f in schema])
+
+
+def _cast_sql(field: pa.Field, present: bool) -> str:
+    """``CAST(<column or NULL> AS <type>) AS <column>`` for one staging column."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    name = "`" + field.name.replace("`", "``") + "`"
+    return (f"CAST({name if present else 'NULL'} AS "
+            f"{from_arrow_type(field.type).simpleString()}) AS {name}")
+
+
+def _column(F: Any, field: pa.Field, given: dict[str, Any], present: set[str]) -> Any:
     from pyspark.sql.pandas.types import from_arrow_type
 
     value = given.get(field.name)
@@ -190,9 +209,11 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
     def write_collected(rows: pa.Table) -> list[StagedFile]:
         return staging_files.write_collected(rows, tables.staging, directory, schema)
 
+    filtered = (frames.filtered or 0) if frames.observed is None else 0  # one pass: below
+
     def write_protocol() -> StagedFile:
         return staging_files.write_table(protocol_rows(
-            config, plan, watermark, max_event, frames.filtered_count(),
+            config, plan, watermark, max_event, filtered,
             plan.epoch if state.snapshot else state.chain.base),
             tables.staging, directory, "protocol", schema)
 
@@ -210,10 +231,13 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
                     staging_frame(F, config, plan, frames, watermark, open_kind),
                     tables.staging, directory, schema, config.spark.shuffle_partitions)
         timings["aggregate"] = took["ms"]
+        if protocol is None:
+            # One pass: the write's Observation, read once (each read asks the JVM again).
+            filtered = frames.filtered_count()
         files.append(protocol.result() if protocol is not None else write_protocol())
     counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
-    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered_count()})
+    counts.update({"offsets": len(plan.ranges), "filtered": filtered})
     return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")
 
 
