@@ -98,6 +98,10 @@ class CountingProxy:
             time.sleep(0.1)
         raise RuntimeError("the counting proxy did not start")
 
+    def trail_end(self) -> int:
+        """The trail's length in bytes now (0 without one)."""
+        return os.path.getsize(self.trail) if self.trail and os.path.exists(self.trail) else 0
+
     def requests_since(self, offset: int) -> tuple[list[str], int]:
         """The requests the trail holds after byte ``offset``, and its end."""
         if not self.trail or not os.path.exists(self.trail):
@@ -121,7 +125,7 @@ _LOG_FILE = re.compile(r"_delta_log/(\d+)\.(json|checkpoint\.parquet)$")
 
 def request_kind(line: str) -> str:
     """What one request to the store was, by table and object: ``GET staging commit``,
-    ``LIST epochs _delta_log``, ``PUT sink:out data``... (the table: the directory that holds
+    ``LIST epochs _delta_log``, ``PUT target data``... (the table: the directory that holds
     its ``_delta_log``, else the one above a data file's partition directories)."""
     method, _, target = line.partition(" ")
     parts = urlsplit(target)
@@ -165,7 +169,7 @@ def _epochs(env: Env, config: Any, n: int, tag: str, proxy: CountingProxy | None
     @contextlib.contextmanager
     def in_phase(name: str) -> Iterator[None]:
         before = proxy.snapshot() if proxy else Counter()
-        _, offset = proxy.requests_since(0) if proxy else ([], 0)
+        offset = proxy.trail_end() if proxy else 0
         yield
         if proxy:
             made = proxy.snapshot() - before
