@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, cast
 
 from eos.compute.precommit.read import read_parsed
@@ -79,6 +80,12 @@ class Frames:
         """The events the filter dropped: known now, or (one pass) once the write has run."""
         if self.observed is None:
             return self.filtered or 0
+        return self._observed_filtered
+
+    @cached_property
+    def _observed_filtered(self) -> int:
+        """The write's ``Observation`` of the filter's drops, read once: each read of it asks
+        the JVM again."""
         return int(self.observed.get.get("filtered") or 0)
 
 

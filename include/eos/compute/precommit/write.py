@@ -209,11 +209,9 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
     def write_collected(rows: pa.Table) -> list[StagedFile]:
         return staging_files.write_collected(rows, tables.staging, directory, schema)
 
-    filtered = (frames.filtered or 0) if frames.observed is None else 0  # one pass: below
-
     def write_protocol() -> StagedFile:
         return staging_files.write_table(protocol_rows(
-            config, plan, watermark, max_event, filtered,
+            config, plan, watermark, max_event, frames.filtered_count(),
             plan.epoch if state.snapshot else state.chain.base),
             tables.staging, directory, "protocol", schema)
 
@@ -231,13 +229,10 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
                     staging_frame(F, config, plan, frames, watermark, open_kind),
                     tables.staging, directory, schema, config.spark.shuffle_partitions)
         timings["aggregate"] = took["ms"]
-        if protocol is None:
-            # One pass: the write's Observation, read once (each read asks the JVM again).
-            filtered = frames.filtered_count()
         files.append(protocol.result() if protocol is not None else write_protocol())
     counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
-    counts.update({"offsets": len(plan.ranges), "filtered": filtered})
+    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered_count()})
     return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")
 
 
