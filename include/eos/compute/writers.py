@@ -48,7 +48,8 @@ from eos.core.staging import KIND_DIR, StagedFile
 from eos.core.storage import filesystem
 from eos.core.window_state import END, START, read_state_file
 
-#: What an executor task returns for each file it wrote (``StagedFile`` without the kind range).
+#: What an executor task returns for each file it wrote (``StagedFile`` without the kind range),
+#: and, without a path, the rows of a kind it counted and did not write (``write_frame``).
 FILES = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modified_ms", pa.int64()),
                    ("rows", pa.int64()), ("kind", pa.string()),
                    ("start_min", pa.int64()), ("start_max", pa.int64()),
@@ -112,38 +113,49 @@ def _widened(bounds: tuple[int, int] | None, rows: pa.Table,
     return min(bounds[0], low), max(bounds[1], high)
 
 
-def partition_writer(staging: str, directory: str,
-                     schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]],
-                                                    Iterator[pa.RecordBatch]]:
+def partition_writer(staging: str, directory: str, schema: pa.Schema,
+                     counted: frozenset[str] = frozenset()) -> Callable[
+                         [Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of an executor task: its rows, one file per kind, under
-    ``directory``; yields one ``FILES`` row per file. The file names are random per task
-    attempt, so a retried task never overwrites what its failed attempt may still write."""
+    ``directory``; yields one ``FILES`` row per file, and one without a path per kind of
+    ``counted`` it held (those rows are counted, not written). The file names are random per
+    task attempt, so a retried task never overwrites what its failed attempt may still
+    write."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         files: dict[str, _FileWriter] = {}
+        skipped: dict[str, int] = {}
         task = uuid.uuid4().hex
         for batch in batches:
             rows = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
             for kind in pc.unique(rows["kind"]).to_pylist():
+                of_kind = rows.filter(pc.equal(rows["kind"], kind))
+                if kind in counted:
+                    skipped[kind] = skipped.get(kind, 0) + of_kind.num_rows
+                    continue
                 if kind not in files:
                     files[kind] = _FileWriter(
                         staging, f"{directory}/{KIND_DIR}={kind}/part-{task}.parquet", schema)
-                files[kind].write(rows.filter(pc.equal(rows["kind"], kind)))
-        described = [f.close() for f in files.values()]
+                files[kind].write(of_kind)
+        described = [{"path": f.path, "size": f.size, "modified_ms": f.modified_ms,
+                      "rows": f.rows, "kind": f.kind_min, "start_min": f.start_min,
+                      "start_max": f.start_max, "end_min": f.end_min, "end_max": f.end_max}
+                     for f in (w.close() for w in files.values())]
+        described += [{"path": None, "rows": n, "kind": kind} for kind, n in skipped.items()]
         if described:
-            yield pa.RecordBatch.from_pylist(
-                [{"path": f.path, "size": f.size, "modified_ms": f.modified_ms,
-                  "rows": f.rows, "kind": f.kind_min, "start_min": f.start_min,
-                  "start_max": f.start_max, "end_min": f.end_min, "end_max": f.end_max}
-                 for f in described], schema=FILES)
+            yield pa.RecordBatch.from_pylist(described, schema=FILES)
 
     return write
 
 
-def write_frame(frame: Any, staging: str, directory: str, schema: pa.Schema,
-                tasks: int) -> list[StagedFile]:
+def write_frame(frame: Any, staging: str, directory: str, schema: pa.Schema, tasks: int,
+                counted: frozenset[str] = frozenset()) -> tuple[list[StagedFile],
+                                                                dict[str, int]]:
     """Executors write ``frame``'s rows under ``directory`` (relative to the ``staging`` table),
-    one file per kind per task, and the driver collects only the files' descriptions.
+    one file per kind per task, and the driver collects only the files' descriptions; rows
+    of a kind in ``counted`` are not written, only counted (the second value: rows per kind).
+    One pass of a stateless epoch counts the filter's drops so, as it writes: an
+    ``Observation`` would cost a JVM round trip per metric and an exception per read.
 
     The rows are a union of the windows (``shuffle_partitions`` partitions, after the merge
     with the state) and the side rows (one partition per Kafka split, twice: late and
@@ -154,13 +166,19 @@ def write_frame(frame: Any, staging: str, directory: str, schema: pa.Schema,
     from pyspark.sql.pandas.types import from_arrow_schema
 
     written = (frame.select(*schema.names).coalesce(max(1, tasks))
-               .mapInArrow(partition_writer(staging, directory, schema),
+               .mapInArrow(partition_writer(staging, directory, schema, counted),
                            from_arrow_schema(FILES)))
-    return sorted((StagedFile(path=r["path"], size=r["size"], modified_ms=r["modified_ms"],
-                              rows=r["rows"], kind_min=r["kind"], kind_max=r["kind"],
-                              start_min=r["start_min"], start_max=r["start_max"],
-                              end_min=r["end_min"], end_max=r["end_max"])
-                   for r in written.toArrow().to_pylist()), key=lambda f: f.path)
+    described = written.toArrow().to_pylist()
+    skipped: dict[str, int] = {}
+    for r in described:
+        if r["path"] is None:
+            skipped[r["kind"]] = skipped.get(r["kind"], 0) + r["rows"]
+    files = sorted((StagedFile(path=r["path"], size=r["size"], modified_ms=r["modified_ms"],
+                               rows=r["rows"], kind_min=r["kind"], kind_max=r["kind"],
+                               start_min=r["start_min"], start_max=r["start_max"],
+                               end_min=r["end_min"], end_max=r["end_max"])
+                    for r in described if r["path"] is not None), key=lambda f: f.path)
+    return files, skipped
 
 
 def write_collected(rows: pa.Table, staging: str, directory: str,

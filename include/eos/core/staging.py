@@ -51,6 +51,8 @@ WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in t
 # Open windows: a snapshot, or changes (``eos.core.window_state``).
 STATE, CHANGE = "state", "change"
 BASE = "state_base"  # the watermark row's column naming the base of the epoch's state
+# A record the filter dropped, in a one-pass write: counted by the writer, never staged.
+FILTERED = "filtered"
 
 
 KIND_DIR = "part_kind"  # the directory level of the files of one kind (not a Delta partition)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, cast
 
 from eos.compute.precommit.read import read_parsed
@@ -72,21 +71,10 @@ class Frames:
     max_event_all_ms: int | None = None  # the max event time over epochs <= N
     read_rows: int | None = 0  # rows of the state files read (an upper bound); None: unknown
     # One pass (``eos.compute.precommit.rows``): ``windows`` holds every staged row of the
-    # epoch, ``side`` is None, and ``filtered`` is known once the write ran, from this
-    # Spark ``Observation`` of it.
-    observed: Any = None
-
-    def filtered_count(self) -> int:
-        """The events the filter dropped: known now, or (one pass) once the write has run."""
-        if self.observed is None:
-            return self.filtered or 0
-        return self._observed_filtered
-
-    @cached_property
-    def _observed_filtered(self) -> int:
-        """The write's ``Observation`` of the filter's drops, read once: each read of it asks
-        the JVM again."""
-        return int(self.observed.get.get("filtered") or 0)
+    # epoch and, as rows of kind ``FILTERED``, the records the filter dropped, which the write
+    # counts instead of staging (``filtered`` is then known once the write ran); ``side`` is
+    # None.
+    one_pass: bool = False
 
 
 @contextmanager

@@ -6,7 +6,6 @@ alone, so an epoch depends on its plan alone.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from eos.core.errors import ConfigError
 from eos.core.metadata import KAFKA_HEADERS
 from eos.core.plan import Plan
 from eos.core.schema import KAFKA_TS, OFFSET, PARTITION, RAW_KEY, RAW_VALUE, REASON
+from eos.core.staging import FILTERED
 from eos.core.tables import ROW_HEADERS, ROW_TOPIC, row_column
 from eos.core.window_state import EMPTY
 
@@ -103,15 +103,15 @@ def _one_pass(spark: Any, F: Any, config: PipelineConfig, plan: Plan,
     kind (``output``: parsed and kept; ``quarantine``: not parsed; ``filtered``: dropped),
     its coordinates, the row's columns only on an output row and the raw bytes and reason only
     on a quarantined one. CASE WHEN evaluates only the branch it takes, so a select never runs
-    on a record that did not parse, as in the two-pass path. The filter's drops are counted by
-    an ``Observation`` of the write; the rows are those ``row_frames``' two passes stage."""
+    on a record that did not parse, as in the two-pass path. The filter's drops stay in the
+    frame as bare ``FILTERED`` rows, which the write counts and does not stage; the rows
+    staged are those ``row_frames``' two passes stage."""
     from pyspark.errors import AnalysisException, ParseException
-    from pyspark.sql import Observation
 
     events = with_metadata(F, config, read_parsed(spark, config, plan, {}), plan.topic)
     keep = keep_condition(F, config)
     marked = events.withColumn("kind", F.when(F.col(REASON).isNotNull(), F.lit("quarantine"))
-                               .when(keep, F.lit("output")).otherwise(F.lit("filtered")))
+                               .when(keep, F.lit("output")).otherwise(F.lit(FILTERED)))
     output, bad = F.col("kind") == "output", F.col("kind") == "quarantine"
     projected = marked.select(
         "kind", F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"),
@@ -129,10 +129,5 @@ def _one_pass(spark: Any, F: Any, config: PipelineConfig, plan: Plan,
         raise ConfigError(f"the filter {config.event.filter!r} or select "
                           f"{dict(config.select)} does not run on Spark: "
                           f"{str(error).splitlines()[0]}") from None
-    # A name of its own: an attempt of the same epoch may run again in this session.
-    observation = Observation(f"eos_epoch_{plan.epoch}_{uuid.uuid4().hex[:8]}")
-    counted = projected.observe(
-        observation, F.count(F.when(F.col("kind") == "filtered", 1)).alias("filtered"))
     timings["read_parse"] = 0.0  # read, parsed and written in the staging write's one job
-    return Frames(counted.where(F.col("kind") != "filtered"), None, None, 0, 0, NEG_INF, None,
-                  0, observed=observation)
+    return Frames(projected, None, None, 0, 0, NEG_INF, None, 0, one_pass=True)

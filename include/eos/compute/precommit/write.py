@@ -19,7 +19,15 @@ from eos.core.config import PipelineConfig
 from eos.core.layout import Tables
 from eos.core.phaselog import timed
 from eos.core.plan import Plan
-from eos.core.staging import BASE, CHANGE, STATE, WATERMARK, StagedFile, StagedFiles
+from eos.core.staging import (
+    BASE,
+    CHANGE,
+    FILTERED,
+    STATE,
+    WATERMARK,
+    StagedFile,
+    StagedFiles,
+)
 from eos.core.tables import group_column, staging_schema
 
 
@@ -172,7 +180,7 @@ def collects(config: PipelineConfig, plan: Plan, state: ResumePoint, frames: Fra
     late row, or one quarantine row) and its quarantined records are not wide. Both are known
     before Spark computes anything; a limit on the collect would cost a shuffle to one
     partition, what collecting saves."""
-    if frames.observed is not None:  # one pass: the executors write it as they read it
+    if frames.one_pass:  # the executors write it as they read it
         return False
     if config.stateless:  # one row per record at most, known before Spark computes
         return (config.spark.collect_rows > 0
@@ -209,15 +217,16 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
     def write_collected(rows: pa.Table) -> list[StagedFile]:
         return staging_files.write_collected(rows, tables.staging, directory, schema)
 
-    def write_protocol() -> StagedFile:
+    def write_protocol(filtered: int) -> StagedFile:
         return staging_files.write_table(protocol_rows(
-            config, plan, watermark, max_event, frames.filtered_count(),
+            config, plan, watermark, max_event, filtered,
             plan.epoch if state.snapshot else state.chain.base),
             tables.staging, directory, "protocol", schema)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="eos-stage") as driver:
         # One pass counts the filter's drops as it writes: its protocol rows come after.
-        protocol = driver.submit(write_protocol) if frames.observed is None else None
+        protocol = None if frames.one_pass else driver.submit(write_protocol, frames.filtered)
+        skipped: dict[str, int] = {}
         with timed() as took:
             if on_driver:
                 windows = driver.submit(write_collected, _collected_output(
@@ -225,14 +234,16 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
                 side = collected_side(config, plan, frames.side.toArrow())  # meanwhile
                 files = windows.result() + driver.submit(write_collected, side).result()
             else:
-                files = staging_files.write_frame(
+                files, skipped = staging_files.write_frame(
                     staging_frame(F, config, plan, frames, watermark, open_kind),
-                    tables.staging, directory, schema, config.spark.shuffle_partitions)
+                    tables.staging, directory, schema, config.spark.shuffle_partitions,
+                    counted=frozenset({FILTERED}) if frames.one_pass else frozenset())
         timings["aggregate"] = took["ms"]
-        files.append(protocol.result() if protocol is not None else write_protocol())
+        filtered = skipped.get(FILTERED, 0) if frames.one_pass else frames.filtered
+        files.append(protocol.result() if protocol is not None else write_protocol(filtered))
     counts = {k: 0 for k in ("output", STATE, "late", "quarantine")}
     counts.update(staging_files.counts_by_kind(files))
-    counts.update({"offsets": len(plan.ranges), "filtered": frames.filtered_count()})
+    counts.update({"offsets": len(plan.ranges), "filtered": filtered})
     return StagedFiles(files, counts, watermark, "driver" if on_driver else "executors")
 
 
