@@ -225,6 +225,63 @@ def alo_run(spark: Any, config: PipelineConfig, plan: Plan, path: str) -> ALORun
     )
 
 
+@dataclass
+class StatefulALO:
+    """At-least-once *with state*: the fair baseline. Each epoch computes exactly what eos's
+    precommit computes (the same stager: windows, watermark, late rows, quarantine, open
+    windows carried from the epoch before as incremental state), makes the state durable in
+    one Delta commit of its own table (as any stateful job must), appends the outputs straight
+    to Delta tables and then records its offsets and where its state is (one row, as
+    Structured Streaming's offset and commit logs do).
+
+    What it leaves out is exactly the exactly-once protocol's work: no plan logged before the
+    read, no epoch log, no check that the epoch is still next, no seal, no fenced sink write
+    (``txn``) or check before it, no staging retention. A crash between the appends and the
+    offsets row would replay the epoch into the tables: at-least-once."""
+
+    config: PipelineConfig
+    spark: Any
+    previous: Any = None  # the last epoch's ``Checkpoint`` row (None before epoch 0)
+
+    def epoch(self, plan: Plan) -> ALORun:
+        from deltalake import write_deltalake
+
+        from eos.compute.precommit.stager import SparkStager
+        from eos.core import checkpoints, staging
+        from eos.core.checkpoints import Checkpoint
+        from eos.core.outputs import epoch_outputs
+        from eos.core.tables import ensure_tables, staging_schema
+
+        timings: dict[str, float] = {}
+        t0 = now()
+        with ensure_tables(self.config) as tables:
+            staged = SparkStager(self.spark).stage(self.config, tables, plan, self.previous,
+                                                   timings)
+            t1 = now()
+            version = staging.commit(tables.refreshed(tables.staging), staged.files, plan.epoch,
+                                     staging_schema(self.config), self.config.app_id, plan.hash)
+            if version is None:
+                raise AssertionError(f"at-least-once epoch {plan.epoch} was not staged")
+            rows = staging.staged_epoch(tables, plan.epoch, plan.hash, state=False)
+            assert rows is not None
+            watermark = self.previous.watermark_ms if self.previous is not None else None
+            outputs = epoch_outputs(self.config, rows, plan.epoch, watermark, plan.topic)
+            for output, table in outputs.items():
+                if table.num_rows:
+                    write_deltalake(f"{self.config.root}/alo-{output}", table, mode="append")
+            checkpoint = Checkpoint(
+                epoch=plan.epoch, plan_hash=plan.hash, until=plan.until,
+                watermark_ms=staged.watermark_ms,
+                rows={name: table.num_rows for name, table in outputs.items()},
+                config=self.config.schema_view(), source=plan.source)
+            checkpoints.append(tables, self.config.app_id, checkpoint)
+        self.previous = checkpoint
+        t2 = now()
+        return ALORun(seconds=t2 - t0, read_parse=timings.get("read_parse", 0.0) / 1000,
+                      aggregate=timings.get("aggregate", 0.0) / 1000, write=t2 - t1,
+                      output_rows=outputs[next(iter(outputs))].num_rows)
+
+
 def run_alo(env: Env, config: PipelineConfig, plans: list[Plan], path: str) -> ALORun:
     env.sampler.reset()
     total = ALORun()

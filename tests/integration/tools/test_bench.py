@@ -26,6 +26,7 @@ from bench import (
     sink_commits,
     staging_writers,
     state_scale,
+    sweep,
     task_startup,
 )
 from bench.__main__ import options_from, parse_args
@@ -174,3 +175,28 @@ def test_sink_commits_benchmark_commits_a_new_epoch_to_every_sink(
     assert "| 90 | postgres |" in table and "| 40 | delta |" in table, table
     assert "| 90 | iceberg |" in table and "SQL catalog on SQLite" in table, table
     assert "| 1.00x |" in table and "librdkafka's mock cluster" in table, table
+
+
+def test_the_fair_baseline_computes_what_eos_commits(kafka: str, spark: Any, data_dir: Path,
+                                                     tmp_path: Path) -> None:
+    """The sweep's ALO with state is equal work: epoch after epoch on eos's ranges, with its
+    state carried, it appends exactly the windows, late rows and quarantine rows eos
+    commits (the plain ALO, from an empty state each epoch, does not: it is kept apart)."""
+    from eos.core.delta import read_table
+
+    with environment(tmp_path / "sweep", spark=spark) as env:
+        result = sweep.run(env, [300, 900], epochs=2, warmup=1, partitions=4,
+                           log=lambda _msg: None, topic="bench-sweep-smoke")
+        eo, alo = (Path(env.workdir / "tables" / name) for name in ("sweep-eo", "sweep-alo"))
+        for eo_table, alo_table in (("target", "alo-windows"), ("late", "alo-late"),
+                                    ("quarantine", "alo-quarantine")):
+            ours, theirs = (read_table(str(path)) for path in (eo / eo_table, alo / alo_table))
+            assert ours.num_rows > 0, eo_table
+            keys = [(name, "ascending") for name in ours.column_names
+                    if name not in ("raw_value", "raw_key")]
+            assert ours.sort_by(keys).equals(
+                theirs.select(ours.column_names).sort_by(keys)), eo_table
+    assert [s.records for s in result.samples] == [300, 300, 900, 900]
+    assert all(set(s.seconds) == set(sweep.WAYS) for s in result.samples)
+    assert "| 900 | 2 |" in sweep.render(result, markdown=True)
+

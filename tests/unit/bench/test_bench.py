@@ -6,9 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project root holds bench/
 
-from bench import dag_runs, deltalog, storage
+from bench import dag_runs, deltalog, storage, sweep
 
 
 def test_delta_log_benchmark_times_kept_and_cleaned_logs() -> None:
@@ -60,3 +62,25 @@ def test_store_requests_are_named_by_table_and_object() -> None:
     )] == ["GET staging commit", "GET staging checkpoint", "LIST epochs _delta_log",
            "HEAD checkpoints _last_checkpoint", "PUT staging data", "HEAD staging data",
            "POST out data"]
+
+
+def test_the_sweep_fits_fixed_and_per_record_cost_and_prints_both_ratios() -> None:
+    # eos: 1.0 s + 2 us per record; the fair ALO 0.5 s + 2 us; the plain ALO 0.4 s + 1 us.
+    samples = [sweep.Sample(n, {"eos": 1.0 + 2e-6 * n, "alo_state": 0.5 + 2e-6 * n,
+                                "alo_plain": 0.4 + 1e-6 * n})
+               for n in (100_000, 200_000, 400_000) for _ in range(2)]
+    result = sweep.Sweep(samples)
+    fit = result.fit("eos")
+    assert abs(fit.fixed - 1.0) < 1e-9 and abs(fit.per_record - 2e-6) < 1e-15
+    assert round(result.ratio(200_000), 3) == round(0.9 / 1.4, 3)
+    out = sweep.render(result, markdown=True)
+    assert "| 200,000 | 2 | 1.40 (1.40-1.40) | 0.90 (0.90-0.90) | 0.60 (0.60-0.60) | 0.64x | " \
+        "0.43x |" in out, out
+    assert "fixed cost +0.500 s per epoch, per-record cost ratio 1.000" in out, out
+    assert "ratio at 400k 0.72x vs at 200k 0.64x" in out, out
+    assert sweep.plot(result).lstrip().startswith("<?xml")
+
+
+def test_a_line_needs_two_epoch_sizes() -> None:
+    with pytest.raises(ValueError, match="two sizes"):
+        sweep.Fit.of([(100, 1.0), (100, 1.1)])
