@@ -12,6 +12,9 @@ by side in one run, on the same records (the figures: docs/benchmarks.md).
   are dropped (it has nowhere to put them but a second write).
 - **a bare consumer**: one confluent-kafka consumer reading the same ranges and only counting
   records: the ceiling of one process reading Kafka.
+- **Spark, nothing written**: eos's own read, parse, filter and select of the same ranges
+  (one projection, as its staging write runs it), evaluated into Spark's ``noop`` sink: the
+  ceiling of any Spark job on this parse, eos and the peer alike.
 
 Records are produced one epoch at a time (the embedded broker keeps ~5 MiB per partition);
 each epoch then runs through eos, is released to the stream, and is read by the bare consumer.
@@ -144,6 +147,7 @@ class Result:
     eo: list[float] = field(default_factory=list)  # seconds per epoch, each way
     stream: list[float] = field(default_factory=list)
     bare: list[float] = field(default_factory=list)
+    spark_only: list[float] = field(default_factory=list)
     eo_rows: int = 0
     peer_rows: int = 0
     quarantined: int = 0
@@ -176,18 +180,32 @@ def run(env: Any, events: int, chunk: int, warmup: int, log: Log,
             count = min(chunk, events - result.events)
             timing, seconds, _ = both.epoch(count)
             bare = sc.bare_read(env, [both.last_plan])
+            spark_only = parse_only(env.spark, config, both.last_plan)
             result.eo.append(timing.total)
             result.stream.append(seconds)
             result.bare.append(bare)
+            result.spark_only.append(spark_only)
             result.events += count
             result.quarantined += timing.counts.get("quarantine", 0)
             result.filtered += timing.counts.get("filtered", 0)
             log(f"epoch {timing.epoch}: {count:,} records; eos {timing.total:.2f}s "
-                f"({phases(timing)}), stream {seconds:.2f}s, bare consumer {bare:.2f}s")
+                f"({phases(timing)}), stream {seconds:.2f}s, bare consumer {bare:.2f}s, Spark "
+                f"without a write {spark_only:.2f}s")
     finally:
         both.stop()
     _compare(result, config, peer)
     return result
+
+
+def parse_only(spark: Any, config: PipelineConfig, plan: Any) -> float:
+    """Seconds for Spark to read, parse, filter and select the plan's ranges as eos's staging
+    write does (``eos.compute.precommit.rows``), into the ``noop`` sink: no file, no commit."""
+    from eos.compute.precommit.rows import row_frames
+
+    started = time.perf_counter()
+    with row_frames(spark, config, plan, {}) as frames:
+        frames.windows.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
 
 
 def phases(timing: sc.EpochTiming) -> str:
@@ -227,20 +245,23 @@ def _rate(events: int, seconds: list[float]) -> float:
 
 def render(result: Result, epoch_records: int, markdown: bool = False) -> str:
     n = result.events
-    eo, stream, bare = (_rate(n, s) for s in (result.eo, result.stream, result.bare))
+    ways = (result.eo, result.stream, result.bare, result.spark_only)
+    eo, stream, bare, spark_only = (_rate(n, s) for s in ways)
     med = statistics.median
     table = [
-        ("figure", "eos (exactly-once)", "Structured Streaming peer", "bare consumer"),
-        ("records/s", f"{eo:,.0f}", f"{stream:,.0f}", f"{bare:,.0f}"),
-        ("eos over it", "1.00x", f"{eo / stream:.2f}x" if stream else "-",
-         f"{eo / bare:.2f}x" if bare else "-"),
+        ("figure", "eos (exactly-once)", "Structured Streaming peer", "bare consumer",
+         "Spark, nothing written"),
+        ("records/s", *(f"{rate:,.0f}" for rate in (eo, stream, bare, spark_only))),
+        ("eos over it", "1.00x", *(f"{eo / rate:.2f}x" if rate else "-"
+                                   for rate in (stream, bare, spark_only))),
+        ("over the bare consumer", *(f"{rate / bare:.2f}x" if bare else "-"
+                                     for rate in (eo, stream, bare, spark_only))),
         ("seconds per epoch, median (min-max)",
-         *(f"{med(s):.2f} ({min(s):.2f}-{max(s):.2f})" for s in
-           (result.eo, result.stream, result.bare))),
+         *(f"{med(s):.2f} ({min(s):.2f}-{max(s):.2f})" if s else "-" for s in ways)),
         ("rows in Delta (warm-up included)", f"{result.eo_rows:,}", f"{result.peer_rows:,}",
-         "- (counts only)"),
+         "- (counts only)", "- (noop sink)"),
         ("malformed records", f"{result.quarantined:,} -> quarantine table",
-         "dropped (nowhere to put them)", "-"),
+         "dropped (nowhere to put them)", "-", "-"),
     ]
     head = (f"Ingestion, Kafka -> Delta: {n:,} page views in {len(result.eo)} epochs of "
             f"{epoch_records:,}, one run")
@@ -249,9 +270,10 @@ def render(result: Result, epoch_records: int, markdown: bool = False) -> str:
              f"{result.filtered:,}")
     if markdown:
         lines = [f"### {head}", "", "| " + " | ".join(table[0]) + " |",
-                 "| --- | --- | --- | --- |", *["| " + " | ".join(r) + " |" for r in table[1:]]]
+                 "| " + " | ".join("---" for _ in table[0]) + " |",
+                 *["| " + " | ".join(r) + " |" for r in table[1:]]]
     else:
-        widths = [max(len(r[i]) for r in table) for i in range(4)]
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         lines = [head, "", *["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))
                              .rstrip() for r in table]]
     return "\n".join([*lines, "", agree])

@@ -84,3 +84,14 @@ def test_the_sweep_fits_fixed_and_per_record_cost_and_prints_both_ratios() -> No
 def test_a_line_needs_two_epoch_sizes() -> None:
     with pytest.raises(ValueError, match="two sizes"):
         sweep.Fit.of([(100, 1.0), (100, 1.1)])
+
+
+def test_the_ingestion_table_sets_each_way_beside_the_bare_consumer() -> None:
+    from bench import ingest
+
+    result = ingest.Result(events=200, eo=[2.0, 2.0], stream=[1.6, 1.6], bare=[0.4, 0.4],
+                           spark_only=[1.0, 1.0], eo_rows=190, peer_rows=190, quarantined=2)
+    out = ingest.render(result, 100, markdown=True)
+    assert "| records/s | 50 | 62 | 250 | 100 |" in out, out
+    assert "| eos over it | 1.00x | 0.80x | 0.20x | 0.50x |" in out, out
+    assert "| over the bare consumer | 0.20x | 0.25x | 1.00x | 0.40x |" in out, out
