@@ -178,14 +178,24 @@ def run_dag(airflow: Any, dag_id: str) -> tuple[dict[str, Any], float]:
 
 
 def task_seconds(airflow: Any, dag_id: str, run_id: str) -> dict[str, float]:
-    """Each task's seconds, and ``span``: from the first task's start to the last one's end
-    (the time between tasks is the scheduler's hand-off)."""
+    """Each task's seconds, ``span``: from the first task's start to the last one's end (the
+    time between tasks is the scheduler's hand-off), and each hand-off apart (``HOPS``: from a
+    task's end to the next one's start)."""
     items = airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
     tis = items["task_instances"]
     out = {ti["task_id"]: _seconds(ti) for ti in tis}
-    starts = [datetime.fromisoformat(ti["start_date"]) for ti in tis]
-    ends = [datetime.fromisoformat(ti["end_date"]) for ti in tis]
-    return {**out, "span": (max(ends) - min(starts)).total_seconds()}
+    starts = {ti["task_id"]: datetime.fromisoformat(ti["start_date"]) for ti in tis}
+    ends = {ti["task_id"]: datetime.fromisoformat(ti["end_date"]) for ti in tis}
+    out["span"] = (max(ends.values()) - min(starts.values())).total_seconds()
+    for hop, (before, after) in HOPS.items():
+        if before in ends and after in starts:
+            out[hop] = (starts[after] - ends[before]).total_seconds()
+    return out
+
+
+# The scheduler's hand-offs of a three-task run: the tasks each one lies between.
+HOPS = {"begin -> precommit": ("begin", "precommit"),
+        "precommit -> commit": ("precommit", "commit")}
 
 
 def wait_parsed(airflow: Any, dag_ids: list[str]) -> None:
@@ -314,14 +324,17 @@ def render(f: Figures) -> str:
     lines.append(f"| DAG run - in-process (Airflow's share) | {airflow_eo:.2f} | "
                  f"{airflow_alo:.2f} | {airflow_eo - airflow_alo:+.2f} |")
     phases = ("begin", "precommit", "commit")
-    median = {k: statistics.median(t.get(k, 0.0) for t in f.tasks) for k in (*phases, "span")}
+    median = {k: statistics.median(t.get(k, 0.0) for t in f.tasks)
+              for k in (*phases, "span", *HOPS)}
     outside = median["span"] - sum(median[k] for k in phases)
     one = statistics.median(t.get("epoch", 0.0) for t in f.one_task)
     lines += ["", "| exactly-once run (median s) | begin | precommit | commit "
-              "| between tasks |", "| --- | ---: | ---: | ---: | ---: |",
+              "| between tasks | " + " | ".join(HOPS) + " |",
+              "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(HOPS),
               "| " + " | ".join(["three tasks", *(f"{median[k]:.2f}" for k in phases),
-                                 f"{outside:.2f}"]) + " |",
-              f"| one task | {one:.2f} (the three phases) | | | 0 |"]
+                                 f"{outside:.2f}", *(f"{median[h]:.2f}" for h in HOPS)])
+              + " |",
+              f"| one task | {one:.2f} (the three phases) | | | 0 |" + " 0 |" * len(HOPS)]
     places = range(len(DAG_WAYS))
     lines += ["", "| DAG run (median s) by place in its epoch | "
               + " | ".join(("first", "second", "third")[p] for p in places) + " |",

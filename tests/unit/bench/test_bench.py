@@ -38,7 +38,8 @@ def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
         figures.seconds[dag_runs.EO_IN_PROCESS].append(1.25)
         for way in dag_runs.DAG_WAYS:
             figures.waited[way].append(2.0)
-        figures.tasks.append({"begin": 0.1, "precommit": 1.0, "commit": 0.1, "span": 1.5})
+        figures.tasks.append({"begin": 0.1, "precommit": 1.0, "commit": 0.1, "span": 1.5,
+                              "begin -> precommit": 0.2, "precommit -> commit": 0.1})
         figures.one_task.append({"epoch": 1.2})
     out = dag_runs.render(figures)
     assert "| at-least-once DAG run | 2.00 | 3.00 | 4.00 |" in out, out
@@ -46,6 +47,7 @@ def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
     # one task 2.0 and ALO 3.0 (medians), in-process 1.25 and 1.0
     assert "| in-process | 1.25 | 1.00 | +0.25 |" in out, out
     assert "| DAG run - in-process (Airflow's share) | 0.75 | 2.00 | -1.25 |" in out, out
+    assert "| three tasks | 0.10 | 1.00 | 0.10 | 0.30 | 0.20 | 0.10 |" in out, out
 
 
 
