@@ -185,6 +185,7 @@ def plot(sweep: Sweep) -> str:
         fit = sweep.fit(way)
         ax.plot([0, top], [fit.fixed, fit.fixed + fit.per_record * top], color=colour,
                 label=f"{LABELS[way]}: {fit.fixed:.2f} s + {fit.per_record * 1e6:.2f} us/record")
+    ax.xaxis.set_major_formatter(lambda x, _pos: f"{x / 1000:,.0f}k")
     ax.set_xlabel("records per epoch")
     ax.set_ylabel("seconds per epoch")
     ax.set_title("Epoch time by epoch size (one run, 2 cores)")

@@ -128,15 +128,19 @@ def partition_writer(staging: str, directory: str, schema: pa.Schema,
         task = uuid.uuid4().hex
         for batch in batches:
             rows = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
-            for kind in pc.unique(rows["kind"]).to_pylist():
-                of_kind = rows.filter(pc.equal(rows["kind"], kind))
+            kinds = pc.unique(rows["kind"]).to_pylist()
+            for kind in kinds:
+                # A filter copies every column of the rows it keeps: a batch of one kind (the
+                # usual case) is written as it is, and counted rows are only counted.
+                mask = None if len(kinds) == 1 else pc.equal(rows["kind"], kind)
                 if kind in counted:
-                    skipped[kind] = skipped.get(kind, 0) + of_kind.num_rows
+                    n = rows.num_rows if mask is None else pc.sum(mask).as_py() or 0
+                    skipped[kind] = skipped.get(kind, 0) + n
                     continue
                 if kind not in files:
                     files[kind] = _FileWriter(
                         staging, f"{directory}/{KIND_DIR}={kind}/part-{task}.parquet", schema)
-                files[kind].write(of_kind)
+                files[kind].write(rows if mask is None else rows.filter(mask))
         described = [{"path": f.path, "size": f.size, "modified_ms": f.modified_ms,
                       "rows": f.rows, "kind": f.kind_min, "start_min": f.start_min,
                       "start_max": f.start_max, "end_min": f.end_min, "end_max": f.end_max}
