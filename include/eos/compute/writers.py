@@ -130,8 +130,8 @@ def partition_writer(staging: str, directory: str, schema: pa.Schema,
             rows = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
             kinds = pc.unique(rows["kind"]).to_pylist()
             for kind in kinds:
-                # A filter copies every column of the rows it keeps: a batch of one kind (the
-                # usual case) is written as it is, and counted rows are only counted.
+                # A filter copies every column of the rows it keeps: a batch of one kind is
+                # written as it is, and counted rows are only counted.
                 mask = None if len(kinds) == 1 else pc.equal(rows["kind"], kind)
                 if kind in counted:
                     n = rows.num_rows if mask is None else pc.sum(mask).as_py() or 0
