@@ -65,7 +65,9 @@ def fmt(value: Any, kind: str = "s") -> str:
     return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
+    """A table of strings, Markdown or aligned text (the first column left, the others right:
+    they are figures)."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
@@ -115,7 +117,7 @@ def main_table(results: dict[str, Any], markdown: bool = False) -> str:
     ]
     header = ["figure", *[f"{s['events']:,} ev" for s in sizes]]
     rows = [[label, *[get(s) for s in sizes]] for label, get in per_size]
-    out = [_table(header, rows, markdown)]
+    out = [table(header, rows, markdown)]
 
     commit = results.get("commit", {})
     memory = results.get("memory", {})
@@ -144,7 +146,7 @@ def main_table(results: dict[str, Any], markdown: bool = False) -> str:
         ("peak RSS, largest child (ru_maxrss, MiB)", fmt(memory.get("children"), "mb")),
         ("peak RSS, whole process tree, sampled (MiB)", fmt(memory.get("tree"), "mb")),
     ]
-    out.append(_table(["figure", "value"], [list(r) for r in single], markdown))
+    out.append(table(["figure", "value"], [list(r) for r in single], markdown))
     return "\n\n".join(out)
 
 
@@ -165,7 +167,7 @@ def goals_table(results: dict[str, Any], markdown: bool = False) -> str:
          f"{fmt(fixed.get('total'))} s in-process, {fmt(fixed.get('total_submit'))} s with "
          "spark-submit"],
     ]
-    return _table(["goal", "measured"], rows, markdown)
+    return table(["goal", "measured"], rows, markdown)
 
 
 def keys_table(results: dict[str, Any], markdown: bool = False) -> str:
@@ -177,14 +179,14 @@ def keys_table(results: dict[str, Any], markdown: bool = False) -> str:
     ]
     header = ["keys", "open-window rows staged", "precommit (s)", "read+parse", "aggregate",
               "staging write", "other", "commit (s)"]
-    return _table(header, rows, markdown)
+    return table(header, rows, markdown)
 
 
 def hotpath_table(results: dict[str, Any], markdown: bool = False) -> str:
     hot = results.get("hotpath", {})
     rows = [[name, fmt(v["cpu_us"], "us"), fmt(v["wall_us"], "us")]
             for name, v in hot.items() if not name.startswith("_")]
-    return _table(["plain Python, one core", "CPU us/record", "wall us/record"], rows, markdown)
+    return table(["plain Python, one core", "CPU us/record", "wall us/record"], rows, markdown)
 
 
 def render(results: dict[str, Any], markdown: bool = False) -> str:
@@ -208,7 +210,7 @@ def render(results: dict[str, Any], markdown: bool = False) -> str:
                 ["empty epoch (fixed overhead)", *[fmt(empty[k]) for k in keys]]]
         header = ["one epoch, in-process (s)", "begin", "read+parse", "aggregate",
                   "staging write", "precommit other", "commit", "total"]
-        parts += ["== one epoch, phase by phase ==", _table(header, rows, markdown)]
+        parts += ["== one epoch, phase by phase ==", table(header, rows, markdown)]
     if results.get("keys"):
         parts += ["== state size vs keys (last epoch of each run) ==",
                   keys_table(results, markdown)]
@@ -218,7 +220,7 @@ def render(results: dict[str, Any], markdown: bool = False) -> str:
                  fmt(e.get("compaction_s")) if "compaction_s" in e else ""]
                 for e in results["epochlog"]]
         header = ["epochs logged", "log files", "first_plan_row (s)", "compaction (s)"]
-        parts += ["== epoch log growth ==", _table(header, rows, markdown)]
+        parts += ["== epoch log growth ==", table(header, rows, markdown)]
     ops = results.get("fixed", {}).get("delta_ops")
     if ops:
         kinds = ("open table", "is_deltatable", "read", "write", "delete")
@@ -227,7 +229,7 @@ def render(results: dict[str, Any], markdown: bool = False) -> str:
                 for phase in ("begin", "precommit", "commit") if phase in ops]
         header = ["Delta calls per empty epoch", *kinds, "seconds"]
         parts += ["== Delta Lake operations behind the fixed overhead ==",
-                  _table(header, rows, markdown)]
+                  table(header, rows, markdown)]
     if results.get("hotpath"):
         parts += ["== per-record cost of the Python stages ==", hotpath_table(results, markdown)]
     if results.get("split_overhead"):
@@ -243,7 +245,7 @@ def render(results: dict[str, Any], markdown: bool = False) -> str:
                 ["library: parse inside the reader", fmt(f["library"]),
                  fmt(f["records"] / f["library"], "rate")]]
         parts += [f"== Spark read+parse of {f['records']:,} records (count, no cache) ==",
-                  _table(["variant", "seconds", "events/s"], rows, markdown)]
+                  table(["variant", "seconds", "events/s"], rows, markdown)]
     return "\n\n".join(parts)
 
 

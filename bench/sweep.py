@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import scenarios as sc
+from bench.report import table
 
 Log = Callable[[str], None]
 WAYS = ("eos", "alo_state", "alo_plain")
@@ -64,7 +65,6 @@ class Fit:
 @dataclass
 class Sweep:
     samples: list[Sample] = field(default_factory=list)
-    partitions: int = 0
 
     def sizes(self) -> list[int]:
         return sorted({s.records for s in self.samples})
@@ -92,7 +92,7 @@ def run(env: Any, sizes: Sequence[int], epochs: int, warmup: int, partitions: in
     alo = sc.StatefulALO(env.config("sweep-alo", topic, max_records=max(sizes)), env.spark)
     plain = str(env.workdir / "tables" / "sweep-plain")
     records = sc.generator(sum(sizes) * (epochs + warmup), keys=1000)
-    result = Sweep(partitions=partitions)
+    result = Sweep()
     for size in sizes:
         for n in range(warmup + epochs):
             sc.send_chunk(env, topic, records, size)
@@ -151,21 +151,12 @@ def render(sweep: Sweep, markdown: bool = False) -> str:
     if {200_000, 400_000} <= set(sweep.sizes()):
         verdict += (f"; ratio at 400k {sweep.ratio(400_000):.2f}x vs at 200k "
                     f"{sweep.ratio(200_000):.2f}x")
-    return "\n\n".join([_table(rows, markdown), _table(fit_rows, markdown), verdict])
+    return "\n\n".join([table(rows[0], rows[1:], markdown),
+                         table(fit_rows[0], fit_rows[1:], markdown), verdict])
 
 
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
-def _table(rows: list[tuple[str, ...]], markdown: bool) -> str:
-    if markdown:
-        return "\n".join(["| " + " | ".join(rows[0]) + " |",
-                          "| " + " | ".join("---" for _ in rows[0]) + " |",
-                          *["| " + " | ".join(r) + " |" for r in rows[1:]]])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in rows)
 
 
 def plot(sweep: Sweep) -> str:
@@ -179,8 +170,8 @@ def plot(sweep: Sweep) -> str:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     top = max(sweep.sizes())
+    xs = [s.records for s in sweep.samples]
     for way, colour in zip(WAYS, ("tab:blue", "tab:orange", "tab:gray"), strict=True):
-        xs = [s.records for s in sweep.samples]
         ax.scatter(xs, [s.seconds[way] for s in sweep.samples], s=10, color=colour, alpha=0.5)
         fit = sweep.fit(way)
         ax.plot([0, top], [fit.fixed, fit.fixed + fit.per_record * top], color=colour,
