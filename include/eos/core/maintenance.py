@@ -1,7 +1,8 @@
 """Keeping the per-epoch bookkeeping bounded: staging retention and table maintenance.
 
-Both run inside ``commit`` after the checkpoint of the epoch is durable, so neither can affect
-what is committed. Sinks' tables are the user's: their maintenance is the user's.
+Both run inside ``commit``: the prune in the seal (it drops only epochs older than the one
+being committed, all of them checkpointed), the maintenance after the checkpoint is durable, so
+neither can affect what is committed. Sinks' tables are the user's: their maintenance is the user's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from eos.core import epochlog
 from eos.core.delta import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL, open_table
 from eos.core.layout import Tables
-from eos.core.staging import Fence, begin_maintenance, drop, end_maintenance
+from eos.core.staging import Fence, begin_maintenance, end_maintenance
 from eos.core.storage import filesystem, join
 from eos.core.tables import latest
 
@@ -24,27 +25,20 @@ LOG_RETENTION = "delta.logRetentionDuration"
 DEFAULT_LOG_RETENTION_MS = 86_400_000  # epoch.log_retention's default
 
 
-def prune_staging(tables: Tables, app_id: str, committed: int, retention: int,
-                  rewinds: int, state_base: int | None = None) -> int | None:
-    """Drop staged epochs older than the retention; the last committed one and every epoch
-    back to the base of its state (``state_base``, ``eos.core.window_state``) always stay: they are
-    the state the next epoch resumes from. Returns the first epoch kept, None if nothing went.
+def prune_bound(committed: int, retention: int, state_base: int | None = None) -> int | None:
+    """The first staged epoch to keep once ``committed`` is sealed: every epoch older than the
+    retention goes, but the committing one and every epoch back to the base of its state
+    (``state_base``, ``eos.core.window_state``) stay: they are the state the next epoch
+    resumes from. None when nothing is old enough to go.
 
-    Fenced like every staging write (``eos.core.staging.Fence``): if another fenced step
-    committed since the snapshot (a rewind that began meanwhile, the next epoch's precommit),
-    nothing is pruned now; the next commit prunes. ``rewinds`` is the rewind count ``commit``
-    sealed the epoch under: once a rewind has begun, its restore alone decides what staging
-    holds (a prune after it could delete the state the rewind goes back to)."""
+    ``commit`` drops the epochs below it in the seal's own Delta commit (``eos.core.staging.
+    seal``), fenced like every staging write: a rewind that began since the seal's snapshot
+    makes the seal (and so the prune) conflict and decide again, and once a rewind has begun,
+    its restore alone decides what staging holds."""
     keep_from = committed - max(retention, 1) + 1
     if state_base is not None:
         keep_from = min(keep_from, state_base)
-    if keep_from <= 0:
-        return None
-    staging = latest(tables, tables.staging)
-    if staging is None or not drop(staging, app_id, keep_from, "prune", before=True,
-                                         rewinds=rewinds):
-        return None
-    return keep_from
+    return keep_from if keep_from > 0 else None
 
 
 def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,

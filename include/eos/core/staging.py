@@ -9,10 +9,10 @@ one transaction, dropping any earlier attempt's. Files no commit names are invis
 reader (a killed attempt leaves only those; a vacuum deletes them).
 
 Every commit that changes which epochs staging holds goes through the **staging fence**
-(``Fence``): a precommit's stage, a commit's seal, an abort, a prune and a rewind; and so does
-the beginning of a maintenance, which deletes files and history a rewind may need. Each is
-checked and written through one snapshot and carries ``txn(<app>#fence, N)``; delta-rs
-refuses a commit carrying an app id that another commit carried after its snapshot
+(``Fence``): a precommit's stage, a commit's seal (which also prunes), an abort and a rewind;
+and so does the beginning of a maintenance, which deletes files and history a rewind may
+need. Each is checked and written through one snapshot and carries ``txn(<app>#fence, N)``;
+delta-rs refuses a commit carrying an app id that another commit carried after its snapshot
 (``ConcurrentTransaction``), so of two such steps the later one fails, re-reads and decides
 again. That is what keeps an abort from deleting an epoch its commit is promoting, and a
 precommit that computed from state a rewind has since replaced from staging it (docs/design.md,
@@ -271,28 +271,30 @@ def fenced(staging: DeltaTable, write: Any) -> bool:
     return True
 
 
-def seal(staging: DeltaTable, app_id: str, epoch: int) -> bool:
-    """``commit(N)``'s first write: an empty commit saying N is being committed (see
-    ``Fence``). False if the table moved since ``staging``'s snapshot."""
-    fence = Fence.of(staging, app_id)
+def seal(staging: DeltaTable, app_id: str, epoch: int, prune_before: int | None = None) -> bool:
+    """``commit(N)``'s first write: a commit saying N is being committed (see ``Fence``). With
+    ``prune_before``, the same commit drops every staged epoch below it (the staging retention,
+    ``eos.core.maintenance.prune_bound``): a delete of whole ``epoch`` partitions carrying the
+    seal, so the retention costs no Delta commit of its own. Without anything to drop, the seal
+    is an empty commit. False if the table moved since ``staging``'s snapshot."""
+    properties = commit_properties(app_id, epoch, "seal", txn=False,
+                                   also=Fence.of(staging, app_id).advance(epoch, sealed=epoch))
+    if prune_before is not None and staging.file_uris(
+            file_pruning_predicate=[("epoch", "<", str(int(prune_before)))]):
+        where = f"epoch < {int(prune_before)}"
+        return fenced(staging, lambda: staging.delete(where, commit_properties=properties))
     return fenced(staging, lambda: staging.create_write_transaction(
         [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
-        commit_properties=commit_properties(app_id, epoch, "seal", txn=False,
-                                            also=fence.advance(epoch, sealed=epoch))))
+        commit_properties=properties))
 
 
-def drop(staging: DeltaTable, app_id: str, epoch: int, op: str, *, before: bool = False,
-         rewinds: int | None = None) -> bool:
-    """Delete epoch N's staged rows (``before``: every epoch below N), fenced. False if the
-    table moved since ``staging``'s snapshot, or (``rewinds``: the count the caller's epoch
-    was committed under) if a rewind began since: its restore decides what staging holds."""
+def drop(staging: DeltaTable, app_id: str, epoch: int, op: str) -> bool:
+    """Delete epoch N's staged rows, fenced. False if the table moved since ``staging``'s
+    snapshot."""
     fence = Fence.of(staging, app_id)
-    if rewinds is not None and fence.rewinds != rewinds:
-        return False
-    where = f"epoch {'<' if before else '='} {int(epoch)}"
     return fenced(staging, lambda: staging.delete(
-        where, commit_properties=commit_properties(app_id, epoch, op, txn=False,
-                                                   also=fence.advance(epoch))))
+        f"epoch = {int(epoch)}", commit_properties=commit_properties(
+            app_id, epoch, op, txn=False, also=fence.advance(epoch))))
 
 
 def fence_rewind(staging: DeltaTable, app_id: str, to_epoch: int, seq: int) -> bool:

@@ -32,8 +32,8 @@ the change rows since the base outnumber the base's rows (and ``SNAPSHOT_MIN_ROW
 epoch then reads every alive row, merges, and stages the result as kind ``state``. That is
 the compaction, inside the protocol: the state of every epoch is one unambiguous set of
 committed rows whatever happens (a rerun, a zombie, a replay after rewind all resolve the
-same chain, through the staging fence), and the prune after a checkpoint keeps every epoch
-from the base on (``eos.core.maintenance.prune_staging``).
+same chain, through the staging fence), and the prune a commit's seal carries keeps every
+epoch from the base on (``eos.core.maintenance.prune_bound``).
 """
 
 from __future__ import annotations

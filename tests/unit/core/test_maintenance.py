@@ -12,8 +12,9 @@ from deltalake import DeltaTable
 from eos.core import checkpoints, epochlog
 from eos.core.delta import read_table, replace_epoch
 from eos.core.layout import tables_for
-from eos.core.maintenance import maintain, prune_staging
+from eos.core.maintenance import maintain, prune_bound
 from eos.core.outcomes import Outcome
+from eos.core.staging import seal
 from eos.core.tables import ensure_tables, staging_schema
 from eos.core.topics import TopicPartition
 from eos.tools.pipelines import write_pipeline
@@ -29,7 +30,9 @@ def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -
         replace_epoch(tables.staging, pa.Table.from_pylist([row], schema=staging_schema(config)),
                       epoch)
     log_rows = epochlog.rows(tables)
-    prune_staging(tables, config.app_id, committed=11, retention=2, rewinds=0)
+    bound = prune_bound(committed=11, retention=2)
+    assert bound == 10 and prune_bound(committed=11, retention=2, state_base=7) == 7
+    assert seal(DeltaTable(tables.staging), config.app_id, 11, prune_before=bound)
     staging_rows = read_table(tables.staging).sort_by("epoch")
     on_disk = sorted(Path(tables.staging).rglob("*.parquet"))
 

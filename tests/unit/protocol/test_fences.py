@@ -105,9 +105,9 @@ def test_a_commit_that_loses_its_seal_to_an_abort_writes_nothing(
     precommit(pipeline, 0, MemoryStager())
     seal = sealing.seal
 
-    def abort_first(*args: Any) -> bool:
+    def abort_first(*args: Any, **kwargs: Any) -> bool:
         assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
-        return seal(*args)
+        return seal(*args, **kwargs)
 
     monkeypatch.setattr(sealing, "seal", abort_first)
     with pytest.raises(ProtocolViolation, match=r"dropped .* run precommit again"):
@@ -173,7 +173,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
     def misread(partition: int, offset: int) -> str:
         return "quarantine" if offset == 0 else record(partition, offset)
 
-    def another_attempt_writes(*args: Any) -> bool:
+    def another_attempt_writes(*args: Any, **kwargs: Any) -> bool:
         if pending and pending.pop():
             with monkeypatch.context() as patch, ensure_tables(pipeline) as tables:
                 patch.setattr(memory, "record", misread)
@@ -181,7 +181,7 @@ def test_a_commit_promotes_the_rows_staging_keeps(pipeline: PipelineConfig,
                 files = MemoryStager().stage(pipeline, tables, plan, None, {}).files
                 assert staging.commit(snapshot, files, 0, staging_schema(pipeline),
                                       pipeline.app_id, plan.hash) is None
-        return seal(*args)
+        return seal(*args, **kwargs)
 
     monkeypatch.setattr(sealing, "seal", another_attempt_writes)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
@@ -275,15 +275,16 @@ def test_a_commit_that_has_not_sealed_is_refused_while_a_rewind_is_unfinished(
 def test_a_commit_finishing_during_a_rewind_never_prunes_the_rewound_state(
         rewindable: PipelineConfig, source: MemorySource,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Epoch 3's commit checkpoints, a rewind to 0 runs to the end, then the commit prunes
-    staging (retention 2: epochs below 2). Before the fence the prune deleted epoch 0's
-    restored state and the replay of epoch 1 halted; now the prune stands aside."""
+    """Epoch 3's commit checkpoints, then a rewind to 0 runs to the end before the commit
+    returns. Once the prune ran after the checkpoint and deleted epoch 0's restored state (the
+    replay of epoch 1 halted); now it rides on the seal (retention 2: epochs below 2 go), before
+    any rewind can begin, and the rewind's restore brings epoch 0's state back."""
     epochs(rewindable, source, 3)
     begin(rewindable, source=source)
     precommit(rewindable, 3, MemoryStager())
     at_point(monkeypatch, "commit.after_checkpoint", lambda: rewind(rewindable, 0))
     result = commit(rewindable, 3)
-    assert result.outcome is Outcome.COMMITTED and result.pruned_before is None
+    assert result.outcome is Outcome.COMMITTED and result.pruned_before == 2
     assert checkpointed_epoch(rewindable) == 0
     replayed = run_epoch(rewindable, source)  # resumes from epoch 0's staged state
     assert replayed.epoch == 1 and checkpointed_epoch(rewindable) == 1
@@ -388,14 +389,14 @@ def test_a_commit_promotes_the_rows_it_sealed(pipeline: PipelineConfig, source: 
     seal = sealing.seal
     replaced: list[bool] = []
 
-    def replace_first(*args: Any) -> bool:
+    def replace_first(*args: Any, **kwargs: Any) -> bool:
         if not replaced:
             replaced.append(True)
             assert abort(pipeline, 0, reason="operator") is Outcome.ABORTED
             with monkeypatch.context() as patch:
                 patch.setattr(memory, "record", drifted)
                 assert precommit(pipeline, 0, MemoryStager()).outcome is Outcome.STAGED
-        return seal(*args)
+        return seal(*args, **kwargs)
 
     monkeypatch.setattr(sealing, "seal", replace_first)
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED

@@ -9,7 +9,7 @@ from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import ProtocolViolation
 from eos.core.evolution import unstaged, without
-from eos.core.maintenance import maintain, prune_staging
+from eos.core.maintenance import maintain
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs, sink_rows
 from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
@@ -17,7 +17,7 @@ from eos.core.plan import Plan, plan_of
 from eos.core.protocol.results import CommitResult, sink_summary
 from eos.core.protocol.sealing import seal_epoch, sealed_already
 from eos.core.sink import sinks_for
-from eos.core.staging import base_of, staged_epoch, watermark_row
+from eos.core.staging import staged_epoch, watermark_row
 from eos.core.tables import OpenTables, ensure_tables
 
 
@@ -88,10 +88,11 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     if not sealed_already(config, tables, epoch):
         for sink in sinks:
             sink.check(epoch, given[sink.name])
-    rewinds, sealed = seal_epoch(config, tables, plan, staged)
-    if sealed is not staged:  # read again after a lost seal: promote what was sealed
-        staged = sealed
-        outputs = _without(epoch_outputs(config, sealed, epoch, watermark, plan.topic), unready)
+    sealed = seal_epoch(config, tables, plan, staged)
+    result.pruned_before = sealed.pruned_before
+    if sealed.rows is not staged:  # read again after a lost seal: promote what was sealed
+        staged = sealed.rows
+        outputs = _without(epoch_outputs(config, staged, epoch, watermark, plan.topic), unready)
         given = {sink.name: sink_rows(config, sink.name, outputs[sink.output]) for sink in sinks}
     result.rows = {output: rows.num_rows for output, rows in outputs.items()}
     for i, sink in enumerate(sinks):
@@ -118,13 +119,10 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
                     run_id=attempt.run_id if attempt else None, duration_ms=elapsed_ms(took),
                     details=epochlog.with_try(result.summary(), attempt, result.outcome))
-    result.pruned_before = prune_staging(tables, config.app_id, epoch,
-                                         config.epoch.staging_retention, rewinds,
-                                         base_of(watermark_row(staged)))
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
-                                      app_id=config.app_id, epoch=epoch, rewinds=rewinds)
+                                      app_id=config.app_id, epoch=epoch, rewinds=sealed.rewinds)
 
 
 def _without(outputs: dict[str, pa.Table], columns: list[str]) -> dict[str, pa.Table]:

@@ -1,16 +1,20 @@
 """The seal: a commit marks N in staging before its first sink write, after which no abort or
-precommit replaces N's staged rows (``eos.core.staging.Fence``)."""
+precommit replaces N's staged rows (``eos.core.staging.Fence``). The same Delta commit prunes
+the staged epochs older than the retention."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from eos.core import faults
 from eos.core.config import PipelineConfig
 from eos.core.errors import CommitConflict, ProtocolViolation
+from eos.core.maintenance import prune_bound
 from eos.core.plan import Plan
 from eos.core.protocol.authority import STAGE_ATTEMPTS, check_no_rewind
-from eos.core.staging import Fence, seal, staged_epoch
+from eos.core.staging import Fence, base_of, seal, staged_epoch, watermark_row
 from eos.core.tables import OpenTables
 
 
@@ -20,13 +24,26 @@ def sealed_already(config: PipelineConfig, tables: OpenTables, epoch: int) -> bo
     return snapshot is not None and Fence.of(snapshot, config.app_id).sealed >= epoch
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """What ``seal_epoch`` found or wrote: the count of rewinds N was sealed under (the
+    maintenance after the checkpoint needs it), N's staged rows as sealed, and the first
+    staged epoch the seal kept when it pruned older ones (None: it pruned nothing, or N was
+    sealed already)."""
+
+    rewinds: int
+    rows: pa.Table
+    pruned_before: int | None = None
+
+
 def seal_epoch(config: PipelineConfig, tables: OpenTables, plan: Plan,
-               staged: pa.Table) -> tuple[int, pa.Table]:
-    """Seal N in staging before any sink write (``eos.core.staging.Fence``); return the count
-    of rewinds it was sealed under (the prune after the checkpoint needs it) and N's staged
-    rows as sealed: ``staged`` (read through the staging handle) when the seal was written
-    through the snapshot they were read from, else read again once sealed (another fenced
-    step landed in between: an abort and a precommit may have replaced them). Once N is
+               staged: pa.Table) -> Sealed:
+    """Seal N in staging before any sink write (``eos.core.staging.Fence``), dropping in the same
+    commit the staged epochs older than the retention (``eos.core.maintenance.prune_bound``).
+    N's staged rows as sealed are ``staged`` (read through the staging handle) when the seal
+    was written through the snapshot they were read from, else those read again through the
+    snapshot the seal was found or written in (another fenced step landed in between: an abort
+    and a precommit may have replaced them). Once N is
     sealed no precommit replaces its rows (``SEALED``), so the sinks get what staging holds.
 
     - N is sealed already (a retry after a crash, a concurrent attempt): go on, whatever began
@@ -37,29 +54,23 @@ def seal_epoch(config: PipelineConfig, tables: OpenTables, plan: Plan,
     snapshot = tables.handle(tables.staging)
     if snapshot is None:
         raise ProtocolViolation(f"epoch {plan.epoch} is not pre-committed: no staging table")
-    for attempt in range(STAGE_ATTEMPTS):
+    read = staged  # N's rows through ``snapshot``: read again whenever it moves
+    for _ in range(STAGE_ATTEMPTS):
         fence = Fence.of(snapshot, config.app_id)
         if fence.sealed >= plan.epoch:
-            return fence.rewinds, _sealed_rows(tables, plan, staged if attempt == 0 else None)
+            return Sealed(fence.rewinds, read)
         check_no_rewind(tables)
-        if seal(snapshot, config.app_id, plan.epoch):
+        # The bound comes from N's rows as this snapshot holds them: the state they resume from.
+        bound = prune_bound(plan.epoch, config.epoch.staging_retention,
+                            base_of(watermark_row(read)))
+        if seal(snapshot, config.app_id, plan.epoch, prune_before=bound):
             faults.hit("commit.after_seal")
-            return fence.rewinds, _sealed_rows(tables, plan, staged if attempt == 0 else None)
-        if staged_epoch(tables, plan.epoch, plan.hash, state=False) is None:
+            return Sealed(fence.rewinds, read, bound)
+        again = staged_epoch(tables, plan.epoch, plan.hash, state=False)
+        if again is None:
             raise ProtocolViolation(
                 f"epoch {plan.epoch}'s staged rows were dropped (an abort) as this commit "
                 "began; nothing was written: run precommit again")
+        read = again
     raise CommitConflict(f"sealing epoch {plan.epoch} conflicted with concurrent writes "
                          f"{STAGE_ATTEMPTS} times; retrying is safe")
-
-
-def _sealed_rows(tables: OpenTables, plan: Plan, read: pa.Table | None) -> pa.Table:
-    """N's staged rows (without its open windows) as sealed: ``read`` when they were read
-    through the snapshot the seal was found or written in, else read now (after the seal)."""
-    rows = read if read is not None else staged_epoch(tables, plan.epoch, plan.hash,
-                                                      state=False)
-    if rows is None:  # a sealed epoch is never dropped: the fence refuses it
-        raise ProtocolViolation(f"epoch {plan.epoch} is sealed and not staged for plan "
-                                f"{plan.hash}: inspect the staging table")
-    return rows
-
