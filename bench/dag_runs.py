@@ -15,6 +15,10 @@ server serve:
 - **at-least-once as a DAG** (``bench/dags/bench_alo.py``, ``alo_task`` here): one task reading
   what its consumer group's committed offsets say is new, the same Spark read and aggregation
   on the same Connect server, appended to Delta, offsets committed to Kafka;
+- **at-least-once with state as a DAG** (``bench_alo_state``, ``alo_state_task`` here), the fair
+  baseline: one task computing what eos's precommit computes (``bench.scenarios.StatefulALO``:
+  the same stager, the state carried in a staging table of its own), the outputs appended to
+  Delta and its offsets row after, from where its own last offsets row left off;
 - **exactly-once in-process** and **at-least-once in-process**: the epoch loop
   (``bench.scenarios.eo_epoch``, a pipeline with tables of its own) and
   ``bench.scenarios.alo_run``, over exactly the ranges the exactly-once DAG run planned, on a
@@ -23,12 +27,12 @@ server serve:
 
 Each epoch: ``--epoch-records`` records produced, then one run of each, one after the other (the
 machine has two cores), the two in-process runs last, taking turns too (epoch i starts with the
-first of them when i is even). The three DAG runs take turns in first,
-second and third place (epoch i starts at way i mod 3): whatever a run leaves behind on the
+first of them when i is even). The four DAG runs take turns in each place (epoch i starts at
+way i mod 4): whatever a run leaves behind on the
 shared Connect server and JVM (JIT, GC, cleanup) lands on the next one, and a fixed order would
 charge it to the same way every epoch (none was seen when measured: the seconds by place,
 printed too, did not differ beyond the noise, docs/benchmarks.md). Counted epochs in a multiple
-of three give each way each place equally often. Warm-up epochs run first and are not
+of four give each way each place equally often. Warm-up epochs run first and are not
 counted (the pipeline's Connect session and the Python workers start). A run's seconds are
 Airflow's (its ``end_date`` minus ``start_date``); the seconds from the trigger request to the
 run seen done are printed beside.
@@ -54,15 +58,15 @@ from eos.core.config import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout: bench/ and tests/support
 TOPIC = "bench-dag-runs"
-ALO_DAG = "bench_alo"
-ALO_CONFIG_ENV = "EOS_BENCH_ALO_CONFIG"
+ALO_DAG, ALO_STATE_DAG = "bench_alo", "bench_alo_state"
+ALO_CONFIG_ENV, ALO_STATE_CONFIG_ENV = "EOS_BENCH_ALO_CONFIG", "EOS_BENCH_ALO_STATE_CONFIG"
 RUN_TIMEOUT_S = 600.0
 IDLE_SLEEP_S = "0.2"  # docker-compose.yaml's [scheduler] scheduler_idle_sleep_time
 POLL_S = 0.5
-EO, EO_ONE, ALO = ("exactly-once DAG run", "exactly-once DAG run, one task",
-                   "at-least-once DAG run")
+EO, EO_ONE, ALO, ALO_STATE = ("exactly-once DAG run", "exactly-once DAG run, one task",
+                              "at-least-once DAG run", "at-least-once with state DAG run")
 EO_IN_PROCESS, ALO_IN_PROCESS = "exactly-once in-process", "at-least-once in-process"
-DAG_WAYS = (EO, EO_ONE, ALO)  # the ways run as DAG runs, in turns (``turns``)
+DAG_WAYS = (EO, EO_ONE, ALO, ALO_STATE)  # the ways run as DAG runs, in turns (``turns``)
 IN_PROCESS_WAYS = (EO_IN_PROCESS, ALO_IN_PROCESS)
 WAYS = (*DAG_WAYS, *IN_PROCESS_WAYS)
 
@@ -99,7 +103,7 @@ def alo_task(config_path: str) -> dict[str, Any]:
 
 
 def alo_plan(config: PipelineConfig, marks: dict[int, tuple[int, int]],
-             committed: dict[int, int]) -> Any:
+             committed: dict[int, int], epoch: int = 0) -> Any:
     """From each partition's committed offset (its log start if none) up to the high watermark,
     capped fairly at ``epoch.max_records`` as the exactly-once plan is."""
     from eos.core.plan import PartitionRange, Plan, cap_fairly
@@ -107,9 +111,33 @@ def alo_plan(config: PipelineConfig, marks: dict[int, tuple[int, int]],
     start = {p: committed[p] if committed.get(p, -1) >= 0 else low
              for p, (low, _) in marks.items()}
     taken = cap_fairly({p: marks[p][1] - start[p] for p in marks}, config.epoch.max_records)
-    return Plan(config.name, config.kafka.topic, 0,
+    return Plan(config.name, config.kafka.topic, epoch,
                 tuple(PartitionRange(p, start[p], start[p] + n)
                       for p, n in sorted(taken.items()) if n))
+
+
+def alo_state_task(config_path: str) -> dict[str, Any]:
+    """One at-least-once epoch *with state* (the body of ``bench/dags/bench_alo.py``'s
+    ``bench_alo_state`` task): the next epoch from where its own last offsets row left off,
+    through ``bench.scenarios.StatefulALO`` (the state carried in its staging table)."""
+    from eos.compute import connect
+    from eos.core import checkpoints
+    from eos.core.config import load_config
+    from eos.core.kafka import client_settings, topic_watermarks
+    from eos.core.tables import ensure_tables
+
+    config = load_config(config_path)
+    with ensure_tables(config) as tables:
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
+        previous = checkpoints.last(tables, committed)
+    marks = topic_watermarks(client_settings(config.kafka.client), config.kafka.topic)
+    until = {tp.partition: offset for tp, offset in previous.until.items()} if previous else {}
+    plan = alo_plan(config, marks, until, committed + 1)
+    seconds = 0.0
+    if plan.records:
+        with connect.session(config, connect.resolve_endpoint()) as spark:
+            seconds = sc.StatefulALO(config, spark, previous).epoch(plan).seconds
+    return {"records": plan.records, "seconds": seconds}
 
 
 # -- the benchmark ----------------------------------------------------------------------------
@@ -230,6 +258,8 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
                      compute={"mode": "connect", "tasks": "one"})
     one = one.model_copy(update={"source_path": shutil.copy(str(one.source_path), pipelines)})
     alo = env.config("dagruns-alo", TOPIC, max_records=chunk, compute={"mode": "connect"})
+    alo_state = env.config("dagruns-alo-state", TOPIC, max_records=chunk,
+                           compute={"mode": "connect"})
     alo_path = str(env.workdir / "tables" / "dagruns-inprocess")
     eo_here = env.config("dagruns-eo-inprocess", TOPIC, max_records=chunk,
                          compute={"mode": "connect"})
@@ -240,6 +270,7 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
              "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
                                                          os.environ.get("PYTHONPATH")])),
              ALO_CONFIG_ENV: str(alo.source_path),
+             ALO_STATE_CONFIG_ENV: str(alo_state.source_path),
              # The scheduler's idle loop as docker-compose.yaml deploys it (Airflow's default:
              # 1 s); the local SQLite Airflow keeps the default (eos.airflow.environment).
              "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": IDLE_SLEEP_S,
@@ -250,8 +281,8 @@ def measure(env: Env, base: Path, epochs: int, warmup: int, chunk: int,
     with harness.running_airflow(home, [eo, one], base,
                                  extra_env=extra) as airflow, \
             connect.session(alo, connect.resolve_endpoint(base)) as spark:
-        wait_parsed(airflow, [eo.dag_id, one.dag_id, ALO_DAG])
-        dags = {EO: eo.dag_id, EO_ONE: one.dag_id, ALO: ALO_DAG}
+        wait_parsed(airflow, [eo.dag_id, one.dag_id, ALO_DAG, ALO_STATE_DAG])
+        dags = {EO: eo.dag_id, EO_ONE: one.dag_id, ALO: ALO_DAG, ALO_STATE: ALO_STATE_DAG}
         for i in range(warmup + epochs):
             counted = i >= warmup
             sc.send_chunk(env, TOPIC, records, chunk)
@@ -301,18 +332,19 @@ def eo_in_process(spark: Any, eo: PipelineConfig, plan: Any, run_id: str) -> flo
 
 def render(f: Figures) -> str:
     events = sum(f.records)
-    alo = sum(f.seconds[ALO])
+    alo, fair = sum(f.seconds[ALO]), sum(f.seconds[ALO_STATE])
     inprocess = sum(f.seconds[ALO_IN_PROCESS])
     lines = [f"{len(f.records)} epochs of {statistics.median(f.records):,.0f} records "
              "(warm-up apart), Spark Connect, Airflow LocalExecutor", "",
              "| way | seconds per epoch (median) | trigger to done (median) | events/s "
-             "| / ALO DAG run | / ALO in-process |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| / ALO with state DAG run | / ALO DAG run | / ALO in-process |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for way in WAYS:
         total = sum(f.seconds[way])
         waited = (f"{statistics.median(f.waited[way]):.2f}" if way in f.waited else "-")
         lines.append(f"| {way} | {statistics.median(f.seconds[way]):.2f} | {waited} | "
-                     f"{events / total:,.0f} | {alo / total:.2f}x | {inprocess / total:.2f}x |")
+                     f"{events / total:,.0f} | {fair / total:.2f}x | {alo / total:.2f}x | "
+                     f"{inprocess / total:.2f}x |")
     med = {way: statistics.median(f.seconds[way]) for way in WAYS}
     lines += ["", "| median s | exactly-once (one task) | at-least-once | difference |",
               "| --- | ---: | ---: | ---: |"]
@@ -337,7 +369,7 @@ def render(f: Figures) -> str:
               f"| one task | {one:.2f} (the three phases) | | | 0 |" + " 0 |" * len(HOPS)]
     places = range(len(DAG_WAYS))
     lines += ["", "| DAG run (median s) by place in its epoch | "
-              + " | ".join(("first", "second", "third")[p] for p in places) + " |",
+              + " | ".join(("first", "second", "third", "fourth")[p] for p in places) + " |",
               "| --- |" + " ---: |" * len(places)]
     for way in DAG_WAYS:
         cells = [f"{statistics.median(f.by_place[way, p]):.2f}" if (way, p) in f.by_place
@@ -349,8 +381,8 @@ def render(f: Figures) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.dag_runs",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=6,
-                   help="counted epochs (a multiple of 3: each DAG run in each place as often)")
+    p.add_argument("--epochs", type=int, default=8,
+                   help="counted epochs (a multiple of 4: each DAG run in each place as often)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--epoch-records", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=16)

@@ -23,15 +23,15 @@ def test_delta_log_benchmark_times_kept_and_cleaned_logs() -> None:
 
 
 def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
-    # Over three epochs each DAG run is first, second and third once (a fixed order charged
-    # what a run leaves on the shared server to the same next way every epoch).
-    places = {way: sorted(dag_runs.turns(i).index(way) for i in range(3))
+    # Over four epochs each DAG run is in each place once (a fixed order charged what a run
+    # leaves on the shared server to the same next way every epoch).
+    places = {way: sorted(dag_runs.turns(i).index(way) for i in range(4))
               for way in dag_runs.DAG_WAYS}
-    assert places == {way: [0, 1, 2] for way in dag_runs.DAG_WAYS}
-    figures = dag_runs.Figures(records=[10, 10, 10])
-    for i in range(3):
+    assert places == {way: [0, 1, 2, 3] for way in dag_runs.DAG_WAYS}
+    figures = dag_runs.Figures(records=[10, 10, 10, 10])
+    for i in range(4):
         for place, way in enumerate(dag_runs.turns(i)):
-            seconds = 1.0 + place + (way == dag_runs.ALO)
+            seconds = 1.0 + place + (way == dag_runs.ALO) + 0.5 * (way == dag_runs.ALO_STATE)
             figures.seconds[way].append(seconds)
             figures.by_place.setdefault((way, place), []).append(seconds)
         figures.seconds[dag_runs.ALO_IN_PROCESS].append(1.0)
@@ -42,11 +42,13 @@ def test_dag_runs_take_turns_and_print_the_seconds_by_place() -> None:
                               "begin -> precommit": 0.2, "precommit -> commit": 0.1})
         figures.one_task.append({"epoch": 1.2})
     out = dag_runs.render(figures)
-    assert "| at-least-once DAG run | 2.00 | 3.00 | 4.00 |" in out, out
-    assert "| exactly-once DAG run, one task | 1.00 | 2.00 | 3.00 |" in out, out
-    # one task 2.0 and ALO 3.0 (medians), in-process 1.25 and 1.0
+    assert "| at-least-once DAG run | 2.00 | 3.00 | 4.00 | 5.00 |" in out, out
+    assert "| exactly-once DAG run, one task | 1.00 | 2.00 | 3.00 | 4.00 |" in out, out
+    # 10 s over four runs each way: ALO with state 12 s, plain ALO 14 s, ALO in-process 4 s
+    assert "| exactly-once DAG run | 2.50 | 2.00 | 4 | 1.20x | 1.40x | 0.40x |" in out, out
+    # one task 2.5 and ALO 3.5 (medians), in-process 1.25 and 1.0
     assert "| in-process | 1.25 | 1.00 | +0.25 |" in out, out
-    assert "| DAG run - in-process (Airflow's share) | 0.75 | 2.00 | -1.25 |" in out, out
+    assert "| DAG run - in-process (Airflow's share) | 1.25 | 2.50 | -1.25 |" in out, out
     assert "| three tasks | 0.10 | 1.00 | 0.10 | 0.30 | 0.20 | 0.10 |" in out, out
 
 
