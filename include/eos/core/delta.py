@@ -11,6 +11,7 @@ racing attempts appended one epoch twice (the bug ``fenced_append`` exists to pr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -69,12 +70,35 @@ class FencedWrite:
     raced: bool = False
 
 
+# delta-rs 1.6 answers ``transaction_version`` by replaying the table's log from its last
+# checkpoint, on every call: one GET per commit file on an object store, and a phase asks a
+# table several times (the checkpoint authority, the staging fence's seal and rewind counts).
+# What one snapshot holds never changes, so each handle's answers are kept for its version:
+# handle id -> (version, app id -> txn version). An entry goes when its handle is collected.
+_held: dict[int, tuple[int, dict[str, int | None]]] = {}
+
+
+def held_version(table: DeltaTable, app_id: str) -> int | None:
+    """``table.transaction_version(app_id)``: read once per snapshot (handle and version)."""
+    key, version = id(table), table.version()
+    found = _held.get(key)
+    if found is None:
+        weakref.finalize(table, _held.pop, key, None)
+    if found is None or found[0] != version:
+        found = (version, {})
+        _held[key] = found
+    answers = found[1]
+    if app_id not in answers:
+        answers[app_id] = table.transaction_version(app_id)
+    return answers[app_id]
+
+
 def txn_version(path: str, app_id: str, table: DeltaTable | None = None) -> int:
     """The last epoch a Delta table holds for ``app_id`` (its ``txn`` version); -1 if none.
 
     Read from ``table`` (an open snapshot of ``path``) when given, else from a fresh open."""
     table = table if table is not None else open_table(path)
-    version = None if table is None else table.transaction_version(app_id)
+    version = None if table is None else held_version(table, app_id)
     return NO_EPOCH if version is None else int(version)
 
 

@@ -36,7 +36,7 @@ from deltalake import DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from eos.core.delta import PLAN_HASH, commit_properties, scan
+from eos.core.delta import PLAN_HASH, commit_properties, held_version, scan
 from eos.core.layout import Tables
 from eos.core.outcomes import NO_EPOCH
 from eos.core.tables import read_epoch
@@ -198,7 +198,7 @@ def _complete(staging: DeltaTable, epoch: int, plan_hash: str) -> bool:
 
 class Fence:
     """The staging fence as one snapshot of the staging table sees it (``txn`` versions, each
-    read when first asked: a read costs ~3 ms).
+    read when first asked, once per snapshot: ``eos.core.delta.held_version``).
 
     - every fenced commit carries ``txn(<app>#fence, N)``: that app id in two commits is what
       makes the later one conflict (delta-rs compares app ids, not versions);
@@ -222,7 +222,7 @@ class Fence:
         return cls(staging, app_id)
 
     def _version(self, suffix: str, default: int) -> int:
-        held = self.staging.transaction_version(self.app_id + suffix)
+        held = held_version(self.staging, self.app_id + suffix)
         return default if held is None else int(held)
 
     @cached_property
@@ -286,6 +286,13 @@ def seal(staging: DeltaTable, app_id: str, epoch: int, prune_before: int | None 
     return fenced(staging, lambda: staging.create_write_transaction(
         [], mode="append", schema=_own_schema(staging), partition_by=["epoch"],
         commit_properties=properties))
+
+
+def rewinds_at(path: str, app_id: str, version: int) -> int:
+    """The rewinds begun as staging's ``version`` saw them (``Fence.rewinds``). A commit reads
+    there the count its seal was decided under only when its maintenance is due (a read of a
+    ``txn`` version replays the log: not paid every epoch for a figure used every hundredth)."""
+    return Fence.of(DeltaTable(path, version=version), app_id).rewinds
 
 
 def drop(staging: DeltaTable, app_id: str, epoch: int, op: str) -> bool:

@@ -17,7 +17,7 @@ from eos.core.plan import Plan, plan_of
 from eos.core.protocol.results import CommitResult, sink_summary
 from eos.core.protocol.sealing import seal_epoch, sealed_already
 from eos.core.sink import sinks_for
-from eos.core.staging import staged_epoch, watermark_row
+from eos.core.staging import rewinds_at, staged_epoch, watermark_row
 from eos.core.tables import OpenTables, ensure_tables
 
 
@@ -121,8 +121,9 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
                     details=epochlog.with_try(result.summary(), attempt, result.outcome))
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
+        rewinds = rewinds_at(tables.staging, config.app_id, sealed.version)
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
-                                      app_id=config.app_id, epoch=epoch, rewinds=sealed.rewinds)
+                                      app_id=config.app_id, epoch=epoch, rewinds=rewinds)
 
 
 def _without(outputs: dict[str, pa.Table], columns: list[str]) -> dict[str, pa.Table]:

@@ -26,12 +26,13 @@ def sealed_already(config: PipelineConfig, tables: OpenTables, epoch: int) -> bo
 
 @dataclass(frozen=True)
 class Sealed:
-    """What ``seal_epoch`` found or wrote: the count of rewinds N was sealed under (the
-    maintenance after the checkpoint needs it), N's staged rows as sealed, and the first
-    staged epoch the seal kept when it pruned older ones (None: it pruned nothing, or N was
-    sealed already)."""
+    """What ``seal_epoch`` found or wrote: the staging version it was found or written in
+    (the maintenance after the checkpoint reads there the count of rewinds N was sealed under:
+    ``eos.core.staging.rewinds_at``), N's staged rows as sealed, and the first staged epoch
+    the seal kept when it pruned older ones (None: it pruned nothing, or N was sealed
+    already)."""
 
-    rewinds: int
+    version: int
     rows: pa.Table
     pruned_before: int | None = None
 
@@ -58,14 +59,14 @@ def seal_epoch(config: PipelineConfig, tables: OpenTables, plan: Plan,
     for _ in range(STAGE_ATTEMPTS):
         fence = Fence.of(snapshot, config.app_id)
         if fence.sealed >= plan.epoch:
-            return Sealed(fence.rewinds, read)
+            return Sealed(snapshot.version(), read)
         check_no_rewind(tables)
         # The bound comes from N's rows as this snapshot holds them: the state they resume from.
         bound = prune_bound(plan.epoch, config.epoch.staging_retention,
                             base_of(watermark_row(read)))
         if seal(snapshot, config.app_id, plan.epoch, prune_before=bound):
             faults.hit("commit.after_seal")
-            return Sealed(fence.rewinds, read, bound)
+            return Sealed(snapshot.version(), read, bound)
         again = staged_epoch(tables, plan.epoch, plan.hash, state=False)
         if again is None:
             raise ProtocolViolation(
