@@ -34,10 +34,10 @@ def local_path(path: str) -> str | None:
 
 
 # Every how many commits a table eos creates gets a Delta checkpoint (Delta Spark's default;
-# delta-rs' is 100). delta-rs 1.6 replays a table's log from its last checkpoint on every open,
-# every ``update_incremental`` and every write through a handle, not just the commits it has not
-# seen: with 100, the tables an epoch commits to several times each read up to a hundred commit
-# files per call (on an object store, one GET each: ``python -m bench.storage --requests``).
+# delta-rs' is 100). delta-rs 1.6 replays a table's log from its last checkpoint twice on every
+# open and once on every ``transaction_version`` call (``held_version`` asks once per snapshot):
+# with 100, the tables an epoch commits to several times each read up to a hundred commit files
+# per replay (on an object store, one GET each: ``python -m bench.storage --requests``).
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 CHECKPOINT_EVERY = "10"
 
