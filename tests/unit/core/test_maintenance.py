@@ -14,7 +14,7 @@ from eos.core.delta import read_table, replace_epoch
 from eos.core.layout import tables_for
 from eos.core.maintenance import maintain, prune_bound
 from eos.core.outcomes import Outcome
-from eos.core.staging import seal
+from eos.core.staging import Fence, drop, seal
 from eos.core.tables import ensure_tables, staging_schema
 from eos.core.topics import TopicPartition
 from eos.tools.pipelines import write_pipeline
@@ -49,6 +49,32 @@ def test_maintenance_keeps_rows_and_deletes_unreferenced_files(tmp_path: Path) -
     data_files = [f for f in Path(tables.staging).rglob("*.parquet") if "_delta_log" not in f.parts]
     assert len(data_files) == 2
     assert epochlog.first_plan_row(tables, 11)["plan_hash"] == f"{11:016x}"
+
+
+def test_a_seal_that_prunes_is_fenced_like_every_staging_write(tmp_path: Path) -> None:
+    """The retention's prune rides on the seal: one Delta commit drops the epochs below the
+    bound and seals N. Written through a snapshot another fenced step has moved past (here an
+    abort of N), it is refused whole: nothing is dropped, nothing sealed; through the updated
+    snapshot it lands, and N is sealed in the commit that pruned."""
+    config = write_pipeline(tmp_path)
+    tables = ensure_tables(config)
+    for epoch in range(4):
+        row = {"epoch": epoch, "kind": "offsets", "plan_hash": f"{epoch:016x}", "partition": 0}
+        replace_epoch(tables.staging, pa.Table.from_pylist([row], schema=staging_schema(config)),
+                      epoch)
+    stale = DeltaTable(tables.staging)
+    assert drop(DeltaTable(tables.staging), config.app_id, 3, "abort")
+
+    assert not seal(stale, config.app_id, 3, prune_before=2)
+    fresh = DeltaTable(tables.staging)
+    assert sorted(set(read_table(tables.staging)["epoch"].to_pylist())) == [0, 1, 2]
+    assert Fence.of(fresh, config.app_id).sealed == -1
+
+    assert seal(stale, config.app_id, 3, prune_before=2)  # ``stale`` was brought up to date
+    assert read_table(tables.staging)["epoch"].to_pylist() == [2]
+    sealed = DeltaTable(tables.staging)
+    assert Fence.of(sealed, config.app_id).sealed == 3
+    assert sealed.history(1)[0]["operation"] == "DELETE"  # the prune and the seal: one commit
 
 
 def test_log_cleanup_keeps_the_authority_rows_and_pooled_handles_right(tmp_path: Path) -> None:

@@ -44,8 +44,8 @@ def seal_epoch(config: PipelineConfig, tables: OpenTables, plan: Plan,
     N's staged rows as sealed are ``staged`` (read through the staging handle) when the seal
     was written through the snapshot they were read from, else those read again through the
     snapshot the seal was found or written in (another fenced step landed in between: an abort
-    and a precommit may have replaced them). Once N is
-    sealed no precommit replaces its rows (``SEALED``), so the sinks get what staging holds.
+    and a precommit may have replaced them). Once N is sealed no precommit replaces its rows
+    (``SEALED``), so the sinks get what staging holds.
 
     - N is sealed already (a retry after a crash, a concurrent attempt): go on, whatever began
       since: a rewind waits for a sealed epoch, so this commit must finish;
