@@ -13,7 +13,9 @@ mtime and size): a table deleted and created again under the same path is opened
 patched with the new table's commits. That file survives until a log cleanup removes it
 (``epoch.log_retention``); then the handle is opened afresh. On an object store the check is
 one metadata request (HEAD) and the update one listing: an open costs a listing and a read of
-the last checkpoint and of every commit since, so pooling saves round trips there too.
+the last checkpoint and of every commit since, so pooling saves round trips there too. A handle
+given back at the version it was lent at keeps the mark checked when it was lent; one a write
+moved has its new commit file's mark read.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from eos.core.storage import filesystem, join
 
 POOL_SIZE = 64
 _pool: dict[str, list[tuple[DeltaTable, tuple[int, int]]]] = {}
-_lent: set[int] = set()  # ids of the handles ``checkout`` lent and nobody gave back yet
+# The handles ``checkout`` lent and nobody gave back yet: id -> the version lent and its
+# commit file's mark when known (a pooled handle no newer commit moved), so a handle given back
+# at that version is pooled without asking the store again.
+_lent: dict[int, tuple[int, tuple[int, int]] | None] = {}
 _pool_lock = threading.Lock()
 _pool_pid = os.getpid()
 
@@ -72,18 +77,20 @@ def checkout(path: str) -> DeltaTable | None:
         found = pooled.pop() if pooled else None
         if pooled is not None and not pooled:
             del _pool[path]
-    table = None
+    table, known = None, None
     if found is not None and _commit_mark(path, found[0].version()) == found[1]:
         try:
+            held = found[0].version()
             found[0].update_incremental()
             table = found[0]
+            known = (held, found[1]) if table.version() == held else None
         except Exception:  # any doubt about a pooled handle: open it afresh
             table = None
     if table is None:
         table = open_table(path)
     if table is not None:
         with _pool_lock:
-            _lent.add(id(table))
+            _lent[id(table)] = known
     return table
 
 
@@ -92,12 +99,16 @@ def checkin(path: str, table: DeltaTable | None) -> None:
     handle ``checkout`` lent is pooled, with the mark of the commit it holds."""
     if table is None:
         return
-    mark = _commit_mark(path, table.version())
+    with _pool_lock:
+        known = _lent.get(id(table))
+    # Lent at this version with its mark checked: the same commit file (one request fewer).
+    mark = (known[1] if known is not None and known[0] == table.version()
+            else _commit_mark(path, table.version()))
     with _pool_lock:
         # The lent id is removed: a handle given back twice is pooled (and lent) once.
         if id(table) not in _lent:
             return
-        _lent.discard(id(table))
+        del _lent[id(table)]
         if mark is None or _pool_pid != os.getpid():
             return
         _pool.setdefault(path, []).append((table, mark))

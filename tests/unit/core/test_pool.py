@@ -30,6 +30,35 @@ def test_a_pooled_handle_comes_back_at_the_latest_version(tmp_path: Path) -> Non
     checkin(path, again)
 
 
+def test_a_borrow_that_moved_nothing_asks_the_store_once(tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """A pooled handle's commit file is checked when it is lent (was the table recreated?);
+    given back at the version it was lent at, the mark checked then is kept (on an object
+    store, one HEAD fewer per borrow). Moved by a write through it, it is asked again, and
+    the next borrow checks that new mark."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, ROWS)
+    checkin(path, checkout(path))  # pooled
+    asked: list[int] = []
+    real = eos.core.pool._commit_mark
+    monkeypatch.setattr(eos.core.pool, "_commit_mark",
+                        lambda p, v: asked.append(v) or real(p, v))
+    table = checkout(path)
+    checkin(path, table)
+    assert asked == [0]
+    table = checkout(path)
+    assert table is not None
+    write_deltalake(table, ROWS, mode="append")
+    checkin(path, table)
+    assert asked == [0, 0, 1]
+    shutil.rmtree(path)  # recreated under the same path: the kept mark no longer matches
+    write_deltalake(path, ROWS)
+    write_deltalake(path, ROWS, mode="append")
+    again = checkout(path)
+    assert again is not table and again is not None and again.version() == 1
+    checkin(path, again)
+
+
 def test_a_handle_is_lent_to_one_user_at_a_time(tmp_path: Path) -> None:
     path = str(tmp_path / "t")
     write_deltalake(path, ROWS)
