@@ -78,14 +78,16 @@ def checkout(path: str) -> DeltaTable | None:
         if pooled is not None and not pooled:
             del _pool[path]
     table, known = None, None
-    if found is not None and _commit_mark(path, found[0].version()) == found[1]:
-        try:
-            held = found[0].version()
-            found[0].update_incremental()
-            table = found[0]
-            known = (held, found[1]) if table.version() == held else None
-        except Exception:  # any doubt about a pooled handle: open it afresh
-            table = None
+    if found is not None:
+        pooled_table, mark = found
+        held = pooled_table.version()
+        if _commit_mark(path, held) == mark:
+            try:
+                pooled_table.update_incremental()
+                table = pooled_table
+                known = (held, mark) if table.version() == held else None
+            except Exception:  # any doubt about a pooled handle: open it afresh
+                table = None
     if table is None:
         table = open_table(path)
     if table is not None:
