@@ -173,7 +173,7 @@ def test_two_commits_released_before_the_checkpoint_append_it_once(
     assert sorted(r["outcome"] for r in results) == [Outcome.ALREADY_COMMITTED,
                                                      Outcome.COMMITTED]
     assert [c.epoch for c in checkpoints.read_all(tables_for(pipeline))] == [0]
-    committed_log = [r for r in epochlog.rows(tables_for(pipeline), 0)
+    committed_log = [r for r in checkpoints.log_rows(tables_for(pipeline), 0)
                      if r["phase"] == epochlog.COMMITTED]
     assert len(committed_log) == 1  # the loser leaves the bookkeeping to the winner
     for name in SINKS:

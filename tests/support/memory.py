@@ -398,11 +398,12 @@ def staged_rows(config: PipelineConfig, epoch: int, plan_hash: str) -> list[dict
 
 def log_rows(config: PipelineConfig, epoch: int | None = None,
              phase: str | None = None) -> list[dict[str, Any]]:
-    """The epoch log's rows (of one epoch, of one phase), in log order."""
-    from eos.core import epochlog
+    """The epoch log's rows (of one epoch, of one phase), with each commit's row read from its
+    checkpoint, in log order."""
+    from eos.core import checkpoints
     from eos.core.layout import tables_for
 
-    return [r for r in epochlog.rows(tables_for(config), epoch)
+    return [r for r in checkpoints.log_rows(tables_for(config), epoch)
             if phase is None or r["phase"] == phase]
 
 

@@ -9,7 +9,6 @@ and retries apply; the tasks call the same library code and compute (Spark Conne
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -79,7 +78,7 @@ class DagRunner:
 
     def run_next(self, index: int) -> dict[str, Any]:
         """One DAG run; a summary of what it committed, read back from the epoch log."""
-        from eos.core import epochlog
+        from eos.core import checkpoints, epochlog
         from eos.core.layout import tables_for
         from eos.core.plan import Plan
 
@@ -94,10 +93,9 @@ class DagRunner:
         tables = tables_for(self.config)
         planned = epochlog.plan_row_for_run(tables, run.run_id)
         plan = Plan.from_json(planned["plan"])
-        committed = [r for r in epochlog.rows(tables, plan.epoch) if r["phase"] == "committed"]
-        details = json.loads(committed[-1]["details"]) if committed else {}
+        checkpoint = checkpoints.read(tables, plan.epoch)
         return {"epoch": plan.epoch, "plan_hash": plan.hash, "records": plan.records,
-                "outcome": "committed", "rows": details.get("rows", {}),
+                "outcome": "committed", "rows": checkpoint.rows if checkpoint else {},
                 "run_id": run.run_id, "seconds": round(time.monotonic() - started, 1),
                 "tasks": _task_times(instances)}
 

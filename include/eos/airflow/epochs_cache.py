@@ -157,16 +157,15 @@ def recorded_status(config: PipelineConfig, limit: int,
     from eos.airflow.connections import export_kafka_connection
     from eos.airflow.storage import export_credentials
     from eos.core.kafka import client_settings, redact
-    from eos.core.pipeline_status.reading import (
-        _epochs,  # the status's own epoch folding (see the report)
-    )
+    from eos.core.pipeline_status.reading import logged_epochs
 
     tables = tables_for(config)
     if is_remote(tables.root):
         export_credentials()  # the API server reads the tables with the tasks' connection
     export_kafka_connection()  # and the broker's watermarks with theirs
     committed = checkpoints.last_checkpointed(tables, config.app_id)
-    epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
+    epochs, last_logged = (logged_epochs(tables, config.app_id, committed, limit) if limit > 0
+                           else ([], None))
     try:
         settings = client_settings(config.kafka.client)
     except EosError:

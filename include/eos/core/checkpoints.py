@@ -42,6 +42,9 @@ class Checkpoint:
     # What ``until`` is of: the topic and cluster N's plan read (None: not recorded, a row
     # written before identities were; the next epoch's plan records the configured source).
     source: SourceIdentity | None = None
+    # Who committed N and how (``eos.core.protocol.committing``): the run, the task try, the
+    # duration, each sink's outcome. None in rows written before checkpoints carried it.
+    details: dict[str, Any] | None = None
 
     def to_row(self) -> dict[str, Any]:
         return {
@@ -54,6 +57,8 @@ class Checkpoint:
             "committed_at": self.committed_at or datetime.now(UTC),
             "config": json.dumps(self.config, sort_keys=True),
             "source": json.dumps(self.source.to_dict(), sort_keys=True) if self.source else None,
+            "details": (json.dumps(self.details, sort_keys=True, default=str)
+                        if self.details is not None else None),
         }
 
     @classmethod
@@ -71,7 +76,21 @@ class Checkpoint:
             watermark_ms=row["watermark_ms"], rows=json.loads(row["rows"]),
             sinks=json.loads(row["sinks"]), committed_at=row["committed_at"],
             config=json.loads(row.get("config") or "{}"), source=source,
+            details=json.loads(row["details"]) if row.get("details") else None,
         )
+
+    def log_row(self) -> dict[str, Any] | None:
+        """N's ``committed`` entry in the shape of an epoch-log row (``eos.core.epochlog``), read
+        from this checkpoint: the commit records it here, in the commit it makes anyway, not in
+        a log append of its own. None for a row written before checkpoints carried it (its log
+        holds the committed row)."""
+        if self.details is None:
+            return None
+        details = {k: v for k, v in self.details.items() if k not in ("run_id", "duration_ms")}
+        return {"epoch": self.epoch, "phase": epochlog.COMMITTED,
+                "run_id": self.details.get("run_id"), "plan_hash": self.plan_hash, "plan": None,
+                "at": self.committed_at, "duration_ms": self.details.get("duration_ms"),
+                "details": json.dumps(details, sort_keys=True, default=str)}
 
 
 def _from_row(tables: Tables, row: dict[str, Any]) -> Checkpoint:
@@ -112,6 +131,15 @@ def read_since(tables: Tables, epoch: int) -> list[Checkpoint]:
     read = read_existing(tables.checkpoints, filters=[("epoch", ">=", int(epoch))])
     rows = [] if read is None else read.to_pylist()
     return sorted((_from_row(tables, r) for r in rows), key=lambda c: c.epoch)
+
+
+def log_rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
+    """The epoch log's rows of ``epoch`` (or all of them) together with each commit's
+    ``committed`` row, which the checkpoint carries (``Checkpoint.log_row``), in log order:
+    the whole record of who did what to an epoch."""
+    logged = epochlog.rows(tables, epoch)
+    done = read_all(tables) if epoch is None else [c for c in [read(tables, epoch)] if c]
+    return epochlog.in_log_order([*logged, *(row for c in done if (row := c.log_row()))])
 
 
 def read(tables: Tables, epoch: int) -> Checkpoint | None:

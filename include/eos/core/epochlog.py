@@ -20,6 +20,9 @@ from eos.core.outcomes import Outcome
 from eos.core.tables import EPOCHS_SCHEMA, handle
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
+# A commit appends no row here: the checkpoint it writes anyway carries who committed and how,
+# and readers see it as a ``committed`` row (``eos.core.checkpoints.Checkpoint.log_row``). Logs
+# written before that hold ``committed`` rows of their own.
 # A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes
 # (``eos.core.rewind``).
 REWINDING, REWOUND = "rewinding", "rewound"
@@ -52,7 +55,8 @@ class Attempt:
 
 def carried(outcome: Outcome) -> bool:
     """Whether a phase that ended with ``outcome`` logged its try in its own row: it did when
-    it did the work (``outcome.wrote``: the plan, precommitted, committed or aborted row).
+    it did the work (``outcome.wrote``: the plan, precommitted or aborted row, or the
+    checkpoint's details for a commit: ``eos.core.checkpoints.Checkpoint.log_row``).
     A try that found the work done logs a row of its own (``log_try``)."""
     return outcome.wrote
 
@@ -167,10 +171,12 @@ def rows(tables: Tables, epoch: int | None = None, since: int | None = None,
     if run_id is not None:
         filters.append(("run_id", "=", run_id))
     table = handle(tables, tables.epochs)
-    return _in_log_order([] if table is None else scan(table, filters=filters or None).to_pylist())
+    return in_log_order([] if table is None else scan(table, filters=filters or None).to_pylist())
 
 
-def _in_log_order(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def in_log_order(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Log rows (and rows read as log rows: ``Checkpoint.log_row``) in the order they were
+    logged."""
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
 
 
@@ -185,7 +191,7 @@ def plan_rows(tables: Tables, epoch: int, run_id: str | None) -> list[dict[str, 
              [("phase", "=", REWINDING)], [("phase", "=", REWOUND)]]
     if run_id:
         where.append([("run_id", "=", run_id), ("phase", "=", PLANNED)])
-    return _in_log_order(scan(table, filters=where).to_pylist())
+    return in_log_order(scan(table, filters=where).to_pylist())
 
 
 def rewind_rows(tables: Tables) -> list[dict[str, Any]]:
@@ -194,7 +200,7 @@ def rewind_rows(tables: Tables) -> list[dict[str, Any]]:
     if table is None:
         return []
     where = [[("phase", "=", REWINDING)], [("phase", "=", REWOUND)]]
-    return _in_log_order(scan(table, filters=where).to_pylist())
+    return in_log_order(scan(table, filters=where).to_pylist())
 
 
 def unfinished_rewind(logged: list[dict[str, Any]]) -> dict[str, Any] | None:

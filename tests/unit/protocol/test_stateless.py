@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from eos.airflow.epochs_html import Links, pipeline_page
-from eos.core import checkpoints
+from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.errors import InjectedFault
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
-from eos.core.pipeline_status import pipeline_status, render
+from eos.core.pipeline_status import EpochState, pipeline_status, render
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 
@@ -101,3 +101,56 @@ def test_a_rewind_and_replay_leaves_every_row_once(tmp_path: Path,
     coordinates = sorted((r["kafka_partition"], r["kafka_offset"]) for r in rows)
     assert coordinates == sorted(
         (p, o) for p, high in ((0, 25), (1, 30)) for o in range(high) if o % 10 != 9)
+
+
+def test_the_checkpoint_carries_the_commits_row_and_a_rewind_marks_what_it_took_back(
+        tmp_path: Path, source: MemorySource) -> None:
+    """A commit appends no epoch-log row: the checkpoint it writes anyway names the try, its
+    duration and each sink's outcome, and the epochs view reads them there. Epochs a rewind
+    took back (their checkpoints gone with it) show as rewound until replayed, found by the
+    range the rewind logged when it began."""
+    config = make_pipeline(tmp_path, base=STATELESS_IN_MEMORY, sinks={
+        "rows": [{"memory_rewind": "a"}], "quarantine": [{"memory_rewind": "c"}]})
+    for _ in range(3):
+        run_epoch(config, source, RowStager())
+        source.produce(1, 5)
+    tables = tables_for(config)
+    assert [r for r in epochlog.rows(tables) if r["phase"] == epochlog.COMMITTED] == []
+    carried = [r for r in checkpoints.log_rows(tables) if r["phase"] == epochlog.COMMITTED]
+    assert [r["epoch"] for r in carried] == [0, 1, 2]
+    assert all(r["duration_ms"] > 0 for r in carried)
+    status = pipeline_status(config, with_lag=False)
+    shown = {e.epoch: e for e in status.epochs}
+    assert {e: s.state for e, s in shown.items()} == {e: EpochState.COMMITTED for e in range(3)}
+    assert all(s.durations_ms["commit"] and s.checkpoint_version is not None
+               for s in shown.values())
+    assert [shown[e].checkpoint_version for e in range(3)] == sorted(
+        shown[e].checkpoint_version for e in range(3))
+    assert rewind(config, 0).outcome is Outcome.REWOUND
+    states = {e.epoch: e.state for e in pipeline_status(config, with_lag=False).epochs}
+    assert states == {0: EpochState.COMMITTED, 1: EpochState.REWOUND, 2: EpochState.REWOUND}
+    run_epoch(config, source, RowStager())  # replays epoch 1
+    states = {e.epoch: e.state for e in pipeline_status(config, with_lag=False).epochs}
+    assert states == {0: EpochState.COMMITTED, 1: EpochState.COMMITTED, 2: EpochState.REWOUND}
+
+
+def test_an_epoch_makes_five_commits_on_the_pipelines_own_tables(
+        stateless: PipelineConfig, source: MemorySource) -> None:
+    """Plan, stage, precommitted row, seal (pruning what the retention lets go), checkpoint
+    (carrying the commit's row): each sink's commit comes on top. A step that adds a commit
+    to every epoch shows here."""
+    from deltalake import DeltaTable
+
+    tables = tables_for(stateless)
+    own = (tables.epochs, tables.staging, tables.checkpoints)
+
+    def versions() -> list[int]:
+        return [DeltaTable(path).version() for path in own]
+
+    for _ in range(3):  # past the first epochs (tables created, nothing to prune yet)
+        commit(stateless, run(stateless, source))
+        source.produce(1, 5)
+    before = versions()
+    commit(stateless, run(stateless, source))
+    after = versions()
+    assert [b - a for a, b in zip(before, after, strict=True)] == [2, 2, 1]

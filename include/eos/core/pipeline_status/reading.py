@@ -38,7 +38,8 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
 
     tables = tables_for(config)
     committed = checkpoints.last_checkpointed(tables, config.app_id)
-    epochs, last_logged = _epochs(tables, committed, limit) if limit > 0 else ([], None)
+    epochs, last_logged = (logged_epochs(tables, config.app_id, committed, limit) if limit > 0
+                           else ([], None))
     sinks, sinks_error = _sinks(config, committed)
     try:
         settings, lag_error = client_settings(config.kafka.client), None
@@ -56,8 +57,10 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
     )
 
 
-def _epochs(tables: Tables, committed: int, limit: int) -> tuple[list[EpochStatus], int | None]:
-    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log.
+def logged_epochs(tables: Tables, app_id: str, committed: int, limit: int
+            ) -> tuple[list[EpochStatus], int | None]:
+    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log
+    (and one of their checkpoints, which carry each commit's row: ``Checkpoint.log_row``).
 
     ``begin`` only ever plans the epoch after the checkpoint, so the log's last epoch is the
     checkpoint's or the next one: reading from ``committed + 1 - limit`` covers the last
@@ -69,15 +72,45 @@ def _epochs(tables: Tables, committed: int, limit: int) -> tuple[list[EpochStatu
     for row in epochlog.rows(tables, since=since):
         by_epoch.setdefault(row["epoch"], []).append(row)
     shown = sorted(by_epoch)[-limit:]
-    done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])} if shown else {}
-    epochs = [_epoch(epoch, by_epoch[epoch], epoch <= committed, done.get(epoch))
+    if not shown:
+        return [], committed if committed >= 0 else None
+    done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])}
+    for checkpoint in done.values():
+        if checkpoint.epoch in by_epoch and (commit := checkpoint.log_row()) is not None:
+            by_epoch[checkpoint.epoch] = epochlog.in_log_order([*by_epoch[checkpoint.epoch],
+                                                                commit])
+    rewinds = [json.loads(r["details"]) | {"at": r["at"]} for r in epochlog.rewind_rows(tables)
+               if r["phase"] == epochlog.REWINDING]
+    versions = _checkpoint_versions(tables, app_id, len(shown))
+    epochs = [_epoch(epoch, by_epoch[epoch], epoch <= committed, done.get(epoch),
+                     [r["at"] for r in rewinds if r["to_epoch"] < epoch <= r["from_epoch"]],
+                     versions.get(epoch))
               for epoch in shown]
-    return epochs, (shown[-1] if shown else (committed if committed >= 0 else None))
+    return epochs, shown[-1]
+
+
+def _checkpoint_versions(tables: Tables, app_id: str, epochs: int) -> dict[int, int]:
+    """The checkpoint table's version that committed each of its last ``epochs`` epochs, from
+    its history's commit info (a checkpoint cannot carry the version it is written at)."""
+    from eos.core.delta import APP, EPOCH, OP
+    from eos.core.tables import handle
+
+    table = handle(tables, tables.checkpoints)
+    if table is None:
+        return {}
+    found: dict[int, int] = {}
+    # A rewind and maintenance write commits of their own: read a margin beyond one per epoch.
+    for commit in table.history(limit=2 * epochs + 10):
+        if commit.get(APP) == app_id and commit.get(OP) == "checkpoint" and EPOCH in commit:
+            found.setdefault(int(commit[EPOCH]), int(commit["version"]))  # newest first
+    return found
 
 
 def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
-           checkpoint: checkpoints.Checkpoint | None) -> EpochStatus:
-    """Fold one epoch's log rows (in logged order) into its status."""
+           checkpoint: checkpoints.Checkpoint | None, rewound_at: list[Any],
+           checkpoint_version: int | None) -> EpochStatus:
+    """Fold one epoch's log rows (in logged order) into its status; ``rewound_at``: when
+    rewinds that took it back began (a rewind logs its start at the first epoch it replays)."""
     runs = _runs(rows)
     rows = [r for r in rows if r["phase"] != epochlog.TRIED] or rows
     planned = next((r for r in rows if r["phase"] == epochlog.PLANNED), None)
@@ -88,7 +121,7 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
     done_details = _details(done)
     if committed:
         state = EpochState.COMMITTED
-    elif (replay := _since_rewound(rows)) is not None:
+    elif (replay := _since_rewound(rows, rewound_at)) is not None:
         # Logged as committed (or as where a rewind's replay starts) but not in the checkpoint
         # table: a rewind took it back. What the replay did with it since, if anything:
         phases = {r["phase"] for r in replay}
@@ -112,7 +145,8 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
         staging_version=staged_details.get("staging_version"),
         sink_versions={name: s.get("version") for name, s in
                        (checkpoint.sinks if checkpoint else done_details.get("sinks", {})).items()},
-        checkpoint_version=done_details.get("checkpoint_version"),
+        checkpoint_version=(checkpoint_version if committed and checkpoint_version is not None
+                            else done_details.get("checkpoint_version")),
         planned_at=planned["at"] if planned else None,
         committed_at=checkpoint.committed_at if checkpoint else None,
         aborts=sum(1 for r in rows if r["phase"] == epochlog.ABORTED),
@@ -147,12 +181,18 @@ def _runs(rows: list[dict[str, Any]]) -> tuple[EpochRun, ...]:
                  for run_id in order)
 
 
-def _since_rewound(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def _since_rewound(rows: list[dict[str, Any]], rewound_at: list[Any]
+                   ) -> list[dict[str, Any]] | None:
     """For an epoch not committed now: its rows after the last sign that a rewind took it back
-    (a ``committed`` or rewind row), or None if there is none (it was never committed)."""
-    marks = [i for i, r in enumerate(rows)
+    (a ``committed`` or rewind row of its own, or the start of a rewind whose range held it),
+    or None if there is none (it was never committed)."""
+    marks = [r["at"] for r in rows
              if r["phase"] in (epochlog.COMMITTED, epochlog.REWINDING, epochlog.REWOUND)]
-    return rows[marks[-1] + 1:] if marks else None
+    marks += rewound_at
+    if not marks:
+        return None
+    last = max(marks)
+    return [r for r in rows if r["at"] > last]
 
 
 def _last(rows: list[dict[str, Any]], phase: str) -> dict[str, Any] | None:

@@ -24,7 +24,8 @@ from eos.core.tables import OpenTables, ensure_tables
 def commit(config: PipelineConfig, epoch: int, *,
            attempt: epochlog.Attempt | None = None) -> CommitResult:
     """Promote pre-committed epoch N into every sink exactly once, then checkpoint it. The
-    committed row names ``attempt`` (a scheduler's task try) as the one that committed N.
+    checkpoint names ``attempt`` (a scheduler's task try) as the one that committed N (its
+    ``details``: the epochs view's committed entry, ``Checkpoint.log_row``).
 
     Like Flink's ``notifyCheckpointComplete``, this must eventually succeed once N is staged:
     it is retried until it does, and every retry is safe. Scenarios:
@@ -109,6 +110,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         sinks={s.sink: sink_summary(s) for s in result.sinks},
         config=without(config.schema_view(), unready),
         source=plan.source,
+        details=_committed_details(result, attempt, took),
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)
     faults.hit("commit.after_checkpoint")
@@ -116,14 +118,23 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         result.outcome = Outcome.ALREADY_COMMITTED  # a concurrent attempt checkpointed N first
         return
     result.checkpoint_version = written.version
-    epochlog.append(tables, epoch, epochlog.COMMITTED, plan_hash=plan.hash,
-                    run_id=attempt.run_id if attempt else None, duration_ms=elapsed_ms(took),
-                    details=epochlog.with_try(result.summary(), attempt, result.outcome))
     every = config.epoch.maintenance_every
     if every and epoch > 0 and epoch % every == 0:
         rewinds = rewinds_at(tables.staging, config.app_id, sealed.version)
         result.maintenance = maintain(tables, log_retention_ms=config.epoch.log_retention,
                                       app_id=config.app_id, epoch=epoch, rewinds=rewinds)
+
+
+def _committed_details(result: CommitResult, attempt: epochlog.Attempt | None,
+                       took: dict[str, float]) -> dict[str, object]:
+    """What the epochs view shows of this commit (``Checkpoint.log_row``), carried by the
+    checkpoint itself: one Delta commit per epoch fewer than an epoch-log row of its own. The
+    checkpoint's version is not in it (it is the commit being written); the view reads it from
+    the table's history."""
+    summary = {k: v for k, v in result.summary().items() if k != "checkpoint_version"}
+    facts = epochlog.with_try(summary, attempt, Outcome.COMMITTED) or {}
+    return {**facts, "run_id": attempt.run_id if attempt else None,
+            "duration_ms": elapsed_ms(took)}
 
 
 def _without(outputs: dict[str, pa.Table], columns: list[str]) -> dict[str, pa.Table]:
