@@ -19,6 +19,7 @@ from eos.core.config import PipelineConfig
 from eos.core.delta import read_table, replace_epoch
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import epoch_rows
 from eos.core.plan import plan_of
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
@@ -173,7 +174,7 @@ def test_two_commits_released_before_the_checkpoint_append_it_once(
     assert sorted(r["outcome"] for r in results) == [Outcome.ALREADY_COMMITTED,
                                                      Outcome.COMMITTED]
     assert [c.epoch for c in checkpoints.read_all(tables_for(pipeline))] == [0]
-    committed_log = [r for r in checkpoints.log_rows(tables_for(pipeline), 0)
+    committed_log = [r for r in epoch_rows(tables_for(pipeline), 0)
                      if r["phase"] == epochlog.COMMITTED]
     assert len(committed_log) == 1  # the loser leaves the bookkeeping to the winner
     for name in SINKS:

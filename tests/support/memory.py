@@ -385,25 +385,27 @@ def log_plan(config: PipelineConfig, epoch: int) -> Plan:
 
 
 def staged_rows(config: PipelineConfig, epoch: int, plan_hash: str) -> list[dict[str, Any]] | None:
-    """Epoch N's complete staged rows for ``plan_hash`` in a stable order, or None."""
-    from eos.core.staging import staged_epoch
+    """Epoch N's complete staged rows for ``plan_hash`` in a stable order, or None. Without
+    its precommit row (who staged it, when, how long each step took): every other row is a
+    pure function of the plan and N-1's state, and attempts compare equal on them."""
+    from eos.core.staging import PRECOMMIT, staged_epoch
     from eos.core.tables import ensure_tables
 
     with ensure_tables(config) as tables:
         rows = staged_epoch(tables, epoch, plan_hash)
     if rows is None:
         return None
-    return sorted(rows.to_pylist(), key=repr)
+    return sorted((r for r in rows.to_pylist() if r["kind"] != PRECOMMIT), key=repr)
 
 
 def log_rows(config: PipelineConfig, epoch: int | None = None,
              phase: str | None = None) -> list[dict[str, Any]]:
-    """The epoch log's rows (of one epoch, of one phase), with each commit's row read from its
-    checkpoint, in log order."""
-    from eos.core import checkpoints
+    """The epoch log's rows (of one epoch, of one phase), with those precommit and commit
+    record in their own commits, in log order."""
     from eos.core.layout import tables_for
+    from eos.core.pipeline_status import epoch_rows
 
-    return [r for r in checkpoints.log_rows(tables_for(config), epoch)
+    return [r for r in epoch_rows(tables_for(config), epoch)
             if phase is None or r["phase"] == phase]
 
 

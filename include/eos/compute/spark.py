@@ -104,7 +104,7 @@ def connect_precommit(config: PipelineConfig, epoch: int, plan_hash: str | None 
     """precommit in this process, its Spark work on the Connect server. A library error raised
     on an executor (data loss, a broker that does not answer) comes back as its own class, with
     its retry policy (``eos.core.errors.carried``). ``attempt``: the task try, named by the
-    precommitted row when it stages (``eos.core.epochlog.with_try``)."""
+    precommit row staged with N when it stages (``eos.core.staging.PRECOMMIT``)."""
     from pyspark.errors import PySparkException
 
     from eos.compute import connect

@@ -25,6 +25,9 @@ from eos.core.layout import Tables
 from eos.core.tables import CHECKPOINTS_SCHEMA, handle
 from eos.core.topics import Offsets, offsets_from_json, offsets_to_json
 
+# The key of a checkpoint's details holding its epoch's precommit facts, copied from staging.
+PRECOMMIT_FACTS = "precommit"
+
 # A checkpoint's watermark before any event, and always without windows: minus infinity.
 NO_WATERMARK = -(2**63)
 
@@ -79,18 +82,20 @@ class Checkpoint:
             details=json.loads(row["details"]) if row.get("details") else None,
         )
 
-    def log_row(self) -> dict[str, Any] | None:
-        """N's ``committed`` entry in the shape of an epoch-log row (``eos.core.epochlog``), read
-        from this checkpoint: the commit records it here, in the commit it makes anyway, not in
-        a log append of its own. None for a row written before checkpoints carried it (its log
-        holds the committed row)."""
+    def log_rows(self) -> list[dict[str, Any]]:
+        """N's ``precommitted`` and ``committed`` entries in the shape of epoch-log rows
+        (``epochlog.carried_row``), read from this checkpoint: the commit records both here (the
+        precommit's as staged with N's rows, ``eos.core.staging.PRECOMMIT``), in the commit it
+        makes anyway, not in log appends of their own. Empty for a row written before
+        checkpoints carried them (its log holds them)."""
         if self.details is None:
-            return None
-        details = {k: v for k, v in self.details.items() if k not in ("run_id", "duration_ms")}
-        return {"epoch": self.epoch, "phase": epochlog.COMMITTED,
-                "run_id": self.details.get("run_id"), "plan_hash": self.plan_hash, "plan": None,
-                "at": self.committed_at, "duration_ms": self.details.get("duration_ms"),
-                "details": json.dumps(details, sort_keys=True, default=str)}
+            return []
+        commit = {k: v for k, v in self.details.items() if k != PRECOMMIT_FACTS}
+        staged = self.details.get(PRECOMMIT_FACTS)
+        return [*([epochlog.carried_row(self.epoch, epochlog.PRECOMMITTED, self.plan_hash,
+                                        staged)] if staged else []),
+                epochlog.carried_row(self.epoch, epochlog.COMMITTED, self.plan_hash, commit,
+                                     self.committed_at)]
 
 
 def _from_row(tables: Tables, row: dict[str, Any]) -> Checkpoint:
@@ -131,15 +136,6 @@ def read_since(tables: Tables, epoch: int) -> list[Checkpoint]:
     read = read_existing(tables.checkpoints, filters=[("epoch", ">=", int(epoch))])
     rows = [] if read is None else read.to_pylist()
     return sorted((_from_row(tables, r) for r in rows), key=lambda c: c.epoch)
-
-
-def log_rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
-    """The epoch log's rows of ``epoch`` (or all of them) together with each commit's
-    ``committed`` row, which the checkpoint carries (``Checkpoint.log_row``), in log order:
-    the whole record of who did what to an epoch."""
-    logged = epochlog.rows(tables, epoch)
-    done = read_all(tables) if epoch is None else [c for c in [read(tables, epoch)] if c]
-    return epochlog.in_log_order([*logged, *(row for c in done if (row := c.log_row()))])
 
 
 def read(tables: Tables, epoch: int) -> Checkpoint | None:

@@ -20,9 +20,10 @@ from eos.core.outcomes import Outcome
 from eos.core.tables import EPOCHS_SCHEMA, handle
 
 PLANNED, PRECOMMITTED, COMMITTED, ABORTED = "planned", "precommitted", "committed", "aborted"
-# A commit appends no row here: the checkpoint it writes anyway carries who committed and how,
-# and readers see it as a ``committed`` row (``eos.core.checkpoints.Checkpoint.log_row``). Logs
-# written before that hold ``committed`` rows of their own.
+# Neither precommit nor commit appends a row here: the staging commit and the checkpoint they
+# write anyway carry who did the work and how (``facts``), and readers see those as
+# ``precommitted`` and ``committed`` rows (``carried_row``;
+# ``eos.core.pipeline_status.epoch_rows``). Logs written before that hold such rows of their own.
 # A rewind to N is logged at epoch N + 1, the first epoch its replay recomputes
 # (``eos.core.rewind``).
 REWINDING, REWOUND = "rewinding", "rewound"
@@ -94,6 +95,28 @@ def _row(epoch: int, phase: str, run_id: str | None, plan_hash: str | None, plan
         "duration_ms": duration_ms,
         "details": json.dumps(details, sort_keys=True, default=str) if details else None,
     }], schema=EPOCHS_SCHEMA)
+
+
+def facts(details: dict[str, Any], attempt: Attempt | None, outcome: Outcome,
+          duration_ms: float | None) -> dict[str, Any]:
+    """What a phase that did its work records of it in a commit it makes anyway, instead of a
+    log row of its own: ``details``, the try (``with_try``), the run, the duration, the time
+    (``carried_row`` reads them back as a log row)."""
+    return {**(with_try(details, attempt, outcome) or {}),
+            "run_id": attempt.run_id if attempt else None, "duration_ms": duration_ms,
+            "at": datetime.now(UTC).isoformat()}
+
+
+def carried_row(epoch: int, phase: str, plan_hash: str, recorded: dict[str, Any],
+                at: datetime | None = None) -> dict[str, Any]:
+    """``facts`` recorded by a phase in its own commit, in the shape of a log row of
+    ``phase`` (``at``: when it is not in them, as in a checkpoint's, which has its own time)."""
+    details = {k: v for k, v in recorded.items() if k not in ("run_id", "duration_ms", "at")}
+    when = datetime.fromisoformat(recorded["at"]) if recorded.get("at") else at
+    return {"epoch": epoch, "phase": phase, "run_id": recorded.get("run_id"),
+            "plan_hash": plan_hash, "plan": None, "at": when,
+            "duration_ms": recorded.get("duration_ms"),
+            "details": json.dumps(details, sort_keys=True, default=str)}
 
 
 def append(

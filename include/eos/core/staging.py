@@ -26,6 +26,7 @@ watermark row" skips the state files without opening them.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 WATERMARK = "watermark"  # the kind of the row holding wm(N); written last, in the same commit
 # Open windows: a snapshot, or changes (``eos.core.window_state``).
 STATE, CHANGE = "state", "change"
+# The kind of the one row naming who staged N and how (its ``details``: ``epochlog.facts``),
+# written by ``precommit`` in the staging commit itself: no epoch-log append of its own. The
+# commit copies it into N's checkpoint (``eos.core.checkpoints.PRECOMMIT_FACTS``).
+PRECOMMIT = "precommit"
 BASE = "state_base"  # the watermark row's column naming the base of the epoch's state
 # A record the filter dropped, in a one-pass write: counted by the writer, never staged.
 FILTERED = "filtered"
@@ -113,6 +118,55 @@ def staged_epoch(tables: Tables, epoch: int, plan_hash: str,
     if not pc.any(complete).as_py():
         return None
     return rows.filter(pc.equal(rows["plan_hash"], plan_hash))
+
+
+def facts_file(staging: str, epoch: int, plan_hash: str, schema: pa.Schema,
+               facts: dict[str, Any], beside: list[StagedFile]) -> StagedFile:
+    """Write N's precommit row (``PRECOMMIT``, ``facts`` as its details) as a Parquet file of
+    its own in the attempt's directory (that of ``beside``, N's other files), to commit with
+    them: one small write instead of a Delta commit on the epoch log."""
+    import uuid
+
+    import pyarrow.fs as pa_fs
+    import pyarrow.parquet as pq
+
+    from eos.core.storage import filesystem
+
+    fields = pa.schema([f for f in schema if f.name != "epoch"])  # the partition column
+    row = {"kind": PRECOMMIT, "plan_hash": plan_hash, "details": json.dumps(facts, default=str)}
+    data = pa.Table.from_pylist([row], schema=fields)
+    parts = beside[0].path.split("/") if beside else []
+    attempt = ("/".join(parts[:2]) if len(parts) > 2 and parts[1].startswith("attempt-")
+               else f"epoch={int(epoch)}/attempt-{uuid.uuid4().hex}")
+    relative = f"{attempt}/{PRECOMMIT}-{uuid.uuid4().hex[:8]}.parquet"
+    store, root = filesystem(staging)
+    path = f"{root}/{relative}"
+    if isinstance(store, pa_fs.LocalFileSystem):  # object stores have no directories
+        store.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with store.open_output_stream(path) as stream:
+        pq.write_table(data, stream)
+        size = stream.tell()
+    return StagedFile(path=relative, size=size, modified_ms=int(time.time() * 1000), rows=1,
+                      kind_min=PRECOMMIT, kind_max=PRECOMMIT)
+
+
+def precommit_facts(staged: pa.Table) -> dict[str, Any] | None:
+    """The facts of N's precommit row among N's staged rows (None when it was staged without
+    one, by an earlier version)."""
+    if "details" not in staged.column_names:
+        return None
+    found = staged.filter(pc.equal(staged["kind"], PRECOMMIT))["details"].to_pylist()
+    return json.loads(found[0]) if found and found[0] else None
+
+
+def staged_facts(staging: DeltaTable, after: int) -> list[tuple[int, str, dict[str, Any]]]:
+    """(epoch, plan hash, facts) of every precommit row staged for an epoch after ``after``
+    (the last committed one: those not checkpointed yet), through ``staging``'s snapshot."""
+    if "details" not in {f.name for f in staging.schema().fields}:
+        return []
+    rows = scan(staging, ["epoch", "plan_hash", "details"],
+                [("epoch", ">", int(after)), ("kind", "=", PRECOMMIT)]).to_pylist()
+    return [(r["epoch"], r["plan_hash"], json.loads(r["details"])) for r in rows if r["details"]]
 
 
 def watermark_row(staged: pa.Table) -> dict[str, Any]:

@@ -49,7 +49,8 @@ EPOCHS_SCHEMA = pa.schema(
 STAGING_PROTOCOL = pa.schema(
     [
         ("epoch", pa.int64()),
-        ("kind", pa.string()),  # output | state | watermark | offsets | late | quarantine
+        ("kind", pa.string()),  # output | state | change | watermark | offsets | late |
+        # quarantine | precommit
         ("plan_hash", pa.string()),
         ("window_start_ms", pa.int64()),
         ("window_end_ms", pa.int64()),
@@ -72,6 +73,10 @@ STAGING_PROTOCOL = pa.schema(
         # pipeline may read several). Added later: older tables gain it on open, and rows
         # staged before it read as null (the commit gives them the plan's one topic).
         ("topic", pa.string()),
+        # The precommit row (kind ``precommit``): who staged N and how, as JSON (``eos.core.
+        # staging.PRECOMMIT``), in the staging commit rather than an epoch-log append. Added
+        # later: older tables gain it on open.
+        ("details", pa.string()),
     ]
 )
 CHECKPOINTS_SCHEMA = pa.schema(

@@ -30,10 +30,11 @@ import pytest
 from deltalake import DeltaTable
 
 from eos.airflow.precommit_operator import PrecommitOperator
-from eos.core import checkpoints, epochlog
+from eos.core import epochlog
 from eos.core.config import PipelineConfig, load_config, pipeline_path
 from eos.core.delta import read_table
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import epoch_rows
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec
 
@@ -299,7 +300,7 @@ def test_three_dag_runs_commit_three_epochs(reference: dict) -> None:
 
     # precommit ran on the Spark Connect server, staging the plan begin returned.
     assert not isinstance(reference["dag"].get_task("precommit"), PrecommitOperator)
-    staged = [r for r in epochlog.rows(tables, 1) if r["phase"] == epochlog.PRECOMMITTED]
+    staged = [r for r in epoch_rows(tables, 1) if r["phase"] == epochlog.PRECOMMITTED]
     assert [r["plan_hash"] for r in staged] == [plans[1]["plan_hash"]]
 
     # Every committed epoch published the target asset, with what it read and wrote.
@@ -419,7 +420,7 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
     assert rerun.run_id == failed.run_id
     assert af.task_states(rerun) == SUCCESS
     assert txn_by_version(target, config.app_id) == [None, 0, 1]
-    committed = [r for r in checkpoints.log_rows(tables, 1)
+    committed = [r for r in epoch_rows(tables, 1)
                  if r["phase"] == epochlog.COMMITTED]
     assert [r["plan_hash"] for r in committed] == [planned["plan_hash"]]
     assert epochlog.first_plan_row(tables, 1)["plan_hash"] == planned["plan_hash"]
@@ -446,7 +447,7 @@ def test_failed_precommit_is_aborted_and_the_rerun_commits_the_same_epoch(
         assert [(r["phase"], r["run_id"], json.loads(r["details"])["task"],
                  json.loads(r["details"])["wrote"]) for r in added] == [
             (epochlog.TRIED, run_id_of(index), task, False) for task in ("begin", "commit")]
-    assert [r["phase"] for r in checkpoints.log_rows(tables, 1)].count(epochlog.COMMITTED) == 1
+    assert [r["phase"] for r in epoch_rows(tables, 1)].count(epochlog.COMMITTED) == 1
     events = af.asset_events(f"file://{Path(target).resolve()}")
     assert [(e["epoch"], e["outcome"]) for e in events] == [
         (0, "committed"), (1, "committed"), (1, "already committed"), (0, "already committed")
@@ -515,11 +516,11 @@ def test_the_one_task_dag_commits_the_same_epochs_and_aborts_a_failed_try(
     assert af.task_states(rerun) == one
     assert af.task_states(af.run_dag(dag, 2)) == one
     assert txn_by_version(target, config.app_id) == [None, 0, 1, 2]
-    committed = [r for r in checkpoints.log_rows(tables, 1)
+    committed = [r for r in epoch_rows(tables, 1)
                  if r["phase"] == epochlog.COMMITTED]
     assert [r["plan_hash"] for r in committed] == [planned["plan_hash"]]
     # Every phase row that did the work names the one task's try.
-    tried = [epochlog.try_facts(r) for r in checkpoints.log_rows(tables)
+    tried = [epochlog.try_facts(r) for r in epoch_rows(tables)
              if r["phase"] in (epochlog.PRECOMMITTED, epochlog.COMMITTED)]
     assert tried and {t["task"] for t in tried if t} == {"epoch"}, tried
 

@@ -51,6 +51,7 @@ from eos.airflow.epochs_view import EXTERNAL_VIEW, NAME, URL_PREFIX
 from eos.core import checkpoints, epochlog
 from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for
+from eos.core.pipeline_status import epoch_rows
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic, write_pipeline
 
@@ -160,7 +161,7 @@ def expected_epochs(config: PipelineConfig) -> dict[int, dict[str, str]]:
     tables = tables_for(config)
     committed = {c.epoch for c in checkpoints.read_all(tables)}
     expected: dict[int, dict[str, str]] = {}
-    for row in epochlog.rows(tables):
+    for row in epoch_rows(tables):
         entry = expected.setdefault(row["epoch"], {})
         if row["phase"] == epochlog.PLANNED and "records" not in entry:
             plan = json.loads(row["plan"])

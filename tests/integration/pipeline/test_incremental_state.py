@@ -23,6 +23,7 @@ from eos.core.config import PipelineConfig
 from eos.core.delta import read_table
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
+from eos.core.pipeline_status import epoch_rows
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK
@@ -42,7 +43,7 @@ KILLED = -9
 def staged_kinds(config: PipelineConfig) -> dict[int, dict[str, Any]]:
     """Per committed epoch: its open-window rows by kind, and the base its watermark names."""
     found: dict[int, dict[str, Any]] = {}
-    for row in epochlog.rows(tables_for(config)):
+    for row in epoch_rows(tables_for(config)):
         if row["phase"] == epochlog.PRECOMMITTED:
             rows = json.loads(row["details"])["rows"]
             found[row["epoch"]] = {STATE: rows.get(STATE, 0), CHANGE: rows.get(CHANGE)}

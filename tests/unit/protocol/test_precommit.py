@@ -36,7 +36,7 @@ def test_an_epoch_is_staged_in_one_commit(pipeline: PipelineConfig, source: Memo
                              "filtered": 0}
     assert result.watermark_ms == 10_000 and result.written_by == "driver"
     rows = staged_rows(pipeline, 0, plan.hash)
-    assert rows is not None and len(rows) == 1 + 1 + 3 + 3 + 2 + 1
+    assert rows is not None and len(rows) == 1 + 1 + 3 + 3 + 2 + 1  # and the precommit row
     assert [r["plan_hash"] for r in log_rows(pipeline, 0, epochlog.PRECOMMITTED)] == [plan.hash]
     assert phases.outcome("precommit") == Outcome.STAGED
 

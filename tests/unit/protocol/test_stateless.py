@@ -15,7 +15,7 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import InjectedFault
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
-from eos.core.pipeline_status import EpochState, pipeline_status, render
+from eos.core.pipeline_status import EpochState, epoch_rows, pipeline_status, render
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 
@@ -105,8 +105,9 @@ def test_a_rewind_and_replay_leaves_every_row_once(tmp_path: Path,
 
 def test_the_checkpoint_carries_the_commits_row_and_a_rewind_marks_what_it_took_back(
         tmp_path: Path, source: MemorySource) -> None:
-    """A commit appends no epoch-log row: the checkpoint it writes anyway names the try, its
-    duration and each sink's outcome, and the epochs view reads them there. Epochs a rewind
+    """Neither precommit nor commit appends an epoch-log row: the staging commit and the
+    checkpoint they write anyway name the try, its duration and what it did, and the epochs
+    view reads them there. Epochs a rewind
     took back (their checkpoints gone with it) show as rewound until replayed, found by the
     range the rewind logged when it began."""
     config = make_pipeline(tmp_path, base=STATELESS_IN_MEMORY, sinks={
@@ -115,14 +116,16 @@ def test_the_checkpoint_carries_the_commits_row_and_a_rewind_marks_what_it_took_
         run_epoch(config, source, RowStager())
         source.produce(1, 5)
     tables = tables_for(config)
-    assert [r for r in epochlog.rows(tables) if r["phase"] == epochlog.COMMITTED] == []
-    carried = [r for r in checkpoints.log_rows(tables) if r["phase"] == epochlog.COMMITTED]
-    assert [r["epoch"] for r in carried] == [0, 1, 2]
-    assert all(r["duration_ms"] > 0 for r in carried)
+    assert [r["phase"] for r in epochlog.rows(tables)] == [epochlog.PLANNED] * 3
+    for phase in (epochlog.PRECOMMITTED, epochlog.COMMITTED):
+        carried = [r for r in epoch_rows(tables) if r["phase"] == phase]
+        assert [r["epoch"] for r in carried] == [0, 1, 2], phase
+        assert all(r["duration_ms"] > 0 for r in carried), phase
     status = pipeline_status(config, with_lag=False)
     shown = {e.epoch: e for e in status.epochs}
     assert {e: s.state for e, s in shown.items()} == {e: EpochState.COMMITTED for e in range(3)}
-    assert all(s.durations_ms["commit"] and s.checkpoint_version is not None
+    assert all(s.durations_ms["precommit"] and s.durations_ms["commit"] for s in shown.values())
+    assert all(s.checkpoint_version is not None and s.staging_version is not None
                for s in shown.values())
     assert [shown[e].checkpoint_version for e in range(3)] == sorted(
         shown[e].checkpoint_version for e in range(3))
@@ -134,11 +137,11 @@ def test_the_checkpoint_carries_the_commits_row_and_a_rewind_marks_what_it_took_
     assert states == {0: EpochState.COMMITTED, 1: EpochState.COMMITTED, 2: EpochState.REWOUND}
 
 
-def test_an_epoch_makes_five_commits_on_the_pipelines_own_tables(
+def test_an_epoch_makes_four_commits_on_the_pipelines_own_tables(
         stateless: PipelineConfig, source: MemorySource) -> None:
-    """Plan, stage, precommitted row, seal (pruning what the retention lets go), checkpoint
-    (carrying the commit's row): each sink's commit comes on top. A step that adds a commit
-    to every epoch shows here."""
+    """Plan, stage (with the precommit's row), seal (pruning what the retention lets go),
+    checkpoint (with the commit's row): each sink's commit comes on top. A step that adds a
+    commit to every epoch shows here."""
     from deltalake import DeltaTable
 
     tables = tables_for(stateless)
@@ -153,4 +156,4 @@ def test_an_epoch_makes_five_commits_on_the_pipelines_own_tables(
     before = versions()
     commit(stateless, run(stateless, source))
     after = versions()
-    assert [b - a for a, b in zip(before, after, strict=True)] == [2, 2, 1]
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 2, 1]

@@ -58,9 +58,10 @@ def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
 
 
 def logged_epochs(tables: Tables, app_id: str, committed: int, limit: int
-            ) -> tuple[list[EpochStatus], int | None]:
-    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log
-    (and one of their checkpoints, which carry each commit's row: ``Checkpoint.log_row``).
+                  ) -> tuple[list[EpochStatus], int | None]:
+    """The last ``limit`` epochs logged and the highest epoch logged, in one read of the log,
+    one of their checkpoints and one of the precommit rows staged and not committed yet (those
+    carry each phase's row: ``carried``).
 
     ``begin`` only ever plans the epoch after the checkpoint, so the log's last epoch is the
     checkpoint's or the next one: reading from ``committed + 1 - limit`` covers the last
@@ -75,40 +76,68 @@ def logged_epochs(tables: Tables, app_id: str, committed: int, limit: int
     if not shown:
         return [], committed if committed >= 0 else None
     done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])}
-    for checkpoint in done.values():
-        if checkpoint.epoch in by_epoch and (commit := checkpoint.log_row()) is not None:
-            by_epoch[checkpoint.epoch] = epochlog.in_log_order([*by_epoch[checkpoint.epoch],
-                                                                commit])
+    for row in carried(tables, list(done.values()), committed):
+        if row["epoch"] in by_epoch:
+            by_epoch[row["epoch"]].append(row)
     rewinds = [json.loads(r["details"]) | {"at": r["at"]} for r in epochlog.rewind_rows(tables)
                if r["phase"] == epochlog.REWINDING]
-    versions = _checkpoint_versions(tables, app_id, len(shown))
-    epochs = [_epoch(epoch, by_epoch[epoch], epoch <= committed, done.get(epoch),
+    checkpointed = _versions(tables, tables.checkpoints, app_id, "checkpoint", 2 * len(shown))
+    staged = _versions(tables, tables.staging, app_id, "stage", 3 * len(shown))
+    epochs = [_epoch(epoch, epochlog.in_log_order(by_epoch[epoch]), epoch <= committed,
+                     done.get(epoch),
                      [r["at"] for r in rewinds if r["to_epoch"] < epoch <= r["from_epoch"]],
-                     versions.get(epoch))
+                     checkpointed.get(epoch), staged.get(epoch))
               for epoch in shown]
     return epochs, shown[-1]
 
 
-def _checkpoint_versions(tables: Tables, app_id: str, epochs: int) -> dict[int, int]:
-    """The checkpoint table's version that committed each of its last ``epochs`` epochs, from
-    its history's commit info (a checkpoint cannot carry the version it is written at)."""
+def carried(tables: Tables, done: list[checkpoints.Checkpoint],
+            committed: int) -> list[dict[str, Any]]:
+    """The rows precommit and commit record in commits they make anyway, read as epoch-log
+    rows: each checkpoint's (``Checkpoint.log_rows``) and, for epochs not committed yet, the
+    precommit row staged with their rows (``eos.core.staging.PRECOMMIT``)."""
+    from eos.core.staging import staged_facts
+    from eos.core.tables import handle
+
+    found = [row for checkpoint in done for row in checkpoint.log_rows()]
+    staging = handle(tables, tables.staging)
+    if staging is not None:
+        found += [epochlog.carried_row(epoch, epochlog.PRECOMMITTED, plan_hash, facts)
+                  for epoch, plan_hash, facts in staged_facts(staging, committed)]
+    return found
+
+
+def epoch_rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
+    """Everything recorded of ``epoch`` (or of every epoch) as epoch-log rows, in log order:
+    the log's own rows and those precommit and commit carry in their commits (``carried``)."""
+    every = checkpoints.read_all(tables)
+    last = max((c.epoch for c in every), default=-1)
+    done = [c for c in every if epoch is None or c.epoch == epoch]
+    rows = [*epochlog.rows(tables, epoch),
+            *(r for r in carried(tables, done, last) if epoch is None or r["epoch"] == epoch)]
+    return epochlog.in_log_order(rows)
+
+
+def _versions(tables: Tables, path: str, app_id: str, op: str, commits: int) -> dict[int, int]:
+    """The version of ``path`` at which each of its last epochs' ``op`` commit landed (the
+    latest one of an epoch), from the commit info in its last ``commits`` + 10 commits: a
+    checkpoint or a staging commit cannot carry the version it is written at."""
     from eos.core.delta import APP, EPOCH, OP
     from eos.core.tables import handle
 
-    table = handle(tables, tables.checkpoints)
+    table = handle(tables, path)
     if table is None:
         return {}
     found: dict[int, int] = {}
-    # A rewind and maintenance write commits of their own: read a margin beyond one per epoch.
-    for commit in table.history(limit=2 * epochs + 10):
-        if commit.get(APP) == app_id and commit.get(OP) == "checkpoint" and EPOCH in commit:
-            found.setdefault(int(commit[EPOCH]), int(commit["version"]))  # newest first
+    for commit in table.history(limit=commits + 10):  # newest first
+        if commit.get(APP) == app_id and commit.get(OP) == op and EPOCH in commit:
+            found.setdefault(int(commit[EPOCH]), int(commit["version"]))
     return found
 
 
 def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
            checkpoint: checkpoints.Checkpoint | None, rewound_at: list[Any],
-           checkpoint_version: int | None) -> EpochStatus:
+           checkpoint_version: int | None, staging_version: int | None) -> EpochStatus:
     """Fold one epoch's log rows (in logged order) into its status; ``rewound_at``: when
     rewinds that took it back began (a rewind logs its start at the first epoch it replays)."""
     runs = _runs(rows)
@@ -142,7 +171,8 @@ def _epoch(epoch: int, rows: list[dict[str, Any]], committed: bool,
         durations_ms={"begin": planned["duration_ms"] if planned else None,
                       "precommit": staged["duration_ms"] if staged else None,
                       "commit": done["duration_ms"] if done else None},
-        staging_version=staged_details.get("staging_version"),
+        staging_version=(staging_version if staged and "staging_version" not in staged_details
+                         else staged_details.get("staging_version")),
         sink_versions={name: s.get("version") for name, s in
                        (checkpoint.sinks if checkpoint else done_details.get("sinks", {})).items()},
         checkpoint_version=(checkpoint_version if committed and checkpoint_version is not None

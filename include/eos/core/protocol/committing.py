@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from eos.core import checkpoints, epochlog, faults
-from eos.core.checkpoints import Checkpoint
+from eos.core.checkpoints import PRECOMMIT_FACTS, Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import ProtocolViolation
 from eos.core.evolution import unstaged, without
@@ -17,7 +19,7 @@ from eos.core.plan import Plan, plan_of
 from eos.core.protocol.results import CommitResult, sink_summary
 from eos.core.protocol.sealing import seal_epoch, sealed_already
 from eos.core.sink import sinks_for
-from eos.core.staging import rewinds_at, staged_epoch, watermark_row
+from eos.core.staging import precommit_facts, rewinds_at, staged_epoch, watermark_row
 from eos.core.tables import OpenTables, ensure_tables
 
 
@@ -110,7 +112,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         sinks={s.sink: sink_summary(s) for s in result.sinks},
         config=without(config.schema_view(), unready),
         source=plan.source,
-        details=_committed_details(result, attempt, took),
+        details=_committed_details(result, attempt, took, precommit_facts(staged)),
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)
     faults.hit("commit.after_checkpoint")
@@ -126,15 +128,15 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
 
 
 def _committed_details(result: CommitResult, attempt: epochlog.Attempt | None,
-                       took: dict[str, float]) -> dict[str, object]:
-    """What the epochs view shows of this commit (``Checkpoint.log_row``), carried by the
-    checkpoint itself: one Delta commit per epoch fewer than an epoch-log row of its own. The
-    checkpoint's version is not in it (it is the commit being written); the view reads it from
-    the table's history."""
+                       took: dict[str, float], staged: dict[str, Any] | None) -> dict[str, Any]:
+    """What the epochs view shows of this commit, and of the precommit whose rows it promotes
+    (``staged``: their precommit row's facts), carried by the checkpoint itself
+    (``Checkpoint.log_rows``): no epoch-log appends of their own. The checkpoint's version is
+    not in them (it is the commit being written); the view reads it from the table's history."""
     summary = {k: v for k, v in result.summary().items() if k != "checkpoint_version"}
-    facts = epochlog.with_try(summary, attempt, Outcome.COMMITTED) or {}
-    return {**facts, "run_id": attempt.run_id if attempt else None,
-            "duration_ms": elapsed_ms(took)}
+    facts = epochlog.facts(summary, attempt, Outcome.COMMITTED, elapsed_ms(took))
+    facts.pop("at")  # the checkpoint's own time (``committed_at``)
+    return {**facts, **({PRECOMMIT_FACTS: staged} if staged else {})}
 
 
 def _without(outputs: dict[str, pa.Table], columns: list[str]) -> dict[str, pa.Table]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from eos.core.protocol.authority import STAGE_ATTEMPTS, check_no_rewind
 from eos.core.protocol.results import StageResult
 from eos.core.staging import (
     Fence,
+    StagedFiles,
     Stager,
     count_kinds,
     epoch_files,
@@ -31,7 +33,8 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
               expected_hash: str | None = None, *,
               attempt: epochlog.Attempt | None = None) -> StageResult:
     """Stage epoch N in one Delta commit, or do nothing when that is already done. The
-    precommitted row names ``attempt`` (a scheduler's task try) as the one that staged N.
+    precommit row staged with N's rows (``eos.core.staging.PRECOMMIT``) names ``attempt`` (a
+    scheduler's task try) as the one that staged N.
 
     ``stager`` computes N's staging files (Spark:
     ``eos.compute.precommit.stager.SparkStager``); every decision about whether they may be
@@ -95,11 +98,17 @@ class _Base:
 def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
            stager: Stager, result: StageResult, attempt: epochlog.Attempt | None) -> None:
     timings = result.timings_ms
+    started = time.monotonic()
     # The snapshot precommit found N unstaged in (not a newer one: a seal and the stage it
     # seals could land in between unseen); the stager reads N-1's state through it.
     snapshot = _decided_from(tables)
     base = _Base(Fence.of(snapshot, config.app_id).rewinds, epoch_files(snapshot, plan.epoch - 1))
     staged = stager.stage(config, tables, plan, previous, timings)
+    # Who staged N and how, as one more staged row: the epochs view's precommitted entry,
+    # committed with N's rows (and copied into N's checkpoint) instead of a log append.
+    facts = _facts(staged, attempt, timings, round((time.monotonic() - started) * 1000, 1))
+    files = [*staged.files, staging.facts_file(tables.staging, plan.epoch, plan.hash,
+                                               staging_schema(config), facts, staged.files)]
     faults.hit("precommit.before_write")
     with timed() as took:
         # Through the snapshot the state was read from (not a refreshed one): if a fenced step
@@ -110,8 +119,7 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
                                                                        plan, result):
                 return
             result.staging_version = staging.commit(
-                snapshot, staged.files, plan.epoch, staging_schema(config), config.app_id,
-                plan.hash)
+                snapshot, files, plan.epoch, staging_schema(config), config.app_id, plan.hash)
             if result.staging_version is not None or _restaged(config, tables, plan, base,
                                                                result):
                 break
@@ -125,15 +133,18 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     result.counts = staged.counts
     result.watermark_ms = staged.watermark_ms
     result.written_by = staged.written_by
-    epochlog.append(
-        tables, plan.epoch, epochlog.PRECOMMITTED, plan_hash=plan.hash,
-        run_id=attempt.run_id if attempt else None, duration_ms=sum(timings.values()),
-        details=epochlog.with_try(
-            {"rows": result.counts, "watermark_ms": staged.watermark_ms,
-             "staging_version": result.staging_version, "files": len(staged.files),
-             "written_by": staged.written_by, "timings_ms": timings},
-            attempt, result.outcome),
-    )
+
+
+def _facts(staged: StagedFiles, attempt: epochlog.Attempt | None,
+           timings: dict[str, float], took_ms: float) -> dict[str, object]:
+    """The precommit row's details (``eos.core.staging.PRECOMMIT``): what was staged, by whom,
+    how long each step took and the whole stage (``took_ms``). Written before the staging
+    commit, so that commit's own time is not in them (the phase's log line has it)."""
+    return epochlog.facts(
+        {"rows": staged.counts, "watermark_ms": staged.watermark_ms,
+         "files": len(staged.files), "written_by": staged.written_by,
+         "timings_ms": dict(timings)},
+        attempt, Outcome.STAGED, took_ms)
 
 
 def _still_next(config: PipelineConfig, tables: OpenTables, plan: Plan,
