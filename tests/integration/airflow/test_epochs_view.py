@@ -422,10 +422,11 @@ def wait_for_runs(airflow: Airflow, dag_id: str, done: Any, what: str) -> list[d
 
 
 def touched(config: PipelineConfig) -> dict[int, list[str]]:
-    """Per epoch, the runs the epoch log names (its plan's, the runs bound to it, the task
-    tries' rows), read here directly, in the order they first appear."""
+    """Per epoch, the runs its record names (its plan's, the runs bound to it, the task tries'
+    rows, the tries precommit and commit recorded), read here directly, in the order they first
+    appear."""
     runs: dict[int, list[str]] = {}
-    for row in epochlog.rows(tables_for(config)):
+    for row in epoch_rows(tables_for(config)):
         if row["run_id"] and row["run_id"] not in runs.setdefault(row["epoch"], []):
             runs[row["epoch"]].append(row["run_id"])
     return runs
@@ -434,7 +435,8 @@ def touched(config: PipelineConfig) -> dict[int, list[str]]:
 def tries_of(config: PipelineConfig, run_id: str) -> list[tuple[str, int, bool]]:
     """(task, try, did the work) of every try of ``run_id`` the epoch log recorded (in a
     ``tried`` row, or in the row of the phase the try did)."""
-    found = [epochlog.try_facts(r) for r in epochlog.rows(tables_for(config), run_id=run_id)]
+    found = [epochlog.try_facts(r) for r in epoch_rows(tables_for(config))
+             if r["run_id"] == run_id]
     return [(t["task"], t["try"], t["wrote"]) for t in found if t is not None]
 
 

@@ -32,7 +32,7 @@ from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
 from eos.core.pipeline_status import EpochState, pipeline_status, render
 from eos.core.protocol import abort, begin, checkpointed_epoch, commit, precommit
-from eos.core.staging import files_holding, staged_epoch
+from eos.core.staging import PRECOMMIT, files_holding, staged_epoch
 from eos.core.tables import ensure_tables
 from eos.core.window_state import open_rows
 from eos.tools.audit import audit, read_range
@@ -233,9 +233,16 @@ def test_two_precommits_stage_identical_rows(tmp_path: Path, kafka: str, spark: 
     assert precommit(config, plan.epoch, SparkStager(spark)).outcome is Outcome.REUSED_STAGE
 
 
+def _computed(rows: Any) -> list[dict[str, Any]]:
+    """A staged epoch's computed rows, without its precommit row (who staged it and when), in
+    the order of their texts: equal for equal multisets of rows."""
+    return sorted((row for row in rows.to_pylist() if row["kind"] != PRECOMMIT),
+                  key=lambda row: repr(sorted(row.items())))
+
+
 def _canonical(rows: Any) -> list[str]:
-    """A table's rows as a sorted list of their texts: equal for equal multisets of rows."""
-    return sorted(repr(sorted(row.items())) for row in rows.to_pylist())
+    """``_computed`` as texts."""
+    return [repr(sorted(row.items())) for row in _computed(rows)]
 
 
 @pytest.mark.parametrize("shape", ["clicks", "pageviews: every aggregation, sessions"])
@@ -274,8 +281,7 @@ def test_the_driver_and_the_executors_stage_the_same_rows(tmp_path: Path, kafka:
             result = precommit(attempt, plan.epoch, SparkStager(spark))
             expected = "executors" if name == "predicted big" else name
             assert (result.outcome, result.written_by) == (Outcome.STAGED, expected)
-            rows = staged_epoch(tables_for(config), plan.epoch, plan.hash).to_pylist()
-            staged[name] = sorted(rows, key=lambda r: repr(sorted(r.items())))
+            staged[name] = _computed(staged_epoch(tables_for(config), plan.epoch, plan.hash))
             assert staged[name] == staged[attempts[0][0]], name
         kinds.update(r["kind"] for r in staged["driver"])
         assert commit(config, plan.epoch).outcome is Outcome.COMMITTED
