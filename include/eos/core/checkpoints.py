@@ -46,7 +46,8 @@ class Checkpoint:
     # written before identities were; the next epoch's plan records the configured source).
     source: SourceIdentity | None = None
     # Who committed N and how (``eos.core.protocol.committing``): the run, the task try, the
-    # duration, each sink's outcome. None in rows written before checkpoints carried it.
+    # duration, each sink's outcome; and who staged it (``PRECOMMIT_FACTS``). None in rows
+    # written before checkpoints carried it.
     details: dict[str, Any] | None = None
 
     def to_row(self) -> dict[str, Any]:

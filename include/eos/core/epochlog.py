@@ -57,7 +57,7 @@ class Attempt:
 def carried(outcome: Outcome) -> bool:
     """Whether a phase that ended with ``outcome`` logged its try in its own row: it did when
     it did the work (``outcome.wrote``: the plan, precommitted or aborted row, or the
-    checkpoint's details for a commit: ``eos.core.checkpoints.Checkpoint.log_row``).
+    checkpoint's details for a commit: ``eos.core.checkpoints.Checkpoint.log_rows``).
     A try that found the work done logs a row of its own (``log_try``)."""
     return outcome.wrote
 
@@ -198,7 +198,7 @@ def rows(tables: Tables, epoch: int | None = None, since: int | None = None,
 
 
 def in_log_order(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Log rows (and rows read as log rows: ``Checkpoint.log_row``) in the order they were
+    """Log rows (and rows read as log rows: ``Checkpoint.log_rows``) in the order they were
     logged."""
     return sorted(data, key=lambda r: (r["at"], r["epoch"], r["plan_hash"] or "", r["phase"]))
 

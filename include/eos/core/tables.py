@@ -90,10 +90,11 @@ CHECKPOINTS_SCHEMA = pa.schema(
         ("committed_at", TS),
         ("config", pa.string()),  # JSON: the config's schema view this epoch was computed with
         ("source", pa.string()),  # JSON {topic, cluster_id}: what ``until`` is of (identity.py)
-        # JSON: who committed N and how (the try, its duration, each sink's outcome), for people:
-        # the epochs view's "committed" entry, in the commit that checkpoints N rather than in
-        # an epoch-log row of its own. Added later: older tables gain it on open, and their
-        # rows read as null (their epoch log holds a committed row instead).
+        # JSON: who committed N and how (the try, its duration, each sink's outcome) and who
+        # staged it, for people: the epochs view's "precommitted" and "committed" entries, in
+        # the commit that checkpoints N rather than in epoch-log rows of their own. Added later:
+        # older tables gain it on open, and their rows read as null (their epoch log holds
+        # those rows instead).
         ("details", pa.string()),
     ]
 )

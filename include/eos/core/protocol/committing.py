@@ -27,7 +27,7 @@ def commit(config: PipelineConfig, epoch: int, *,
            attempt: epochlog.Attempt | None = None) -> CommitResult:
     """Promote pre-committed epoch N into every sink exactly once, then checkpoint it. The
     checkpoint names ``attempt`` (a scheduler's task try) as the one that committed N (its
-    ``details``: the epochs view's committed entry, ``Checkpoint.log_row``).
+    ``details``: the epochs view's committed entry, ``Checkpoint.log_rows``).
 
     Like Flink's ``notifyCheckpointComplete``, this must eventually succeed once N is staged:
     it is retried until it does, and every retry is safe. Scenarios:
