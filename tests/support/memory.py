@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eos.compute.writers import attempt_dir, counts_by_kind, write_collected, write_table
+from eos.compute.writers import counts_by_kind, write_collected, write_table
 from eos.core.aggregations import output_column, state_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
@@ -43,7 +43,7 @@ from eos.core.errors import (
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SinkCommit, SupportsRewind, register
-from eos.core.staging import WATERMARK, StagedFiles
+from eos.core.staging import WATERMARK, StagedFiles, attempt_dir
 from eos.core.tables import OpenTables, group_column, read_epoch, staging_schema
 from eos.core.topics import Marks, Offsets, TopicPartition, matching
 

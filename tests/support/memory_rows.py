@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from eos.compute.writers import attempt_dir, counts_by_kind, write_collected, write_table
+from eos.compute.writers import counts_by_kind, write_collected, write_table
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
-from eos.core.staging import WATERMARK, StagedFiles
+from eos.core.staging import WATERMARK, StagedFiles, attempt_dir
 from eos.core.tables import ROW_TOPIC, OpenTables, row_column, staging_schema
 
 from support.memory import IN_MEMORY

@@ -56,11 +56,6 @@ FILES = pa.schema([("path", pa.string()), ("size", pa.int64()), ("modified_ms", 
                    ("end_min", pa.int64()), ("end_max", pa.int64())])
 
 
-def attempt_dir(epoch: int) -> str:
-    """A directory (relative to the staging table) no other attempt writes to: two attempts
-    of N never mix their files."""
-    return f"epoch={int(epoch)}/attempt-{uuid.uuid4().hex}"
-
 
 class _FileWriter:
     """One Parquet file of staging being written (``relative`` to the table at ``staging``)."""

@@ -120,6 +120,25 @@ def staged_epoch(tables: Tables, epoch: int, plan_hash: str,
     return rows.filter(pc.equal(rows["plan_hash"], plan_hash))
 
 
+ATTEMPT_PREFIX = "attempt-"
+
+
+def attempt_dir(epoch: int) -> str:
+    """A directory (relative to the staging table) no other attempt writes to: two attempts
+    of N never mix their files."""
+    import uuid
+
+    return f"epoch={int(epoch)}/{ATTEMPT_PREFIX}{uuid.uuid4().hex}"
+
+
+def _attempt_of(files: list[StagedFile], epoch: int) -> str:
+    """The attempt directory ``files`` were written in (``attempt_dir``), else a new one."""
+    parts = files[0].path.split("/") if files else []
+    if len(parts) > 2 and parts[1].startswith(ATTEMPT_PREFIX):
+        return "/".join(parts[:2])
+    return attempt_dir(epoch)
+
+
 def facts_file(staging: str, epoch: int, plan_hash: str, schema: pa.Schema,
                facts: dict[str, Any], beside: list[StagedFile]) -> StagedFile:
     """Write N's precommit row (``PRECOMMIT``, ``facts`` as its details) as a Parquet file of
@@ -135,10 +154,7 @@ def facts_file(staging: str, epoch: int, plan_hash: str, schema: pa.Schema,
     fields = pa.schema([f for f in schema if f.name != "epoch"])  # the partition column
     row = {"kind": PRECOMMIT, "plan_hash": plan_hash, "details": json.dumps(facts, default=str)}
     data = pa.Table.from_pylist([row], schema=fields)
-    parts = beside[0].path.split("/") if beside else []
-    attempt = ("/".join(parts[:2]) if len(parts) > 2 and parts[1].startswith("attempt-")
-               else f"epoch={int(epoch)}/attempt-{uuid.uuid4().hex}")
-    relative = f"{attempt}/{PRECOMMIT}-{uuid.uuid4().hex[:8]}.parquet"
+    relative = f"{_attempt_of(beside, epoch)}/{PRECOMMIT}-{uuid.uuid4().hex[:8]}.parquet"
     store, root = filesystem(staging)
     path = f"{root}/{relative}"
     if isinstance(store, pa_fs.LocalFileSystem):  # object stores have no directories

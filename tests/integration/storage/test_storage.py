@@ -65,9 +65,9 @@ def test_a_killed_attempts_files_are_invisible_then_deleted(object_store: Any,
                                                            s3_root: str) -> None:
     """Files no staging commit names (an attempt killed mid-write) are never read, and the
     full vacuum of maintenance deletes them once older than the retention."""
-    from eos.compute.writers import attempt_dir, write_table
+    from eos.compute.writers import write_table
     from eos.core.maintenance import maintain
-    from eos.core.staging import staged_epoch
+    from eos.core.staging import attempt_dir, staged_epoch
     from eos.core.tables import ensure_tables, staging_schema
     from eos.tools.pipelines import write_pipeline
 

@@ -27,6 +27,7 @@ from eos.core.staging import (
     WATERMARK,
     StagedFile,
     StagedFiles,
+    attempt_dir,
 )
 from eos.core.tables import group_column, staging_schema
 
@@ -209,7 +210,7 @@ def write_epoch(config: PipelineConfig, tables: Tables, plan: Plan, state: Resum
     from pyspark.sql import functions as F
 
     watermark, max_event = frames.watermark_ms, frames.max_event_all_ms
-    directory = staging_files.attempt_dir(plan.epoch)
+    directory = attempt_dir(plan.epoch)
     schema = _without_epoch(staging_schema(config))
     open_kind = STATE if state.snapshot else CHANGE
     on_driver = collects(config, plan, state, frames)

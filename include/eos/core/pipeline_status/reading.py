@@ -5,7 +5,7 @@ flight."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eos.core import checkpoints, epochlog
 from eos.core import verdicts as audits
@@ -22,7 +22,11 @@ from eos.core.pipeline_status.model import (
     TaskTry,
 )
 from eos.core.plan import Plan, first_offset
+from eos.core.tables import handle
 from eos.core.topics import Marks, Offsets, TopicPartition
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 def pipeline_status(config: PipelineConfig, limit: int = DEFAULT_LIMIT,
@@ -76,13 +80,15 @@ def logged_epochs(tables: Tables, app_id: str, committed: int, limit: int
     if not shown:
         return [], committed if committed >= 0 else None
     done = {c.epoch: c for c in checkpoints.read_since(tables, shown[0])}
-    for row in carried(tables, list(done.values()), committed):
+    staging = handle(tables, tables.staging)  # once: the carried rows and its versions
+    for row in carried(staging, list(done.values()), committed):
         if row["epoch"] in by_epoch:
             by_epoch[row["epoch"]].append(row)
     rewinds = [json.loads(r["details"]) | {"at": r["at"]} for r in epochlog.rewind_rows(tables)
                if r["phase"] == epochlog.REWINDING]
-    checkpointed = _versions(tables, tables.checkpoints, app_id, "checkpoint", 2 * len(shown))
-    staged = _versions(tables, tables.staging, app_id, "stage", 3 * len(shown))
+    checkpointed = _versions(handle(tables, tables.checkpoints), app_id, "checkpoint",
+                             2 * len(shown))
+    staged = _versions(staging, app_id, "stage", 3 * len(shown))
     epochs = [_epoch(epoch, epochlog.in_log_order(by_epoch[epoch]), epoch <= committed,
                      done.get(epoch),
                      [r["at"] for r in rewinds if r["to_epoch"] < epoch <= r["from_epoch"]],
@@ -91,16 +97,15 @@ def logged_epochs(tables: Tables, app_id: str, committed: int, limit: int
     return epochs, shown[-1]
 
 
-def carried(tables: Tables, done: list[checkpoints.Checkpoint],
+def carried(staging: DeltaTable | None, done: list[checkpoints.Checkpoint],
             committed: int) -> list[dict[str, Any]]:
     """The rows precommit and commit record in commits they make anyway, read as epoch-log
     rows: each checkpoint's (``Checkpoint.log_rows``) and, for epochs not committed yet, the
-    precommit row staged with their rows (``eos.core.staging.PRECOMMIT``)."""
+    precommit row staged with their rows (``eos.core.staging.PRECOMMIT``), through
+    ``staging``."""
     from eos.core.staging import staged_facts
-    from eos.core.tables import handle
 
     found = [row for checkpoint in done for row in checkpoint.log_rows()]
-    staging = handle(tables, tables.staging)
     if staging is not None:
         found += [epochlog.carried_row(epoch, epochlog.PRECOMMITTED, plan_hash, facts)
                   for epoch, plan_hash, facts in staged_facts(staging, committed)]
@@ -109,23 +114,26 @@ def carried(tables: Tables, done: list[checkpoints.Checkpoint],
 
 def epoch_rows(tables: Tables, epoch: int | None = None) -> list[dict[str, Any]]:
     """Everything recorded of ``epoch`` (or of every epoch) as epoch-log rows, in log order:
-    the log's own rows and those precommit and commit carry in their commits (``carried``)."""
-    every = checkpoints.read_all(tables)
-    last = max((c.epoch for c in every), default=-1)
-    done = [c for c in every if epoch is None or c.epoch == epoch]
+    the log's own rows and those precommit and commit carry in their commits (``carried``).
+    One epoch's reads only its own checkpoint."""
+    if epoch is None:
+        done = checkpoints.read_all(tables)
+        committed = max((c.epoch for c in done), default=-1)
+    else:
+        done = [c for c in [checkpoints.read(tables, epoch)] if c]
+        committed = epoch if done else epoch - 1  # only its staged row, if not checkpointed
+    found = carried(handle(tables, tables.staging), done, committed)
     rows = [*epochlog.rows(tables, epoch),
-            *(r for r in carried(tables, done, last) if epoch is None or r["epoch"] == epoch)]
+            *(r for r in found if epoch is None or r["epoch"] == epoch)]
     return epochlog.in_log_order(rows)
 
 
-def _versions(tables: Tables, path: str, app_id: str, op: str, commits: int) -> dict[int, int]:
-    """The version of ``path`` at which each of its last epochs' ``op`` commit landed (the
+def _versions(table: DeltaTable | None, app_id: str, op: str, commits: int) -> dict[int, int]:
+    """The version of ``table`` at which each of its last epochs' ``op`` commit landed (the
     latest one of an epoch), from the commit info in its last ``commits`` + 10 commits: a
     checkpoint or a staging commit cannot carry the version it is written at."""
     from eos.core.delta import APP, EPOCH, OP
-    from eos.core.tables import handle
 
-    table = handle(tables, path)
     if table is None:
         return {}
     found: dict[int, int] = {}

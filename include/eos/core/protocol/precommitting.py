@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,7 +10,7 @@ from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.outcomes import Outcome
-from eos.core.phaselog import log_epoch_phase, timed
+from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
 from eos.core.plan import Plan, plan_of
 from eos.core.protocol.authority import STAGE_ATTEMPTS, check_no_rewind
 from eos.core.protocol.results import StageResult
@@ -73,7 +72,7 @@ def precommit(config: PipelineConfig, epoch: int, stager: Stager,
             check_no_rewind(tables)
             previous = checkpoints.last(tables, committed)  # N-1: its config and plan hash
             checkpoints.check_schema_view(previous, config)
-            _stage(config, tables, plan, previous, stager, result, attempt)
+            _stage(config, tables, plan, previous, stager, result, attempt, total)
     result.timings_ms["total"] = total["ms"]
     result.line = log_epoch_phase(
         "precommit", epoch=epoch, plan_hash=plan.hash, outcome=result.outcome,
@@ -96,9 +95,9 @@ class _Base:
 
 
 def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Checkpoint | None,
-           stager: Stager, result: StageResult, attempt: epochlog.Attempt | None) -> None:
+           stager: Stager, result: StageResult, attempt: epochlog.Attempt | None,
+           total: dict[str, float]) -> None:
     timings = result.timings_ms
-    started = time.monotonic()
     # The snapshot precommit found N unstaged in (not a newer one: a seal and the stage it
     # seals could land in between unseen); the stager reads N-1's state through it.
     snapshot = _decided_from(tables)
@@ -106,7 +105,7 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     staged = stager.stage(config, tables, plan, previous, timings)
     # Who staged N and how, as one more staged row: the epochs view's precommitted entry,
     # committed with N's rows (and copied into N's checkpoint) instead of a log append.
-    facts = _facts(staged, attempt, timings, round((time.monotonic() - started) * 1000, 1))
+    facts = _facts(staged, attempt, timings, elapsed_ms(total))
     files = [*staged.files, staging.facts_file(tables.staging, plan.epoch, plan.hash,
                                                staging_schema(config), facts, staged.files)]
     faults.hit("precommit.before_write")
@@ -138,7 +137,7 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
 def _facts(staged: StagedFiles, attempt: epochlog.Attempt | None,
            timings: dict[str, float], took_ms: float) -> dict[str, object]:
     """The precommit row's details (``eos.core.staging.PRECOMMIT``): what was staged, by whom,
-    how long each step took and the whole stage (``took_ms``). Written before the staging
+    how long each step took and the phase so far (``took_ms``). Written before the staging
     commit, so that commit's own time is not in them (the phase's log line has it)."""
     return epochlog.facts(
         {"rows": staged.counts, "watermark_ms": staged.watermark_ms,
