@@ -7,39 +7,100 @@ A DAG file is two lines::
 
     from eos.airflow import pipeline_dags
     globals().update(pipeline_dags())
+
+A file that does not load never raises out of the DAG file (Airflow would then drop every eos
+DAG): it becomes a placeholder DAG that shows its error (``eos.airflow.broken_dag``), and the
+other pipelines' DAGs load as usual. So do two files that declare one pipeline name: building
+both would make one DAG silently replace the other.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from airflow.sdk import DAG
 
+from eos.airflow.broken_dag import BrokenPipeline, build_broken_dag, placeholder_id
 from eos.airflow.deployment import pipelines_dir as deployment_pipelines_dir
 from eos.airflow.pipeline_dag import build_dag
 from eos.airflow.rewind_dag import build_rewind_dag, rewind_dag_id
 from eos.core.config import PipelineConfig, list_pipelines, load_config
+from eos.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class Pipelines(NamedTuple):
+    """The pipelines directory, read: the configs that load, and the files that yield none."""
+
+    configs: list[PipelineConfig]
+    broken: list[BrokenPipeline]
+
+
+def read_pipelines(pipelines_dir: str | Path | None = None) -> Pipelines:
+    """Every ``*.yaml`` of the deployment's pipelines directory, each loaded on its own: one bad
+    file stays one broken entry. Files that declare the same pipeline ``name`` are all broken,
+    each naming the others (which one is meant is the operator's call, not the file order's)."""
+    loaded: dict[Path, PipelineConfig] = {}
+    broken: list[BrokenPipeline] = []
+    for path in list_pipelines(deployment_pipelines_dir(pipelines_dir)):
+        try:
+            loaded[path] = load_config(path)
+        except ConfigError as error:
+            broken.append(BrokenPipeline(path, error))
+    by_name: dict[str, list[Path]] = {}
+    for path, config in loaded.items():
+        by_name.setdefault(config.name, []).append(path)
+    for name, paths in by_name.items():
+        if len(paths) > 1:
+            duplicate = ConfigError(
+                f"{_files(len(paths))} declare pipeline '{name}': "
+                f"{', '.join(path.name for path in paths)}; each pipeline needs a name of its "
+                "own (its DAGs, tables and Delta application id follow it)")
+            broken += [BrokenPipeline(path, duplicate) for path in paths]
+            for path in paths:
+                del loaded[path]
+    return Pipelines(list(loaded.values()), sorted(broken, key=lambda b: b.path))
 
 
 def pipeline_configs(pipelines_dir: str | Path | None = None) -> list[PipelineConfig]:
-    """Every pipeline config in the deployment's pipelines directory (``*.yaml``)."""
-    directory = deployment_pipelines_dir(pipelines_dir)
-    return [load_config(path) for path in list_pipelines(directory)]
+    """Every pipeline config in the deployment's pipelines directory, all or nothing: the first
+    broken file's ``ConfigError`` raises (the DAG file uses ``read_pipelines`` instead)."""
+    pipelines = read_pipelines(pipelines_dir)
+    if pipelines.broken:
+        raise pipelines.broken[0].error
+    return pipelines.configs
 
 
 def pipeline_dags(pipelines_dir: str | Path | None = None) -> dict[str, DAG]:
     """``{dag_id: DAG}`` for every pipeline in ``pipelines_dir`` (default: ``$EOS_PIPELINES_DIR``,
-    else the Variable ``eos_pipelines_dir``, else ``./pipelines``), for a DAG file's globals()."""
-    return build_dags(pipeline_configs(pipelines_dir))
+    else the Variable ``eos_pipelines_dir``, else ``./pipelines``), for a DAG file's globals():
+    a placeholder DAG for each broken file, logged once per parse."""
+    pipelines = read_pipelines(pipelines_dir)
+    dags = build_dags(pipelines.configs)
+    for broken in pipelines.broken:  # after the good ones: a good pipeline keeps its DAG id
+        dag_id = placeholder_id(broken.path, dags)
+        log.warning("eos: pipeline file %s does not load, its DAG %s is a placeholder that "
+                    "fails: %s", broken.path, dag_id, broken.error.message)
+        dags[dag_id] = build_broken_dag(broken, dag_id)
+    return dags
 
 
 def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG]:
-    """``{dag_id: DAG}`` for these pipeline configs (default: the deployment's): its epochs' DAG
-    and its rewind DAG each."""
-    configs = pipeline_configs() if configs is None else configs
+    """``{dag_id: DAG}`` for these pipeline configs (default: the deployment's, as
+    ``pipeline_dags``): its epochs' DAG and its rewind DAG each."""
+    if configs is None:
+        return pipeline_dags()
     dags: dict[str, DAG] = {}
     for config in configs:
         dags[config.dag_id] = build_dag(config)
         dags[rewind_dag_id(config)] = build_rewind_dag(config)
     return dags
+
+
+def _files(count: int) -> str:
+    """``two files``, ``three files``, ``4 files``: the duplicate-name message's subject."""
+    return {2: "two files", 3: "three files"}.get(count, f"{count} files")

@@ -112,6 +112,14 @@ class Sink(ABC):
         return frozenset()
 
     @classmethod
+    def topics_written(cls, options: Any, pipeline_name: str) -> frozenset[str]:
+        """The Kafka topics this sink writes (its output and marker topics), so a pipeline
+        whose source names or matches one is refused when it loads: it would read its own
+        output back as input, an epoch's records feeding the next epoch without end. Called
+        while the config loads: no I/O. Default: none."""
+        return frozenset()
+
+    @classmethod
     def check_pipeline(cls, options: Any, config: PipelineConfig, output: str) -> None:
         """Refuse (raise ValueError naming the problem) a pipeline this sink could not serve
         for ``output`` whatever its records hold, e.g. one whose largest record could outgrow

@@ -155,6 +155,10 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return frozenset({f"kafka-topic:{marker_topic_of(options, pipeline_name)}"})
 
     @classmethod
+    def topics_written(cls, options: KafkaSinkOptions, pipeline_name: str) -> frozenset[str]:
+        return frozenset({options.topic, marker_topic_of(options, pipeline_name)})
+
+    @classmethod
     def check_pipeline(cls, options: KafkaSinkOptions, config: PipelineConfig,
                        output: str) -> None:
         """Refuse, at load time, a pipeline whose largest ``output`` record could outgrow this

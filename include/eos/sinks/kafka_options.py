@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from eos.core.config import SchemaRegistryConfig
+from eos.core.config.client import check_client
 from eos.sinks.kafka_markers import MARKER_SUFFIX
 from eos.sinks.kafka_topics import MAX_TOPIC_NAME, check_topic_name
 
@@ -141,6 +142,13 @@ class KafkaSinkOptions(BaseModel):
         default=None,
         description="The prefix the sink committed under before a change: its open transaction "
                     "is aborted and its producers fenced at every fenced step while set.")
+
+    @field_validator("client")
+    @classmethod
+    def _librdkafka_takes(cls, value: dict[str, str | int | float | bool]
+                          ) -> dict[str, str | int | float | bool]:
+        check_client(value)
+        return value
 
     @field_validator("headers", mode="before")
     @classmethod

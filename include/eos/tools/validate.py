@@ -43,6 +43,21 @@ def check_file(path: Path) -> Checked:
     return Checked(path, pipeline=config.name)
 
 
+def same_names_refused(results: list[Checked]) -> list[Checked]:
+    """Two files declaring one pipeline name are both errors: a deployment would build one
+    DAG for the two, and they would share its tables, offsets and epochs."""
+    paths: dict[str, list[Path]] = {}
+    for result in results:
+        if result.pipeline is not None:
+            paths.setdefault(result.pipeline, []).append(result.path)
+    return [
+        Checked(r.path, error=f"pipeline config {r.path}: two files declare pipeline "
+                              f"'{r.pipeline}': " + ", ".join(map(str, paths[r.pipeline]))
+                              + "; give each pipeline its own name")
+        if r.pipeline is not None and len(paths[r.pipeline]) > 1 else r
+        for r in results]
+
+
 def files_to_check(targets: list[str]) -> list[Path]:
     """Each target as files: a file, a directory's ``*.yaml``, or a pipeline's name in the
     pipelines directory; none: every pipeline there. A target that is none of these is kept,
@@ -67,7 +82,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         where = ", ".join(args.targets) if args.targets else str(pipelines_dir())
         print(f"ERROR no pipeline files in {where}")
         return 1
-    results = [check_file(path) for path in files]
+    results = same_names_refused([check_file(path) for path in files])
     for result in results:
         print(result.line)
     return 1 if any(r.error for r in results) else 0

@@ -157,7 +157,9 @@ def test_the_begin_log_line_shows_no_secret_from_the_config_or_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``KafkaSource.describe`` is what ``begin`` logs (and the epochs view shows)."""
     monkeypatch.setenv("KAFKA_SASL_USERNAME", SECRET + "-user")
-    client = {"sasl.oauthbearer.config": f"principal=p scope=s clientSecret={SECRET}",
+    # A secret setting is given from the environment (a literal one is refused at load).
+    monkeypatch.setenv("OAUTH_CONFIG", f"principal=p scope=s clientSecret={SECRET}")
+    client = {"sasl.oauthbearer.config": "${OAUTH_CONFIG}",
               "sasl.oauthbearer.extensions": f"logicalCluster={SECRET}"}
     config = parse_config({**GOOD, "kafka": {"topic": "t", "client": client}})
     settings = client_settings(config.kafka.client, bootstrap="b:9092")

@@ -52,7 +52,7 @@ def test_the_mapping_form_reads_thresholds_and_durations(tmp_path: Path) -> None
     ({"max_delay": "soon"}, "field 'schedule.max_delay': expected a duration like 60s"),
     ({"max_delay": "2m", "poll": "200ms"}, "field 'schedule.poll': poll must be at least 1s"),
     ({"cron": "every minute", "lag_records": 5}, "field 'schedule.cron': cron 'every minute': "
-                                                 "expected five fields"),
+                                                 "expected five valid fields"),
     ({"cron": "@once", "lag_records": 5}, "field 'schedule.cron'"),
     ({"lag": 5}, "field 'schedule.lag': Extra inputs are not permitted"),
     ("", "schedule: an empty string"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eos.core.aggregations import FUNCTIONS
+from eos.core.config.source import topic_pattern
 from eos.core.errors import ConfigError
 from eos.core.layout import Tables, resources_collide, table_resource
 from eos.core.sink import PIPELINE_ROOT, sink_class, sink_name
@@ -122,3 +123,21 @@ def check_sinks_can_serve(config: PipelineConfig) -> None:
     for output, spec in config.sinks.by_output():
         ((kind, options),) = spec.items()
         sink_class(kind).check_pipeline(options, config, output)
+
+
+def check_source_not_written(config: PipelineConfig) -> None:
+    """The source names or matches no topic a sink of the pipeline writes (its output or
+    marker topics): each epoch would read the last one's output as new input."""
+    source = config.kafka
+    pattern = topic_pattern(source.pattern) if source.pattern is not None else None
+    for output, spec in config.sinks.by_output():
+        ((kind, options),) = spec.items()
+        for topic in sorted(sink_class(kind).topics_written(options, config.name)):
+            named = topic in (source.named_topics or [])
+            if named or (pattern is not None and pattern.match(topic)):
+                how = "names" if named else f"pattern '{source.pattern}' matches"
+                raise ValueError(
+                    f"kafka: the source {how} topic '{topic}', which sink {sink_name(spec)} "
+                    f"({output}) writes: the pipeline would read its own output as input. "
+                    "Name the source topics, or narrow the pattern (e.g. a negative lookahead "
+                    f"^(?!{topic}$)...)")

@@ -44,12 +44,43 @@ def load_config(path: str | Path) -> PipelineConfig:
         text = path.read_text()
     except OSError as error:
         raise ConfigError(f"cannot read pipeline config {path}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"pipeline config {path} is not UTF-8 text (byte {error.start})"
+                          ) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as error:
         raise ConfigError(f"pipeline config {path} is not valid YAML: "
                           f"{_yaml_problem(error)}") from None
     return parse_config(data, str(path.resolve()))
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key. YAML 1.2 says keys are
+    unique; PyYAML keeps the last one silently, so a second ``filter:`` written lower in a file
+    would replace the first without a word. The error carries the repeated key's line and
+    column like any other YAML error."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # a merge (<<) is overridden by the keys beside it: not a repeat
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)):
+                    continue
+                if key in seen:
+                    first = seen[key].start_mark
+                    # The key unquoted: the message is stripped of quoted text (a secret).
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"key {key} appears twice in one mapping (first at line "
+                        f"{first.line + 1}, column {first.column + 1}); YAML keys are "
+                        "unique, and the last one would silently win: remove one",
+                        key_node.start_mark)
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")

@@ -16,6 +16,7 @@ from eos.core.config.checks import (
     check_shape,
     check_sinks_apart,
     check_sinks_can_serve,
+    check_source_not_written,
     check_unique_sinks,
 )
 from eos.core.config.paths import tables_base
@@ -129,6 +130,11 @@ class PipelineConfig(Strict):
     @model_validator(mode="after")
     def _sinks_apart(self) -> PipelineConfig:
         check_sinks_apart(self)
+        return self
+
+    @model_validator(mode="after")
+    def _source_not_written(self) -> PipelineConfig:
+        check_source_not_written(self)
         return self
 
     @model_validator(mode="after")

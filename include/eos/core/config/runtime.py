@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from eos.core.config.spark_settings import check_spark_conf
 from eos.core.config.values import DurationMs, Strict
 
 
@@ -66,6 +67,12 @@ class SparkConfig(Strict):
         description="Spark settings. submit: any. connect: runtime SQL settings only, for the "
                     "epoch's session; a setting that cannot change per session is refused "
                     "(set it on the server).")
+    @field_validator("conf")
+    @classmethod
+    def _spark_takes(cls, conf: dict[str, str]) -> dict[str, str]:
+        check_spark_conf(conf)
+        return conf
+
     # An epoch whose previous epoch staged at most this many rows (and whose own rows are bounded
     # by ``eos.compute.precommit.write.COLLECT_MAX_ROWS`` before it runs) is collected to the
     # driver as Arrow and written there, one Parquet file per kind: a Spark file write costs

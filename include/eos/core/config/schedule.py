@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from croniter import croniter
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from eos.core.config.values import DurationMs, Strict
 
 _CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly",
                  "@annually", "@midnight")
+# Presets Airflow takes that are no cron: one run, or a run as soon as the last one ends.
+_AIRFLOW_PRESETS = ("@once", "@continuous")
 MIN_POLL_MS = 1_000  # each poll reads the broker's watermarks and the checkpoint table's log
 
 
@@ -59,14 +62,8 @@ class ScheduleConfig(Strict):
     @field_validator("cron")
     @classmethod
     def _cron_shape(cls, value: str | None) -> str | None:
-        """Five fields or a preset; Airflow checks each field when it builds the timetable."""
-        if value is None:
-            return None
-        text = value.strip()
-        if text not in _CRON_PRESETS and len(text.split()) != 5:
-            raise ValueError(f"cron {value!r}: expected five fields like '*/5 * * * *' or one of "
-                             f"{', '.join(_CRON_PRESETS)}")
-        return text
+        """Five fields or a preset, each field one croniter (Airflow's cron parser) takes."""
+        return None if value is None else check_cron(value)
 
     @model_validator(mode="after")
     def _something_starts_epochs(self) -> ScheduleConfig:
@@ -81,6 +78,19 @@ class ScheduleConfig(Strict):
         return self.lag_records is not None or self.max_delay is not None
 
 
+def check_cron(value: str) -> str:
+    """``value`` as a cron Airflow will take: five fields or a preset, every field valid
+    (by croniter, which Airflow's cron timetables use); ``ValueError`` naming it otherwise."""
+    text = value.strip()
+    if text in _CRON_PRESETS:
+        return text
+    if len(text.split()) != 5 or not croniter.is_valid(text):
+        raise ValueError(f"cron {value!r}: expected five valid fields like '*/5 * * * *' "
+                         f"(minute hour day-of-month month day-of-week) or one of "
+                         f"{', '.join(_CRON_PRESETS + _AIRFLOW_PRESETS)}")
+    return text
+
+
 def _schedule(value: Any) -> Any:
     """``schedule: "<cron>"`` (any string Airflow takes) or ``schedule: {cron, lag_records,
     max_delay, poll}``."""
@@ -89,7 +99,10 @@ def _schedule(value: Any) -> Any:
     if isinstance(value, str):
         if not value.strip():
             raise ValueError("schedule: an empty string; omit schedule for manual runs only")
-        return ScheduleConfig.model_construct(cron=value.strip())  # Airflow's to judge
+        text = value.strip()
+        if text not in _AIRFLOW_PRESETS:
+            check_cron(text)  # refused here, not when Airflow parses the DAG file
+        return ScheduleConfig.model_construct(cron=text)
     if isinstance(value, dict):
         return value
     raise ValueError(f"schedule is a cron string or a mapping like {{lag_records: 50000, "

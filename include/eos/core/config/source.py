@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
+from eos.core.config.client import check_client
 from eos.core.config.positions import StartPosition
 from eos.core.config.values import DurationMs, Strict, check_name, not_null_schema
 from eos.core.metadata import HEADER_PREFIX, KEY_PREFIX, METADATA, qualified
@@ -64,6 +65,13 @@ class KafkaConfig(Strict):
                     "executors included); secrets belong there, not in this file.")
     read_timeout: DurationMs = Field(
         default=60_000, description="A Spark split that makes no progress this long fails.")
+    @field_validator("client")
+    @classmethod
+    def _librdkafka_takes(cls, value: dict[str, str | int | float | bool]
+                          ) -> dict[str, str | int | float | bool]:
+        check_client(value)
+        return value
+
     @field_validator("start")
     @classmethod
     def _known_position(cls, value: str) -> str:
