@@ -106,7 +106,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
                   fault_point: str = "sink.before_write", snapshot: DeltaTable | None = None,
                   in_order: bool = True, op: str = "commit",
                   merge_schema: bool = False,
-                  check: Callable[[DeltaTable], None] | None = None) -> FencedWrite:
+                  check: Callable[[DeltaTable], None] | None = None,
+                  first_epoch: int = 0) -> FencedWrite:
     """Append ``data`` with ``txn(app_id, epoch)`` exactly once, however many attempts race.
 
     Scenarios, decided here:
@@ -121,7 +122,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
       ``WRITE_ATTEMPTS`` times, then ``CommitConflict`` (transient: the task's retry starts
       from a fresh snapshot);
     - the table holds less than ``epoch - 1``: epochs were skipped, ``ProtocolViolation``
-      (unless ``in_order`` is False: the epoch log's plan markers may start anywhere).
+      (unless ``in_order`` is False: the epoch log's plan markers may start anywhere), but
+      an empty table may take ``first_epoch`` (a sink that joined a running pipeline).
 
     ``snapshot`` is an already open handle of ``path`` (the phase's,
     ``eos.core.tables.OpenTables``):
@@ -140,7 +142,8 @@ def fenced_append(path: str, data: pa.Table, app_id: str, epoch: int,
         held = txn_version(path, app_id, snapshot)
         if held >= epoch:
             return FencedWrite(Outcome.ALREADY_COMMITTED, None, raced=attempt > 0)
-        _check_next(path, app_id, epoch, held, in_order)
+        joins = held == NO_EPOCH and epoch == first_epoch
+        _check_next(path, app_id, epoch, held, in_order and not joins)
         if check is not None:
             check(snapshot)
         if attempt == 0:

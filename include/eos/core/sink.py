@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from eos.core.outcomes import Outcome
+from eos.core.outcomes import NO_EPOCH, Outcome
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,6 +87,16 @@ class Sink(ABC):
         self.config = config
         self.output = output
         self.options = options
+        # The epoch this sink joined its pipeline at: it holds none before it. 0 for a sink
+        # there from the start; a sink added to a running pipeline joins at the epoch after
+        # the last checkpoint (``eos.core.protocol.authority.join_sinks``).
+        self.joined_at = 0
+
+    def follows(self, held: int, epoch: int) -> bool:
+        """Whether ``epoch`` is the next epoch for this sink while it holds ``held``: the one
+        after it, or, holding none, the epoch it joined at. A sink's commit refuses any other
+        (epochs are committed in order, one at a time)."""
+        return held == epoch - 1 or (held == NO_EPOCH and epoch == self.joined_at)
 
     @classmethod
     def parse_options(cls, options: Any) -> Any:

@@ -342,7 +342,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             # the snapshot the append goes through (a concurrent change of them conflicts).
             me, shared = self._writer(), self.options.shared
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot,
-                                 merge_schema=True,
+                                 merge_schema=True, first_epoch=self.joined_at,
                                  check=lambda t: check_writer(t, self.path, me, shared))
         return SinkCommit(self.name, done.outcome, rows.num_rows, done.version, done.raced)
 

@@ -149,7 +149,13 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     @classmethod
     def check_pipeline(cls, options: FilesOptions, config: Any, output: str) -> None:
-        """A relative path is on the root's store, which must be one the sink can write."""
+        """``partition_by`` names columns of the output (else every epoch would be refused
+        before its seal); a relative path is on the root's store, which must be one the sink
+        can write."""
+        from eos.sinks.columns import refuse_unknown_columns
+
+        refuse_unknown_columns(config, output, cls.kind, options, "partition_by",
+                               options.partition_by)
         if _relative(options.path):
             problem = supported(resolve(options.path, config.root))
             if problem:
@@ -190,7 +196,7 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         held = self.committed_epoch()
         if held >= epoch:
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
-        if held != epoch - 1:
+        if not self.follows(held, epoch):
             raise ProtocolViolation(f"sink {self.name} holds epoch {held}; it cannot receive "
                                     f"epoch {epoch}")
         try:

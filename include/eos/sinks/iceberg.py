@@ -145,12 +145,14 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
 
     def prepare(self, schema: pa.Schema) -> None:
         """Create the table (and its namespace) unless it exists; refuse an existing table
-        that cannot take the output (``SinkCannotTake``) before any epoch."""
-        from eos.sinks.iceberg_schema import refuse_conflicts
+        that cannot take the output, or is partitioned by a transform this runtime cannot
+        apply (``SinkCannotTake``), before any epoch."""
+        from eos.sinks.iceberg_schema import refuse_conflicts, refuse_partitioning
 
         with self._guarded("creating its table"):
             table = self._load() or self._create(schema)
             refuse_conflicts(table.schema(), schema, f"sink {self.name}")
+            refuse_partitioning(table, f"sink {self.name}")
 
     def committed_epoch(self, fence: bool = True) -> int:
         """Nothing to fence: an attempt still in flight can only swap in the sealed epoch's
@@ -160,12 +162,15 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             return NO_EPOCH if table is None else self.mark.held(table.metadata)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
-        from eos.sinks.iceberg_schema import refuse_conflicts
+        """The table can take the rows' columns, and its partition transforms can be applied
+        here (``eos.sinks.iceberg_schema``): what would otherwise fail every commit."""
+        from eos.sinks.iceberg_schema import refuse_conflicts, refuse_partitioning
 
         with self._guarded("checking its schema"):
             table = self._load()
             refuse_conflicts(None if table is None else table.schema(), rows.schema,
                              f"sink {self.name}")
+            refuse_partitioning(table, f"sink {self.name}")
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         with self._guarded(f"committing epoch {epoch}"):
@@ -182,7 +187,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             if held >= epoch:
                 return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows,
                                   raced=attempt > 0)
-            if held != epoch - 1:
+            if not self.follows(held, epoch):
                 raise ProtocolViolation(f"sink {self.name} holds epoch {held}; it cannot "
                                         f"receive epoch {epoch}")
             if attempt == 0:

@@ -8,6 +8,14 @@ and every column the table requires is there; a column the rows add is added to 
 the epoch's commit. A type Iceberg cannot hold (a duration, nanosecond times on a format-2
 table, a decimal wider than 38 digits) or a conflicting column is refused with
 ``SinkCannotTake`` in ``check``, while an abort is still possible, never at the commit.
+
+An existing table may be partitioned (the sink creates its own unpartitioned): pyiceberg applies
+each transform of the table's current spec to the rows it appends, ``identity`` and ``void``
+itself, ``bucket``, ``truncate``, ``year``, ``month``, ``day`` and ``hour`` through the
+``pyiceberg-core`` package (the ``iceberg`` extra installs it). A transform this runtime cannot
+apply (the package missing, a transform pyiceberg does not know) would fail every commit after
+the seal, so it is refused with ``SinkCannotTake`` in ``prepare`` and in ``check``
+(``refuse_partitioning``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ from eos.core.errors import SinkCannotTake
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["added_columns", "conflicts", "iceberg_schema", "refuse_conflicts"]
+__all__ = ["added_columns", "conflicts", "iceberg_schema", "refuse_conflicts",
+           "refuse_partitioning", "unapplicable_transforms"]
 
 
 def iceberg_schema(schema: pa.Schema, where: str) -> Any:
@@ -84,3 +93,35 @@ def refuse_conflicts(table_schema: Any | None, rows: pa.Schema, where: str) -> N
         raise SinkCannotTake(f"{where}: the table cannot take the output: {'; '.join(found)}. "
                              "Nothing was sealed or written: give the sink another table, or "
                              "change the table to the output's schema, then run again")
+
+
+def unapplicable_transforms(table: Any) -> list[str]:
+    """The transforms of the table's current partition spec (the one an append writes with)
+    that pyiceberg cannot apply in this process, each as ``transform(column)`` and why:
+    ``pyarrow_transform`` raises for it what the append would raise after the seal."""
+    from pyiceberg.exceptions import NotInstalledError
+
+    schema, found = table.schema(), []
+    for field in table.spec().fields:
+        source = schema.find_field(field.source_id)
+        try:
+            field.transform.pyarrow_transform(source.field_type)
+        except (NotInstalledError, ImportError):
+            found.append(f"{field.transform}({source.name}) needs the pyiceberg-core package, "
+                         "which is not installed here")
+        except NotImplementedError:
+            found.append(f"{field.transform}({source.name}) is a transform pyiceberg cannot "
+                         "apply when it writes")
+    return found
+
+
+def refuse_partitioning(table: Any | None, where: str) -> None:
+    """``SinkCannotTake`` when the table (None: not created yet, so unpartitioned) is
+    partitioned by a transform this runtime cannot apply."""
+    found = [] if table is None else unapplicable_transforms(table)
+    if found:
+        raise SinkCannotTake(
+            f"{where}: the table is partitioned by transforms pyiceberg cannot apply here: "
+            f"{'; '.join(found)}. Nothing was sealed or written: install pyiceberg-core where "
+            "the commit runs (pip install 'eos-pipeline[iceberg]' does), or give the sink "
+            "another table, then run again")

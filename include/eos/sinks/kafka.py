@@ -108,12 +108,16 @@ from eos.sinks.kafka_producer import (
 )
 from eos.sinks.kafka_read_back import rows_on_line, topic_records
 from eos.sinks.kafka_records import (
+    FRAMING_BYTES,
+    RECORD_OVERHEAD_BYTES,
     Headers,
     column_bytes,
     decode_value,
     encode_keys,
     encode_values,
     headers_size,
+    prefixed_bytes,
+    record_bytes,
     record_headers,
     value_columns,
 )
@@ -172,7 +176,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             check_avro(options, config)
         client = {**config.kafka.client, **options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
-        largest = largest_record_bytes(config, output)
+        # The bound holds the key, the value and eos's headers; on the wire a record has its
+        # framing too (``kafka_records.FRAMING_BYTES``: the record batch's header included).
+        largest = largest_record_bytes(config, output) + FRAMING_BYTES
         if largest > limit:
             raise ValueError(
                 f"kafka sink {options.topic}: a record of output '{output}' may reach {largest} "
@@ -256,7 +262,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         held = NO_EPOCH if last is None else int(last["epoch"])
         if held >= epoch:
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
-        if held != epoch - 1:
+        if not self.follows(held, epoch):
             from eos.core.errors import ProtocolViolation
 
             raise ProtocolViolation(
@@ -295,15 +301,20 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                                  f"{error.message}; nothing was sealed or written") from None
         client = {**self.config.kafka.client, **self.options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
-        # eos's headers at their largest (a lineage id of a rewind), each record's own too.
-        headers = sum(len(k) + len(v) for k, v in self._headers(epoch, "0" * 16))
+        # Each record as it goes on the wire (``kafka_records.record_bytes``: the record
+        # batch's header and the record's framing, key, value and headers with their varint
+        # lengths), with eos's headers at their largest: a plan hash, and the lineage header
+        # the records of a line a rewind started carry (which line the commit is on is read
+        # only then, so it is counted whatever the line), then each record's own headers.
+        eos = headers_size(self._headers(epoch, "0" * 16, "0" * kafka_lineage.LONGEST_LINEAGE))
         # The largest parts first (C-speed over 100k records): the exact sizes only when
-        # their sum could pass the limit.
-        bound = (max(map(len, values), default=0) + max(map(len, filter(None, keys)), default=0)
-                 + headers + max(map(headers_size, own), default=0))
+        # their sum could pass the limit (a longer field never has a shorter prefix).
+        bound = (RECORD_OVERHEAD_BYTES + prefixed_bytes(max(map(len, values), default=0))
+                 + prefixed_bytes(max(map(len, filter(None, keys)), default=-1))  # -1: null
+                 + eos + max(map(headers_size, own), default=0))
         if bound <= limit:
             return
-        sizes = [len(v) + len(k or b"") + headers + headers_size(mine)
+        sizes = [record_bytes(k, v, mine) + eos
                  for k, v, mine in zip(keys, values, own, strict=True)]
         largest = max(sizes, default=0)
         if largest > limit:

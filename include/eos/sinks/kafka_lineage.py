@@ -14,6 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+# The longest lineage header value a record can carry: a rewind's id (``eos.core.rewind`` draws
+# 12 hex digits of a uuid4), bounded by a whole uuid's 32 (what a record size check counts).
+LONGEST_LINEAGE = 32
+
 
 def line_of(marker: dict[str, Any] | None) -> dict[str, Any]:
     """What the next marker inherits from ``marker``: the current lineage (the last rewind's

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -221,9 +222,64 @@ def record_headers(rows: pa.Table, carry: bool, named: dict[str, str]) -> list[H
              *((name, values[name][i]) for name in named)] for i in range(rows.num_rows)]
 
 
-def headers_size(headers: Headers) -> int:
-    """The bytes of a record's headers, names and values (toward ``message.max.bytes``)."""
-    return sum(len(k.encode()) + len(v or b"") for k, v in headers)
+# -- a record's size on the wire -------------------------------------------------------------
+#
+# What ``message.max.bytes`` limits is a record as Kafka frames it, by its record batch format
+# (magic 2, KIP-98; https://kafka.apache.org/documentation/#recordbatch and #record):
+#
+#   RecordBatch: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8,
+#     crc uint32, attributes int16, lastOffsetDelta int32, baseTimestamp int64,
+#     maxTimestamp int64, producerId int64, producerEpoch int16, baseSequence int32,
+#     recordCount int32 (61 bytes), then its records;
+#   Record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+#     keyLength varint, key, valueLength varint, value, headerCount varint, then per header
+#     headerKeyLength varint, headerKey, headerValueLength varint, headerValue.
+#
+# A varint is zigzag-encoded, 7 bits a byte; a null key or header value has length -1. The
+# broker refuses a batch over the topic's ``max.message.bytes`` (a record alone in a batch is
+# the least it can be sent in), and librdkafka refuses, when it is produced, a record whose
+# worst-case framing (``RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD``, 36 bytes) with its key, value and
+# headers is over its ``message.max.bytes``. So a record is counted with the batch header, its
+# lengths exactly, and the fields whose value only the producer knows (the record's length,
+# the timestamp and offset deltas, the header count) at their widest: never less than either
+# check counts.
+BATCH_HEADER_BYTES = 8 + 4 + 4 + 1 + 4 + 2 + 4 + 8 + 8 + 8 + 2 + 4 + 4  # 61
+_LENGTH, _ATTRIBUTES, _TIMESTAMP_DELTA, _OFFSET_DELTA, _HEADER_COUNT = 5, 1, 10, 5, 5
+RECORD_OVERHEAD_BYTES = (BATCH_HEADER_BYTES + _LENGTH + _ATTRIBUTES + _TIMESTAMP_DELTA
+                         + _OFFSET_DELTA + _HEADER_COUNT)
+# The key's and the value's lengths at their widest: with the overhead above, what a record
+# adds to its key, value and headers whatever their lengths (a bound made from the config).
+FRAMING_BYTES = RECORD_OVERHEAD_BYTES + 2 * 5
+
+
+def varint_bytes(value: int) -> int:
+    """The bytes of ``value`` as a Kafka varint (zigzag: -1 is one byte, 64 two)."""
+    zigzag = (value << 1) ^ (value >> 63)
+    return max(1, -(-zigzag.bit_length() // 7))
+
+
+def prefixed_bytes(length: int) -> int:
+    """A length-prefixed field of ``length`` bytes (-1: null) on the wire: its varint length
+    and its bytes."""
+    return varint_bytes(length) + max(length, 0)
+
+
+def _length(data: bytes | None) -> int:
+    return -1 if data is None else len(data)
+
+
+def headers_size(headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """The bytes of a record's headers on the wire: each name and value with its varint
+    length (toward ``message.max.bytes``)."""
+    return sum(prefixed_bytes(len(k.encode())) + prefixed_bytes(_length(v)) for k, v in headers)
+
+
+def record_bytes(key: bytes | None, value: bytes | None,
+                 headers: Sequence[tuple[str, bytes | None]]) -> int:
+    """The most bytes one record can take against ``message.max.bytes``: the batch header,
+    the record's framing at its widest, its key, value and headers with their lengths."""
+    return (RECORD_OVERHEAD_BYTES + prefixed_bytes(_length(key)) + prefixed_bytes(_length(value))
+            + headers_size(headers))
 
 
 def decode_value(raw: bytes, schema: pa.Schema) -> dict[str, Any]:

@@ -21,6 +21,17 @@ expects, per key, the row of the last epoch that wrote it (``kept_by``).
 
 ``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
 columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
+A rewind to epoch N (``SupportsRewind``) deletes, in one transaction, the table's rows whose
+``epoch`` column is after N and this pipeline's and sink's markers after N: the table is the
+sink's alone and every output row carries the epoch that committed it, so what remains is
+exactly epochs ..N, and a rerun deletes nothing more. It needs ``DELETE`` on the table and the
+marker table besides what the epochs need. An upserted table (``upsert_keys``) keeps one row
+per key: a later epoch's row replaced the earlier one, whose values are gone, so a rewind to N
+is refused (``RewindRefused``, nothing changed) while a row written after N remains; to -1 it
+empties the table (a full replay rebuilds it), and to N it goes when the epochs after N left no
+row (their markers go). A rewind changes no column: a full replay under a config whose output
+types changed meets the same table, which ``check`` refuses until it is altered.
+
 The audit reads the table back with psycopg2, a different driver than the writer (its own C
 type casters over libpq, where psycopg 3 has its own Python/Cython adaptation layer), which the
 Airflow Postgres provider already needs; asyncpg would need an event loop per read. The audit
@@ -39,9 +50,21 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eos.core.errors import ProtocolViolation, SinkCannotTake, SinkRejected, SinkUnavailable
-from eos.core.outcomes import Outcome
-from eos.core.sink import SinkCommit, SupportsAssets, SupportsReadBack, validated_options
+from eos.core.errors import (
+    ProtocolViolation,
+    RewindRefused,
+    SinkCannotTake,
+    SinkRejected,
+    SinkUnavailable,
+)
+from eos.core.outcomes import NO_EPOCH, Outcome
+from eos.core.sink import (
+    SinkCommit,
+    SupportsAssets,
+    SupportsReadBack,
+    SupportsRewind,
+    validated_options,
+)
 from eos.sinks.postgres_connection import dsn_for, redact
 
 if TYPE_CHECKING:  # pyarrow and the SQL modules load on first use: parsing a DAG file needs neither
@@ -97,7 +120,7 @@ class PostgresOptions(BaseModel):
         return (schema or self.table.split(".")[0], name)
 
 
-class PostgresSink(SupportsReadBack, SupportsAssets):
+class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     """One output of a pipeline as rows of a PostgreSQL table, with its markers beside it."""
 
     kind = "postgres"
@@ -116,8 +139,13 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
 
     @classmethod
     def check_pipeline(cls, options: PostgresOptions, config: Any, output: str) -> None:
-        """Refuse rows holding Kafka headers (a list of key/value pairs): no column type here
-        takes them, and every epoch would be refused before its seal."""
+        """Refuse ``upsert_keys`` naming a column the output does not have, and rows holding
+        Kafka headers (a list of key/value pairs): no column type here takes them. Either
+        way every epoch would be refused before its seal."""
+        from eos.sinks.columns import refuse_unknown_columns
+
+        refuse_unknown_columns(config, output, cls.kind, options, "upsert_keys",
+                               options.upsert_keys)
         if output != "rows":
             return
         from eos.core.config.rows import carries_headers
@@ -169,7 +197,13 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
     def prepare(self, schema: pa.Schema) -> None:
         """Create the schema, the table (from the output's schema, the upsert keys its primary
         key) and the marker table, if missing; add the output's columns an existing table
-        lacks. A column of another type is left as it is, for ``check`` to refuse."""
+        lacks. A column of another type is left as it is, for ``check`` to refuse.
+
+        The catalog is read first and DDL issued only for what is missing
+        (``postgres_sql.ensure``): tables made beforehand need no more than ``INSERT``,
+        ``UPDATE`` and ``SELECT``, and a steady ``begin`` takes no lock a reader or a writer
+        holds. DDL waits for a lock at most the ``lock_timeout`` (the session's, else
+        ``postgres_sql.DDL_LOCK_TIMEOUT``), then fails transiently, having changed nothing."""
         import psycopg
 
         from eos.sinks import postgres_sql as q
@@ -179,9 +213,14 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
         for attempt in range(2):  # two processes creating one table: the loser sees it made
             try:
                 with self._connected() as conn:
-                    q.create(conn, self.table, columns, self.options.upsert_keys,
+                    q.ensure(conn, self.table, columns, self.options.upsert_keys,
                              self.options.marker())
                 return
+            except q.LockTimeout as error:
+                raise SinkUnavailable(
+                    f"sink {self.name}: {error.doing} waited {error.timeout} (lock_timeout) for "
+                    "a lock another session holds (a long transaction reading or writing it); "
+                    "nothing was changed, retrying is safe") from None
             except SinkRejected as error:
                 if attempt or not isinstance(error.__context__, psycopg.errors.UniqueViolation):
                     raise
@@ -218,7 +257,7 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
             held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
             if held >= epoch:
                 return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
-            if held != epoch - 1:
+            if not self.follows(held, epoch):
                 raise ProtocolViolation(f"sink {self.name} holds epoch {held}; it cannot "
                                         f"receive epoch {epoch}")
             try:
@@ -234,6 +273,50 @@ class PostgresSink(SupportsReadBack, SupportsAssets):
     def abort(self, epoch: int) -> None:
         """Nothing to clean: a commit is one transaction, which PostgreSQL rolls back whole
         when its attempt fails or its connection is lost."""
+
+    # -- rewind ---------------------------------------------------------------------------------
+
+    def rewind_target(self, epoch: int) -> int | None:
+        """Nothing to go back to (a table has no versions here): checks the sink holds
+        ``epoch`` and, upserted, that no row of a later epoch would have to be taken back."""
+        from eos.sinks import postgres_sql as q
+
+        with self._connected() as conn:
+            held = q.marker_epochs(conn, self.options.marker(), self.config.name, self.name)
+            if epoch != NO_EPOCH and epoch not in held:
+                raise RewindRefused(f"sink {self.name} has no marker of epoch {epoch}; rewind "
+                                    "to -1 to fill it from the start")
+            self._refuse_upserted(conn, epoch)
+        return None
+
+    def _refuse_upserted(self, conn: Any, epoch: int) -> None:
+        """``RewindRefused`` for an upserted table holding rows of epochs after ``epoch``
+        (they replaced rows whose earlier values are gone); -1 empties it, always fine."""
+        from eos.sinks import postgres_sql as q
+
+        if not self.options.upsert_keys or epoch == NO_EPOCH:
+            return
+        later = q.rows_after(conn, self.table, epoch)
+        if later:
+            first, rows = min(later), sum(later.values())
+            raise RewindRefused(
+                f"sink {self.name} upserts on {list(self.options.upsert_keys)}: the table "
+                f"keeps one row per key, and epoch {first} replaced or added rows after epoch "
+                f"{epoch} ({rows} row(s) of epochs {', '.join(map(str, later))} remain), whose "
+                "earlier values it no longer has; rewind to -1 (the table emptied, a full "
+                "replay rebuilds it) or to an epoch no later row was written after")
+
+    def rewind(self, epoch: int, target: int | None, rewind_id: str,
+               schema: pa.Schema) -> int | None:
+        """Delete the rows and markers of the epochs after ``epoch`` in one transaction
+        (module docstring); a rerun finds nothing more to delete. No version: None."""
+        from eos.sinks import postgres_sql as q
+
+        with self._connected() as conn:
+            self._refuse_upserted(conn, epoch)
+            q.delete_after(conn, self.table, self.options.marker(), self.config.name,
+                           self.name, epoch)
+        return None
 
     # -- the audit and assets -------------------------------------------------------------------
 

@@ -25,29 +25,111 @@ def _regclass(name: Name) -> str:
     return ".".join('"' + part.replace('"', '""') + '"' for part in name)
 
 
-def create(conn: Any, table: Name, columns: list[tuple[str, str]], keys: tuple[str, ...],
-           marker: Name) -> None:
-    """The schemas, the table and the marker table, each only if missing, and the output's
-    columns the table lacks (nullable: the rows already there have none)."""
+# How long a statement of ``ensure`` may wait for a lock (PostgreSQL's ``lock_timeout``), unless
+# the session already has one (set for the role or the database, or in the DSN's options).
+DDL_LOCK_TIMEOUT = "5s"
+
+
+class LockTimeout(Exception):
+    """A statement of ``ensure`` waited the lock timeout for a lock another session holds."""
+
+    def __init__(self, doing: str, timeout: str) -> None:
+        super().__init__(f"{doing} waited {timeout} (lock_timeout) for a lock another session "
+                         "holds")
+        self.doing, self.timeout = doing, timeout
+
+
+def _schema_exists(conn: Any, schema: str) -> bool:
+    return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)",
+                             (schema,)).fetchone()[0])
+
+
+def _exists(conn: Any, table: Name) -> bool:
+    return conn.execute("SELECT to_regclass(%s)", (_regclass(table),)).fetchone()[0] is not None
+
+
+def _limit_lock_waits(conn: Any) -> str:
+    """The transaction's ``lock_timeout``: the session's when it has one, else ours (SET LOCAL:
+    it ends with the transaction)."""
+    current = str(conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0])
+    if current not in ("0", "0ms", "0s"):
+        return current
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (DDL_LOCK_TIMEOUT,))
+    return DDL_LOCK_TIMEOUT
+
+
+def _ddl(conn: Any, statement: Any, doing: str, timeout: str) -> None:
+    import psycopg
+
+    try:
+        conn.execute(statement)
+    except psycopg.errors.LockNotAvailable:
+        raise LockTimeout(doing, timeout) from None
+
+
+def ensure(conn: Any, table: Name, columns: list[tuple[str, str]], keys: tuple[str, ...],
+           marker: Name) -> list[str]:
+    """Make the schemas, the table and the marker table exist, and the table have the output's
+    columns (added nullable: the rows already there have none), issuing DDL only for what the
+    catalog says is missing. Returns what it did (empty: nothing was missing).
+
+    Reading the catalog first is what lets a role with only ``INSERT``, ``UPDATE`` and
+    ``SELECT`` on tables made beforehand begin epochs (``CREATE ... IF NOT EXISTS`` checks the
+    privilege to create before it looks, and ``ALTER TABLE`` needs ownership), and keeps a
+    steady ``begin`` from taking the ACCESS EXCLUSIVE lock ``ALTER TABLE ... ADD COLUMN IF NOT
+    EXISTS`` takes even when the column is there. Any DDL runs under a ``lock_timeout``: a lock
+    held elsewhere (a long reader) raises ``LockTimeout`` instead of waiting, and every later
+    reader of the table behind it, indefinitely."""
     from psycopg import sql
 
-    for schema in dict.fromkeys((table[0], marker[0])):
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    parts = [sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))  # kind: ours, fixed
-             for name, kind in columns]
-    if keys:
-        parts.append(sql.SQL("PRIMARY KEY ({})").format(
-            sql.SQL(", ").join(map(sql.Identifier, keys))))
-    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-        _ident(table), sql.SQL(", ").join(parts)))
-    for name, kind in columns:  # an output that gained a column since the table was made
-        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-            _ident(table), sql.Identifier(name), sql.SQL(kind)))
-    conn.execute(sql.SQL(
-        "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, sink text NOT NULL, "
-        "epoch bigint NOT NULL, plan_hash text NOT NULL, "
-        "committed_at timestamptz NOT NULL DEFAULT now(), "
-        "PRIMARY KEY (pipeline, sink, epoch))").format(_ident(marker)))
+    schemas = [name for name in dict.fromkeys((table[0], marker[0]))
+               if not _schema_exists(conn, name)]
+    table_missing = not _exists(conn, table)
+    have = {} if table_missing else _column_names(conn, table)
+    added = [(name, kind) for name, kind in columns if name not in have]
+    marker_missing = not _exists(conn, marker)
+    if not (schemas or table_missing or added or marker_missing):
+        return []
+    timeout, done = _limit_lock_waits(conn), []
+    for schema in schemas:
+        _ddl(conn, sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)),
+             f"creating schema {schema}", timeout)
+        done.append(f"schema {schema}")
+    if table_missing:
+        parts = [sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))  # kind: ours
+                 for name, kind in columns]
+        if keys:
+            parts.append(sql.SQL("PRIMARY KEY ({})").format(
+                sql.SQL(", ").join(map(sql.Identifier, keys))))
+        _ddl(conn, sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+            _ident(table), sql.SQL(", ").join(parts)), f"creating table {_dotted(table)}",
+             timeout)
+        done.append(f"table {_dotted(table)}")
+        # made meanwhile by another process, perhaps from an older output: its columns count
+        have = _column_names(conn, table)
+        added = [(name, kind) for name, kind in columns if name not in have]
+    for name, kind in added:  # an output that gained a column since the table was made
+        _ddl(conn, sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+            _ident(table), sql.Identifier(name), sql.SQL(kind)),
+             f"adding column {name!r} to {_dotted(table)}", timeout)
+        done.append(f"column {name}")
+    if marker_missing:
+        _ddl(conn, sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, sink text NOT NULL, "
+            "epoch bigint NOT NULL, plan_hash text NOT NULL, "
+            "committed_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (pipeline, sink, epoch))").format(_ident(marker)),
+             f"creating marker table {_dotted(marker)}", timeout)
+        done.append(f"marker table {_dotted(marker)}")
+    return done
+
+
+def _dotted(name: Name) -> str:
+    return ".".join(name)
+
+
+def _column_names(conn: Any, table: Name) -> set[str]:
+    return set(columns(conn, table))
 
 
 def last_epoch(conn: Any, marker: Name, pipeline: str, sink: str) -> int:
@@ -122,3 +204,44 @@ def _copy(conn: Any, target: Any, names: Any, rows: pa.Table) -> None:
             columns = [column.to_pylist() for column in batch.columns]
             for row in zip(*columns, strict=True):
                 copy.write_row(row)
+
+
+def marker_epochs(conn: Any, marker: Name, pipeline: str, sink: str) -> list[int]:
+    """The epochs of the pipeline's and sink's markers, oldest first (none: no marker table)."""
+    from psycopg import sql
+
+    if not _exists(conn, marker):
+        return []
+    found = conn.execute(sql.SQL("SELECT epoch FROM {} WHERE pipeline = %s AND sink = %s "
+                                 "ORDER BY epoch").format(_ident(marker)), (pipeline, sink))
+    return [int(row[0]) for row in found.fetchall()]
+
+
+def rows_after(conn: Any, table: Name, epoch: int) -> dict[int, int]:
+    """How many rows of the table each epoch after ``epoch`` wrote (its ``epoch`` column);
+    {} when the table or the column does not exist."""
+    from psycopg import sql
+
+    if "epoch" not in columns(conn, table):
+        return {}
+    found = conn.execute(sql.SQL("SELECT epoch, count(*) FROM {} WHERE epoch > %s "
+                                 "GROUP BY epoch ORDER BY epoch").format(_ident(table)), (epoch,))
+    return {int(e): int(n) for e, n in found.fetchall()}
+
+
+def delete_after(conn: Any, table: Name, marker: Name, pipeline: str, sink: str,
+                 epoch: int) -> tuple[int, int]:
+    """Delete, in the caller's transaction, the table's rows of every epoch after ``epoch``
+    and the pipeline's and sink's markers of those epochs; (rows, markers) deleted."""
+    from psycopg import sql
+
+    rows = 0
+    if "epoch" in columns(conn, table):
+        rows = conn.execute(sql.SQL("DELETE FROM {} WHERE epoch > %s").format(_ident(table)),
+                            (epoch,)).rowcount
+    marked = 0
+    if _exists(conn, marker):
+        marked = conn.execute(sql.SQL("DELETE FROM {} WHERE pipeline = %s AND sink = %s AND "
+                                      "epoch > %s").format(_ident(marker)),
+                              (pipeline, sink, epoch)).rowcount
+    return rows, marked

@@ -8,6 +8,14 @@ and is never logged or printed. A state file says where it listens (clients read
 ``eos.compute.connect.resolve_endpoint``); its log is ``<data dir>/spark-connect.log``.
 Abandoned sessions (a client that died) expire after ``session_timeout``; executions whose
 client went away are interrupted after ``detached_timeout``.
+
+The driver's own listeners (its RPC endpoint, ``spark.driver.port``, and its block manager,
+which binds where the driver does) are on 127.0.0.1 too when the executors run on this machine
+(``local[N]``, or a standalone master on loopback: ``eos.tools.spark_cluster``): left to
+Spark, they bind the address of the machine's host name (a non-loopback interface when the
+name resolves to loopback), reachable by every host that reaches the machine. With a master
+elsewhere the executors must reach the driver, so Spark's defaults stay (``--conf`` sets
+``spark.driver.bindAddress`` and ``spark.driver.host`` for such a deployment).
 """
 
 from __future__ import annotations
@@ -62,9 +70,31 @@ def _ensure_token(base: Path) -> str:
     return read_token(base)
 
 
+LOOPBACK = "127.0.0.1"
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def on_this_machine(master: str) -> bool:
+    """Whether every executor of ``master`` runs on this machine, so that the driver need
+    listen on loopback only: ``local``, ``local[N]``, ``local-cluster[...]``, or a standalone
+    master (``spark://``, one or several) on a loopback address."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [part.rsplit(":", 1)[0] if not part.endswith("]") else part
+             for part in master[len("spark://"):].split(",")]
+    return all(host in _LOOPBACK_HOSTS or host.startswith("127.") for host in hosts)
+
+
 def server_command(port: int, master: str, driver_memory: str, host: str,
                    session_timeout: str, detached_timeout: str,
                    conf: dict[str, str]) -> list[str]:
+    """The ``spark-submit`` command of the server; ``conf`` over every setting here."""
+    # The driver's RPC endpoint and its block manager (bound where the driver binds) on
+    # loopback when every executor is on this machine (module docstring).
+    loopback = {"spark.driver.bindAddress": LOOPBACK, "spark.driver.host": LOOPBACK} \
+        if on_this_machine(master) else {}
     settings = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
@@ -73,6 +103,7 @@ def server_command(port: int, master: str, driver_memory: str, host: str,
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.pyspark.python": worker_python(),
+        **loopback,
         **conf,
     }
     cmd = [spark_submit_binary(), "--master", master, "--driver-memory", driver_memory,
@@ -132,10 +163,13 @@ def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None
                          conf or {})
     if properties is not None:
         cmd[1:1] = ["--properties-file", str(properties)]
+    # Whatever else of the JVM asks Spark for "this machine's address" gets loopback too (as
+    # the standalone cluster's daemons do), unless the caller's environment says otherwise.
+    local_ip = {"SPARK_LOCAL_IP": LOOPBACK} if on_this_machine(master) else {}
     with log.open("ab") as out:
         child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL,
-                                 env={**_server_env(token), **(env or {})},
+                                 env={**local_ip, **_server_env(token), **(env or {})},
                                  start_new_session=True)  # its own group: stop kills the tree
     state = {"host": "127.0.0.1" if host in ("0.0.0.0", "::") else host, "port": port,
              "pid": child.pid, "master": master, "started_at": time.time(), "log": str(log),

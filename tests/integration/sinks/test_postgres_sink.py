@@ -30,11 +30,13 @@ from eos.core.errors import (
     ConfigError,
     InjectedFault,
     ProtocolViolation,
+    RewindRefused,
     SinkCannotTake,
     SinkUnavailable,
 )
 from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
+from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
 from eos.sinks import postgres_sql
 from eos.sinks.postgres import PostgresSink
@@ -449,3 +451,203 @@ def test_the_password_never_shows_in_the_second_readers_errors(
     assert "password authentication failed" in shown[-1]
     shown.append(caplog.text)
     assert not [text for text in shown if server.password in text]
+
+
+# -- begin needs no ownership and takes no lock a reader or a writer holds ------------------------
+
+def prepare_in_thread(sink: PostgresSink, schema: pa.Schema) -> tuple[threading.Thread,
+                                                                      threading.Event, list]:
+    """``sink.prepare(schema)`` in a thread: it, the event set when it returned, and what it
+    raised (the test then waits for it without hanging itself)."""
+    done, raised = threading.Event(), []
+
+    def run() -> None:
+        try:
+            sink.prepare(schema)
+        except BaseException as error:  # reported in the test's thread
+            raised.append(error)
+        done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done, raised
+
+
+def holding(server: PostgresServer, mode: str, *tables: str) -> Any:
+    """Another session holding ``mode`` locks on ``tables`` in an open transaction (a reader:
+    ACCESS SHARE; a writer: ROW EXCLUSIVE); rolled back and closed by the caller."""
+    conn = psycopg2.connect(dsn_of(server))
+    with conn.cursor() as cursor:
+        for name in tables:
+            cursor.execute(f"LOCK TABLE {name} IN {mode} MODE")
+    return conn
+
+
+def test_a_role_with_only_insert_update_select_begins_and_commits_epochs(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables made beforehand by their owner; the sink's role has USAGE on the schema and
+    SELECT, INSERT, UPDATE on the table and the marker table, as docs/deploying.md says
+    suffices. Before: ``begin`` ran CREATE SCHEMA / CREATE TABLE / ALTER TABLE on every epoch
+    and was refused (permission denied). Now it reads the catalog, finds nothing missing and
+    issues no DDL: the epochs commit, upserted."""
+    from eos.core.outputs import output_schema
+
+    config = pipeline(tmp_path, schema, upsert_keys=WINDOW_KEYS)
+    sinks_for(config)[0].prepare(output_schema(config, "windows"))  # by the owner
+    role, password = f"writer_{secrets.token_hex(4)}", secrets.token_hex(16)
+    query(server, f"CREATE ROLE {role} LOGIN PASSWORD '{password}'; "
+                  f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
+                  f"GRANT SELECT, INSERT, UPDATE ON {schema}.windows, {schema}.eos_markers "
+                  f"TO {role}")
+    monkeypatch.setenv(DSN_ENV, dsn_of(server, user=role, password=password))
+    for _ in range(3):
+        run_epoch(config, source)
+        source.produce(0, 10)
+    assert checkpointed_epoch(config) == 2
+    latest = {(k, w): (n, e) for k, w, n, e in memory_windows(config)}  # epoch order
+    assert windows(server, schema) == sorted((k, w, n, e) for (k, w), (n, e) in latest.items())
+    assert [epoch for epoch, _ in markers(server, schema)] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("mode", ["ACCESS SHARE", "ROW EXCLUSIVE"])
+def test_a_steady_prepare_does_not_wait_for_readers_or_writers(
+        tmp_path: Path, server: PostgresServer, schema: str, mode: str) -> None:
+    """Before: every ``begin`` ran ALTER TABLE ... ADD COLUMN IF NOT EXISTS, which takes an
+    ACCESS EXCLUSIVE lock even when the column is there, and waited, without a lock timeout,
+    behind any open transaction that had read or written the table (and made every later
+    reader wait behind it). Now a table that has everything takes no such lock."""
+    from eos.core.outputs import output_schema
+
+    config = pipeline(tmp_path, schema)
+    sink, columns = sinks_for(config)[0], output_schema(config, "windows")
+    sink.prepare(columns)
+    other = holding(server, mode, f"{schema}.windows", f"{schema}.eos_markers")
+    try:
+        thread, done, raised = prepare_in_thread(sink, columns)
+        assert done.wait(20), f"prepare waited behind a {mode} lock"
+        assert raised == []
+    finally:
+        other.rollback()
+        other.close()
+    thread.join(30)
+
+
+def test_a_change_that_needs_a_lock_held_elsewhere_fails_transiently_in_the_lock_timeout(
+        tmp_path: Path, server: PostgresServer, schema: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A column to add while another session reads the table: the ALTER waits at most the
+    lock timeout, then ``begin`` fails with a transient error naming the lock, having changed
+    nothing; once the reader is gone the column is added."""
+    from eos.core.outputs import output_schema
+
+    monkeypatch.setattr(postgres_sql, "DDL_LOCK_TIMEOUT", "300ms", raising=False)
+    config = pipeline(tmp_path, schema)
+    sink, columns = sinks_for(config)[0], output_schema(config, "windows")
+    sink.prepare(columns)
+    wider = columns.append(pa.field("added", pa.float64()))
+    other = holding(server, "ACCESS SHARE", f"{schema}.windows")
+    try:
+        thread, done, raised = prepare_in_thread(sink, wider)
+        assert done.wait(20), "prepare waited without a lock timeout"
+    finally:
+        other.rollback()
+        other.close()
+    thread.join(30)
+    assert len(raised) == 1 and isinstance(raised[0], SinkUnavailable), raised
+    assert "lock" in str(raised[0]) and "300ms" in str(raised[0])
+    assert "added" not in dict(query(server, "SELECT column_name, 1 FROM information_schema."
+                                             f"columns WHERE table_schema = '{schema}'"))
+    sink.prepare(wider)
+    assert query(server, f"SELECT count(added) FROM {schema}.windows") == [(0,)]
+
+
+# -- rewind: the rows and markers of the later epochs deleted in one transaction -----------------
+
+def rewind_pipeline(tmp_path: Path, schema: str, **more: Any) -> PipelineConfig:
+    """The in-memory pipeline with its windows in PostgreSQL and in a memory sink that can be
+    rewound (the protocol's rewind needs every sink to)."""
+    sinks = {"windows": [{"postgres": options(schema, **more)}, {"memory_rewind": "a"}],
+             "late": [{"memory_rewind": "b"}], "quarantine": [{"memory_rewind": "c"}]}
+    return make_pipeline(tmp_path, base=IN_MEMORY, sinks=sinks)
+
+
+def rewound_windows(config: PipelineConfig) -> list[tuple[Any, ...]]:
+    held = store(config, "memory_rewind:a").rows
+    return sorted((r["key"], r["window_start"], r["n"], r["epoch"])
+                  for epoch in sorted(held) for r in held[epoch].to_pylist())
+
+
+def test_a_rewind_deletes_the_later_epochs_rows_and_markers_and_the_replay_commits_them(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    """Before: a pipeline with a postgres sink could not be rewound at all (the sink type did
+    not implement SupportsRewind). Now the protocol's rewind takes the appended table back to
+    epoch 0, the replay commits epochs 1 and 2 again, once each, as the memory sink has them."""
+    config = rewind_pipeline(tmp_path, schema)
+    for _ in range(3):
+        run_epoch(config, source)
+        source.produce(0, 10)
+    assert {e for *_, e in windows(server, schema)} == {0, 1, 2}
+    assert rewind(config, 0).outcome is Outcome.REWOUND
+    assert {e for *_, e in windows(server, schema)} == {0}
+    assert [epoch for epoch, _ in markers(server, schema)] == [0]
+    sink = sinks_for(config)[0]
+    assert sink.committed_epoch() == 0 and sink.commits() == [0]
+    run_epoch(config, source)
+    run_epoch(config, source)
+    assert checkpointed_epoch(config) == 2 and sink.commits() == [0, 1, 2]
+    assert windows(server, schema) == rewound_windows(config) and rewound_windows(config)
+    assert rewind(config, -1).outcome is Outcome.REWOUND
+    assert windows(server, schema) == [] and markers(server, schema) == []
+
+
+def test_a_sinks_rewind_is_one_transaction_rerun_safely_and_leaves_other_sinks_markers(
+        tmp_path: Path, server: PostgresServer, schema: str) -> None:
+    config = pipeline(tmp_path, schema)
+    sink = sinks_for(config)[0]
+    rows = [pa.table({"key": ["a", "b"], "n": [e, e], "epoch": [e, e]}) for e in range(3)]
+    sink.prepare(rows[0].schema)
+    for epoch, table in enumerate(rows):
+        sink.commit(epoch, table, f"h{epoch}")
+    query(server, f"INSERT INTO {schema}.eos_markers (pipeline, sink, epoch, plan_hash) "
+                  "VALUES ('another', 'postgres:x', 5, 'h')")
+    assert sink.rewind_target(1) is None and sink.rewind_target(-1) is None
+    with pytest.raises(RewindRefused, match="no marker of epoch 7"):
+        sink.rewind_target(7)
+    assert sink.rewind(1, None, "r1", rows[0].schema) is None
+    assert sink.rewind(1, None, "r1", rows[0].schema) is None  # a rerun finds it done
+    assert sorted(query(server, f"SELECT key, epoch FROM {schema}.windows")) == [
+        ("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert sink.commits() == [0, 1] and sink.committed_epoch() == 1
+    assert query(server, f"SELECT pipeline, epoch FROM {schema}.eos_markers WHERE "
+                         "pipeline = 'another'") == [("another", 5)]
+    assert sink.commit(2, rows[2], "again").outcome is Outcome.COMMITTED
+
+
+def test_an_upserted_table_is_rewound_only_where_nothing_after_the_epoch_replaced_a_row(
+        tmp_path: Path, server: PostgresServer, schema: str) -> None:
+    """An upsert keeps one row per key: a later epoch's row replaced the earlier value, which
+    the table no longer has. So a rewind to N is refused while a row of an epoch after N
+    remains (nothing written); to -1 (empty the table, a full replay) always works, and to N
+    when the epochs after it left no row (only their markers go)."""
+    config = pipeline(tmp_path, schema, upsert_keys=["key"])
+    sink = sinks_for(config)[0]
+    first = pa.table({"key": ["a", "b"], "n": [1, 2], "epoch": [0, 0]})
+    second = pa.table({"key": ["a"], "n": [5], "epoch": [1]})
+    sink.prepare(first.schema)
+    sink.commit(0, first, "h0")
+    sink.commit(1, second, "h1")
+    sink.commit(2, first.slice(0, 0), "h2")  # an epoch that wrote no row
+    assert sink.rewind_target(1) is None
+    sink.rewind(1, None, "r1", first.schema)
+    assert sink.commits() == [0, 1]
+    with pytest.raises(RewindRefused, match=r"upsert.*epoch 1 replaced.*rewind to -1") as why:
+        sink.rewind_target(0)
+    assert "1 row" in str(why.value)
+    with pytest.raises(RewindRefused, match="upsert"):
+        sink.rewind(0, None, "r2", first.schema)
+    assert sink.commits() == [0, 1]
+    assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == [("a", 5), ("b", 2)]
+    sink.rewind(-1, None, "r3", first.schema)
+    assert sink.commits() == [] and query(server, f"SELECT count(*) FROM {schema}.windows") \
+        == [(0,)]

@@ -200,24 +200,24 @@ def test_two_commits_at_once_create_one_manifest(tmp_path: Path,
 
 def test_out_of_order_epochs_and_what_cannot_be_written_are_refused(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    sink = sinks_for(pipeline(tmp_path, out, format="jsonl", partition_by=["p"]))[0]
+    sink = sinks_for(pipeline(tmp_path, out, format="jsonl", partition_by=["key"]))[0]
     sink.prepare(pa.schema([]))
     with pytest.raises(ProtocolViolation, match="holds epoch -1; it cannot receive epoch 1"):
-        sink.commit(1, pa.table({"p": ["x"]}), "h1")
+        sink.commit(1, pa.table({"key": ["x"]}), "h1")
     for value in ["a/b", "..", "", "a\x00b"]:
-        with pytest.raises(SinkCannotTake, match="partition column 'p'"):
-            sink.check(0, pa.table({"p": ["ok", value]}))
-    with pytest.raises(SinkCannotTake, match="partition column 'p' is not a column"):
+        with pytest.raises(SinkCannotTake, match="partition column 'key'"):
+            sink.check(0, pa.table({"key": ["ok", value]}))
+    with pytest.raises(SinkCannotTake, match="partition column 'key' is not a column"):
         sink.check(0, pa.table({"q": [1]}))
     with pytest.raises(SinkCannotTake, match="JSON cannot hold"):
-        sink.check(0, pa.table({"p": ["x"], "at": [time(1, 2)]}))  # a time of day
-    sink.check(0, pa.table({"p": ["x"], "day": [date(2026, 1, 1)]}))  # a date is ISO text
-    rows = pa.table({"p": ["x", None], "v": [float("inf"), float("nan")]})
+        sink.check(0, pa.table({"key": ["x"], "at": [time(1, 2)]}))  # a time of day
+    sink.check(0, pa.table({"key": ["x"], "day": [date(2026, 1, 1)]}))  # a date is ISO text
+    rows = pa.table({"key": ["x", None], "v": [float("inf"), float("nan")]})
     sink.check(0, rows)  # non-finite doubles are written as the Kafka JSON codec writes them
     sink.commit(0, rows, "h0")
-    text = (out / "p=x" / "epoch-000000000000-h0-part-00000.jsonl").read_text()
-    assert text == '{"p":"x","v":"Infinity"}\n'
-    assert (out / "p=__HIVE_DEFAULT_PARTITION__").is_dir()
+    text = (out / "key=x" / "epoch-000000000000-h0-part-00000.jsonl").read_text()
+    assert text == '{"key":"x","v":"Infinity"}\n'
+    assert (out / "key=__HIVE_DEFAULT_PARTITION__").is_dir()
     assert not list(out.rglob(".*.tmp"))
 
 

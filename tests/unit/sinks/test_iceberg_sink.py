@@ -7,6 +7,7 @@ pyiceberg reads, and no secret leaves the sink."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from eos.core.errors import (
     SinkUnavailable,
 )
 from eos.core.outcomes import Outcome
+from eos.core.outputs import output_schema
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
@@ -373,3 +375,58 @@ def test_a_secret_in_the_catalog_properties_appears_in_no_error_and_no_log(
     monkeypatch.delenv("EOS_TEST_TOKEN")
     with pytest.raises(ConfigError, match=r"'token' takes \$\{EOS_TEST_TOKEN\}, which is not set"):
         the_sink(config).committed_epoch()
+
+
+# -- partition transforms: applied by pyiceberg-core, refused before the seal without it --------
+
+def partitioned(tmp_path: Path, config: PipelineConfig) -> Any:
+    """The sink's table made beforehand (as a person would) from the windows' schema, partitioned
+    by day(window_start) and bucket(4, key): transforms pyiceberg applies through pyiceberg-core."""
+    from pyiceberg.transforms import BucketTransform, DayTransform
+
+    catalog = load_catalog("test", **properties(tmp_path))
+    catalog.create_namespace_if_not_exists("eos_test")
+    made = catalog.create_table(TABLE, schema=output_schema(config, "windows"))
+    with made.update_spec() as spec:
+        spec.add_field("window_start", DayTransform(), "day")
+        spec.add_field("key", BucketTransform(4), "bucket")
+    return made
+
+
+def test_a_table_partitioned_by_day_and_bucket_takes_its_epochs(tmp_path: Path) -> None:
+    """Before: pyiceberg-core was in neither the lock nor the extra, so a partitioned table's
+    commit failed after the seal (pyiceberg's NotInstalledError, retried as transient forever).
+    Now the transforms are applied and each epoch is one snapshot of partitioned files."""
+    config, source = pipeline(tmp_path), MemorySource()
+    partitioned(tmp_path, config)
+    for _ in range(2):
+        run_epoch(config, source)
+        source.produce(0, 10)
+    sink = the_sink(config)
+    assert checkpointed_epoch(config) == 1 and sink.commits() == [0, 1]
+    assert rows_of(sink) == memory_rows(config, WINDOW) and rows_of(sink)
+    files = table(tmp_path).inspect.files().to_pylist()
+    assert files and all(set(f["partition"]) == {"day", "bucket"} for f in files)
+    assert all(f["partition"]["day"] is not None for f in files)
+
+
+def test_a_transform_the_runtime_cannot_apply_is_refused_before_the_seal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pyiceberg-core (its import fails), the table's day and bucket transforms cannot be
+    applied: ``prepare`` (begin) and ``check`` (before the seal) refuse it, naming the
+    transforms and the package; nothing is sealed or written, and the commit is never tried."""
+    config, source = pipeline(tmp_path), MemorySource()
+    partitioned(tmp_path, config)
+    monkeypatch.setitem(sys.modules, "pyiceberg_core", None)  # import pyiceberg_core fails
+    sink = the_sink(config)
+    with pytest.raises(SinkCannotTake, match=r"day\(window_start\).*bucket\[4\]\(key\).*"
+                                             r"pyiceberg-core") as refused:
+        sink.prepare(output_schema(config, "windows"))
+    assert "Nothing was sealed or written" in refused.value.message
+    rows = output_schema(config, "windows").empty_table()
+    with pytest.raises(SinkCannotTake, match="pyiceberg-core"):
+        sink.check(0, rows)
+    with pytest.raises(SinkCannotTake, match="pyiceberg-core"):
+        run_epoch(config, source)
+    assert checkpointed_epoch(config) == -1 and the_sink(config).committed_epoch() == -1
+    assert table(tmp_path).snapshots() == []

@@ -29,7 +29,7 @@ committed epoch, the sinks', an unfinished rewind) and ``results`` what the step
 """
 
 from eos.core.protocol.aborting import abort
-from eos.core.protocol.authority import check_sinks, checkpointed_epoch
+from eos.core.protocol.authority import check_sinks, checkpointed_epoch, join_sinks
 from eos.core.protocol.beginning import Began, begin, begin_epoch
 from eos.core.protocol.committing import commit
 from eos.core.protocol.precommitting import precommit
@@ -46,6 +46,7 @@ __all__ = [
     "check_sinks",
     "checkpointed_epoch",
     "commit",
+    "join_sinks",
     "precommit",
     "recover",
 ]

@@ -16,6 +16,7 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs, sink_rows
 from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
 from eos.core.plan import Plan, plan_of
+from eos.core.protocol.authority import join_sinks, left_sinks
 from eos.core.protocol.results import CommitResult, sink_summary
 from eos.core.protocol.sealing import seal_epoch, sealed_already
 from eos.core.sink import sinks_for
@@ -83,7 +84,7 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     # Columns the select gained after N was precommitted: N commits as it was staged.
     unready = unstaged(config, tables, epoch, previous.config if previous else None)
     outputs = _without(epoch_outputs(config, staged, epoch, watermark, plan.topic), unready)
-    sinks = sinks_for(config)
+    sinks = join_sinks(sinks_for(config), previous)
     # Every deterministic failure is found here, before the seal, while N can be aborted:
     # once sealed, N's commit must eventually succeed (docs/guarantees.md). A retry of a sealed N
     # checks nothing: it can only go forward.
@@ -109,10 +110,12 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
     checkpoint = Checkpoint(
         epoch=epoch, plan_hash=plan.hash, until=plan.until,
         watermark_ms=_staged_watermark(staged), rows=result.rows,
-        sinks={s.sink: sink_summary(s) for s in result.sinks},
+        sinks={s.sink: sink_summary(s, since=sink.joined_at)
+               for s, sink in zip(result.sinks, sinks, strict=True)},
         config=without(config.schema_view(), unready),
         source=plan.source,
-        details=_committed_details(result, attempt, took, precommit_facts(staged)),
+        details=_committed_details(result, attempt, took, precommit_facts(staged),
+                                   left_sinks(sinks, previous)),
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)
     faults.hit("commit.after_checkpoint")
@@ -128,7 +131,8 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
 
 
 def _committed_details(result: CommitResult, attempt: epochlog.Attempt | None,
-                       took: dict[str, float], staged: dict[str, Any] | None) -> dict[str, Any]:
+                       took: dict[str, float], staged: dict[str, Any] | None,
+                       left: list[str]) -> dict[str, Any]:
     """What the epochs view shows of this commit, and of the precommit whose rows it promotes
     (``staged``: their precommit row's facts), carried by the checkpoint itself
     (``Checkpoint.log_rows``): no epoch-log appends of their own. The checkpoint's version is
@@ -136,7 +140,9 @@ def _committed_details(result: CommitResult, attempt: epochlog.Attempt | None,
     summary = {k: v for k, v in result.summary().items() if k != "checkpoint_version"}
     facts = epochlog.facts(summary, attempt, Outcome.COMMITTED, elapsed_ms(took))
     facts.pop("at")  # the checkpoint's own time (``committed_at``)
-    return {**facts, **({PRECOMMIT_FACTS: staged} if staged else {})}
+    # ``sinks_left``: sinks the previous checkpoint listed that this config no longer has.
+    return {**facts, **({PRECOMMIT_FACTS: staged} if staged else {}),
+            **({"sinks_left": left} if left else {})}
 
 
 def _without(outputs: dict[str, pa.Table], columns: list[str]) -> dict[str, pa.Table]:

@@ -64,7 +64,9 @@ class CommitResult:
                 "checkpoint_version": self.checkpoint_version}
 
 
-def sink_summary(done: SinkCommit) -> dict[str, Any]:
+def sink_summary(done: SinkCommit, since: int = 0) -> dict[str, Any]:
+    """One sink's part of an epoch's record; ``since``, the epoch it joined at, only when
+    it joined a running pipeline (a sink there from the start holds every epoch)."""
     return {"outcome": str(done.outcome), "version": done.version, "rows": done.rows,
-            "raced": done.raced}
+            "raced": done.raced, **({"since": since} if since else {})}
 
