@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,13 @@ class RowStager:
     """``eos.core.staging.Stager`` for a pipeline without windows, in pyarrow: the files
     ``eos.compute.precommit.write.write_epoch`` writes for one, from a trivial computation of
     the plan alone (no state): the record at an offset ending in 9 is quarantined, every other
-    one is a row (key ``p<partition>``, ``at`` its offset in seconds)."""
+    one is a row (key ``p<partition>``, ``at`` its offset in seconds), timestamped its offset
+    in seconds. ``key`` and ``timestamp`` (of partition and offset) give other keys and Kafka
+    timestamps."""
 
     staged: list[int] = field(default_factory=list)
+    key: Callable[[int, int], str] | None = None
+    timestamp: Callable[[int, int], int] | None = None
 
     def stage(self, config: PipelineConfig, tables: OpenTables, plan: Plan,
               previous: Checkpoint | None, timings: dict[str, float]) -> StagedFiles:
@@ -45,14 +50,16 @@ class RowStager:
         rows: list[dict[str, Any]] = []
         for r in plan.ranges:
             for offset in range(r.start, r.until):
+                at = self.timestamp(r.partition, offset) if self.timestamp else offset * 1000
                 where = {**common, "topic": r.topic, "partition": r.partition, "offset": offset,
-                         "kafka_timestamp_ms": offset * 1000}
+                         "kafka_timestamp_ms": at}
                 if offset % 10 == 9:
                     rows.append({**where, "kind": "quarantine", "reason": "offset ends in 9",
                                  "raw_value": b"x"})
                 else:
                     rows.append({**where, "kind": "output", ROW_TOPIC: plan.topic,
-                                 row_column("key"): f"P{r.partition}",
+                                 row_column("key"): (self.key(r.partition, offset) if self.key
+                                                     else f"P{r.partition}"),
                                  row_column("at"): offset * 1000})
         protocol = [{**common, "kind": "offsets", "topic": r.topic, "partition": r.partition,
                      "offset": r.start, "until": r.until} for r in plan.ranges]

@@ -27,6 +27,9 @@ from eos.core.topics import Offsets, offsets_from_json, offsets_to_json
 
 # The key of a checkpoint's details holding its epoch's precommit facts, copied from staging.
 PRECOMMIT_FACTS = "precommit"
+# The key of a precommit row's facts holding the schema view the epoch was computed with: the
+# commit records it as the checkpoint's ``config`` (``eos.core.evolution``).
+STAGED_VIEW = "view"
 
 # A checkpoint's watermark before any event, and always without windows: minus infinity.
 NO_WATERMARK = -(2**63)
@@ -175,11 +178,10 @@ def schema_changes(checkpoint: Checkpoint | None, config: PipelineConfig) -> lis
     """What changed in the config's schema view since ``checkpoint``'s epoch was computed."""
     if checkpoint is None or not checkpoint.config:
         return []
-    before, after = checkpoint.config, config.schema_view()
-    if config.stateless and "select" in before:  # it may gain columns (eos.core.evolution)
-        from eos.core.evolution import comparable
+    from eos.core.evolution import comparable
 
-        before, after = comparable(before, after, config)
+    # The filter and the select's expressions may change (``eos.core.evolution``).
+    before, after = comparable(checkpoint.config, config.schema_view(), config)
     return _changes(before, after)
 
 

@@ -1,5 +1,14 @@
-"""Additive schema evolution of a pipeline without windows: its ``select`` may gain columns
-between epochs, and nothing else may change.
+"""What may change in a running pipeline's config between epochs, and what each epoch was
+computed with.
+
+In every pipeline the ``event.filter`` may change between any two epochs: it keeps no state and
+types nothing. An aggregating pipeline's derived fields (its ``select``) may change their
+expressions while their types stay, and gain fields; its parsing, ``group_by``, ``window`` and
+``aggregations`` may not (its open windows were computed with them). Each epoch records the
+view its rows were staged with (the precommit's, carried into its checkpoint), and the audit
+recomputes each epoch with its own filter and select.
+
+A pipeline without windows has more room: its ``select`` may gain columns between epochs.
 
 A stateless pipeline keeps no state, so an epoch's rows mean what its own config said; the
 checkpoint records that config's schema view (``PipelineConfig.schema_view``) for each epoch,
@@ -50,16 +59,32 @@ def columns_of(view: dict[str, Any]) -> dict[str, str]:
 
 def comparable(before: dict[str, Any], after: dict[str, Any],
                config: PipelineConfig | None = None) -> tuple[dict, dict]:
-    """Two stateless schema views with ``after``'s added columns left out (and both selects
-    spelled out), so that what remains differs only where the change is not additive. With
-    ``config`` (``after``'s), a kept column whose expression changed but still gives the same
-    type counts as unchanged."""
-    old, new = columns_of(before), columns_of(after)
+    """Two schema views with what may change between epochs left out, so that what remains
+    differs only where a change is refused: the filter (each epoch records its own), the
+    select's added columns (a stateless pipeline's output columns, an aggregating one's derived
+    fields; both selects spelled out), and with ``config`` (``after``'s), a kept column whose
+    expression changed but still gives the same type."""
+    before, after = _without_filter(before), _without_filter(after)
+    stateless = "group_by" not in after
+    if not stateless and "select" not in before and "select" not in after:
+        return before, after
+    old = columns_of(before) if stateless else dict(before.get("select") or {})
+    new = columns_of(after) if stateless else dict(after.get("select") or {})
     kept = {name: text for name, text in new.items() if name in old}
     if config is not None:
         old = {name: kept[name] if name in kept and text != kept[name]
                and not retyped(config, name, text) else text for name, text in old.items()}
     return {**before, "select": old}, {**after, "select": kept}
+
+
+def _without_filter(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` without the event's filter: a filter decides, record by record, whether a
+    record counts; it keeps no state and types nothing, so it may change between any two
+    epochs (the audit applies each epoch's own)."""
+    event = view.get("event")
+    if not isinstance(event, dict) or "filter" not in event:
+        return view
+    return {**view, "event": {k: v for k, v in event.items() if k != "filter"}}
 
 
 def retyped(config: PipelineConfig, name: str, committed: str) -> bool:
@@ -76,7 +101,7 @@ def retyped(config: PipelineConfig, name: str, committed: str) -> bool:
                               output=True)
     except ValueError:
         return True
-    return old != config.row_columns.get(name)
+    return old != (config.row_columns if config.stateless else config.derived).get(name)
 
 
 def refusal(config: PipelineConfig, changes: list[str], committed: int) -> str:

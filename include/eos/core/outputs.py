@@ -2,7 +2,9 @@
 for a pipeline without windows, ``rows`` and ``quarantine``.
 
 Staging holds every row of an epoch in one wide schema; a sink receives, per output, a table in
-that output's schema. Every sink of an output receives the same rows (Delta and Kafka alike).
+that output's schema. Every sink of an output receives the same rows (Delta and Kafka alike),
+except that a sink keeping one row per key (``SupportsReadBack.kept_by``: an upsert) receives
+each key's last row (``eos.core.upserts``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from eos.core.limits import RAW_PREFIX_BYTES
 from eos.core.metadata import KAFKA_HEADERS, KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
 from eos.core.schema import arrow_type
 from eos.core.tables import ROW_HEADERS, ROW_TOPIC, TS, group_column, row_column
+from eos.core.upserts import RECORD_TIMESTAMP, last_per_key
 
 MS_TO_US = 1000
 QUARANTINE_SCHEMA = pa.schema(
@@ -120,7 +123,8 @@ def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
     """A stateless epoch's rows, in (topic, partition, offset) order: one per accepted record
     (a Kafka sink writes them in this order, so a key's records keep their source order);
     after ``rows_schema``'s columns, the sinks' record columns (``sink_rows`` hands each to
-    its sink alone)."""
+    its sink alone) and each record's Kafka timestamp (``RECORD_TIMESTAMP``, which orders an
+    upsert's rows across partitions; ``sink_rows`` hands it to no sink)."""
     rows = _kind(staged, "output").sort_by([(ROW_TOPIC, "ascending"), ("partition", "ascending"),
                                             ("offset", "ascending")])
     cols = {
@@ -139,15 +143,34 @@ def row_rows(config: PipelineConfig, staged: pa.Table, epoch: int) -> pa.Table:
         table = table.append_column(pa.field(name, kind), rows[staged]
                                     if staged in rows.column_names
                                     else pa.nulls(rows.num_rows, kind))
-    return table
+    return table.append_column(pa.field(RECORD_TIMESTAMP, TS), _ts(rows["kafka_timestamp_ms"]))
 
 
 def sink_rows(config: PipelineConfig, sink: str, rows: pa.Table) -> pa.Table:
     """What ``sink`` receives of an output's rows: every column, less the record columns of
-    other sinks (``PipelineConfig.record_columns``: a sink of rows gets its own, none else)."""
+    other sinks (``PipelineConfig.record_columns``: a sink of rows gets its own, none else)
+    and ``RECORD_TIMESTAMP``; of a sink keeping one row per key (``kept_by``), each key's last
+    row (``eos.core.upserts.last_per_key``), so its ``check`` sees what its commit writes."""
+    output, keys = _kept_by(config, sink)
+    if keys:
+        rows = last_per_key(rows, keys, output)
     others = [name for name, column in config.record_columns.items()
               if column.sink != sink and name in rows.column_names]
+    others += [RECORD_TIMESTAMP] if RECORD_TIMESTAMP in rows.column_names else []
     return rows.drop_columns(others) if others else rows
+
+
+def _kept_by(config: PipelineConfig, name: str) -> tuple[str, tuple[str, ...]]:
+    """The output of the sink named ``name`` and the columns it keeps one row of (none: it
+    keeps every row, or no sink has that name)."""
+    from eos.core.sink import SupportsReadBack, sink_class, sink_name
+
+    for output, spec in config.sinks.by_output():
+        if sink_name(spec) == name:
+            ((kind, options),) = spec.items()
+            sink = sink_class(kind)(config, output, options)
+            return output, sink.kept_by() if isinstance(sink, SupportsReadBack) else ()
+    return "", ()
 
 
 def late_rows(config: PipelineConfig, staged: pa.Table, epoch: int, watermark: int,

@@ -282,6 +282,8 @@ def check_same_source(config: PipelineConfig, committed: SourceIdentity | None,
             "hold committed offsets and are no longer on the broker; records after those "
             "offsets may never have been read, so no epoch is planned. Recreate the topic, or "
             f"move the pipeline (`eos move-source --pipeline {config.name} --from ...`)")
+    if topics_left(config, committed, configured):
+        return
     raise SourceChanged(
         f"pipeline '{config.name}': its committed offsets are of {committed.describe()}, and "
         f"its config now reads {configured.describe()}; offsets of one topic or cluster mean "
@@ -289,6 +291,37 @@ def check_same_source(config: PipelineConfig, committed: SourceIdentity | None,
         f"source, run `eos move-source --pipeline {config.name} --from earliest|latest|"
         "timestamp:<ms or ISO-8601>|offsets:<p>=<o>,...`; or restore the config's old kafka section"
     )
+
+
+def topics_left(config: PipelineConfig, committed: SourceIdentity,
+                configured: SourceIdentity) -> bool:
+    """Whether ``configured`` continues ``committed`` with topics taken out of the config on
+    purpose: the same cluster, at least one committed topic still read, and every topic no
+    longer read also no longer named (``kafka.topics``) nor matched (``kafka.pattern``). The
+    other topics go on from their committed offsets; the ones that left keep theirs in every
+    checkpoint after (``carried_offsets``), so a topic put back resumes where it stopped.
+    Replacing every topic is a move of the source (``eos move-source``), not a leave."""
+    if not committed.same_cluster(configured):
+        return False
+    kept = set(committed.topics) & set(configured.topics)
+    gone = set(committed.topics) - set(configured.topics)
+    named = set(config.kafka.named_topics or [])
+    pattern = topic_pattern(config.kafka.pattern) if config.kafka.pattern else None
+    still_read = {t for t in gone if t in named or (pattern is not None and pattern.match(t))}
+    return bool(kept) and bool(gone) and not still_read
+
+
+def carried_offsets(committed: Offsets, since: SourceIdentity | None, plan: Plan) -> Offsets:
+    """The committed offsets of topics ``plan`` does not read (they left the config,
+    ``topics_left``): carried into its checkpoint, so that a topic put back later resumes
+    where it stopped instead of at its log start (which would read its records twice). Only
+    while the plan goes on in the source they are of (``since``: the same cluster, a topic in
+    common): after a move to other topics or another cluster they mean nothing."""
+    if since is None or not since.same_cluster(plan.source) \
+            or not set(since.topics) & set(plan.topics):
+        return {}
+    read = set(plan.topics)
+    return {tp: offset for tp, offset in committed.items() if tp.topic not in read}
 
 
 def committed_source(tables: Tables, last: Checkpoint | None) -> SourceIdentity | None:
@@ -333,12 +366,16 @@ def plan_from(config: PipelineConfig, epoch: int, starts: Offsets, marks: Marks,
             raise DataLoss(
                 f"topic '{tp.topic}' partition {tp.partition}: epoch {epoch} must read from "
                 f"offset {start} but the log now starts at {low} (retention or truncation "
-                f"removed {low - start} records); refusing to skip them"
+                f"removed {low - start} records); refusing to skip them. If they are gone for "
+                f"good, acknowledge the loss: `eos acknowledge-loss --pipeline {config.name}` "
+                "(recorded, and reported by eos verify)"
             )
         if start > high:
             raise DataLoss(
                 f"topic '{tp.topic}' partition {tp.partition}: committed offset {start} is "
-                f"beyond the high watermark {high}; the partition was truncated or recreated"
+                f"beyond the high watermark {high}; the partition was truncated or recreated. "
+                f"To go on from its log start, acknowledge the loss: `eos acknowledge-loss "
+                f"--pipeline {config.name}`"
             )
     available = {tp: marks[tp][1] - starts[tp] for tp in marks}
     taken = cap_fairly(available, config.epoch.max_records)

@@ -240,7 +240,8 @@ class SupportsReadBack(Sink):
 
     def kept_by(self) -> tuple[str, ...]:
         """The columns of which the sink keeps one row, the latest epoch's (an upsert): the
-        audit then expects, per value of them, the row of the last epoch that wrote it. Empty:
+        protocol hands the sink each key's last row of an epoch (``eos.core.upserts``), and
+        the audit expects, per value of them, that row of the last epoch that wrote it. Empty:
         every committed row is kept. Default: empty."""
         return ()
 

@@ -54,7 +54,10 @@ class DeltaSinkOptions(BaseModel):
     ``partition_by``: the table is created partitioned by these output columns (checked at
     load: ``partition_problem``). Partitioning is fixed when a table is created, so a table
     partitioned otherwise is refused before the seal (``SinkCannotTake``), never at commit; a
-    rewind to -1 gives the emptied table the partitioning asked for."""
+    rewind to -1 gives the emptied table the partitioning asked for. A partition value
+    delta-rs could not write (a directory's name over 255 bytes, an object key over 1024) or
+    that readers would take for a null (an empty string) is refused before the seal
+    (``partition_value_problems``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: str = Field(
@@ -146,6 +149,66 @@ def _plain(dtype: pa.DataType) -> pa.DataType:
     if pa.types.is_large_binary(dtype) or pa.types.is_binary_view(dtype):
         return pa.binary()
     return dtype
+
+
+#: The characters delta-rs writes as they are in a partition directory's name (RFC 3986's
+#: unreserved ones); every other one as ``%XX`` per UTF-8 byte (measured on delta-rs 1.6.6).
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+#: The name delta-rs gives a data file (``part-<n>-<uuid>-c000.<codec>.parquet``).
+DATA_FILE_NAME = "part-00000-00000000-0000-0000-0000-000000000000-c000.snappy.parquet"
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _encoded(text: str) -> str:
+    return "".join(c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode())
+                   for c in text)
+
+
+def _partition_text(value: Any) -> str:
+    """A partition value as delta-rs serializes it into a path (before encoding)."""
+    from datetime import date, datetime
+
+    if value is None:
+        return NULL_PARTITION
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
+
+
+def partition_value_problems(location: str, columns: list[str], rows: pa.Table) -> list[str]:
+    """Why delta-rs could not write ``rows`` into the table at ``location`` partitioned by
+    ``columns`` (empty: it can): a partition whose directory's name or whole path (locally) or
+    object key (on a store) would outgrow its limit (``eos.core.layout.path_limits``), and an
+    empty string, which readers take for a null. One reason per column and kind, naming the
+    value's start."""
+    from eos.core.layout import path_limits, path_problem
+
+    present = [c for c in columns if c in rows.schema.names]
+    if not present or not rows.num_rows:
+        return []
+    limits = path_limits(location)
+    found: dict[tuple[str, str], str] = {}
+    for key in rows.select(present).group_by(present).aggregate([]).to_pylist():
+        for column in present:
+            if key[column] == "" and (column, "empty") not in found:
+                found[column, "empty"] = (
+                    f"partition column {column!r} holds an empty string, which readers of a "
+                    "Delta table take for a null (delta-rs logs it as \"\" and reads it back "
+                    "so, its dataset as a null)")
+        dirs = "/".join(f"{_encoded(c)}={_encoded(_partition_text(key[c]))}" for c in present)
+        problem = path_problem(join(location, dirs, DATA_FILE_NAME), limits)
+        if problem:
+            longest = max(present, key=lambda c: len(_encoded(_partition_text(key[c]))))
+            value = _partition_text(key[longest])
+            shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+            found.setdefault((longest, "long"), (
+                f"partition column {longest!r} holds {shown!r}, which delta-rs would write "
+                f"under a path it cannot create: {problem}"))
+    return list(found.values())
 
 
 # Types a partition column may have: a partition's value is its directory's name, exact for
@@ -257,7 +320,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
     def _writer(self) -> Writer:
-        return Writer(self.config.app_id, self.config.name, self.output)
+        return Writer(self.config.app_id, self.config.name, self.output, self.name)
 
     def prepare(self, schema: pa.Schema) -> None:
         """Create the table (recording this pipeline as its writer) unless it exists; then make
@@ -283,8 +346,9 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     def check(self, epoch: int, rows: pa.Table) -> None:
         """Before the seal: this pipeline may write the table (its recorded writers admit it:
-        ``TableOwned``) and the table's schema takes the rows: same types where both have a
-        column, no required column the rows lack (new columns are added by the commit)."""
+        ``TableOwned``), the table's schema takes the rows (same types where both have a
+        column, no required column the rows lack; new columns are added by the commit) and
+        every partition value can be written (``partition_value_problems``)."""
         from eos.core.ownership import check_writer
         from eos.core.pool import lent
 
@@ -292,6 +356,14 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             if table is not None:
                 check_writer(table, self.path, self._writer(), self.options.shared)
             self._refuse_conflicts(table, rows.schema, f"epoch {epoch}")
+        problems = partition_value_problems(self.path, list(self.options.partition_by), rows)
+        if problems:
+            raise SinkCannotTake(
+                f"Delta sink {self.name}: epoch {epoch} cannot be written to {self.path}: "
+                f"{'; '.join(problems)}. Nothing was sealed or written: partition the table by "
+                "another column (a rewind to -1 replays into it partitioned anew), keep such "
+                "values out of the output (a filter), or write it to a files sink, which names "
+                "any value; then run again")
 
     def _refuse_conflicts(self, table: Any, schema: pa.Schema, what: str) -> None:
         if table is None:  # the commit creates it with the rows' schema

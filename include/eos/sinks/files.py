@@ -22,6 +22,19 @@ prefix may also see the files of an attempt that crashed before its manifest: th
 by ``abort`` and by the epoch's next commit, which writes the same names anyway. Locally a
 crashed attempt may also leave hidden temporary files (``.epoch-*.tmp``), removed the same way.
 
+**Partition values.** Any value of a nameable type (text, integers, booleans, dates,
+timestamps, decimals) gets a directory whose name the file system or store can hold, escaped
+and, when still too long, shortened (``eos.sinks.files_layout``); every file holds its
+partition columns too, which the read-back reads. A type no name can hold (a double, bytes) is
+refused when the pipeline loads, where the config says the column's type.
+
+**One writer.** The directory belongs to the first pipeline that begins on it: ``prepare``
+creates ``_eos/writers.json`` (``eos.core.ownership``'s record: that pipeline and sink) if it
+is absent, with the manifest's create-if-absent, and ``prepare`` and ``check`` refuse any other
+pipeline with ``TableOwned`` naming the owner, before anything of its is sealed or written. A
+directory cannot be shared: its manifests number one pipeline's epochs. A directory written
+before writers were recorded is adopted when its manifests name no other pipeline.
+
 **Guarantee on a store without conditional writes.** Should a store accept the conditional
 PUT without enforcing it, two racing attempts would both report COMMITTED, but what they make
 visible is the same: the same names and rows, one manifest. Stores known to enforce it:
@@ -36,9 +49,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from eos.core.errors import ConfigError, ProtocolViolation, RewindRefused, SinkUnavailable
-from eos.core.layout import PROTOCOL_TABLES, table_resource
+from eos.core.errors import (
+    ConfigError,
+    ProtocolViolation,
+    RewindRefused,
+    SinkUnavailable,
+    TableOwned,
+)
+from eos.core.layout import KEY_MAX, NAME_MAX, PATH_MAX, PROTOCOL_TABLES, PathLimits, table_resource
 from eos.core.outcomes import NO_EPOCH, Outcome
+from eos.core.ownership import Place as Owned
+from eos.core.ownership import Record, Writer, admit
 from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
@@ -47,16 +68,20 @@ from eos.core.sink import (
     SupportsRewind,
     validated_options,
 )
-from eos.core.storage import resolve
+from eos.core.storage import is_remote, resolve
 from eos.sinks.files_layout import (
     COMMITTED,
     MANIFEST,
     MANIFESTS,
+    UNNAMEABLE_TYPES,
+    WRITERS,
     Manifest,
+    cap_problem,
     encode,
     epoch_of,
     file_names,
     manifest_name,
+    name_cap,
     partitions,
     refuse_partitions,
     schema_text,
@@ -89,6 +114,24 @@ class FilesOptions(BaseModel):
         if len(set(columns)) != len(columns):
             raise ValueError("a column is named twice")
         return columns
+
+
+def _column_types(config: Any, output: str) -> dict[str, str]:
+    """The types (the config's names) of the output's columns the config tells, for the
+    load-time check of ``partition_by``: a rows output's selected columns and coordinates, a
+    windows output's group fields and bounds, a quarantine row's raw bytes."""
+    from eos.sinks.delta import partition_types
+
+    if output == "quarantine":
+        return {"raw_key": "binary", "raw_value": "binary"}
+    types = partition_types(config, output)
+    if output == "rows":
+        from eos.core.config.rows import carries_headers
+        from eos.core.metadata import KAFKA_HEADERS
+
+        if carries_headers(config):
+            types[KAFKA_HEADERS] = "headers"
+    return types
 
 
 def _relative(path: str) -> bool:
@@ -149,18 +192,36 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     @classmethod
     def check_pipeline(cls, options: FilesOptions, config: Any, output: str) -> None:
-        """``partition_by`` names columns of the output (else every epoch would be refused
+        """``partition_by`` names columns of the output of a type a directory's name can hold,
+        and the path leaves room for their directories (else every epoch would be refused
         before its seal); a relative path is on the root's store, which must be one the sink
         can write."""
-        from eos.sinks.columns import refuse_unknown_columns
+        from eos.sinks.columns import refuse_unknown_columns, sink_path
 
         refuse_unknown_columns(config, output, cls.kind, options, "partition_by",
                                options.partition_by)
+        types = _column_types(config, output)
+        for column in options.partition_by:
+            if types.get(column) in UNNAMEABLE_TYPES:
+                raise ValueError(f"{sink_path(config, output, cls.kind, options)}.partition_by: "
+                                 f"column {column!r} is a {types[column]}, whose values no "
+                                 "directory's name holds exactly; partition by a string, long, "
+                                 "boolean, date, timestamp or decimal column")
+        root = resolve(options.path, config.root if _relative(options.path) else "/")
         if _relative(options.path):
-            problem = supported(resolve(options.path, config.root))
+            problem = supported(root)
             if problem:
                 raise ValueError(f"a files sink: path {options.path!r} under the tables root "
                                  f"{config.root}: {problem}")
+        if options.partition_by:
+            limits = (PathLimits(None, KEY_MAX, True) if is_remote(root)
+                      else PathLimits(NAME_MAX, PATH_MAX, False))
+            problem = cap_problem(list(options.partition_by),
+                                  name_cap(limits, root, len(options.partition_by),
+                                           options.format))
+            if problem:
+                raise ValueError(f"{sink_path(config, output, cls.kind, options)}"
+                                 f".partition_by: {problem}")
 
     @property
     def place(self) -> Place:
@@ -169,11 +230,89 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     # -- the two-phase commit -------------------------------------------------------------------
 
+    def _cap(self) -> int:
+        """Bytes each partition directory's name may take here (``name_cap``)."""
+        from eos.core.layout import path_limits
+
+        place = self.place
+        return name_cap(path_limits(place.root), place.root,
+                        len(self.options.partition_by), self.options.format)
+
     def prepare(self, schema: pa.Schema) -> None:
+        """Create the directory and claim it for this pipeline (``TableOwned`` when another
+        pipeline owns it)."""
         if not self.place.remote:
             import os
 
             os.makedirs(self.place.location(MANIFESTS), exist_ok=True)
+        self._claim()
+
+    # -- who writes the directory ---------------------------------------------------------------
+
+    def _writer(self) -> Writer:
+        return Writer(self.config.app_id, self.config.name, self.output, self.name)
+
+    def _owned(self) -> Owned:
+        return Owned("files", "files sink directory", self.place.root,
+                     "Its manifests number the epochs of one pipeline: each would read the "
+                     "other's as its own, and a rewind of one would remove the other's files.",
+                     None, "empty the directory (its files and its _eos directory), then "
+                     "begin again")
+
+    def _record(self) -> Record | None:
+        """The directory's writers, None when it records none (new, or from before)."""
+        try:
+            data = self.place.read(WRITERS)
+        except OSError as error:
+            raise SinkUnavailable(f"sink {self.name}: cannot read {WRITERS}: {error}") from None
+        if data is None:
+            return None
+        try:
+            found = json.loads(data)
+        except ValueError:
+            found = None
+        if not isinstance(found, dict):
+            raise TableOwned(f"sink {self.name}: {self.place.location(WRITERS)} is not a JSON "
+                             "object of eos.writers and eos.shared; remove it to let the next "
+                             "pipeline that begins on the directory claim it")
+        return Record.of({k: v if isinstance(v, str) else json.dumps(v)
+                          for k, v in found.items()})
+
+    def _pipelines_of_manifests(self) -> set[str]:
+        """The app ids the oldest and newest manifests name (a directory from before writers
+        were recorded: one pipeline's, unless two wrote it)."""
+        epochs = self._epochs()
+        found = set()
+        for epoch in dict.fromkeys([*epochs[:1], *epochs[-1:]]):
+            data = self.place.read(manifest_name(epoch))
+            if data is not None:
+                pipeline = json.loads(data).get("pipeline")
+                if pipeline:
+                    found.add(f"eos:{pipeline}")
+        return found
+
+    def _admitted(self) -> tuple[Record | None, Record]:
+        """The record now and once this pipeline writes (``TableOwned`` when it may not)."""
+        before = self._record()
+        return before, admit(before, self._writer(), False, self._owned(),
+                             self._pipelines_of_manifests)
+
+    def _claim(self) -> None:
+        """Record this pipeline as the directory's writer unless it is: created if absent, so
+        that of two pipelines beginning at once exactly one owns it (the other reads the
+        winner's record and is refused)."""
+        before, after = self._admitted()
+        if after == before:
+            return
+        text = json.dumps(after.properties(), indent=1).encode()
+        try:
+            if before is not None:  # an emptied record: the directory was handed over
+                self.place.write(WRITERS, text)
+            elif not self.place.create(WRITERS, text):
+                self._admitted()  # another pipeline created it first: refused, or it is ours
+        except OSError as error:
+            raise SinkUnavailable(f"sink {self.name}: cannot record its writer: {error}") \
+                from None
 
     def _epochs(self) -> list[int]:
         try:
@@ -188,7 +327,12 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         return max(self._epochs(), default=NO_EPOCH)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
-        refuse_partitions(rows, list(self.options.partition_by), self.name)
+        """Before the seal: this pipeline owns the directory (``TableOwned``), every partition
+        value has a directory (``refuse_partitions``: only a type no name holds, or a path too
+        long for any name, is refused) and the rows encode."""
+        self._admitted()
+        if self.options.partition_by:
+            refuse_partitions(rows, list(self.options.partition_by), self.name, self._cap())
         encode(rows.slice(0, 0) if self.options.format == "parquet" else rows,
                self.options.format)
 
@@ -210,8 +354,9 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def _publish(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         """Data files first, each whole; then the manifest, created only if absent."""
         form = self.options.format
+        columns = list(self.options.partition_by)
         files = file_names(epoch, plan_hash, form,
-                           partitions(rows, list(self.options.partition_by)))
+                           partitions(rows, columns, self._cap() if columns else NAME_MAX))
         for relative, part in files.items():
             self.place.write(relative, encode(part, form))
         manifest = Manifest(epoch, plan_hash, {p: t.num_rows for p, t in files.items()},

@@ -6,11 +6,18 @@ iceberg_history``). ``committed_epoch`` is the newest such epoch on the table's 
 (the current snapshot and its ancestors), read from the catalog's current metadata. The rows
 and the marker are one commit, so an epoch's rows are visible exactly when its marker is.
 
+The same commit sets the table property ``eos.epoch.<app id>.<sink>`` (the epoch, its
+snapshot's id and sequence number): snapshot expiry can remove every snapshot of ours from the
+line (another writer appended after our last epoch, then everything older expired), never a
+property. With no marker of ours left on the line, the property says the epoch held, provided
+its snapshot is gone from the line's past (``Mark.held``); ``commits`` then lists that epoch
+alone. A table written before the property is read from its summaries alone.
+
 Two attempts at once are separated by Iceberg's optimistic commit: each plans its snapshot on
 the metadata it loaded and asks the catalog to swap the table's metadata only if the branch
 still points where it did (pyiceberg's ``AssertRefSnapshotId``; a SQL catalog's conditional
 ``UPDATE``, a REST catalog's requirement). One swap wins; the other gets
-``CommitFailedException``, loads the table again and reads the summary: the epoch is there
+``CommitFailedException``, loads the table again and reads the epoch held: it is there
 (``ALREADY_COMMITTED``, raced) or, when the conflict came from another writer, it tries again.
 A failure before the swap leaves data files no metadata names (nothing visible: ``abort`` has
 nothing to do); after it, the retry finds the marker.
@@ -23,7 +30,20 @@ A rewind to epoch K rolls the table back to the snapshot that committed K, only 
 snapshot after it is this sink's (another writer's rows would go too): otherwise
 ``RewindRefused`` names the other writer's snapshot. The check is made on the metadata the
 rollback commits on, so a commit landing in between makes the rollback conflict and be checked
-again. A rewind to -1 empties the table in one snapshot of ours.
+again. A rewind to -1 empties the table in one snapshot of ours. Either sets the property to
+the epoch it goes back to, in the same catalog commit.
+
+**One writer.** The table records who writes it in its properties ``eos.writers`` and
+``eos.shared`` (``eos.core.ownership``): set when the sink creates the table, added by
+``prepare`` to a table that has none (adopted when no other pipeline's snapshot is on it).
+``prepare``, ``check`` (before the seal) and the commit (through the metadata it appends on)
+refuse another pipeline with ``TableOwned`` naming the owner, unless every writer declares
+the table ``shared: true``. Another pipeline's snapshots would otherwise sit on the line:
+a rewind of either would be refused, and the audit cannot tell their rows apart.
+
+A partitioned table's partition values must fit a path: ``check`` refuses, before the seal, a
+value whose data file's path or key would be too long, and a partition column the output
+lacks (``eos.sinks.iceberg_schema.refuse_partition_values``).
 
 ``eos verify`` reads the table through pyiceberg (``read_back``) and a second time through
 DuckDB's iceberg extension (``eos.tools.independent_iceberg``), both at one metadata file.
@@ -40,10 +60,11 @@ from typing import TYPE_CHECKING, Any
 from eos.core import faults
 from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused
 from eos.core.outcomes import NO_EPOCH, Outcome
+from eos.core.ownership import Place, Record, Writer, admit
 from eos.core.sink import SinkCommit, SupportsReadBack, SupportsRewind, validated_options
 from eos.core.storage import is_remote
 from eos.sinks.iceberg_catalog import CatalogSettings, guarded, open_catalog, settings_for
-from eos.sinks.iceberg_history import Mark, described
+from eos.sinks.iceberg_history import PIPELINE, Mark, described
 from eos.sinks.iceberg_options import SQLITE_RELATIVE, IcebergOptions
 
 if TYPE_CHECKING:
@@ -53,6 +74,13 @@ __all__ = ["NO_SNAPSHOT", "IcebergOptions", "IcebergSink"]
 
 NO_SNAPSHOT = -1  # snapshot ids are never negative (pyiceberg draws them from a UUID)
 WRITE_ATTEMPTS = 5  # conflicts with other writers absorbed here before the task retries
+
+
+def _pipelines(metadata: Any) -> set[str]:
+    """The app ids of the pipelines whose snapshots ``metadata`` keeps (a table from before
+    writers were recorded)."""
+    return {str(s.summary[PIPELINE]) for s in metadata.snapshots
+            if s.summary is not None and s.summary[PIPELINE]}
 
 
 def _without_retries(table: Any) -> Any:
@@ -128,29 +156,75 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             return None
 
     def _create(self, schema: pa.Schema) -> Any:
-        """The table, created from the output's schema unless it exists (two creators at once:
-        the loser loads the winner's)."""
+        """The table, created from the output's schema and recording this pipeline as its
+        writer, unless it exists (two creators at once: the loser loads the winner's)."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         from eos.sinks.iceberg_schema import iceberg_schema
 
         converted = iceberg_schema(schema, f"sink {self.name}")
         self.catalog.create_namespace_if_not_exists(self.options.identifier[:-1])
+        owner = Record((self._writer(),), self.options.shared).properties()
         try:
-            return self.catalog.create_table(self.options.identifier, schema=converted)
+            return self.catalog.create_table(self.options.identifier, schema=converted,
+                                             properties=owner)
         except TableAlreadyExistsError:
             return self.catalog.load_table(self.options.identifier)
+
+    # -- who writes the table -------------------------------------------------------------------
+
+    def _writer(self) -> Writer:
+        return Writer(self.config.app_id, self.config.name, self.output, self.name)
+
+    def _owned(self) -> Place:
+        return Place("iceberg", "Iceberg table", f"{self.options.catalog}.{self.options.table}",
+                     "Each would find the other's snapshots on the table's line: a rewind of "
+                     "either would be refused, and the audit cannot tell their rows apart.",
+                     "{iceberg: {catalog: ..., table: ..., shared: true}}",
+                     "hand the table over: set its property eos.writers to '[]' (ALTER TABLE "
+                     "... SET TBLPROPERTIES ('eos.writers' = '[]'))")
+
+    def _admitted(self, table: Any) -> tuple[Record | None, Record]:
+        """The table's record and the one once this pipeline writes it (``TableOwned`` when
+        it may not). A table without a record is judged by the pipelines whose snapshots it
+        keeps."""
+        before = Record.of(table.metadata.properties)
+        return before, admit(before, self._writer(), self.options.shared, self._owned(),
+                             lambda: _pipelines(table.metadata))
+
+    def _claim(self, table: Any) -> None:
+        """Record this pipeline as a writer of ``table`` unless it is: one catalog commit of
+        the two properties. Two pipelines claiming a table without a record at once: the
+        catalog takes both commits, the later one's record stands, and the other pipeline is
+        refused by its next ``check``."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(WRITE_ATTEMPTS):
+            before, after = self._admitted(table)
+            if after == before:
+                return
+            try:
+                transaction = _without_retries(table).transaction()
+                transaction.set_properties(after.properties())
+                transaction.commit_transaction()
+                return
+            except CommitFailedException:
+                table = self.catalog.load_table(self.options.identifier)
+        raise CommitConflict(f"sink {self.name}: recording its writer conflicted with other "
+                             f"writers {WRITE_ATTEMPTS} times; retrying is safe")
 
     # -- the two-phase commit -------------------------------------------------------------------
 
     def prepare(self, schema: pa.Schema) -> None:
-        """Create the table (and its namespace) unless it exists; refuse an existing table
+        """Create the table (and its namespace) unless it exists, and record this pipeline as
+        its writer (``TableOwned`` when another pipeline owns it); refuse an existing table
         that cannot take the output, or is partitioned by a transform this runtime cannot
         apply (``SinkCannotTake``), before any epoch."""
         from eos.sinks.iceberg_schema import refuse_conflicts, refuse_partitioning
 
         with self._guarded("creating its table"):
             table = self._load() or self._create(schema)
+            self._claim(table)
             refuse_conflicts(table.schema(), schema, f"sink {self.name}")
             refuse_partitioning(table, f"sink {self.name}")
 
@@ -162,15 +236,23 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             return NO_EPOCH if table is None else self.mark.held(table.metadata)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
-        """The table can take the rows' columns, and its partition transforms can be applied
-        here (``eos.sinks.iceberg_schema``): what would otherwise fail every commit."""
-        from eos.sinks.iceberg_schema import refuse_conflicts, refuse_partitioning
+        """This pipeline may write the table (``TableOwned``), the table can take the rows'
+        columns, its partition transforms can be applied here and every partition value can
+        be written (``eos.sinks.iceberg_schema``): what would otherwise fail every commit."""
+        from eos.sinks.iceberg_schema import (
+            refuse_conflicts,
+            refuse_partition_values,
+            refuse_partitioning,
+        )
 
         with self._guarded("checking its schema"):
             table = self._load()
+            if table is not None:
+                self._admitted(table)
             refuse_conflicts(None if table is None else table.schema(), rows.schema,
                              f"sink {self.name}")
             refuse_partitioning(table, f"sink {self.name}")
+            refuse_partition_values(table, rows, f"sink {self.name}")
 
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         with self._guarded(f"committing epoch {epoch}"):
@@ -190,6 +272,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             if not self.follows(held, epoch):
                 raise ProtocolViolation(f"sink {self.name} holds epoch {held}; it cannot "
                                         f"receive epoch {epoch}")
+            self._admitted(table)  # through the metadata the append is planned on
             if attempt == 0:
                 faults.hit("sink.before_write")
             try:
@@ -205,7 +288,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
 
     def _write(self, table: Any, epoch: int, rows: pa.Table, plan_hash: str) -> None:
         """One catalog commit: the columns the rows add, then the rows in one snapshot whose
-        summary is the epoch's marker."""
+        summary is the epoch's marker, and the table property that keeps the epoch."""
         from eos.sinks.iceberg_schema import added_columns
 
         transaction = _without_retries(table).transaction()
@@ -213,7 +296,15 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             with transaction.update_schema() as update:
                 update.union_by_name(rows.schema)
         transaction.append(rows, snapshot_properties=self.mark.summary(epoch, plan_hash))
+        self._keep(transaction, epoch)
         transaction.commit_transaction()
+
+    def _keep(self, transaction: Any, epoch: int) -> None:
+        """Stage, in ``transaction``, the table property saying its current snapshot (as
+        staged: the commit's own, or the rollback's target) holds ``epoch``: it lands in the
+        same catalog commit, or not at all (``eos.sinks.iceberg_history``)."""
+        staged = transaction.table_metadata.current_snapshot()
+        transaction.set_properties(self.mark.kept_property(staged, epoch))
 
     def abort(self, epoch: int) -> None:
         """Nothing to do: before the catalog's swap nothing of the epoch is visible; its data
@@ -256,15 +347,24 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
         point = self.mark.rewind_point(table.metadata, epoch, f"sink {self.name}")
         current = table.metadata.current_snapshot()
         if epoch != NO_EPOCH:
-            if current is None or current.snapshot_id == point:
+            if current is None or point is None or current.snapshot_id == point:
                 return None
-            with table.manage_snapshots() as manage:
-                manage.set_current_snapshot(snapshot_id=point)
+            self._roll_back(table, point, epoch)
             return point
         if current is None or self.mark.held(table.metadata) == NO_EPOCH:
             return None
         self._empty(table, rewind_id)
         return table.metadata.current_snapshot().snapshot_id
+
+    def _roll_back(self, table: Any, point: int, epoch: int) -> None:
+        """One catalog commit: the branch set back to ``point`` (only if it still points where
+        it did when checked) and the property to ``epoch``, which ``point`` committed."""
+        from pyiceberg.table.update.snapshot import ManageSnapshots
+
+        transaction = _without_retries(table).transaction()
+        ManageSnapshots(transaction).set_current_snapshot(snapshot_id=point)
+        self._keep(transaction, epoch)
+        transaction.commit_transaction()
 
     def _empty(self, table: Any, rewind_id: str) -> None:
         """One snapshot of ours with epoch -1 and no rows: a delete of every row, or (when the
@@ -279,6 +379,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
         else:
             transaction.append(table.schema().as_arrow().empty_table(),
                                snapshot_properties=summary)
+        self._keep(transaction, NO_EPOCH)
         transaction.commit_transaction()
 
     # -- the audit ------------------------------------------------------------------------------

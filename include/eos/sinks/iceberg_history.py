@@ -11,11 +11,25 @@ summary of ours and is stepped over.
 A rewind to before the first epoch empties the table in a snapshot of ours whose epoch is
 ``-1`` (``eos.rewind`` names the rewind): the line's epochs start after the newest such one.
 
+**Expiry.** Expiring snapshots (pyiceberg's ``expire_snapshots``, Spark's) can remove every
+snapshot of ours from the line: another writer appends after our last epoch, then everything
+older than its snapshot expires. So each commit of ours (an epoch, a rewind) also sets the
+table property ``eos.epoch.<app id>.<sink>`` in the same catalog commit: a JSON object of the
+epoch, the id of the snapshot that committed it and that snapshot's sequence number. Table
+properties outlive every snapshot. The property is read only when the line holds no marker of
+ours (a marker on the line is what the table holds: a later commit, or a rollback someone
+made without eos), and believed only when its snapshot is gone *from the line's past*: the
+snapshot is not in the metadata at all (expired) and no snapshot on the line is older than it
+(by sequence number; a format-1 table has none to compare). A snapshot still kept but off the
+line, or a line reaching back before it, is a rollback someone made: the line says -1, as
+before. A table written before the property has none: its summaries alone, as before.
+
 Pure functions over pyiceberg's ``TableMetadata``: no I/O.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +38,7 @@ from typing import Any
 from eos.core.errors import RewindRefused
 from eos.core.outcomes import NO_EPOCH
 
-__all__ = ["EPOCH", "PIPELINE", "REWIND", "SINK", "Mark"]
+__all__ = ["EPOCH", "PIPELINE", "REWIND", "SINK", "Kept", "Mark"]
 
 PIPELINE, SINK, EPOCH, PLAN, REWIND = ("eos.pipeline", "eos.sink", "eos.epoch",
                                        "eos.plan-hash", "eos.rewind")
@@ -46,6 +60,36 @@ def described(snapshot: Any) -> str:
               if summary is not None and summary[PIPELINE] else "no eos summary")
     operation = summary.operation.value if summary is not None else "unknown"
     return f"snapshot {snapshot.snapshot_id} ({operation} at {at}, {writer})"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the table property says the sink holds: ``epoch``, committed by snapshot
+    ``snapshot`` of sequence number ``sequence`` (0 on a format-1 table)."""
+
+    epoch: int
+    snapshot: int
+    sequence: int
+
+    @classmethod
+    def of(cls, snapshot: Any, epoch: int) -> Kept:
+        return cls(epoch, int(snapshot.snapshot_id), int(snapshot.sequence_number or 0))
+
+    @classmethod
+    def parse(cls, text: str | None) -> Kept | None:
+        """The property's value read back; None for none, or for a value not of ours (edited
+        by hand): the line's markers alone then, as for a table written before the property."""
+        if text is None:
+            return None
+        try:
+            found = json.loads(text)
+            return cls(int(found["epoch"]), int(found["snapshot"]), int(found["sequence"]))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def text(self) -> str:
+        return json.dumps({"epoch": self.epoch, "snapshot": self.snapshot,
+                           "sequence": self.sequence})
 
 
 @dataclass(frozen=True)
@@ -73,20 +117,42 @@ class Mark:
         text = summary[EPOCH]
         return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
+    @property
+    def property_name(self) -> str:
+        """The table property that keeps the epoch this sink holds."""
+        return f"{EPOCH}.{self.pipeline}.{self.sink}"
+
+    def kept_property(self, snapshot: Any, epoch: int) -> dict[str, str]:
+        """The property once ``snapshot`` (the commit's own, as staged) holds ``epoch``."""
+        return {self.property_name: Kept.of(snapshot, epoch).text()}
+
+    def kept(self, metadata: Any) -> Kept | None:
+        return Kept.parse(metadata.properties.get(self.property_name))
+
     def held(self, metadata: Any) -> int:
-        """The newest epoch of ours on the current line, ``-1`` if none."""
+        """The newest epoch of ours on the current line; with no marker of ours there, the
+        property's epoch when its snapshot expired from the line's past; ``-1`` otherwise."""
+        if metadata.current_snapshot() is None:
+            return NO_EPOCH  # never written, or its branch removed (expiry keeps the current)
         for snapshot in line(metadata):
             epoch = self.epoch_of(snapshot)
             if epoch is not None:
                 return epoch
-        return NO_EPOCH
+        kept = self.kept(metadata)
+        if kept is None or metadata.snapshot_by_id(kept.snapshot) is not None:
+            return NO_EPOCH  # none, or its snapshot is kept off the line: rolled back
+        if any((s.sequence_number or 0) < kept.sequence for s in line(metadata)):
+            return NO_EPOCH  # the line goes back before it without passing it: rolled back
+        return kept.epoch
 
     def snapshot_of(self, metadata: Any, epoch: int) -> Any | None:
         """The snapshot on the current line that committed ``epoch``, if any."""
         return next((s for s in line(metadata) if self.epoch_of(s) == epoch), None)
 
     def epochs(self, metadata: Any) -> list[int]:
-        """The epochs of ours on the current line, oldest first, after the newest emptying."""
+        """The epochs of ours on the current line, oldest first, after the newest emptying;
+        with no marker left there (expired), the epoch held, when it is one. Expiry shortens
+        the run from its start, never from its end."""
         found = []
         for snapshot in line(metadata):
             epoch = self.epoch_of(snapshot)
@@ -94,6 +160,8 @@ class Mark:
                 break
             if epoch is not None:
                 found.append(epoch)
+        if not found and (held := self.held(metadata)) != NO_EPOCH:
+            return [held]
         return found[::-1]
 
     def foreign(self, metadata: Any) -> list[Any]:

@@ -1,8 +1,8 @@
 """The ``iceberg`` sink's options, and how its catalog properties take secrets from the
 environment.
 
-``{iceberg: {catalog: NAME, table: NAMESPACE.NAME, catalog_properties: {...}}}``. The catalog is
-looked up by ``NAME`` in pyiceberg's own configuration (``~/.pyiceberg.yaml``, or
+``{iceberg: {catalog: NAME, table: NAMESPACE.NAME, catalog_properties: {...}, shared: false}}``.
+The catalog is looked up by ``NAME`` in pyiceberg's own configuration (``~/.pyiceberg.yaml``, or
 ``PYICEBERG_CATALOG__<NAME>__<PROPERTY>`` variables: REST, Glue, Hive, SQL, ...);
 ``catalog_properties`` adds to it or overrides it from the pipeline file. A property value may
 name environment variables as ``${VAR}``: they are read when the sink connects, never when the
@@ -43,7 +43,7 @@ def is_secret_property(name: str) -> bool:
 
 
 class IcebergOptions(BaseModel):
-    """``{iceberg: {catalog, table, catalog_properties}}``."""
+    """``{iceberg: {catalog, table, catalog_properties, shared}}``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     catalog: str = Field(description=(
@@ -55,6 +55,10 @@ class IcebergOptions(BaseModel):
         "Catalog properties added to pyiceberg's configuration; ${VAR} takes a value from the "
         "environment (required for secrets). A relative SQLite uri (sqlite:///NAME) or "
         "warehouse is under the pipeline's tables root."))
+    shared: bool = Field(default=False, description=(
+        "Other pipelines may write this table too, if each declares it shared; unset, the "
+        "first pipeline to begin on it owns it (its table properties eos.writers and "
+        "eos.shared record who writes it) and any other is refused before its first commit."))
 
     @field_validator("catalog")
     @classmethod

@@ -16,6 +16,14 @@ itself, ``bucket``, ``truncate``, ``year``, ``month``, ``day`` and ``hour`` thro
 apply (the package missing, a transform pyiceberg does not know) would fail every commit after
 the seal, so it is refused with ``SinkCannotTake`` in ``prepare`` and in ``check``
 (``refuse_partitioning``).
+
+pyiceberg names a partition's directory itself (``<field>=<value>``, the value's text
+``quote_plus``-encoded: any character is safe) and the manifests keep the exact value, but a
+value whose directory's name would be too long for the file system (255 bytes a name) or whose
+file's key too long for the store (1024 bytes), or a partition column the output lacks, would
+fail every commit: ``check`` refuses them before the seal (``refuse_partition_values``),
+having computed the paths the append would write with pyiceberg's own partition keys and the
+table's location provider.
 """
 
 from __future__ import annotations
@@ -27,8 +35,13 @@ from eos.core.errors import SinkCannotTake
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["added_columns", "conflicts", "iceberg_schema", "refuse_conflicts",
-           "refuse_partitioning", "unapplicable_transforms"]
+__all__ = ["added_columns", "conflicts", "iceberg_schema", "partition_value_problems",
+           "refuse_conflicts", "refuse_partition_values", "refuse_partitioning",
+           "unapplicable_transforms"]
+
+#: A data file's name as pyiceberg gives it (``00000-<task>-<write uuid>.parquet``), with a
+#: task number longer than any append of one epoch reaches.
+DATA_FILE_NAME = "00000-99999-00000000-0000-0000-0000-000000000000.parquet"
 
 
 def iceberg_schema(schema: pa.Schema, where: str) -> Any:
@@ -125,3 +138,59 @@ def refuse_partitioning(table: Any | None, where: str) -> None:
             f"{'; '.join(found)}. Nothing was sealed or written: install pyiceberg-core where "
             "the commit runs (pip install 'eos-pipeline[iceberg]' does), or give the sink "
             "another table, then run again")
+
+
+def partition_value_problems(table: Any, rows: pa.Table) -> list[str]:
+    """Why appending ``rows`` to ``table`` would fail for its partitioning (empty: it would
+    not): a partition column the rows lack, or a partition whose data file's path or key
+    would outgrow the file system's or the store's limit (``eos.core.layout``). The paths are
+    those pyiceberg's append writes: the transforms of the current spec, its partition keys,
+    the table's location provider. Call after ``refuse_partitioning`` (the transforms apply)."""
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+    from pyiceberg.table.locations import load_location_provider
+
+    from eos.core.layout import path_limits, path_problem
+
+    spec, schema = table.spec(), table.schema()
+    if spec.is_unpartitioned() or not rows.num_rows:
+        return []
+    transformed, found = {}, []
+    for field in spec.fields:
+        source = schema.find_field(field.source_id)
+        if source.name not in rows.schema.names:
+            found.append(f"the table is partitioned by {field.transform}({source.name}), a "
+                         "column the output lacks")
+            continue
+        column = rows.column(source.name)
+        transformed[field.name] = field.transform.pyarrow_transform(source.field_type)(column)
+    if found:
+        return found
+    keys = pa.table(transformed).group_by(list(transformed)).aggregate([]).to_pylist()
+    provider = load_location_provider(table.metadata.location, table.metadata.properties)
+    limits = path_limits(provider.data_path)
+    for values in keys:
+        key = PartitionKey(field_values=[PartitionFieldValue(f, values[f.name])
+                                         for f in spec.fields],
+                           partition_spec=spec, schema=schema)
+        problem = path_problem(provider.new_data_location(DATA_FILE_NAME, key), limits)
+        if problem:
+            path = key.to_path()
+            shown = path if len(path) <= 60 else f"{path[:60]}... ({len(path)} characters)"
+            found.append(f"the partition {shown} would be written under a path it cannot "
+                         f"have: {problem}")
+            break
+    return found
+
+
+def refuse_partition_values(table: Any | None, rows: pa.Table, where: str) -> None:
+    """``SinkCannotTake`` when appending ``rows`` to ``table`` (None: not created yet, so
+    unpartitioned) would fail for its partitioning (``partition_value_problems``)."""
+    found = [] if table is None else partition_value_problems(table, rows)
+    if found:
+        raise SinkCannotTake(
+            f"{where}: the rows cannot be appended to the partitioned table: "
+            f"{'; '.join(found)}. Nothing was sealed or written: partition the table "
+            "otherwise (a bucket transform, or truncate with a small width, bounds a long "
+            "text), keep such values out of the output (a filter), or give the sink another "
+            "table, then run again")

@@ -13,11 +13,16 @@ streams the epoch, many times faster than ``executemany`` for 10k+ rows.
 
 Without ``upsert_keys`` every epoch's rows are appended. With them, the table holds one row per
 key: an epoch's rows are COPYed into a temporary table, then ``INSERT ... ON CONFLICT (keys) DO
-UPDATE`` replaces the row of a key a later epoch updates (a window's newer aggregate, a late
-record's correction). Exactly once then means: each epoch's upsert is applied once, in epoch
-order, so the table is the result of applying epochs 0..N once each; a rerun of epoch N finds
-its marker and changes nothing, and an epoch never re-applies over a later one. The audit
-expects, per key, the row of the last epoch that wrote it (``kept_by``).
+UPDATE`` replaces the row of a key a later epoch updates (a window's newer aggregate, a user's
+newer record). One statement cannot update a row twice, so an epoch holding a key several
+times is reduced first to the key's last row (``eos.core.upserts``: within a partition the
+later offset, across partitions the later Kafka timestamp), which the protocol does for every
+sink that declares ``kept_by`` before ``check`` runs, and ``check`` and ``commit`` do again
+(changing nothing then) for a caller that did not. Exactly once then means: each epoch's upsert
+is applied once, in epoch order, so the table is the result of applying epochs 0..N once each;
+a rerun of epoch N finds its marker and changes nothing, and an epoch never re-applies over a
+later one. The audit expects, per key, the last row of the last epoch that wrote it
+(``kept_by``).
 
 ``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
 columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
@@ -56,6 +61,7 @@ from eos.core.errors import (
     SinkCannotTake,
     SinkRejected,
     SinkUnavailable,
+    TableOwned,
 )
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
@@ -77,6 +83,15 @@ QUALIFIED = re.compile(rf"^{_NAME}\.{_NAME}$")
 MARKER = re.compile(rf"^(?:{_NAME}\.)?{_NAME}$")
 COLUMN = re.compile(r"^[^\x00]{1,63}$")
 CONNECT_TIMEOUT_S = 10
+
+
+def session_options(dsn: str) -> str:
+    """The session's ``options``: the DSN's own (``-c lock_timeout=30s``), then UTC as its time
+    zone. A keyword ``options`` replaces the DSN's, so they are joined here."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(dsn).get("options")
+    return f"{given} -c TimeZone=UTC" if given else "-c TimeZone=UTC"
 
 
 class PostgresOptions(BaseModel):
@@ -141,11 +156,16 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def check_pipeline(cls, options: PostgresOptions, config: Any, output: str) -> None:
         """Refuse ``upsert_keys`` naming a column the output does not have, and rows holding
         Kafka headers (a list of key/value pairs): no column type here takes them. Either
-        way every epoch would be refused before its seal."""
-        from eos.sinks.columns import refuse_unknown_columns
+        way every epoch would be refused before its seal. Refuse too windows' keys leaving
+        out a group field (``eos.core.upserts.ambiguous_keys``)."""
+        from eos.core.upserts import ambiguous_keys
+        from eos.sinks.columns import refuse_unknown_columns, sink_path
 
         refuse_unknown_columns(config, output, cls.kind, options, "upsert_keys",
                                options.upsert_keys)
+        if why := ambiguous_keys(config, output, options.upsert_keys):
+            raise ValueError(f"{sink_path(config, output, cls.kind, options)}.upsert_keys: "
+                             f"{why}")
         if output != "rows":
             return
         from eos.core.config.rows import carries_headers
@@ -184,7 +204,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         dsn = self._dsn()
         try:
             with psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S,
-                                 options="-c TimeZone=UTC") as conn:
+                                 options=session_options(dsn)) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             # unreachable, a deadlock, a restart, a connection lost mid-way: retry
@@ -215,6 +235,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 with self._connected() as conn:
                     q.ensure(conn, self.table, columns, self.options.upsert_keys,
                              self.options.marker())
+                    self._refuse_other_writers(conn)
                 return
             except q.LockTimeout as error:
                 raise SinkUnavailable(
@@ -225,6 +246,20 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 if attempt or not isinstance(error.__context__, psycopg.errors.UniqueViolation):
                     raise
 
+    def _refuse_other_writers(self, conn: Any) -> None:
+        """A table is one pipeline's (``TableOwned``, before the seal): the markers of this
+        sink from another pipeline mean its rows are in the table too, and the two would read,
+        upsert over and rewind each other's rows."""
+        from eos.sinks import postgres_sql as q
+
+        others = q.other_writers(conn, self.options.marker(), self.config.name, self.name)
+        if others:
+            raise TableOwned(
+                f"PostgreSQL table {self.options.table} belongs to pipeline(s) "
+                f"{', '.join(others)} (their markers of sink {self.name} are in "
+                f"{'.'.join(self.options.marker())}); pipeline '{self.config.name}' may not "
+                "write it too: give this sink a table of its own")
+
     def committed_epoch(self, fence: bool = True) -> int:
         """Nothing to fence: an attempt still in flight can only commit the sealed epoch's
         rows (the same rows, by the precommit's determinism), and only if no other attempt
@@ -234,16 +269,29 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         with self._connected() as conn:
             return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
 
+    def _latest(self, rows: pa.Table) -> pa.Table:
+        """Each upsert key's last row (``eos.core.upserts``); the rows as given without keys, or
+        as the protocol hands them (reduced already: nothing changes)."""
+        from eos.core.upserts import RECORD_TIMESTAMP, last_per_key
+
+        rows = last_per_key(rows, self.options.upsert_keys, self.output)
+        return (rows.drop_columns([RECORD_TIMESTAMP]) if RECORD_TIMESTAMP in rows.column_names
+                else rows)
+
     def check(self, epoch: int, rows: pa.Table) -> None:
+        """Refuse, before the seal, what the commit could only fail on (the module docstring),
+        in the rows the commit writes: each upsert key's last."""
         from eos.sinks import postgres_sql as q
         from eos.sinks.postgres_types import refuse_conflicts, refuse_values
 
+        rows = self._latest(rows)
         with self._connected() as conn:
             columns = q.columns(conn, self.table)
             if not columns:
                 raise SinkCannotTake(f"table {self.options.table} does not exist (begin "
                                      "creates it)")
             keys = q.unique_keys(conn, self.table)
+            self._refuse_other_writers(conn)
         refuse_conflicts(self.options.table, rows.schema, columns, self.options.upsert_keys,
                          keys)
         refuse_values(self.options.table, rows, columns, self.options.upsert_keys)
@@ -253,6 +301,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         from eos.sinks import postgres_sql as q
 
+        rows = self._latest(rows)
         with self._connected() as conn:
             held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
             if held >= epoch:
@@ -321,8 +370,9 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     # -- the audit and assets -------------------------------------------------------------------
 
     def kept_by(self) -> tuple[str, ...]:
-        """An upserted table keeps the latest row of each key: the audit expects, per key,
-        the row of the last epoch that wrote it (its ``epoch`` column says which)."""
+        """An upserted table keeps the latest row of each key: the protocol hands the sink
+        each key's last row of an epoch (``eos.core.upserts``), and the audit expects, per
+        key, that row of the last epoch that wrote it (its ``epoch`` column says which)."""
         return self.options.upsert_keys
 
     def read_back(self) -> list[dict[str, Any]]:

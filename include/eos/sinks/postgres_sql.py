@@ -143,6 +143,19 @@ def last_epoch(conn: Any, marker: Name, pipeline: str, sink: str) -> int:
     return int(row.fetchone()[0])
 
 
+def other_writers(conn: Any, marker: Name, pipeline: str, sink: str) -> list[str]:
+    """The pipelines other than ``pipeline`` with markers of ``sink`` (the same table): the
+    table's other writers, as the markers record them ([] with no marker table)."""
+    from psycopg import sql
+
+    if conn.execute("SELECT to_regclass(%s)", (_regclass(marker),)).fetchone()[0] is None:
+        return []
+    found = conn.execute(sql.SQL("SELECT DISTINCT pipeline FROM {} WHERE sink = %s AND "
+                                 "pipeline <> %s ORDER BY pipeline").format(_ident(marker)),
+                         (sink, pipeline))
+    return [str(row[0]) for row in found.fetchall()]
+
+
 def insert_marker(conn: Any, marker: Name, pipeline: str, sink: str, epoch: int,
                   plan_hash: str) -> None:
     from psycopg import sql

@@ -106,8 +106,8 @@ def refuse_values(table: str, rows: pa.Table, columns: dict[str, Column],
                   upsert_keys: tuple[str, ...]) -> None:
     """``SinkCannotTake`` for a value PostgreSQL cannot hold in its column: a NUL in text, a
     decimal beyond the column's declared precision, a timestamp finer than microseconds, an
-    empty value in a NOT NULL column or a key; and for an epoch naming one upsert key twice
-    (``ON CONFLICT DO UPDATE`` refuses to touch a row twice in one statement)."""
+    empty value in a NOT NULL column or a key. An epoch naming one upsert key twice is not
+    refused: the sink is handed each key's last row (``eos.core.upserts``)."""
     for name in rows.column_names:
         values, column = rows.column(name), columns[name]
         if values.null_count and not column.nullable:
@@ -143,13 +143,11 @@ def _refuse_column(table: str, name: str, values: pa.ChunkedArray, column: Colum
 
 
 def _refuse_keys(table: str, rows: pa.Table, keys: tuple[str, ...]) -> None:
+    """An empty key: a primary key cannot hold one, and ``ON CONFLICT`` never matches it on a
+    plain unique constraint (each epoch would add another row for it)."""
     for key in keys:
-        if rows.column(key).null_count:
-            raise SinkCannotTake(f"table {table}: upsert key '{key}' is empty in some rows")
-    counts = rows.group_by(list(keys)).aggregate([([], "count_all")])
-    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
-    if twice.num_rows:
-        example = {k: twice.column(k)[0].as_py() for k in keys}
-        raise SinkCannotTake(f"table {table}: the epoch holds {twice.num_rows} upsert keys more "
-                             f"than once (e.g. {example}); one statement cannot upsert a row "
-                             "twice")
+        if empty := rows.column(key).null_count:
+            raise SinkCannotTake(f"table {table}: upsert key '{key}' is empty in {empty} "
+                                 "row(s), and an upserted table holds no row without its key; "
+                                 "leave such records out (event.filter) or give them a key "
+                                 "(coalesce in select)")

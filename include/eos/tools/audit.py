@@ -27,6 +27,7 @@ from eos.core import checkpoints
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings, read_partition
 from eos.core.layout import tables_for
+from eos.core.loss import acknowledged_losses
 from eos.core.outcomes import NO_EPOCH
 from eos.core.plan import plan_and_move
 from eos.core.protocol import join_sinks
@@ -87,15 +88,19 @@ def audit(config: PipelineConfig) -> AuditReport:
     logged = [plan_and_move(tables, e) for e in range(committed + 1)]
     plans = [plan for plan, _ in logged]
     report.problems.extend(check_offsets(plans, {p.epoch for p, move in logged if move}))
+    # Ranges an operator acknowledged as lost (``eos acknowledge-loss``): reported, never OK
+    # silently; the ranges of the epochs around them are audited as any other.
+    report.acknowledged_lost = [f"before epoch {p.epoch}: {r.describe()}"
+                                for p, move in logged for r in acknowledged_losses(move)]
     epochs = [
         (plan, [rec for r in plan.ranges
                 for rec in read_range(settings, r.topic, r.partition, r.start, r.until)])
         for plan in plans
     ]
     report.problems.extend(reread_source(report, settings, epochs))
-    expected = (row_reference(config, epochs, {c.epoch: c.config
-                                               for c in checkpoints.read_all(tables)})
-                if config.stateless else reference(config, epochs))
+    views = {c.epoch: c.config for c in checkpoints.read_all(tables)}
+    expected = (row_reference(config, epochs, views) if config.stateless
+                else reference(config, epochs, views))
     report.records = expected.records
     report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
     last = checkpoints.last(tables, committed)
@@ -115,7 +120,7 @@ def audit(config: PipelineConfig) -> AuditReport:
         expected_rows = [row for row in expected.rows[sink.output]
                          if row["epoch"] >= sink.joined_at]
         if keys := sink.kept_by():  # an upserting sink holds each key's latest row
-            expected_rows = latest_rows(expected_rows, keys)
+            expected_rows = latest_rows(expected_rows, keys, sink.output)
         want = Counter(identity(row) for row in expected_rows)
         got = Counter(identity(row) for row in held)
         compare_rows(report, sink.name, want, got)

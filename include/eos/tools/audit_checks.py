@@ -80,15 +80,64 @@ def value_differences(config: PipelineConfig, want: dict[str, Any],
     return wrong
 
 
-def latest_rows(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    """What a sink that upserts on ``keys`` holds of ``rows``: per key, the row of the highest
-    epoch (``SupportsReadBack.kept_by``)."""
-    latest: dict[tuple, dict[str, Any]] = {}
+# The reference's rows carry their record's Kafka timestamp under this name (milliseconds):
+# what orders an upsert's rows across partitions; no row's column (it is never compared).
+RECORD_TIMESTAMP = "__kafka_timestamp"
+# Where a row of each output says its record is: topic, partition, offset.
+_RECORD = {"rows": ("kafka_topic", "kafka_partition", "kafka_offset"),
+           "late": ("kafka_topic", "partition", "offset"),
+           "quarantine": ("kafka_topic", "partition", "offset")}
+_WINDOW = ("window_end", "window_start")
+
+
+def latest_rows(rows: list[dict[str, Any]], keys: tuple[str, ...],
+                output: str = "rows") -> list[dict[str, Any]]:
+    """What a sink that upserts on ``keys`` holds of ``rows`` (``SupportsReadBack.kept_by``):
+    per key, a row of its highest epoch, and of that epoch's rows the last a changelog would
+    apply, written out here again (the pipeline's rule is ``eos.core.upserts``): within a
+    partition the higher offset; across partitions the later Kafka timestamp (none first),
+    then topic, partition, offset; then the later window; then the other values."""
+    by_key: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = tuple(_ms(row[k]) for k in keys)
-        if key not in latest or row["epoch"] > latest[key]["epoch"]:
-            latest[key] = row
-    return list(latest.values())
+        by_key.setdefault(tuple(_ms(row[k]) for k in keys), []).append(row)
+    kept = []
+    for group in by_key.values():
+        newest = max(row["epoch"] for row in group)
+        kept.append(_last(output, [row for row in group if row["epoch"] == newest]))
+    return kept
+
+
+def _last(output: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One key's last row of one epoch (``latest_rows``)."""
+    record = _RECORD.get(output)
+    if record is None or any(row.get(record[2]) is None for row in rows):
+        return max(rows, key=lambda row: _sortable(row, (*_WINDOW, *sorted(row))))
+    topic, partition, offset = record
+    per_partition: dict[tuple, dict[str, Any]] = {}
+    for row in rows:
+        where = (row.get(topic), row[partition])
+        if where not in per_partition or _after(row, per_partition[where], (offset,)):
+            per_partition[where] = row
+    return max(per_partition.values(), key=lambda row: _sortable(
+        row, (RECORD_TIMESTAMP, topic, partition, offset, *_WINDOW, *sorted(row))))
+
+
+def _after(row: dict[str, Any], other: dict[str, Any], first: tuple[str, ...]) -> bool:
+    """Whether ``row`` comes after ``other`` by ``first``, then the window, then the rest."""
+    names = (*first, *_WINDOW, *sorted(row))
+    return _sortable(row, names) > _sortable(other, names)
+
+
+def _sortable(row: dict[str, Any], names: tuple[str, ...]) -> tuple:
+    """``row``'s values of ``names`` as a tuple Python orders, a missing value or None first
+    (as the pipeline sorts nulls first), values of no order (lists, dicts) left out."""
+    values: list[tuple[int, Any]] = []
+    for name in names:
+        value = _ms(row.get(name))
+        if isinstance(value, (list, dict, tuple)):
+            continue
+        values.append((0, 0) if value is None else (1, value))
+    return tuple(values)
 
 
 def compare_rows(report: AuditReport, sink: str, want: Counter, got: Counter) -> None:

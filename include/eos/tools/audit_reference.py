@@ -24,6 +24,7 @@ from eos.core.errors import ConfigError
 from eos.core.outputs import overflow_reason, overflow_type
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
+from eos.tools.audit_checks import RECORD_TIMESTAMP
 
 
 class Record(NamedTuple):
@@ -146,26 +147,40 @@ def _evaluate(config: PipelineConfig, events: list[Event], columns: list[str]) -
         return con.execute(f"SELECT {', '.join(columns)} FROM events ORDER BY __i").fetchall()
 
 
-def kept_by_filter(config: PipelineConfig, events: list[Event]) -> list[bool]:
-    """The filter evaluated by DuckDB (the pipeline evaluates it with Spark): true keeps."""
-    if config.event.filter is None or not events:
+def epoch_expressions(config: PipelineConfig, view: dict[str, Any] | None
+                      ) -> tuple[str | None, dict[str, str]]:
+    """The filter and select an epoch was computed with: its checkpoint's view (``view``), or
+    the config's for an epoch committed before views recorded them. Both may change between
+    epochs (``eos.core.evolution``); the audit recomputes each epoch with its own."""
+    if not view:
+        return config.event.filter, dict(config.select)
+    return (view.get("event") or {}).get("filter"), dict(view.get("select") or {})
+
+
+def kept_by_filter(config: PipelineConfig, events: list[Event],
+                   text: str | None) -> list[bool]:
+    """The filter ``text`` evaluated by DuckDB (the pipeline evaluates it with Spark): true
+    keeps."""
+    if text is None or not events:
         return [True] * len(events)
     from eos.core.filters import filter_for_duckdb
 
-    keep = f"coalesce(({filter_for_duckdb(config.event.filter)}), false)"
+    keep = f"coalesce(({filter_for_duckdb(text)}), false)"
     return [bool(row[0]) for row in _evaluate(config, events, [keep])]
 
 
-def with_derived(config: PipelineConfig, events: list[Event]) -> list[Event]:
-    """The events with their derived fields (an aggregating pipeline's ``select``), each
-    evaluated by DuckDB and cast to its type as the pipeline casts Spark's value."""
-    if not config.derived or not events:
+def with_derived(config: PipelineConfig, events: list[Event],
+                 select: dict[str, str]) -> list[Event]:
+    """The events with their derived fields (an aggregating pipeline's ``select``: the epoch's
+    expressions, ``select``), each evaluated by DuckDB and cast to its type as the pipeline
+    casts Spark's value (a field's type never changes between epochs)."""
+    names = [name for name in config.derived if name in select]
+    if not names or not events:
         return events
     from eos.core.filters import expression_for_duckdb
 
-    names = list(config.derived)
     values = _evaluate(config, events, [
-        expression_for_duckdb(config.select[name], config.derived[name].sql) for name in names])
+        expression_for_duckdb(select[name], config.derived[name].sql) for name in names])
     return [e._replace(fields={**e.fields, **dict(zip(names, row, strict=True))})
             for e, row in zip(events, values, strict=True)]
 
@@ -284,8 +299,10 @@ def event_parser(config: PipelineConfig) -> Any:
 class _Reference:
     """The pipeline's semantics (docs/pipelines.md), replayed record by record, epoch by epoch."""
 
-    def __init__(self, config: PipelineConfig) -> None:
+    def __init__(self, config: PipelineConfig,
+                 views: dict[int, dict[str, Any]] | None = None) -> None:
         self.config = config
+        self.views = views or {}  # each epoch's checkpointed schema view
         self.parser = event_parser(config)
         self.keys = key_parser(config)
         self.names = list(config.event.fields)
@@ -304,7 +321,8 @@ class _Reference:
                 reason = parsed.reason if not isinstance(parsed, Parsed) else key
                 self.expected.rows["quarantine"].append({
                     "kafka_topic": r.topic or plan.topic, "partition": r.partition,
-                    "offset": r.offset, "reason": reason, "epoch": plan.epoch})
+                    "offset": r.offset, "reason": reason, "epoch": plan.epoch,
+                    RECORD_TIMESTAMP: r.timestamp_ms})
                 continue
             self.max_event = parsed.event_ms if self.max_event is None else max(
                 self.max_event, parsed.event_ms)
@@ -312,9 +330,11 @@ class _Reference:
                                 dict(zip(self.names, parsed.values, strict=True)),
                                 {**record_metadata(plan.topic, r),
                                  **record_parts(self.config, r, key)}))
-        keep = kept_by_filter(self.config, events)
+        text, select = epoch_expressions(self.config, self.views.get(plan.epoch))
+        keep = kept_by_filter(self.config, events, text)
         self.expected.filtered[plan.epoch] = keep.count(False)
-        kept = with_derived(self.config, [e for e, k in zip(events, keep, strict=True) if k])
+        kept = with_derived(self.config, [e for e, k in zip(events, keep, strict=True) if k],
+                            select)
         for event in kept:
             self._add(event, previous, plan.epoch)
         self._advance(plan)
@@ -324,7 +344,9 @@ class _Reference:
         self.expected.rows["late"].append({"kafka_topic": event.metadata.get("kafka_topic"),
                                            "partition": event.partition, "offset": event.offset,
                                            "window_start": start, "window_end": end,
-                                           "epoch": epoch})
+                                           "epoch": epoch,
+                                           RECORD_TIMESTAMP: event.metadata.get(
+                                               "kafka_timestamp")})
 
     def _add(self, event: Event, previous: int | None, epoch: int) -> None:
         group = tuple(event.fields[g] for g in self.config.group_by)
@@ -381,9 +403,11 @@ class _Reference:
                                overflow_type(spec.function, ftype), start, end)
 
 
-def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]]) -> Expected:
-    """The committed result the protocol promises, recomputed record by record."""
-    model = _Reference(config)
+def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]],
+              views: dict[int, dict[str, Any]] | None = None) -> Expected:
+    """The committed result the protocol promises, recomputed record by record; ``views``:
+    each epoch's checkpointed schema view, whose filter and derived fields the epoch used."""
+    model = _Reference(config, views)
     for plan, records in epochs:
         model.epoch(plan, records)
     return model.expected

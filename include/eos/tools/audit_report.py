@@ -48,6 +48,9 @@ class AuditReport:
     # what was read once only -> why (no independent reader for it here).
     second_readings: dict[str, tuple[str, int]] = field(default_factory=dict)
     single_reader: dict[str, str] = field(default_factory=dict)
+    # Ranges of the source that no epoch read, acknowledged as lost by an operator
+    # (``eos.core.loss``): part of every verdict, so an OK never hides them.
+    acknowledged_lost: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -80,7 +83,14 @@ class AuditReport:
             lines.append(f"  {what:<28} read again by {reader}: {rows} rows")
         for what, why in self.single_reader.items():
             lines.append(f"  {what:<28} read by one reader only: {why}")
-        if self.ok:
+        for lost in self.acknowledged_lost:
+            lines.append(f"  acknowledged loss {lost}")
+        if self.ok and self.acknowledged_lost:
+            lines.append(f"verdict: OK WITH ACKNOWLEDGED LOSS - every record of the committed "
+                         f"ranges counted exactly once in every sink; "
+                         f"{len(self.acknowledged_lost)} range(s) of the source were never read "
+                         "and were acknowledged as lost (listed above)")
+        elif self.ok:
             lines.append("verdict: OK - every record counted exactly once in every sink")
         else:
             lines.append(f"verdict: FAILED - {len(self.problems)} problem(s)")

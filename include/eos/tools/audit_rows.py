@@ -21,11 +21,12 @@ from eos.compute.formats import Parsed
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
-from eos.tools.audit_checks import row_identity
+from eos.tools.audit_checks import RECORD_TIMESTAMP, row_identity
 from eos.tools.audit_reference import (
     METADATA_SCHEMA,
     Expected,
     Record,
+    epoch_expressions,
     event_parser,
     key_parser,
     key_values,
@@ -60,23 +61,23 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
                     "kafka_topic": r.topic or plan.topic, "partition": r.partition,
                     "offset": r.offset,
                     "reason": parsed.reason if not isinstance(parsed, Parsed) else key,
-                    "epoch": plan.epoch})
+                    "epoch": plan.epoch, RECORD_TIMESTAMP: r.timestamp_ms})
                 continue
             accepted.append({**dict(zip(names, parsed.values, strict=True)),
                              **record_metadata(plan.topic, r), **record_parts(config, r, key)})
         view = (views or {}).get(plan.epoch)
         columns = [n for n in config.row_columns if not view or n in columns_of(view)]
-        kept = _evaluated(config, accepted, columns)
+        kept = _evaluated(config, accepted, columns, *epoch_expressions(config, view))
         expected.filtered[plan.epoch] = len(accepted) - len(kept)
         expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
         expected.rows["rows"].extend({**row, "epoch": plan.epoch} for row in kept)
     return expected
 
 
-def _evaluated(config: PipelineConfig, events: list[dict[str, Any]],
-               names: list[str]) -> list[dict[str, Any]]:
-    """The rows of the events the filter keeps (DuckDB): their selected columns (null but
-    ``names``), then their coordinates."""
+def _evaluated(config: PipelineConfig, events: list[dict[str, Any]], names: list[str],
+               text: str | None, select: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of the events the epoch's filter (``text``) keeps (DuckDB): their columns by
+    the epoch's ``select`` (null but ``names``), then their coordinates."""
     if not events:
         return []
     import duckdb
@@ -86,20 +87,21 @@ def _evaluated(config: PipelineConfig, events: list[dict[str, Any]],
     schema = pa.schema([*field_schema(config.event), *METADATA_SCHEMA, *parts_schema(config)])
     table = pa.Table.from_pylist(events, schema=schema)
     table = table.append_column("__i", pa.array(range(len(events)), pa.int64()))
-    keep = (f"coalesce(({filter_for_duckdb(config.event.filter)}), false)"
-            if config.event.filter else "true")
+    keep = f"coalesce(({filter_for_duckdb(text)}), false)" if text else "true"
     if config.select:
-        columns = [f'{expression_for_duckdb(text, config.row_columns[name].sql)} AS "{name}"'
-                   if name in names else f'NULL AS "{name}"'
-                   for name, text in config.select.items()]
+        columns = [f'{expression_for_duckdb(select[name], config.row_columns[name].sql)} '
+                   f'AS "{name}"' if name in names and name in select else f'NULL AS "{name}"'
+                   for name in config.select]
     else:
         columns = [f'"{name}"' for name in config.event.fields]
     columns += [f'{expression_for_duckdb(c.expression, c.type.sql)} AS "{name}"'
                 for name, c in config.record_columns.items()]  # a key or header's value
     from eos.core.config.rows import carries_headers
 
+    # The record's Kafka timestamp orders an upserting sink's rows (``latest_rows``).
     coordinates = ["kafka_topic", "kafka_partition", "kafka_offset",
-                   *(["kafka_headers"] if carries_headers(config) else [])]
+                   *(["kafka_headers"] if carries_headers(config) else []),
+                   f'kafka_timestamp AS "{RECORD_TIMESTAMP}"']
     query = (f"SELECT {', '.join([*columns, *coordinates])} FROM events "
              f"WHERE {keep} ORDER BY __i")
     with duckdb.connect() as con:

@@ -37,12 +37,14 @@ from eos.tools import postgres_server
 from eos.tools.audit import audit
 from eos.tools.audit_checks import check_offsets
 from eos.tools.audit_report import Problem, ProblemKind
+from eos.tools.chaos_changes import ConfigChanges
 from eos.tools.generator import GeneratedRecord, GeneratorSpec, generate, generator_options
 from eos.tools.produce import send
 
 CONCURRENT_COMMITS = "commit.two_attempts_at_once"
 BETWEEN_SINKS = "commit.between_sinks"
 POISON = "poison.record"  # a fault of the data, not of a phase (``poison_records``)
+CONFIG_CHANGE = "config.change"  # a change of the pipeline's file between epochs
 RACE_POINTS = "sink.before_write:wait,checkpoint.before_write:wait"
 PHASE_FAULTS = {
     "begin": ["begin.after_log"],
@@ -197,8 +199,15 @@ def _menu(config: PipelineConfig, settings: dict[str, Any], report: ChaosReport
 
 def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.5,
           events_per_epoch: int = 400, spark: Any = None,
-          poison_rate: float = 0.3) -> ChaosReport:
+          poison_rate: float = 0.3, change_rate: float = 0.0) -> ChaosReport:
+    """``epochs`` epochs with faults at ``fault_rate``, poison records at ``poison_rate`` and,
+    with ``change_rate``, configuration changes between epochs (``eos.tools.chaos_changes``,
+    made on a copy of the pipeline's file), then the audit."""
+    changes = ConfigChanges.copy_of(config) if change_rate > 0 else None
     with contextlib.ExitStack() as stack:
+        if changes is not None:
+            config = changes.config()
+            stack.callback(changes.cleanup)
         # A pipeline with postgres sinks and no DSN for them: a local server for the run.
         stack.enter_context(postgres_server.serving(config, reuse=True))
         if spark is None and config.compute.mode == "connect":
@@ -206,20 +215,22 @@ def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.
 
             spark = stack.enter_context(connect.session(config, connect.resolve_endpoint()))
         return _chaos(config, epochs, seed, fault_rate, events_per_epoch,
-                      spark or local_session(config), poison_rate)
+                      spark or local_session(config), poison_rate,
+                      (changes, change_rate) if changes is not None else None)
 
 
 def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
-           events_per_epoch: int, session: Any, poison_rate: float) -> ChaosReport:
+           events_per_epoch: int, session: Any, poison_rate: float,
+           changing: tuple[ConfigChanges, float] | None = None) -> ChaosReport:
     """Faulty attempts run as ``eos`` processes (on the pipeline's compute mode); fault-free ones
     run here on ``session``."""
     rng = random.Random(seed)
     poison_rng = random.Random(seed + 1)  # its own: a seed's phase faults stay what they were
     depth_rng = random.Random(seed + 2)  # which sinks a crash between sinks follows: its own too
+    change_rng = random.Random(seed + 3)  # and which config changes are made
     report = ChaosReport()
     settings = client_settings(config.kafka.client)
     menu = _menu(config, settings, report)
-    gaps = max(1, len(sinks_for(config)) - 1)  # where a crash between sinks can fall
     spec = GeneratorSpec(events=events_per_epoch * epochs, keys=30, interval_ms=25,
                          disorder_ms=1000, late_fraction=0.02, late_delay_ms=20_000,
                          bad_fraction=0.02, seed=seed, users=200, **generator_options(config))
@@ -235,6 +246,10 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
         report.records += len(chunk)
         run_id = f"chaos-{seed}-{i}"
         epoch = checkpointed_epoch(config) + 1
+        if changing is not None and i > 0 and change_rng.random() < changing[1]:
+            config = changing[0].change(change_rng, epoch)
+            report.faults[CONFIG_CHANGE] += 1
+        gaps = max(1, len(sinks_for(config)) - 1)  # where a crash between sinks can fall
         # The phases are called one by one, not through the epoch loop (eos.compute.epochs):
         # a fault goes between them, its attempt first (an ``eos`` process), then the attempt
         # that recovers, in this process.
@@ -258,6 +273,8 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
                 commit(config, epoch)
         report.problems += _check_invariants(config, epoch)
         report.epochs += 1
+    if changing is not None:
+        report.notes += [f"config changed before {made}" for made in changing[0].made]
     result = audit(config)
     report.audit_ok = result.ok
     report.problems += result.problems

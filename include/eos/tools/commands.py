@@ -91,6 +91,19 @@ def cmd_rewind(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acknowledge_loss(args: argparse.Namespace) -> int:
+    """Acknowledge the ranges the source lost and plan past them (``eos.core.loss``)."""
+    from eos.core.loss import acknowledge_loss
+
+    config = _config(args)
+    done = acknowledge_loss(config, run_id=args.run_id)
+    for lost in done.lost:
+        print(f"acknowledged as lost: {lost.describe()}")
+    print(f"epoch {done.plan.epoch} reads {done.plan.describe_ranges()}")
+    print(json.dumps(done.summary()))
+    return 0
+
+
 def cmd_move_source(args: argparse.Namespace) -> int:
     """Move the pipeline to its configured source from a start position (``eos.core.move``)."""
     from eos.core.move import move_source
@@ -133,7 +146,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     from eos.tools.chaos import chaos
 
     report = chaos(_config(args), epochs=args.epochs, seed=args.seed, fault_rate=args.fault_rate,
-                   events_per_epoch=args.events_per_epoch, poison_rate=args.poison_rate)
+                   events_per_epoch=args.events_per_epoch, poison_rate=args.poison_rate,
+                   change_rate=args.change_rate)
     print(report.render())
     return 0 if report.ok else 1
 
@@ -167,6 +181,11 @@ def _register_tools(sub: argparse._SubParsersAction, pipeline_args: Callable) ->
     p.add_argument("--poison-rate", type=float, default=0.3,
                    help="chance an epoch's records include two whose numbers are their types' "
                         "extremes (sums overflow: null and flagged, or ±Infinity)")
+    p.add_argument("--changes", dest="change_rate", type=float, nargs="?", const=0.25,
+                   default=0.0, metavar="RATE",
+                   help="change the pipeline's config between epochs too (a sink added or "
+                        "removed, the filter edited; on a copy of its file), each epoch with "
+                        "chance RATE (default 0.25)")
     p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("demo", help="the main job: broker, sample events, epochs, audit")
@@ -235,6 +254,15 @@ def _register_history(sub: argparse._SubParsersAction, pipeline_args: Callable) 
                         "offsets:<p>=<o>,... (one per partition)")
     p.add_argument("--run-id", default=None, help="recorded with the move in the epoch log")
     p.set_defaults(func=cmd_move_source)
+
+    p = sub.add_parser("acknowledge-loss", help="after DataLoss: acknowledge the ranges the "
+                       "source lost (retention, a truncated or recreated partition); the next "
+                       "epoch starts those partitions at their log start, recorded in the epoch "
+                       "log and reported by eos verify")
+    pipeline_args(p)
+    p.add_argument("--run-id", default=None,
+                   help="recorded with the acknowledgment in the epoch log")
+    p.set_defaults(func=cmd_acknowledge_loss)
 
     p = sub.add_parser("verify", help="audit committed tables against Kafka from scratch")
     pipeline_args(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import time
 from collections import Counter
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eos.core.config import PipelineConfig
+from eos.core.config import DATA_DIR_ENV, PipelineConfig
 from eos.core.errors import DataLoss
 from eos.core.kafka import client_settings, local_broker
 from eos.core.storage import filesystem, is_remote
@@ -274,8 +275,8 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
         state = local_broker()
         if state is not None:
             print(f"the embedded broker keeps running at {state['bootstrap']} (pid "
-                  f"{state['pid']}) so `eos status` and `eos verify` can read it; stop it with "
-                  "`eos broker stop`", flush=True)
+                  f"{state['pid']}) so `{here('eos status')}` and `{here('eos verify')}` can "
+                  f"read it; stop it with `{here('eos broker stop')}`", flush=True)
         if is_remote(config.root):
             _store_epilogue(config)
 
@@ -335,6 +336,14 @@ def start_registry(config: PipelineConfig) -> SchemaRegistryServer | None:
     return server
 
 
+def here(command: str) -> str:
+    """``command`` as a person can run it in another shell: with the data directory the demo
+    used when it was set for it (``./dev`` sets ``EOS_DATA_DIR``), where the broker's and the
+    store's state files are; a shell without it would look elsewhere."""
+    explicit = os.environ.get(DATA_DIR_ENV, "").strip()
+    return f"EOS_DATA_DIR={shlex.quote(explicit)} {command}" if explicit else command
+
+
 def _store_epilogue(config: PipelineConfig) -> None:
     """How to read the demo's tables on the embedded store afterwards (it keeps running)."""
     from eos.tools import object_store
@@ -344,7 +353,8 @@ def _store_epilogue(config: PipelineConfig) -> None:
         return
     print(f"the embedded object store keeps running at {state['endpoint']} (pid {state['pid']}) "
           f"with the tables under {config.root}; read them with `eval \"$(eos store env)\"` "
-          f"then `eos status --config {config.source_path}`; stop it with `eos store stop`",
+          f"then `{here(f'eos status --config {config.source_path}')}`; stop it with "
+          f"`{here('eos store stop')}`",
           flush=True)
 
 

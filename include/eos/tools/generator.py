@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from eos.core.errors import ConfigError
+
 if TYPE_CHECKING:
     from eos.core.config import EventConfig, PipelineConfig
 
@@ -61,6 +63,7 @@ class GeneratorSpec:
     key_field: str = "key"  # clicks only: the JSON names of its three fields
     time_field: str = "ts"
     value_field: str = "value"
+    value_whole: bool = False  # clicks only: a whole-number value (a field declared long)
     shape: str = "clicks"  # "clicks" or "pageviews" (SHAPES); keys = distinct keys or pages
     users: int = 500  # pageviews only: distinct user ids
     start_ms: int = BASE_TIME_MS  # arrival time of record 0 (its event time is at most this)
@@ -121,7 +124,9 @@ def _clicks(spec: GeneratorSpec) -> Iterator[GeneratedRecord]:
         if spec.late_fraction and rng.random() < spec.late_fraction:
             ts = arrival - spec.late_delay_ms - rng.randrange(spec.late_delay_ms + 1)
             kind = "late"
-        value = round(rng.uniform(0, 1000), 2)
+        value: float | int = round(rng.uniform(0, 1000), 2)
+        if spec.value_whole:
+            value = int(value * 100)
         event = {
             "event_id": f"{spec.seed}-{i}",
             spec.key_field: key,
@@ -306,12 +311,30 @@ def generator_options(config: PipelineConfig, shape: str | None = None) -> dict[
         return options
     event = config.event
     top = {name: spec for name, spec in event.fields.items() if len(spec.path) == 1}
-    strings = [n for n in (*config.group_by, *top) if n in top and top[n].type.name == "string"]
-    numbers = [n for n, spec in top.items() if spec.type.numeric]
+    time = event.time.path[0] if event.time.format == "epoch_ms" and len(
+        event.time.path) == 1 else None
+    # By name first (a field called key or value), then by type; never the time field.
+    strings = [n for n in ("key", *config.group_by, *top)
+               if n in top and top[n].type.name == "string"]
+    numbers = [n for n in ("value", *top) if n in top and top[n].type.numeric
+               and top[n].path[0] != (time or "ts")]
     if strings:
         options["key_field"] = top[strings[0]].path[0]
     if numbers:
         options["value_field"] = top[numbers[0]].path[0]
-    if event.time.format == "epoch_ms" and len(event.time.path) == 1:
-        options["time_field"] = event.time.path[0]
+        options["value_whole"] = top[numbers[0]].type.name == "long"
+    if time is not None:
+        options["time_field"] = time
+    # What every clicks record holds: its three fields (under their default names when the
+    # event does not name them) and its id.
+    filled = {options.get("key_field", "key"), options.get("value_field", "value"),
+              options.get("time_field", "ts"), "event_id"}
+    unfilled = [n for n, spec in event.fields.items()
+                if not spec.optional and spec.path[0] not in filled]
+    if unfilled and event.format == "json":  # registry formats have producers of their own
+        raise ConfigError(
+            f"pipeline '{config.name}': the generator's clicks fill a key (string), a value "
+            f"(number) and an epoch_ms time, and this event also requires {unfilled}: every "
+            "record would be quarantined. Produce your own records, or make those fields "
+            "optional")
     return options

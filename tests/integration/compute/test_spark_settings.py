@@ -5,6 +5,7 @@ upgrade that adds or removes settings fails here until the list is regenerated
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,18 @@ finally:
 """
 
 
+# What makes pyspark build a Spark Connect session instead of a classic one: a Connect session
+# made earlier in the test process sets them, and a child inherits them.
+_CONNECT_ENV = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
+
+
 def test_the_shipped_list_is_the_pinned_sparks(tmp_path: Path) -> None:
     # A classic (JVM) session in a process of its own: the suite's Spark is a Connect server.
-    read = subprocess.run([sys.executable, "-c", _READ], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, check=True).stdout
+    env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV}
+    done = subprocess.run([sys.executable, "-c", _READ], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = done.stdout
     shipped = SQL_SETTINGS_FILE.read_text()
     assert read.splitlines()[0] == shipped.splitlines()[0], "another Spark: regenerate the list"
     added = sorted(set(read.splitlines()) - set(shipped.splitlines()))

@@ -38,7 +38,7 @@ from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
 from eos.core.tables import ensure_tables
 from eos.tools.audit import audit
-from eos.tools.chaos import CONCURRENT_COMMITS, POISON, chaos
+from eos.tools.chaos import CONCURRENT_COMMITS, CONFIG_CHANGE, POISON, chaos
 from eos.tools.pipelines import unique_topic, write_pipeline
 
 from support.failure_matrix import (  # noqa: F401  # the rows run here and on the cluster
@@ -254,5 +254,21 @@ def test_chaos_run_loses_and_doubles_nothing(tmp_path: Path, kafka: str, spark: 
     # Poison records: the default pipeline sums decimal(38,9), and two of its largest values
     # overflow: the window is null and flagged, and the epoch commits anyway.
     assert report.faults[POISON] >= 2, "the seed must poison some epochs"
+    assert report.lost == 0 and report.doubled == 0
+    assert report.ok, report.render()
+
+
+def test_chaos_with_configuration_changes_loses_and_doubles_nothing(
+        tmp_path: Path, kafka: str, spark: Any) -> None:
+    """`eos chaos --changes`: between epochs a sink joins or leaves and the filter is edited,
+    on top of the faults; every epoch's invariants hold and the audit (each sink from the epoch
+    it joined, each epoch with its own filter) finds nothing lost or doubled."""
+    config = write_pipeline(tmp_path)
+    report = chaos(config, epochs=8, seed=21, fault_rate=0.4, events_per_epoch=200,
+                   spark=spark, change_rate=0.7)
+    print(report.render())
+    assert report.faults[CONFIG_CHANGE] >= 4
+    made = {note.split(": ", 1)[1] for note in report.notes if note.startswith("config changed")}
+    assert made >= {"add sink", "edit filter"}, report.notes
     assert report.lost == 0 and report.doubled == 0
     assert report.ok, report.render()

@@ -2,7 +2,8 @@
 epochs committed through the protocol, the manifest's conditional create (``If-None-Match: *``,
 obstore's ``put(mode="create")`` in ``eos.sinks.files_s3``) letting exactly one of two racing
 attempts win, orphans of a crashed attempt removed by the rerun, and DuckDB reading back what
-was committed."""
+was committed; any partition value gets a key, and the prefix is claimed by its pipeline
+(``_eos/writers.json``, created with the same conditional PUT)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 
 from eos.core import sink as sink_module
 from eos.core.config import PipelineConfig
-from eos.core.errors import SinkUnavailable
+from eos.core.errors import SinkUnavailable, TableOwned
 from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.sink import register, sinks_for
@@ -132,7 +133,8 @@ def test_orphans_of_an_attempt_killed_before_its_manifest_are_removed_by_the_rer
     assert commit(config, 0).outcome is Outcome.COMMITTED
     names = listing(s3_root)
     assert [n for n in names if n.startswith("epoch-")] == [
-        n for n in names if n.startswith("epoch-") and "0ldplan" not in n] and len(names) == 3
+        n for n in names if n.startswith("epoch-") and "0ldplan" not in n] and len(names) == 4
+    assert "_eos/writers.json" in names  # begin claimed the prefix for the pipeline
     assert sorted((r["key"], r["n"], r["epoch"]) for r in
                   sinks_for(config)[0].read_back()) == rows_of(config)
 
@@ -168,3 +170,29 @@ def test_a_refused_request_names_the_status_and_no_secret(s3_root: str,
     with pytest.raises(SinkUnavailable, match=r"HTTP 403") as failed:
         put_if_absent(f"{s3_root}/x.json", b"{}")
     assert secret not in str(failed.value)
+
+
+def test_any_partition_value_gets_a_key_and_the_prefix_has_one_owner(
+        tmp_path: Path, s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 300-character key (before: the sealed epoch's commit failed on every run), a '/' and
+    non-ASCII text: each under a name of at most 255 bytes, read back exactly. A second
+    pipeline on the prefix is refused naming the first, before it writes anything."""
+    config, source = pipeline(tmp_path, s3_root, partition_by=["key"]), MemorySource()
+    keys = ["k" * 300, "country/region", "Zürich 東京"]
+    for key in keys:
+        monkeypatch.setattr("support.memory.KEY", key)
+        run_epoch(config, source)
+        source.produce(1, 7)
+    sink = sinks_for(config)[0]
+    assert checkpointed_epoch(config) == 2
+    assert sorted(r["key"] for r in sink.read_back()) == sorted(keys)
+    names = [n for n in listing(s3_root) if not n.startswith("_eos/")]
+    assert len(names) == 3 and all(len(n.split("/")[0].encode()) <= 255 for n in names)
+    assert "key=country%2Fregion" in {n.split("/")[0] for n in names}
+    before = listing(s3_root)
+    other = make_pipeline(tmp_path, base=IN_MEMORY, name="other", sinks={
+        "windows": [{"files": {"path": s3_root, "partition_by": ["key"]}}],
+        "late": [{"memory": "b"}], "quarantine": [{"memory": "c"}]})
+    with pytest.raises(TableOwned, match=f"belongs to pipeline {config.name} "):
+        begin(other, source=MemorySource())
+    assert listing(s3_root) == before

@@ -33,6 +33,7 @@ from eos.core.errors import (
     RewindRefused,
     SinkCannotTake,
     SinkUnavailable,
+    TableOwned,
 )
 from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
@@ -147,6 +148,21 @@ def test_epochs_land_once_each_with_their_markers_and_read_back_whole(
     assert query(server, f"SELECT DISTINCT added FROM {schema}.windows") == [(None,)]
 
 
+def test_a_second_pipeline_on_one_table_is_refused_before_the_seal_naming_the_owner(
+        tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
+    first = pipeline(tmp_path, schema)
+    run_epoch(first, source)
+    second = make_pipeline(tmp_path, name="second", base=IN_MEMORY, sinks={
+        "windows": [{"postgres": options(schema)}], "late": [], "quarantine": []})
+    with pytest.raises(TableOwned, match=rf"table {schema}.windows belongs to pipeline\(s\) "
+                                         f"{first.name} "):
+        begin(second, source=MemorySource())
+    before = windows(server, schema)
+    with pytest.raises(TableOwned):
+        sinks_for(second)[0].check(0, pa.table({"key": ["k"]}))
+    assert windows(server, schema) == before and checkpointed_epoch(second) == -1
+
+
 def test_a_failure_between_the_rows_and_the_marker_leaves_nothing(
         tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,10 +244,41 @@ def test_upserts_replace_a_keys_row_in_epoch_order_once(
     assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == table
     assert sorted((r["key"], r["n"]) for r in sink.read_back()) == table
     assert sink.commits() == [0, 1] and sink.kept_by() == ("key",)
-    with pytest.raises(SinkCannotTake, match="upsert keys more than once"):
-        sink.check(2, pa.table({"key": ["a", "a"], "n": [1, 2]}))
     with pytest.raises(SinkCannotTake, match="column 'key' is NOT NULL and the epoch has empty"):
         sink.check(2, pa.table({"key": [None], "n": [1]}, schema=first.schema))
+    # a key twice in one epoch: its last row is written (these rows have neither a record nor
+    # a window to order them: their other columns do), where it was refused for ever before
+    twice = pa.table({"key": ["a", "c", "a"], "n": [9, 8, 4]})
+    sink.check(2, twice)
+    assert sink.commit(2, twice, "h2").outcome is Outcome.COMMITTED
+    assert sorted(query(server, f"SELECT key, n FROM {schema}.windows")) == [
+        ("a", 9), ("b", 2), ("c", 8)]
+
+
+def test_an_empty_upsert_key_is_refused_before_the_seal_naming_the_way_out(
+        tmp_path: Path, server: PostgresServer, schema: str) -> None:
+    """A key column that may be null (a unique constraint made beforehand): ``ON CONFLICT``
+    never matches a null there, so each epoch would add another row for it."""
+    query(server, f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.windows (key text UNIQUE, "
+                  "n bigint)")
+    sink = sinks_for(pipeline(tmp_path, schema, upsert_keys=["key"]))[0]
+    rows = pa.table({"key": ["a", None, None], "n": [1, 2, 3]})
+    with pytest.raises(SinkCannotTake, match=r"upsert key 'key' is empty in 1 row\(s\).*"
+                                             r"event.filter.*coalesce"):
+        sink.check(0, rows)
+
+
+def test_the_dsns_session_options_are_kept_beside_utc(
+        tmp_path: Path, server: PostgresServer, schema: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``lock_timeout`` in the DSN's ``options`` is the one ``begin``'s DDL waits under (the
+    sink's own UTC time zone used to replace them)."""
+    monkeypatch.setenv(DSN_ENV, dsn_of(server) + " options='-c lock_timeout=1234ms'")
+    sink = sinks_for(pipeline(tmp_path, schema))[0]
+    assert isinstance(sink, PostgresSink)
+    with sink._connected() as conn:
+        assert conn.execute("SHOW lock_timeout").fetchone()[0] == "1234ms"
+        assert conn.execute("SHOW TimeZone").fetchone()[0] == "UTC"
 
 
 def test_windows_upserted_on_their_keys_through_the_protocol(

@@ -15,7 +15,7 @@ import pytest
 from eos.core import checkpoints
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig, parse_config
-from eos.core.errors import ConfigError, MoveRefused, SourceChanged, TopicVanished
+from eos.core.errors import ConfigError, MoveRefused, SourceChanged, TopicMissing, TopicVanished
 from eos.core.layout import tables_for
 from eos.core.move import StartPosition, move_source
 from eos.core.pipeline_status import partition_lags, pipeline_status, render
@@ -96,19 +96,42 @@ def test_a_matched_topic_that_vanishes_is_refused_and_nothing_is_planned(
     assert log_rows(config, 1) == []
 
 
-def test_adding_topics_keeps_the_committed_offsets_and_dropping_one_is_a_move(
+def test_adding_topics_keeps_the_committed_offsets_and_one_leaves_without_moving_the_others(
         tmp_path: Path) -> None:
     """``topic: a`` -> ``topics: [a, b]``: a continues, b starts at its log start (whatever
-    ``kafka.start`` says: it placed the first epoch only). Dropping a topic with committed
-    offsets is refused as a source change."""
+    ``kafka.start`` says: it placed the first epoch only). Taking b out of the list again: a
+    goes on from its committed offset, b's offsets are carried by every checkpoint after, and
+    b put back resumes where it stopped (its log start would read 3..8 twice)."""
     config = several(tmp_path, {"topic": "a", "start": "latest"})
     source = MemorySource({0: (0, 25)}, others={"b": {0: (3, 8)}})
     assert ranges(run_epoch(config, source)) == [("a", 0, 25, 25)]
     source.produce(0, 2)
     both = same_pipeline(config, kafka={"topics": ["a", "b"], "start": "latest"})
     assert ranges(run_epoch(both, source)) == [("a", 0, 25, 27), ("b", 0, 3, 8)]
-    with pytest.raises(SourceChanged, match="topics 'a', 'b'"):
-        begin(config, "run-2", source=source)
+    source.produce(0, 1)
+    source.produce(0, 4, topic="b")
+    left = run_epoch(config, source)  # was SourceChanged: b left, a goes on
+    assert ranges(left) == [("a", 0, 27, 28)] and left.source.topics == ("a",)
+    assert last_until(config) == {TopicPartition("a", 0): 28, TopicPartition("b", 0): 8}
+    lags = partition_lags(config, last_until(config), source.watermarks(config))
+    assert [(lag.topic, lag.lag) for lag in lags] == [("a", 0)]
+    back = run_epoch(both, source)
+    assert ranges(back) == [("a", 0, 28, 28), ("b", 0, 8, 12)]
+
+
+def test_a_topic_left_on_purpose_is_not_a_vanished_one_nor_a_replaced_source(
+        tmp_path: Path) -> None:
+    """A topic still named (or still matched) that the broker no longer has stays refused, and
+    so does replacing every topic: offsets of other topics mean nothing there."""
+    config = several(tmp_path, {"topics": ["a", "b"]})
+    source = MemorySource({0: (0, 5)}, others={"b": {0: (0, 9)}, "c": {0: (0, 2)}})
+    run_epoch(config, source)
+    del source.others["b"]
+    with pytest.raises(TopicMissing, match="topic 'b'"):
+        begin(config, "run-1", source=source)  # b is named and gone: never skipped silently
+    replaced = same_pipeline(config, kafka={"topics": ["c"]})
+    with pytest.raises(SourceChanged):
+        begin(replaced, "run-1", source=source)
 
 
 def test_a_move_of_several_topics_places_every_one_and_offsets_name_one_topic(

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import date, time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pytest
@@ -183,11 +184,11 @@ def test_two_commits_at_once_create_one_manifest(tmp_path: Path,
         barrier.wait()
         link(source, target)
 
-    monkeypatch.setattr("eos.sinks.files_store.os.link", link_together)
     rows = pa.table({"key": ["a", "b", "a"], "n": [1, 2, 3]})
     sinks = [sinks_for(config)[0], sinks_for(config)[0]]
     for one in sinks:
         one.prepare(rows.schema)
+    monkeypatch.setattr("eos.sinks.files_store.os.link", link_together)
     results = at_once(*(lambda s=s: s.commit(0, rows, "h0") for s in sinks))
     assert sorted((r.outcome, r.raced) for r in results) == sorted(
         [(Outcome.COMMITTED, False), (Outcome.ALREADY_COMMITTED, True)])
@@ -204,9 +205,9 @@ def test_out_of_order_epochs_and_what_cannot_be_written_are_refused(tmp_path: Pa
     sink.prepare(pa.schema([]))
     with pytest.raises(ProtocolViolation, match="holds epoch -1; it cannot receive epoch 1"):
         sink.commit(1, pa.table({"key": ["x"]}), "h1")
-    for value in ["a/b", "..", "", "a\x00b"]:
-        with pytest.raises(SinkCannotTake, match="partition column 'key'"):
-            sink.check(0, pa.table({"key": ["ok", value]}))
+    for value in [1.5, b"raw"]:  # a type no directory's name holds exactly
+        with pytest.raises(SinkCannotTake, match=r"partition column 'key': a (float|bytes)"):
+            sink.check(0, pa.table({"key": [value]}))
     with pytest.raises(SinkCannotTake, match="partition column 'key' is not a column"):
         sink.check(0, pa.table({"q": [1]}))
     with pytest.raises(SinkCannotTake, match="JSON cannot hold"):
@@ -326,3 +327,123 @@ def test_committed_json_is_extended_by_each_commit_and_rebuilt_when_it_lagged(
     sink.commit(2, pa.table({"n": [3]}), "c")  # a crash lost epoch 1's update: rebuilt
     assert json.loads(summary.read_text())["files"] == [
         f"epoch-00000000000{e}-{p}-part-00000.jsonl" for e, p in enumerate("abc")]
+
+
+# -- partition values no directory name can hold as they are ---------------------------------
+
+def test_a_300_character_key_commits_through_the_protocol_and_reads_back_whole(
+        tmp_path: Path, source: MemorySource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect: ``partition_by: [key]`` and one 300-character key. ``check`` let it pass,
+    the epoch was sealed, and every commit failed with ``[Errno 36] File name too long``
+    (``SinkUnavailable``, retried for ever; abort and rewind refused for a sealed epoch). Now
+    its directory's name is shortened (a prefix and a hash of the value) and the rows hold the
+    value whole."""
+    long = "k" * 300
+    monkeypatch.setattr("support.memory.KEY", long)
+    out = tmp_path / "out"
+    config = pipeline(tmp_path, out, partition_by=["key"])
+    run_epoch(config, source)
+    source.produce(0, 10)
+    run_epoch(config, source)
+    assert checkpointed_epoch(config) == 1
+    sink = sinks_for(config)[0]
+    assert [r["key"] for r in sink.read_back()] == [long, long]
+    names = {p.split("/")[0] for p in data_files(out)}
+    assert len(names) == 1 and all(len(n.encode()) <= 255 for n in names)
+
+
+HARD_VALUES = ["a/b", "a\\b", "é été 日本", "..", ".", ".hidden", "", "a\x00b", "tab\there\n",
+               "a=b", "50%", "a%2Fb", "a~b", "NULL", "null", "__HIVE_DEFAULT_PARTITION__",
+               "k" * 300, "日" * 100, "/" * 100, "plain"]
+
+
+def directory_of(out: Path, value: str, rows: list[dict]) -> str:
+    """The partition directory the file holding ``value``'s row is in."""
+    for path in data_files(out):
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            held = pq.ParquetFile(out / path).read().column("key").to_pylist()
+        else:
+            held = [json.loads(line)["key"] for line in (out / path).read_text().splitlines()]
+        if value in held:
+            assert set(held) == {value}, path  # one value per directory
+            return path.split("/")[0]
+    raise AssertionError(f"no file holds {value!r}")
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_any_partition_value_gets_a_directory_and_reads_back_exactly(
+        tmp_path: Path, form: str) -> None:
+    """A '/', NUL, '..', '', non-ASCII text, text a reader takes for a null, 300 characters:
+    each value gets its own directory, whose name (at most 255 bytes) DuckDB's
+    hive_partitioning reads back as the value unless it had to be shortened; the files hold
+    the values whole, and the read-back returns them exactly."""
+    import duckdb
+
+    out = tmp_path / "out"
+    sink = sinks_for(pipeline(tmp_path, out, format=form, partition_by=["key"]))[0]
+    sink.prepare(pa.schema([]))
+    values = [*HARD_VALUES, None]
+    rows = pa.table({"key": pa.array(values, pa.string()), "n": list(range(len(values)))})
+    sink.check(0, rows)
+    assert sink.commit(0, rows, "h0").outcome is Outcome.COMMITTED
+    assert sorted(sink.read_back(), key=lambda r: r["n"]) == rows.to_pylist()
+
+    names = {value: directory_of(out, value, rows.to_pylist()) for value in values}
+    assert len(set(names.values())) == len(values)  # never two values in one directory
+    assert all(len(name.encode()) <= 255 for name in names.values())
+    assert names[None] == "key=__HIVE_DEFAULT_PARTITION__"
+    assert names["a/b"] == "key=a%2Fb" and names["é été 日本"] == "key=é été 日本"
+    assert names["__HIVE_DEFAULT_PARTITION__"] == "key=%5F_HIVE_DEFAULT_PARTITION__"
+    assert names[""] == "key=" and names[".."] == "key=.."
+    shortened = {v for v, name in names.items() if "~" in name}
+    assert shortened == {"k" * 300, "日" * 100, "/" * 100}
+    assert names["k" * 300].startswith("key=" + "k" * 200)
+
+    reader = "read_parquet" if form == "parquet" else "read_json"
+    with duckdb.connect() as db:
+        found = dict(db.execute(f"SELECT n, key FROM {reader}(?, hive_partitioning = true)",
+                                [str(out / "**" / f"*.{form}")]).fetchall())
+    by_path = {values[n]: key for n, key in found.items()}
+    for value in values:
+        if value is None:  # DuckDB does not read Hive's null directory as a null
+            assert by_path[value] == "__HIVE_DEFAULT_PARTITION__"
+        elif value in shortened:  # a shortened name is not the value: read it from the file
+            prefix, digest = by_path[value].split("~")
+            assert value.startswith(prefix) and len(digest) == 32
+            assert by_path[value] == unquote(names[value].removeprefix("key="))
+        else:
+            assert by_path[value] == value, value
+
+
+def test_a_slash_and_non_ascii_keys_commit_through_the_protocol(
+        tmp_path: Path, source: MemorySource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, a key holding '/' was refused before the seal, every epoch (and a key like
+    "null" was read back by DuckDB as a null): now both land, each in its own directory."""
+    out = tmp_path / "out"
+    config = pipeline(tmp_path, out, partition_by=["key"])
+    for key in ["country/region", "Zürich 東京"]:
+        monkeypatch.setattr("support.memory.KEY", key)
+        run_epoch(config, source)
+        source.produce(0, 10)
+    assert checkpointed_epoch(config) == 1
+    assert sorted(r["key"] for r in sinks_for(config)[0].read_back()) == [
+        "Zürich 東京", "country/region"]
+    assert sorted({p.split("/")[0] for p in data_files(out)}) == [
+        "key=Zürich 東京", "key=country%2Fregion"]
+
+
+def test_partition_columns_no_directory_can_name_are_refused_when_the_pipeline_loads(
+        tmp_path: Path) -> None:
+    """Bytes, or a path that leaves no room for a partition directory's name: every epoch
+    would be refused before its seal, so the pipeline is refused when it loads."""
+    raw = {"windows": [{"memory": "a"}], "late": [],
+           "quarantine": [{"files": {"path": "/x", "partition_by": ["raw_value"]}}]}
+    with pytest.raises(ConfigError, match=r"raw_value.*is a binary"):
+        make_pipeline(tmp_path, base=IN_MEMORY, sinks=raw)
+    long = {"windows": [{"files": {"path": "s3://bucket/" + "p" * 940,
+                                   "partition_by": ["key", "epoch"]}}],
+            "late": [], "quarantine": []}
+    with pytest.raises(ConfigError, match=r"leaves .* bytes for each partition directory"):
+        make_pipeline(tmp_path, base=IN_MEMORY, sinks=long)

@@ -70,6 +70,16 @@ def test_a_postgres_upsert_key_that_is_no_output_column_is_refused_at_load(
     windows(tmp_path, postgres(upsert_keys=["key", "window_start"]))
 
 
+def test_postgres_upsert_keys_of_windows_hold_every_group_field(tmp_path: Path) -> None:
+    """Without a group field, one window's rows of several groups would be one key, and the
+    row kept one of them chosen by nothing in the data; without the window, each group keeps
+    its latest window."""
+    with refused("sinks.windows[1].postgres.upsert_keys: the upsert keys ['window_start'] "
+                 "leave out the group field(s) ['key']"):
+        windows(tmp_path, postgres(upsert_keys=["window_start"]))
+    windows(tmp_path, postgres(upsert_keys=["key"]))
+
+
 def test_a_files_partition_column_that_is_no_output_column_is_refused_at_load(
         tmp_path: Path) -> None:
     with refused("sinks.windows[1].files.partition_by: column 'day' is not an output column "

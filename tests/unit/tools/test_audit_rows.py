@@ -12,7 +12,7 @@ import pytest
 
 from eos.core.config import parse_config
 from eos.core.plan import PartitionRange, Plan
-from eos.tools.audit_checks import compare_rows, row_identity
+from eos.tools.audit_checks import RECORD_TIMESTAMP, compare_rows, row_identity
 from eos.tools.audit_reference import Record
 from eos.tools.audit_report import AuditReport, ProblemKind
 from eos.tools.audit_rows import compare_row_values, row_reference
@@ -54,13 +54,13 @@ def test_the_reference_holds_each_kept_record_once_with_its_values() -> None:
     assert expected.rows["rows"] == [
         {"page": "/A", "amount": Decimal("12.50"), "cents": 1250, "key": "k", "at": 1000,
          "big": True, "kafka_topic": "views", "kafka_partition": 0, "kafka_offset": 0,
-         "epoch": 0},
+         RECORD_TIMESTAMP: 1000, "epoch": 0},
         {"page": "/C", "amount": Decimal("1.00"), "cents": 100, "key": "\ufffd", "at": 1003,
          "big": False, "kafka_topic": "views", "kafka_partition": 0, "kafka_offset": 3,
-         "epoch": 0},
+         RECORD_TIMESTAMP: 1003, "epoch": 0},
         {"page": "/D", "amount": Decimal("2.00"), "cents": 200, "key": None, "at": 1004,
          "big": False, "kafka_topic": "views", "kafka_partition": 0, "kafka_offset": 4,
-         "epoch": 1}]
+         RECORD_TIMESTAMP: 1004, "epoch": 1}]
 
 
 @pytest.mark.parametrize(("change", "kind"), [

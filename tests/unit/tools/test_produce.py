@@ -35,3 +35,35 @@ def test_start_at_reads_continue_base_milliseconds_and_iso_instants() -> None:
             parse_start(bad)
 
 
+
+
+def test_generated_clicks_fill_fields_by_name_and_type_never_the_time_with_a_value() -> None:
+    """``ts: long`` declared before ``value``: the value goes to ``value`` (and a ``long``
+    value is a whole number), the time to ``ts``; every generated record parses."""
+    from eos.compute.formats import Parsed
+    from eos.compute.formats.json import Parser
+    from eos.core.config import parse_config
+    from eos.tools.generator import generate, generator_options
+
+    config = parse_config({"name": "p", "kafka": {"topic": "t"}, "event": {
+        "time": {"field": "ts", "format": "epoch_ms"},
+        "fields": {"key": "string", "ts": "long", "value": "long"}}})
+    options = generator_options(config)
+    assert (options["key_field"], options["time_field"], options["value_field"]) == (
+        "key", "ts", "value") and options["value_whole"]
+    records = list(generate(GeneratorSpec(events=50, seed=3, **options)))
+    parser = Parser(config.event)
+    assert all(isinstance(parser.parse(r.value, r.timestamp_ms), Parsed) for r in records)
+    assert all(isinstance(json.loads(r.value)["value"], int) for r in records)
+
+
+def test_a_json_event_the_generator_cannot_fill_is_refused_naming_the_fields() -> None:
+    from eos.core.config import parse_config
+    from eos.core.errors import ConfigError
+    from eos.tools.generator import generator_options
+
+    config = parse_config({"name": "p", "kafka": {"topic": "t"}, "event": {
+        "fields": {"key": "string", "value": "double", "country": "string",
+                   "note": {"path": "note", "type": "string", "optional": True}}}})
+    with pytest.raises(ConfigError, match=r"also requires \['country'\]"):
+        generator_options(config)

@@ -188,12 +188,13 @@ def test_reference_writes_the_pages(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def guide_pipelines() -> list[tuple[str, str]]:
-    """Every whole pipeline the guide and the README show: a YAML block with a top-level name
-    and aggregations (the guide's fragments show one section at a time)."""
+    """Every whole pipeline the guide and the README show: a YAML block with a top-level name,
+    kafka and event, with or without windows (the guide's fragments show one section at a
+    time)."""
     found = []
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S):
-            if re.search(r"^name: ", block, re.M) and re.search(r"^aggregations:", block, re.M):
+            if all(re.search(rf"^{key}:", block, re.M) for key in ("name", "kafka", "event")):
                 found.append((page.name, block))
     return found
 

@@ -188,3 +188,13 @@ def test_two_files_of_one_pipeline_name_are_both_refused(
     assert lines[0].startswith(f"ERROR pipeline config {first}: ") and both in lines[0]
     assert lines[1].startswith(f"ERROR pipeline config {second}: ") and both in lines[1]
     assert lines[2] == f"OK    {other} (pipeline refunds)"
+
+
+def test_a_decimal_cut_at_its_comma_says_to_quote_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cut.yaml"
+    path.write_text("name: cut\nkafka: {topic: t}\n"
+                    "event:\n  fields: {key: string, value: decimal(38,9)}\n")
+    code, lines = validate(capsys, str(path))
+    assert code == 1 and "unknown type 'decimal(38'" in lines[0]
+    assert 'quote the type, e.g. "decimal(38,s)"' in lines[0]

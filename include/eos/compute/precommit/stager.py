@@ -75,9 +75,9 @@ def expression_failed(error: BaseException, plan: Plan) -> ExpressionFailed | No
     return ExpressionFailed(
         f"epoch {plan.epoch}: an expression of the pipeline's select, filter or derived fields "
         f"fails on a record of {plan.describe_ranges()}: {first}. Every attempt reads the same "
-        "records: change the expression so that it takes them (TRY_CAST instead of CAST, "
-        "try_add/try_multiply/try_divide, a CASE); a column may change its expression between "
-        "epochs while its type stays the same")
+        "records: change the expression so that it takes them (TRY_CAST instead of CAST, a "
+        "CASE that guards the operation); the filter may change between epochs, and a select "
+        "column or derived field may change its expression while its type stays the same")
 
 
 def _local_session(config: PipelineConfig) -> Any:

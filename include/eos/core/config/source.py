@@ -169,7 +169,13 @@ class FieldType(Strict):
                 raise ValueError(f"{text}: need 1 <= p <= 38 and s <= p")
             return cls(name="decimal", precision=precision, scale=scale)
         if text not in FIELD_TYPES:
-            raise ValueError(f"unknown type '{text}': use one of {FIELD_TYPES} or decimal(p,s)")
+            # ``{value: decimal(38,9)}`` in a flow mapping splits at the comma into
+            # ``decimal(38`` and a key ``9)``: the type looks cut, say how to keep it whole.
+            cut = (f"; it looks cut at a comma: quote the type, e.g. \"{text},s)\" — in a "
+                   "{...} mapping YAML splits an unquoted decimal(p,s) at its comma"
+                   if text.startswith("decimal(") and "," not in text else "")
+            raise ValueError(f"unknown type '{text}': use one of {FIELD_TYPES} or "
+                             f"decimal(p,s){cut}")
         return cls(name=text)
 
     def __str__(self) -> str:

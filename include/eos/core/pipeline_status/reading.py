@@ -283,8 +283,19 @@ def source_moved(config: PipelineConfig, last: checkpoints.Checkpoint | None) ->
 def partition_lags(config: PipelineConfig, offsets: Offsets, marks: Marks) -> list[PartitionLag]:
     """Each partition's lag from the checkpoint's ``offsets`` and the topics' watermarks
     (``marks``: topic-partition -> (low, high)), for ``eos status`` and the epochs view."""
+    read = {tp for tp in offsets if reads_topic(config, tp.topic)}  # not a topic that left
     return [_partition_lag(config, offsets, tp, marks.get(tp))
-            for tp in sorted(set(offsets) | set(marks))]
+            for tp in sorted(read | set(marks))]
+
+
+def reads_topic(config: PipelineConfig, topic: str) -> bool:
+    """Whether the config reads ``topic``: names it, or matches it with its pattern (a topic
+    taken out of the config keeps its offsets in the checkpoint, and has no lag)."""
+    if config.kafka.pattern is not None:
+        from eos.core.config.source import topic_pattern
+
+        return topic_pattern(config.kafka.pattern).match(topic) is not None
+    return topic in (config.kafka.named_topics or [])
 
 
 def _partition_lag(config: PipelineConfig, offsets: Offsets, partition: TopicPartition,

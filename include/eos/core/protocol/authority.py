@@ -3,6 +3,8 @@ what is committed), each sink's own committed epoch, and whether a rewind is hal
 
 from __future__ import annotations
 
+from typing import Any
+
 from eos.core import checkpoints, epochlog
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
@@ -46,8 +48,11 @@ def left_sinks(sinks: list[Sink], last: Checkpoint | None) -> list[str]:
     return sorted(set(last.sinks) - configured) if last is not None else []
 
 
-def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False
-                ) -> dict[str, int]:
+_UNREAD: Any = object()  # ``check_sinks`` reads the last checkpoint itself
+
+
+def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False,
+                last: Checkpoint | None = _UNREAD) -> dict[str, int]:
     """Each sink's own committed epoch, which must be ``committed`` or ``committed + 1``.
 
     A sink may be one ahead after a crash between sinks, or between the last sink and the
@@ -60,7 +65,8 @@ def check_sinks(config: PipelineConfig, committed: int, read_only: bool = False
     pipeline never disturbs a commit in flight.
     """
     held = {}
-    last = checkpoints.last(tables_for(config), committed) if committed != NO_EPOCH else None
+    if last is _UNREAD:  # a caller that read it already (``begin``) passes it: one read fewer
+        last = checkpoints.last(tables_for(config), committed) if committed != NO_EPOCH else None
     sinks = join_sinks(sinks_for(config), last)
     for sink in sinks:
         if not read_only:

@@ -57,7 +57,7 @@ def begin_epoch(config: PipelineConfig, run_id: str | None = None, *,
         checkpoints.check_schema_view(last, config)
         logged = epochlog.plan_rows(tables, committed + 1, run_id)
         check_none_unfinished(logged)  # a half-done rewind: its tables are not consistent
-        check_sinks(config, committed)
+        check_sinks(config, committed, last=last)
         plan, how = _existing_plan(logged, committed, run_id)
         if plan is None:
             fresh = new_plan(config, committed + 1, last.until if last else {}, source,

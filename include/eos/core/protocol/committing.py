@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from eos.core import checkpoints, epochlog, faults
-from eos.core.checkpoints import PRECOMMIT_FACTS, Checkpoint
+from eos.core.checkpoints import PRECOMMIT_FACTS, STAGED_VIEW, Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import ProtocolViolation
 from eos.core.evolution import unstaged, without
@@ -15,7 +15,7 @@ from eos.core.maintenance import maintain
 from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs, sink_rows
 from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
-from eos.core.plan import Plan, plan_of
+from eos.core.plan import Plan, carried_offsets, plan_of
 from eos.core.protocol.authority import join_sinks, left_sinks
 from eos.core.protocol.results import CommitResult, sink_summary
 from eos.core.protocol.sealing import seal_epoch, sealed_already
@@ -107,14 +107,20 @@ def _commit_sinks_and_checkpoint(config: PipelineConfig, tables: OpenTables, pla
         if i < len(sinks) - 1:
             faults.hit("commit.between_sinks")
     faults.hit("commit.before_checkpoint")
+    facts = precommit_facts(staged)
+    # The view N was staged with; an epoch staged by an earlier version has none recorded:
+    # the config's, less the columns it was not staged with.
+    view = facts.pop(STAGED_VIEW, None) if facts else None
     checkpoint = Checkpoint(
-        epoch=epoch, plan_hash=plan.hash, until=plan.until,
+        epoch=epoch, plan_hash=plan.hash,
+        until={**(carried_offsets(previous.until, previous.source, plan) if previous else {}),
+               **plan.until},
         watermark_ms=_staged_watermark(staged), rows=result.rows,
         sinks={s.sink: sink_summary(s, since=sink.joined_at)
                for s, sink in zip(result.sinks, sinks, strict=True)},
-        config=without(config.schema_view(), unready),
+        config=view if view is not None else without(config.schema_view(), unready),
         source=plan.source,
-        details=_committed_details(result, attempt, took, precommit_facts(staged),
+        details=_committed_details(result, attempt, took, facts,
                                    left_sinks(sinks, previous)),
     )
     written = checkpoints.append(tables, config.app_id, checkpoint)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eos.core import checkpoints, epochlog, faults, staging
-from eos.core.checkpoints import Checkpoint
+from eos.core.checkpoints import STAGED_VIEW, Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.outcomes import Outcome
@@ -106,6 +106,9 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     # Who staged N and how, as one more staged row: the epochs view's precommitted entry,
     # committed with N's rows (and copied into N's checkpoint) instead of a log append.
     facts = _facts(staged, attempt, timings, elapsed_ms(total))
+    # What N was computed with (its filter and select may change by the next epoch): the
+    # commit records it in N's checkpoint, and the audit recomputes N with it.
+    facts[STAGED_VIEW] = config.schema_view()
     files = [*staged.files, staging.facts_file(tables.staging, plan.epoch, plan.hash,
                                                staging_schema(config), facts, staged.files)]
     faults.hit("precommit.before_write")
