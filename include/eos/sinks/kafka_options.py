@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from eos.core.config import SchemaRegistryConfig
-from eos.core.config.client import check_client
+from eos.core.config.client import ClientSettings
 from eos.sinks.kafka_markers import MARKER_SUFFIX
 from eos.sinks.kafka_topics import MAX_TOPIC_NAME, check_topic_name
 
@@ -110,7 +110,7 @@ class KafkaSinkOptions(BaseModel):
                     "sink's alone; default <topic>.eos-markers.<pipeline>.")
     partitions: int | None = Field(default=None, gt=0,  # when the sink creates the topic
                                    description="Partitions of the topic if the sink creates it.")
-    client: dict[str, str | int | float | bool] = Field(
+    client: ClientSettings = Field(
         default_factory=dict,
         description="Extra librdkafka settings of the producer (message.max.bytes included); "
                     "`${VAR}` values are read from the environment.")
@@ -142,13 +142,6 @@ class KafkaSinkOptions(BaseModel):
         default=None,
         description="The prefix the sink committed under before a change: its open transaction "
                     "is aborted and its producers fenced at every fenced step while set.")
-
-    @field_validator("client")
-    @classmethod
-    def _librdkafka_takes(cls, value: dict[str, str | int | float | bool]
-                          ) -> dict[str, str | int | float | bool]:
-        check_client(value)
-        return value
 
     @field_validator("headers", mode="before")
     @classmethod

@@ -13,29 +13,9 @@ import yaml
 
 from eos.core.config.loading import UniqueKeyLoader
 from eos.core.config.spark_settings import defined_sql_settings
-from eos.tools.cli import main
+from unit.tools.test_validate import GOOD, validate, write
 
-GOOD = {
-    "name": "orders",
-    "kafka": {"topic": "orders"},
-    "event": {"time": {"field": "ts", "format": "epoch_ms"},
-              "fields": {"shop": "string", "amount": "decimal(12,2)"}},
-    "group_by": ["shop"],
-    "window": {"type": "tumbling", "size": "1m"},
-    "aggregations": {"orders": "count(*)", "revenue": "sum(amount)"},
-}
 KAFKA_OUT = {"windows": [{"kafka": {"topic": "orders-out"}}]}
-
-
-def write(directory: Path, name: str, **changes: object) -> Path:
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({**GOOD, "name": name, **changes}))
-    return path
-
-
-def validate(capsys: pytest.CaptureFixture[str], *targets: str) -> tuple[int, list[str]]:
-    code = main(["validate", *targets])
-    return code, capsys.readouterr().out.splitlines()
 
 
 def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], **changes: object) -> str:

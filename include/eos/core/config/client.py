@@ -13,6 +13,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 # ``${VAR}``: a value read from the environment where the client runs (``eos.core.kafka``).
 ENV_REFERENCE = re.compile(r"\$\{([^}]*)\}")
@@ -34,6 +37,11 @@ _NOT_ALONE = "Failed to create"
 _QUOTED_VALUE = re.compile(r'Invalid value "[^"]*"')
 
 Setting = str | int | float | bool
+
+
+def _checked(settings: dict[str, Setting]) -> dict[str, Setting]:
+    check_client(settings)
+    return settings
 
 
 def check_client(settings: Mapping[str, Setting]) -> None:
@@ -100,3 +108,8 @@ def _parse(name: str, value: Setting) -> str | None:
     except (TypeError, ValueError) as error:  # a value of a type librdkafka takes no type of
         return str(error)
     return None
+
+
+# A config's librdkafka settings (``kafka.client``, a Kafka sink's ``client``), checked when it
+# loads.
+ClientSettings = Annotated[dict[str, Setting], AfterValidator(_checked)]

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from eos.core.config.client import check_client
+from eos.core.config.client import ClientSettings
 from eos.core.config.positions import StartPosition
 from eos.core.config.values import DurationMs, Strict, check_name, not_null_schema
 from eos.core.metadata import HEADER_PREFIX, KEY_PREFIX, METADATA, qualified
@@ -58,20 +58,13 @@ class KafkaConfig(Strict):
                     "`timestamp:2026-11-01T00:00:00Z`) or `offsets:<p>=<o>,...` (one offset for "
                     "every partition). Decided once, when the first epoch is planned. A "
                     "partition that appears later starts at its log start whatever this says.")
-    client: dict[str, str | int | float | bool] = Field(
+    client: ClientSettings = Field(
         default_factory=dict,
         description="Extra librdkafka settings for every client of the source. `${VAR}` in a "
                     "value is read from the environment (where the client runs, Spark "
                     "executors included); secrets belong there, not in this file.")
     read_timeout: DurationMs = Field(
         default=60_000, description="A Spark split that makes no progress this long fails.")
-    @field_validator("client")
-    @classmethod
-    def _librdkafka_takes(cls, value: dict[str, str | int | float | bool]
-                          ) -> dict[str, str | int | float | bool]:
-        check_client(value)
-        return value
-
     @field_validator("start")
     @classmethod
     def _known_position(cls, value: str) -> str:
