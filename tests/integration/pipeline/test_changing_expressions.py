@@ -31,14 +31,13 @@ LENIENT = ("coalesce(TRY_CAST(CASE WHEN kafka_offset < 10 THEN '1' ELSE page END
 
 
 def windowed(tmp_path: Path, topic: str, filter_text: str,
-             select: dict[str, str] | None = None, **sections: Any) -> Any:
+             select: dict[str, str] | None = None, group_by: str = "page") -> Any:
     """The pipeline ``changing`` of ``tmp_path`` (each call rewrites its one file)."""
     return make_pipeline(
         tmp_path, name="changing", base={"kafka": {"topic": topic}},
-        event={**PAGEVIEW_EVENT, "filter": filter_text}, select=select or {},
-        group_by=["page"], window={"type": "tumbling", "size": "5m", "allowed_lateness": "0s"},
-        aggregations={"views": "count(*)", "revenue": "sum(revenue)"}, max_records=40,
-        **sections)
+        event={**PAGEVIEW_EVENT, "filter": filter_text}, select=select,
+        group_by=[group_by], window={"type": "tumbling", "size": "5m", "allowed_lateness": "0s"},
+        aggregations={"views": "count(*)", "revenue": "sum(revenue)"}, max_records=40)
 
 
 def filters(config: Any) -> dict[int, str | None]:
@@ -69,7 +68,7 @@ def test_a_derived_field_changes_its_expression_and_what_state_depends_on_is_ref
 
     def by_section(expression: str, group_by: str = "section") -> Any:
         return windowed(tmp_path, topic, "revenue >= 0", select={"section": expression},
-                        group_by=[group_by])
+                        group_by=group_by)
 
     run_epoch(by_section(LOWER), "lower-0", spark=spark)
     upper = by_section(UPPER)
