@@ -33,12 +33,13 @@ output column; ``eos.core.outputs.sink_rows`` reduces with it and drops it). Row
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from eos.core.metadata import KAFKA_OFFSET, KAFKA_PARTITION, KAFKA_TOPIC
+
+if TYPE_CHECKING:  # pyarrow is imported where rows are reduced: a config's load checks
+    # ``ambiguous_keys`` while a DAG file is parsed, which imports no pyarrow
+    import pyarrow as pa
 
 __all__ = ["RECORD_TIMESTAMP", "ambiguous_keys", "last_per_key"]
 
@@ -94,6 +95,8 @@ def _distinct(rows: pa.Table, keys: list[str]) -> bool:
 def _rest(rows: pa.Table, named: list[str]) -> list[str]:
     """The columns that break what ``named`` leaves tied, in the output's order: every other
     one an order is defined on (not a list, a struct or a map)."""
+    import pyarrow as pa
+
     return [f.name for f in rows.schema
             if f.name not in named and f.name != _INDEX and not pa.types.is_nested(f.type)]
 
@@ -102,6 +105,8 @@ def _last(rows: pa.Table, group: list[str], order: list[str]) -> pa.Array:
     """The position in ``rows`` of each ``group``'s row last by ``order`` (ascending, nulls
     first): a stable sort, then each group's last position in it."""
     sort: list[tuple[str, str]] = [(c, "ascending") for c in _once(order)]
+    import pyarrow.compute as pc
+
     positions = pc.sort_indices(rows, sort_keys=sort, null_placement="at_start")
     ordered = rows.select(group).take(positions).append_column(_INDEX, positions)
     found = ordered.group_by(group, use_threads=False).aggregate([(_INDEX, "last")])
