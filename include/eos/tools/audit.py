@@ -98,12 +98,15 @@ def audit(config: PipelineConfig) -> AuditReport:
         for plan in plans
     ]
     report.problems.extend(reread_source(report, settings, epochs))
-    views = {c.epoch: c.config for c in checkpoints.read_all(tables)}
+    checkpointed = checkpoints.read_all(tables)
+    views = {c.epoch: c.config for c in checkpointed}
     expected = (row_reference(config, epochs, views) if config.stateless
                 else reference(config, epochs, views))
     report.records = expected.records
     report.problems.extend(check_checkpoints(tables, plans, expected.watermarks))
-    last = checkpoints.last(tables, committed)
+    # Each sink's first epoch, from the last checkpoint (read above with the others; a missing
+    # one is a problem check_checkpoints reports).
+    last = next((c for c in checkpointed if c.epoch == committed), None)
     for sink in join_sinks(sinks_for(config), last):
         if not isinstance(sink, SupportsReadBack):
             report.unaudited[sink.name] = "its type cannot be read back (no SupportsReadBack)"

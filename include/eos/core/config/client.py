@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -84,6 +85,8 @@ def _name_problem(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=None, typed=True)  # pure in one setting (1 and True apart): a DAG file's
+# every parse asks again
 def _parse(name: str, value: Setting) -> str | None:
     """librdkafka's word on one setting: None when it parses. A consumer with no broker list is
     built and closed at once: it contacts no broker (it has none to contact), and a consumer
