@@ -32,9 +32,10 @@ from support.pipelines import SHIPPED_PIPELINES
 settings.register_profile("eos", deadline=None)
 settings.load_profile("eos")
 
-# The embedded object store's and the test Spark cluster's fixtures, started only when asked for,
-# and the fault points a test arms.
-pytest_plugins = ["support.store", "support.cluster", "support.fault_points"]
+# The embedded object store's, the test Spark cluster's and Apache Kafka's fixtures, started only
+# when asked for, and the fault points a test arms.
+pytest_plugins = ["support.store", "support.cluster", "support.fault_points",
+                  "support.apache_kafka"]
 
 # The repository's settings, as ./dev exports them, for a pytest started directly: the package
 # finds nothing through the checkout (eos.core.config.paths).

@@ -117,14 +117,28 @@ def supply_settings(settings: dict[str, str] | None, source: str = "") -> None:
 
 def supplied_settings() -> dict[str, str]:
     """This process's connection settings: those supplied to it, else those its parent handed
-    to it (``SETTINGS_FILE_ENV``), else none. Every value but ``bootstrap.servers`` is a
-    ``FromConnection``."""
-    found = _supplied or _handed_settings()
+    to it (``SETTINGS_FILE_ENV``), else, when ``KAFKA_BOOTSTRAP_SERVERS`` names no other broker,
+    those of the broker eos started on this machine (its state file's ``client``: Apache Kafka's
+    SASL user), else none. Every value but ``bootstrap.servers`` is a ``FromConnection``."""
+    found = _supplied or _handed_settings() or _local_broker_settings()
     if found is None:
         return {}
     source, settings = found
     return {k: v if k in SHOWN_KEYS else FromConnection(v, f"<{source}>")
             for k, v in settings.items()}
+
+
+def _local_broker_settings() -> tuple[str, dict[str, str]] | None:
+    """The client settings the local broker published (``eos broker start --apache-kafka``),
+    unless the environment names another broker; the mock has none (no authentication)."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        return None
+    state = local_broker()
+    if state is None or not isinstance(state.get("client"), dict):
+        return None
+    settings = {"bootstrap.servers": str(state["bootstrap"]),
+                **{str(k): str(v) for k, v in state["client"].items()}}
+    return f"the broker at {state['bootstrap']} ({broker_state_path()})", settings
 
 
 def _handed_settings() -> tuple[str, dict[str, str]] | None:

@@ -37,6 +37,7 @@ POINTS = (
     "commit.before_checkpoint",  # every sink holds N, the checkpoint row not yet appended
     "commit.after_checkpoint",  # checkpoint appended, the task has not reported success
     "sink.before_write",  # a sink checked its marker (< N) and is about to write N
+    "sink.kafka.before_write",  # a Kafka sink fenced earlier producers; its transaction is next
     "sink.kafka.in_transaction",  # a Kafka sink produced and flushed N, not yet committed
     "checkpoint.before_write",  # the checkpoint check (< N) passed, the append is next
     "rewind.before_log",  # a rewind was planned and checked, its start not yet logged

@@ -270,6 +270,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 "(epochs are committed in order)"
             )
         faults.hit("sink.before_write")
+        faults.hit("sink.kafka.before_write")
         line = kafka_lineage.line_of(last)
         headers = self._headers(epoch, plan_hash, line.get("lineage"))
         # Every value encoded (Avro: its schema registered) before the transaction opens: a

@@ -1,4 +1,12 @@
-"""The embedded Kafka-protocol broker: a librdkafka mock cluster owned by a small process.
+"""The broker eos runs on this machine: librdkafka's mock cluster (the embedded default) or
+Apache Kafka itself (``kind="apache-kafka"``, ``eos.tools.apache_kafka``).
+
+Both publish the same state file under the data directory (``broker.json``: ``bootstrap``,
+``pid``, ``topics``, and for Apache Kafka ``kind`` and the client user's ``client`` settings),
+which is how every client on this machine finds the broker (``eos.core.bootstrap``). The file
+holds a password when the broker has one, so only this user can read it.
+
+The embedded default:
 
 The mock cluster lives exactly as long as the client that created it, so ``start`` spawns a
 detached process that owns it and publishes its bootstrap address in a state file under the
@@ -14,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,8 +35,9 @@ from typing import Any
 
 from eos.core.config import data_dir
 from eos.core.errors import BrokerUnavailable, ConfigError
-from eos.core.kafka import broker_state_path, local_broker, reachable
+from eos.core.kafka import broker_state_path, local_broker, reachable, redact
 from eos.core.processes import alive
+from eos.tools import apache_kafka
 from eos.tools.mock_cluster import DEFAULT_PARTITIONS, MockCluster
 
 START_TIMEOUT_S = 30.0
@@ -77,9 +87,7 @@ def serve(state_file: Path, topics: Sequence[TopicSpec]) -> None:
             "started_at": time.time(),
             "topics": {topic.name: topic.created_with for topic in topics},
         }
-        tmp = state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(state_file)
+        publish(state_file, state)
         try:
             while not stop.is_set():
                 cluster.serve(500)
@@ -89,8 +97,13 @@ def serve(state_file: Path, topics: Sequence[TopicSpec]) -> None:
         cluster.close()
 
 
-def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None) -> dict[str, Any]:
-    """Start the embedded broker in the background unless one runs; return its state.
+MOCK = "mock"
+KINDS = (MOCK, apache_kafka.KIND)
+
+
+def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None,
+          kind: str = MOCK) -> dict[str, Any]:
+    """Start a broker of ``kind`` in the background unless one runs; return its state.
 
     ``topics`` (``NAME`` or ``NAME:PARTITIONS``) are created at start. A broker already running
     is returned as it is (a plain ``NAME`` is auto-created on first use), unless it lacks a
@@ -102,10 +115,17 @@ def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None) -> d
     specs = [TopicSpec.parse(t) for t in topics]
     existing = local_broker(base)
     if existing is not None:
+        if existing.get("kind", MOCK) != kind:
+            raise ConfigError(f"a {existing.get('kind', MOCK)} broker already runs at "
+                              f"{existing['bootstrap']}; stop it first (`eos broker stop`)")
         _check_topics(existing, specs)
         return existing
     path = broker_state_path(base)
     path.unlink(missing_ok=True)
+    if kind == apache_kafka.KIND:
+        return _start_apache_kafka(base, specs)
+    if kind != MOCK:
+        raise ConfigError(f"unknown broker kind {kind!r}; one of {', '.join(KINDS)}")
     log = open(base / "broker.log", "ab")  # noqa: SIM115 - handed to the child process
     cmd = [sys.executable, "-m", "eos.tools.broker", "--state", str(path)]
     for topic in specs:
@@ -127,6 +147,24 @@ def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None) -> d
                             f"see {log.name}")
 
 
+def _start_apache_kafka(base: Path, specs: list[TopicSpec]) -> dict[str, Any]:
+    """Apache Kafka under ``base/apache-kafka``, its state published once it serves."""
+    _process, state = apache_kafka.start_broker(
+        base / "apache-kafka", [(t.name, t.created_with) for t in specs])
+    state["topics"] = {t.name: t.created_with for t in specs}
+    publish(broker_state_path(base), state)
+    return state
+
+
+def publish(path: Path, state: dict[str, Any]) -> None:
+    """Write the state file atomically, readable by this user alone (it may hold a password)."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(state, handle)
+    tmp.replace(path)
+
+
 def _check_topics(state: dict[str, Any], wanted: list[TopicSpec]) -> None:
     """Refuse a running broker without a topic asked for with a partition count."""
     have = state.get("topics") or {}
@@ -141,8 +179,9 @@ def _check_topics(state: dict[str, Any], wanted: list[TopicSpec]) -> None:
                            "(`eos broker stop`)")
 
 
-def stop(base: Path | None = None, timeout: float = 15.0) -> bool:
-    """Stop the embedded broker; True if one was running. Leaves no process behind."""
+def stop(base: Path | None = None, timeout: float = 30.0) -> bool:
+    """Stop the broker eos started; True if one was running. Leaves no process behind (a
+    broker that does not shut down within ``timeout`` is killed)."""
     state = local_broker(base)
     if state is None:
         broker_state_path(base).unlink(missing_ok=True)
@@ -160,6 +199,8 @@ def stop(base: Path | None = None, timeout: float = 15.0) -> bool:
         os.kill(pid, signal.SIGKILL)
         _reap(pid)
     broker_state_path(base).unlink(missing_ok=True)
+    if state.get("home"):  # Apache Kafka's log directory: nothing survives a stop
+        shutil.rmtree(state["home"], ignore_errors=True)
     return True
 
 
@@ -170,10 +211,14 @@ def _reap(pid: int) -> None:
 
 
 def status(base: Path | None = None) -> dict[str, Any] | None:
+    """The running broker's state as it may be shown (its client password as ``***``)."""
     state = local_broker(base)
     if state is None:
         return None
-    return {**state, "reachable": reachable(state["bootstrap"])}
+    shown = {**state, "reachable": reachable(state["bootstrap"])}
+    if "client" in shown:
+        shown["client"] = redact(shown["client"])
+    return shown
 
 
 def _main(argv: list[str]) -> None:

@@ -33,8 +33,21 @@ def _config(args: argparse.Namespace):
 def cmd_broker(args: argparse.Namespace) -> int:
     from eos.tools import broker
 
+    if args.action == "fetch":
+        return _fetch_apache_kafka()
     if args.action == "start":
         topics = list(args.topic or [])
+        if args.apache_kafka:
+            from eos.tools import apache_kafka
+
+            if apache_kafka.missing():
+                _fetch_apache_kafka()
+            state = broker.start(topics=topics, kind=apache_kafka.KIND)
+            print(f"Apache Kafka {state['version']} running at {state['bootstrap']} (pid "
+                  f"{state['pid']}), SASL/SCRAM user {state['client']['sasl.username']!r}")
+            print(f"clients on this machine find it, and its credentials, through "
+                  f"{broker_state_path()} (readable by this user only)")
+            return 0
         state = broker.start(topics=topics)
         print(f"embedded broker running at {state['bootstrap']} (pid {state['pid']})")
         print(f"clients find it through {broker_state_path()}; other tools can use "
@@ -49,6 +62,24 @@ def cmd_broker(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(state, indent=2))
     return 0 if state["reachable"] else 1
+
+
+def _fetch_apache_kafka() -> int:
+    """Fetch Apache Kafka's pinned jars once, with a progress bar; quiet when all are there."""
+    from tqdm import tqdm
+
+    from eos.tools import apache_kafka
+
+    absent = apache_kafka.missing()
+    if not absent:
+        print(f"Apache Kafka {apache_kafka.VERSION}: every jar is in {apache_kafka.cache_dir()}")
+        return 0
+    with tqdm(total=len(absent), unit="jar", desc=f"Apache Kafka {apache_kafka.VERSION}",
+              disable=None) as bar:
+        where = apache_kafka.fetch(report=lambda jar: bar.update(1))
+    print(f"Apache Kafka {apache_kafka.VERSION}: {len(absent)} jars fetched and checked "
+          f"(SHA-256) into {where}")
+    return 0
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
@@ -192,8 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "$EOS_PIPELINES_DIR, else ./pipelines)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("broker", help="the embedded Kafka-protocol broker")
-    p.add_argument("action", choices=["start", "stop", "status"])
+    p = sub.add_parser("broker", help="the broker on this machine: librdkafka's mock cluster "
+                       "(the embedded default) or Apache Kafka (--apache-kafka)")
+    p.add_argument("action", choices=["start", "stop", "status", "fetch"],
+                   help="fetch: download Apache Kafka's pinned jars once (Maven Central)")
+    p.add_argument("--apache-kafka", action="store_true",
+                   help="start Apache Kafka itself (single node, KRaft, SASL/SCRAM, ACLs, "
+                        "127.0.0.1 only) instead of the embedded mock cluster")
     p.add_argument("--topic", action="append",
                    help="create this topic at start: NAME or NAME:PARTITIONS (default 4; the "
                         "embedded broker keeps 5 MiB per partition) (repeatable)")

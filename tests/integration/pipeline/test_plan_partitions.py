@@ -12,7 +12,6 @@ real AddPartitions case runs against ``KAFKA_BOOTSTRAP_SERVERS``.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,8 @@ from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.plan import KafkaSource, new_plan
 from eos.core.topics import Marks, Offsets
 from eos.tools.pipelines import unique_topic, write_pipeline
+
+from support.apache_kafka import ApacheKafka
 
 pytestmark = [pytest.mark.integration]
 
@@ -97,14 +98,10 @@ def test_a_brand_new_pipeline_under_latest_starts_every_partition_at_its_end(
     assert starts(plan)[0] == 2 and starts(plan)[1] == 3
 
 
-# -- real broker only ----------------------------------------------------------------------------
+# -- on Apache Kafka -----------------------------------------------------------------------------
 
 def test_partitions_added_on_a_real_broker_are_read_from_their_log_start(
-        tmp_path: Path, kafka: str) -> None:
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    "broker, librdkafka's mock cluster, does not implement CreateTopics nor "
-                    "CreatePartitions (docs/guarantees.md)")
+        tmp_path: Path, apache_kafka: ApacheKafka) -> None:
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     config = latest_pipeline(tmp_path)

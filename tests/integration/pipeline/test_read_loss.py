@@ -21,6 +21,8 @@ from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import produce
 
+from support.apache_kafka import ApacheKafka
+
 
 def _topic_with_records() -> tuple[str, int, int, int]:
     """A fresh topic holding records: (topic, a partition with records, its low, its high)."""
@@ -63,19 +65,14 @@ def test_the_epoch_reader_calls_a_planned_range_past_the_log_data_loss(kafka: st
 
 
 def test_a_read_of_records_retention_removed_is_data_loss_naming_the_offsets(
-        kafka: str) -> None:
+        apache_kafka: ApacheKafka) -> None:
+    """On Apache Kafka: the embedded broker has no DeleteRecords (what retention does)."""
     topic, partition, low, high = _topic_with_records()
     settings = client_settings()
     cut = low + 2
     admin = ck.admin.AdminClient(settings)  # kept until the result: its handle serves it
-    try:
-        deleted = admin.delete_records([ck.TopicPartition(topic, partition, cut)])
-        next(iter(deleted.values())).result(timeout=30)
-    except ck.KafkaException as error:
-        if error.args[0].code() == ck.KafkaError._UNSUPPORTED_FEATURE:
-            pytest.skip("needs a broker that deletes records (set KAFKA_BOOTSTRAP_SERVERS): the "
-                        "embedded broker, librdkafka's mock cluster, has no DeleteRecords")
-        raise
+    deleted = admin.delete_records([ck.TopicPartition(topic, partition, cut)])
+    next(iter(deleted.values())).result(timeout=30)
     with pytest.raises(DataLoss) as lost:
         read_range(settings, topic, partition, low, high)
     assert str(lost.value).startswith(

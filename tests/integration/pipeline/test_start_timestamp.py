@@ -26,6 +26,8 @@ from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import send
 
+from support.apache_kafka import PIPELINE_CLIENT, ApacheKafka
+
 pytestmark = [pytest.mark.integration]
 
 SPEC = GeneratorSpec(events=600, keys=10, interval_ms=20, seed=11)
@@ -48,14 +50,11 @@ def record_times(settings: dict[str, Any], topic: str, total: int) -> list[tuple
     return seen
 
 
-REAL_BROKER = ("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded broker, "
-               "librdkafka's mock cluster, does not look offsets up by timestamp (it answers "
-               "the end of the log)")
-
-
-def produced(tmp_path: Path) -> tuple[PipelineConfig, list[tuple[int, int, int]], int]:
-    """A new pipeline starting at the median record time of a topic holding ``SPEC``."""
-    kafka_section = {"topic": unique_topic("start-at"), "read_timeout": "30s"}
+def produced(tmp_path: Path, **kafka: Any
+             ) -> tuple[PipelineConfig, list[tuple[int, int, int]], int]:
+    """A new pipeline starting at the median record time of a topic holding ``SPEC``; ``kafka``:
+    more of its ``kafka`` section (its client's settings)."""
+    kafka_section = {"topic": unique_topic("start-at"), "read_timeout": "30s", **kafka}
     settings = client_settings({})
     send(generate(SPEC), SPEC.events, kafka_section["topic"], settings, progress=False)
     times = record_times(settings, kafka_section["topic"], SPEC.events)
@@ -78,10 +77,10 @@ def test_a_broker_that_answers_a_time_wrongly_is_refused_before_a_plan(
 
 
 def test_a_new_pipeline_starts_at_the_first_record_at_or_after_its_time(
-        tmp_path: Path, kafka: str, spark: Any) -> None:
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip(REAL_BROKER)
-    config, times, cut = produced(tmp_path)
+        tmp_path: Path, apache_kafka: ApacheKafka, spark: Any) -> None:
+    """On Apache Kafka: the embedded broker, librdkafka's mock cluster, does not look offsets
+    up by timestamp (it answers the end of the log; the test above)."""
+    config, times, cut = produced(tmp_path, client=PIPELINE_CLIENT)
     expected = {p: min((o for q, o, t in times if q == p and t >= cut),
                        default=1 + max(o for q, o, _ in times if q == p))
                 for p in {p for p, _, _ in times}}

@@ -35,6 +35,8 @@ from eos.sinks.kafka import KafkaSink
 from eos.sinks.kafka_topics import ensure_topic
 from eos.tools.pipelines import unique_topic, write_pipeline
 
+from support.apache_kafka import ApacheKafka
+
 pytestmark = [pytest.mark.integration]
 
 HASH = "0" * 16
@@ -298,14 +300,11 @@ def test_on_the_embedded_broker_the_marker_topic_is_not_checked_and_the_log_says
     assert sink.commit(0, rows_of(config, "windows"), HASH).outcome is Outcome.COMMITTED
 
 
-# -- real broker only ----------------------------------------------------------------------------
+# -- on Apache Kafka (the mock's last stable offset is always its high watermark, and it
+# -- implements neither CreateTopics with configs nor DescribeConfigs) -------------------------
 
 def test_another_producers_open_transaction_on_the_marker_partition_is_never_a_wrong_answer(
-        tmp_path: Path, kafka: str) -> None:
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    "broker, librdkafka's mock cluster, does not do read_committed filtering / "
-                    "LSO (its last stable offset always equals the high watermark)")
+        tmp_path: Path, apache_kafka: ApacheKafka) -> None:
     config = write_pipeline(tmp_path, sinks={"windows": [{"kafka": unique_topic("out")}]})
     (sink,) = kafka_sinks(config)
     sink.prepare(output_schema(config, "windows"))
@@ -327,11 +326,6 @@ def test_another_producers_open_transaction_on_the_marker_partition_is_never_a_w
     assert sink.committed_epoch() == 0  # the aborted record is invisible and not foreign
 
 
-REAL_BROKER = ("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded broker, "
-               "librdkafka's mock cluster, implements neither CreateTopics with configs nor "
-               "DescribeConfigs, so a topic's cleanup.policy cannot be set or read there")
-
-
 def create_topic(topic: str, configs: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -347,12 +341,11 @@ def create_topic(topic: str, configs: dict[str, str]) -> None:
      "cleanup.policy=compact,delete with retention.bytes=1048576"),
 ])
 def test_a_pre_created_marker_topic_that_deletes_records_is_refused(
-        tmp_path: Path, kafka: str, configs: dict[str, str], loss: str) -> None:
+        tmp_path: Path, apache_kafka: ApacheKafka, configs: dict[str, str], loss: str) -> None:
     """The defect: a marker topic someone created with deletion lost its markers after the
     retention, and the pipeline then halted for good (the sink "behind" its checkpoint). Now
-    ``begin``'s prepare refuses it, naming the topic, the setting and the fix; nothing written."""
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip(REAL_BROKER)
+    ``begin``'s prepare and ``commit``'s check before the seal refuse it, naming the topic, the
+    setting and the fix; nothing written."""
     markers = unique_topic("markers")
     create_topic(markers, configs)
     config = write_pipeline(tmp_path, sinks={"windows": [
@@ -362,15 +355,13 @@ def test_a_pre_created_marker_topic_that_deletes_records_is_refused(
                                                 r"compact") as refused:
         sink.prepare(output_schema(config, "windows"))
     assert not refused.value.retryable
-    with pytest.raises(MarkerTopicUnsafe):
-        sink.commit(0, rows_of(config, "windows"), HASH)
+    with pytest.raises(MarkerTopicUnsafe):  # commit's check before the seal refuses it too
+        sink.check(0, rows_of(config, "windows"))
     assert records(markers) == []
 
 
 def test_a_marker_topic_the_sink_creates_is_compacted_and_accepted(
-        tmp_path: Path, kafka: str) -> None:
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip(REAL_BROKER)
+        tmp_path: Path, apache_kafka: ApacheKafka) -> None:
     config = write_pipeline(tmp_path, sinks={"windows": [{"kafka": unique_topic("out")}]})
     (sink,) = kafka_sinks(config)
     sink.prepare(output_schema(config, "windows"))

@@ -5,18 +5,16 @@ written here, which checks the record format docs/pipelines.md, "Sinks" promises
 headers).
 
 What runs where (docs/guarantees.md): the embedded broker is librdkafka's mock cluster, which does
-not
-filter ``read_committed`` and does not fence transactional ids. The happy path, the skip after a
-committed marker and crashes *outside* a transaction behave the same on it as on Kafka and run
-everywhere. A crash *inside* a transaction (the retry must abort it so that consumers never see
-it) and two concurrent attempts (the broker must fence the older producer) depend on exactly
-what the mock lacks: those tests run against ``KAFKA_BOOTSTRAP_SERVERS`` and skip on the mock.
+not filter ``read_committed`` and does not fence transactional ids. The happy path, the skip after
+a committed marker and crashes *outside* a transaction behave the same on it as on Kafka and run
+on it. A crash *inside* a transaction (the retry must abort it so that consumers never see it),
+two concurrent attempts (the broker must fence the older producer) and a transaction that outlives
+its timeout depend on exactly what the mock lacks: those run on Apache Kafka (``apache_kafka``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +27,7 @@ from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.compute.precommit.stager import SparkStager
 from eos.core.config import PipelineConfig, load_pipeline
 from eos.core.delta import read_table
+from eos.core.errors import EXIT_TRANSIENT
 from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.layout import tables_for
 from eos.core.outcomes import Outcome
@@ -39,6 +38,7 @@ from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
 
+from support.apache_kafka import ApacheKafka, kafka_section
 from support.harness import KILLED, commit_summary, delta_path, eos_cli
 from support.pipelines import kafka_sinks, make_pipeline
 
@@ -46,13 +46,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = GeneratorSpec(events=2400, keys=15, interval_ms=25, disorder_ms=800, late_fraction=0.03,
                      late_delay_ms=20_000, bad_fraction=0.03, seed=17)
-
-
-def require_real_broker(what: str) -> None:
-    """Skip on the embedded broker, naming the missing broker feature the test relies on."""
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip(f"needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    f"broker, librdkafka's mock cluster, does not {what} (docs/guarantees.md)")
 
 
 def out_sink(config: PipelineConfig) -> Any:
@@ -65,13 +58,14 @@ def _sinks(config: PipelineConfig) -> list[Any]:
     return sinks_for(config)
 
 
-def read_committed(topic: str) -> list[ck.Message]:
-    """Every record of ``topic`` a plain ``read_committed`` consumer sees, by partition."""
+def read_committed(topic: str, isolation: str = "read_committed") -> list[ck.Message]:
+    """Every record of ``topic`` a plain ``read_committed`` consumer sees, by partition (or,
+    with ``isolation="read_uncommitted"``, every record in the log, aborted ones included)."""
     settings = client_settings()
     records: list[ck.Message] = []
     for partition, (low, _high) in sorted(topic_watermarks(settings, topic).items()):
         c = ck.Consumer({**settings, "group.id": "test-reader", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
+                         "isolation.level": isolation, "enable.partition.eof": True})
         c.assign([ck.TopicPartition(topic, partition, low)])
         while True:
             message = c.poll(10.0)
@@ -117,6 +111,15 @@ def assert_topic_equals_target_once(config: PipelineConfig) -> None:
 @pytest.fixture
 def pipeline(tmp_path: Path, kafka: str) -> PipelineConfig:
     config = make_pipeline(tmp_path, base=kafka_sinks(),
+                           epoch={"max_records": 800, "staging_retention": 1})
+    send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
+    return config
+
+
+@pytest.fixture
+def on_apache_kafka(tmp_path: Path, apache_kafka: ApacheKafka) -> PipelineConfig:
+    """``pipeline``'s shape with its source, output topic and markers on Apache Kafka."""
+    config = make_pipeline(tmp_path, base=kafka_sinks(), kafka=kafka_section(),
                            epoch={"max_records": 800, "staging_retention": 1})
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     return config
@@ -267,37 +270,60 @@ def test_three_kafka_sinks_of_one_pipeline_each_hold_what_their_delta_twin_holds
             assert s.committed_epoch() == last and s.commits() == list(range(last + 1))
 
 
-# -- real broker only ----------------------------------------------------------------------------
+# -- on Apache Kafka -----------------------------------------------------------------------------
 
-def test_crash_inside_a_transaction_is_never_visible(pipeline: PipelineConfig, spark: Any,
-                                                     tmp_path: Path) -> None:
-    require_real_broker("filter read_committed (the killed transaction's records would be "
-                        "visible) nor abort a transactional id's pending transaction")
+def test_crash_inside_a_transaction_is_never_visible(on_apache_kafka: PipelineConfig,
+                                                     spark: Any, tmp_path: Path) -> None:
+    """The commit process is SIGKILLed with its transaction open and its records flushed: a
+    ``read_committed`` consumer never sees them, and the retry fences the zombie's id (aborting
+    its transaction at once, not after the transaction timeout) and commits the epoch once."""
+    pipeline = on_apache_kafka
     plan = begin(pipeline, run_id="r0")
     precommit(pipeline, plan.epoch, SparkStager(spark))
     crashed = eos_cli(pipeline, "commit", "--epoch", "0", faults="sink.kafka.in_transaction",
                       faults_dir=tmp_path)
     assert crashed.returncode == KILLED
-    assert read_committed(out_sink(pipeline).options.topic) == []
+    topic = out_sink(pipeline).options.topic
+    in_log = len(read_committed(topic, "read_uncommitted"))
+    assert in_log > 0  # the killed attempt's records did reach the broker
     assert commit(pipeline, 0).outcome is Outcome.COMMITTED
+    # Its transaction was aborted by the retry's fencing, not left to time out: no consumer
+    # ever sees those records, and the log holds both attempts' records.
+    committed = read_committed(topic)
+    assert len(committed) > 0 and len(read_committed(topic, "read_uncommitted")) == 2 * in_log
+    assert len(committed) == in_log
     run_until_caught_up(pipeline, "in-tx", spark=spark)
     assert_topic_equals_target_once(pipeline)
 
 
 @pytest.mark.parametrize("stagger_ms", [0, 400])
-def test_two_commits_at_once_write_the_topic_once(pipeline: PipelineConfig, spark: Any,
+def test_two_commits_at_once_write_the_topic_once(on_apache_kafka: PipelineConfig, spark: Any,
                                                   tmp_path: Path, stagger_ms: int) -> None:
-    require_real_broker("fence transactional ids (both racing producers would commit)")
+    """Two attempts of one epoch's commit, both past their marker check (epoch 0 not there)
+    and released together (or 400 ms apart) into their transactions: the broker fences the
+    older producer, exactly one attempt commits, the other fails transiently saying it was
+    fenced, and the topic holds the epoch once."""
+    pipeline = on_apache_kafka
     plan = begin(pipeline, run_id="r0")
     precommit(pipeline, plan.epoch, SparkStager(spark))
     env = {"EOS_BARRIER_STAGGER_MS": str(stagger_ms)}
-    racers = [eos_cli(pipeline, "commit", "--epoch", "0", faults="sink.before_write:wait",
+    racers = [eos_cli(pipeline, "commit", "--epoch", "0", faults="sink.kafka.before_write:wait",
                       faults_dir=tmp_path, env=env, wait=False) for _ in range(2)]
+    name = out_sink(pipeline).name
+    outcomes = []
     for racer in racers:
-        racer.communicate(timeout=300)
-    # A fenced attempt fails transiently (the retry finds the epoch committed) or reports
-    # "already committed": either way the topic holds epoch 0 once.
-    commit(pipeline, 0)
+        out, err = racer.communicate(timeout=300)
+        if racer.returncode == 0:
+            sink_ = commit_summary(out)["sinks"][name]
+            outcomes.append("raced" if sink_["raced"] else sink_["outcome"])
+        else:
+            # Fenced, it failed transiently, saying so; or, when the winner had committed by
+            # the time it looked, it reported the epoch already committed by a race.
+            assert racer.returncode == EXIT_TRANSIENT, err[-2000:]
+            assert "fenced" in err and "nothing of it is visible" in err, err[-2000:]
+            outcomes.append("fenced")
+    assert sorted(outcomes) in (["committed", "fenced"], ["committed", "raced"]), outcomes
+    assert commit(pipeline, 0).outcome is Outcome.ALREADY_COMMITTED
     assert out_sink(pipeline).commits() == [0]
     run_until_caught_up(pipeline, "race", spark=spark)
     assert_topic_equals_target_once(pipeline)

@@ -6,14 +6,13 @@ then fences before it goes on.
 The sinks are called directly with hand-built rows (no Spark). On the embedded broker the
 decisions are shown (who refuses, what is published, what the markers say); what fencing the
 old id does to its open transaction (aborted, the LSO released at once, its zombie unable to
-commit) needs a real broker: librdkafka's mock cluster neither fences transactional ids nor
+commit) runs on Apache Kafka: librdkafka's mock cluster neither fences transactional ids nor
 filters ``read_committed``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,8 @@ from eos.core.outputs import output_schema
 from eos.sinks.kafka import KafkaSink
 from eos.tools.pipelines import unique_topic, write_pipeline
 from integration.sinks.test_kafka_markers import HASH, all_records, by_hand, records, rows_of
+
+from support.apache_kafka import ApacheKafka
 
 pytestmark = [pytest.mark.integration]
 
@@ -139,15 +140,11 @@ def test_two_deployments_of_one_pipeline_never_share_output_silently(
 
 
 def test_fencing_the_previous_id_aborts_its_open_transaction_at_once(
-        tmp_path: Path, kafka: str) -> None:
+        tmp_path: Path, apache_kafka: ApacheKafka) -> None:
     """The old id left a transaction open on the output and marker partitions (a zombie of the
     old deployment): the first commit under the new id aborts it through ``init_transactions``
     instead of waiting for the broker's transaction timeout, its records never become visible,
     and the zombie can no longer commit."""
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    "broker, librdkafka's mock cluster, neither fences transactional ids nor "
-                    "filters read_committed (its last stable offset is the high watermark)")
     sink = sink_of(tmp_path)
     sink.commit(0, rows_of(sink.config, "windows"), HASH)
     zombie = ck.Producer({**client_settings(), "transactional.id": sink.transactional_id,

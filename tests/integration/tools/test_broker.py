@@ -26,12 +26,13 @@ from eos.tools.produce import produce
 pytestmark = pytest.mark.integration
 
 
-def _produce(bootstrap: str, topic: str, n: int, partition: int | None = 0,
-             value: bytes | None = None) -> None:
+def _produce(broker: str | dict[str, str], topic: str, n: int, partition: int | None = 0,
+              value: bytes | None = None) -> None:
     """``n`` records to ``partition``, or with ``partition=None`` keyed and spread over the
-    partitions by key; each value is ``value``, else ``v<i>``."""
-    p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                     "linger.ms": 5})
+    partitions by key; each value is ``value``, else ``v<i>``. ``broker``: a bootstrap address,
+    or a client's settings (a broker that authenticates)."""
+    settings = {"bootstrap.servers": broker} if isinstance(broker, str) else broker
+    p = ck.Producer({**settings, "enable.idempotence": True, "linger.ms": 5})
     for i in range(n):
         record = value if value is not None else b"v%d" % i
         if partition is None:
@@ -98,14 +99,15 @@ def test_nothing_at_or_beyond_high_watermark(kafka: str) -> None:
     assert offsets == list(range(40, 50))
 
 
-def _aborted_then_committed(bootstrap: str, topic: str) -> list[bytes]:
+def aborted_then_committed(broker: str | dict[str, str], topic: str) -> list[bytes]:
     """A transaction whose records reached the broker (flushed) and was then aborted, then a
     committed one; what a ``read_committed`` consumer reads of the partition afterwards.
 
     The flush matters: ``abort_transaction()`` purges records still queued in the client, so
     without it nothing aborted ever reaches the broker and the test proves nothing about it."""
-    _produce(bootstrap, topic, 1)  # the topic must exist before a transaction writes to it
-    tx = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{topic}"})
+    _produce(broker, topic, 1)  # the topic must exist before a transaction writes to it
+    settings = {"bootstrap.servers": broker} if isinstance(broker, str) else broker
+    tx = ck.Producer({**settings, "transactional.id": f"tx-{topic}"})
     tx.init_transactions(30)
     tx.begin_transaction()
     for i in range(5):
@@ -120,24 +122,14 @@ def _aborted_then_committed(bootstrap: str, topic: str) -> list[bytes]:
     return [r.value for r in read_range(client_settings(), topic, 0, 0, high)]
 
 
-def test_read_committed_hides_aborted_transactions(kafka: str) -> None:
-    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("needs a real Kafka broker (set KAFKA_BOOTSTRAP_SERVERS): the embedded "
-                    "broker, librdkafka's mock cluster, does not filter read_committed "
-                    "(docs/guarantees.md)")
-    topic = unique_topic()
-    assert _aborted_then_committed(kafka, topic) == [b"v0"] + [b"committed-%d" % i
-                                                             for i in range(5)]
-
-
 @pytest.mark.skipif(bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS")), reason="embedded only")
 def test_the_embedded_broker_does_not_filter_read_committed(kafka: str) -> None:
     """What docs/guarantees.md says of the mock cluster, checked: flushed records of an aborted
     transaction stay visible to read_committed consumers, and a second producer with the same
     transactional id does not fence the first. If this starts failing, the mock learnt to
-    conform and the real-broker-only tests may run on it."""
+    conform and the tests on Apache Kafka (test_apache_kafka.py) may run on it."""
     topic = unique_topic()
-    assert b"aborted-0" in _aborted_then_committed(kafka, topic)
+    assert b"aborted-0" in aborted_then_committed(kafka, topic)
     first = ck.Producer({"bootstrap.servers": kafka, "transactional.id": f"fence-{topic}"})
     first.init_transactions(30)
     first.begin_transaction()
