@@ -234,7 +234,7 @@ def read_split(
 
     from eos.core import faults
     from eos.core.errors import KafkaUnavailable
-    from eos.core.kafka import check_in_log, consumer
+    from eos.core.kafka import about_the_group, check_in_log, consumer
 
     bootstrap = settings["bootstrap.servers"]
     c = consumer({**QUEUE_BACKOFF, **settings}, group=f"eos-reader-{topic}",
@@ -261,6 +261,8 @@ def read_split(
                     f"{timeout_s:.0f}s")
             for m in messages:
                 error = m.error()
+                if error is not None and about_the_group(error):
+                    continue
                 if error is not None and error.code() != ck.KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(
                         f"error reading '{m.topic()}' partition {m.partition()}: "

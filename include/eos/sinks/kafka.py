@@ -127,6 +127,7 @@ from eos.sinks.kafka_topics import (
     check_marker_topic,
     ensure_topic,
     kafka_error,
+    missing_operations,
 )
 
 if TYPE_CHECKING:
@@ -142,6 +143,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     kind = "kafka"
     withdraws = False  # a published record stays published: rewinds republish
     options: KafkaSinkOptions
+    # The producer ``check`` initialised (proving the transactional id may be used), taken by
+    # the commit that follows on this object.
+    _checked_producer: ck.Producer | None = None
 
     @classmethod
     def parse_options(cls, options: Any) -> KafkaSinkOptions:
@@ -291,15 +295,23 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def check(self, epoch: int, rows: pa.Table) -> None:
         """Every record of the epoch encoded now (Avro: the value schema registered, which a
         registry refuses for good when it is incompatible) and each within the producer's
-        ``message.max.bytes``, and the marker topic not one that deletes records: what would
-        otherwise fail every attempt after the seal. The records are kept for ``commit`` on
-        this object."""
-        check_marker_topic(self._settings(), self.marker_topic)  # MarkerTopicUnsafe
+        ``message.max.bytes``, the marker topic not one that deletes records, and this
+        principal allowed what the commit does (``_check_authorized``): what would otherwise
+        fail every attempt after the seal. The records, and the producer, are kept for
+        ``commit`` on this object."""
         try:
             keys, values, own = self._records(epoch, rows)
         except SinkRejected as error:
             raise SinkCannotTake(f"Kafka sink {self.name} cannot take epoch {epoch}: "
                                  f"{error.message}; nothing was sealed or written") from None
+        self._check_sizes(epoch, keys, values, own)
+        # What the broker says last: the records' own faults need no broker to be found.
+        check_marker_topic(self._settings(), self.marker_topic)  # MarkerTopicUnsafe
+        self._check_authorized(epoch)
+
+    def _check_sizes(self, epoch: int, keys: list[bytes | None], values: list[bytes],
+                     own: list[Headers]) -> None:
+        """Each record within the producer's ``message.max.bytes``, as it goes on the wire."""
         client = {**self.config.kafka.client, **self.options.client}
         limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
         # Each record as it goes on the wire (``kafka_records.record_bytes``: the record
@@ -325,6 +337,29 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                 f"message.max.bytes ({limit}; the largest is {largest} bytes); nothing was "
                 "sealed or written: raise message.max.bytes in the sink's client settings "
                 "(and the topic's max.message.bytes), then run again")
+
+    def _check_authorized(self, epoch: int) -> None:
+        """The broker lets this principal write the output topic, read and write the marker
+        topic, and use the sink's transactional id: else every attempt after the seal would be
+        refused. The topics' rights come from DescribeTopics; a transactional id's can only be
+        learnt by using it, so the commit's producer is initialised here (fencing earlier
+        producers of the id, as the commit's own ``init_transactions`` would) and kept for the
+        commit that follows on this object."""
+        wanted = {self.options.topic: ("DESCRIBE", "WRITE"),
+                  self.marker_topic: ("DESCRIBE", "READ", "WRITE")}
+        missing = missing_operations(self._settings(), wanted)
+        if missing:
+            lacking = "; ".join(f"{', '.join(ops)} on topic '{topic}'"
+                                for topic, ops in missing.items())
+            raise SinkCannotTake(
+                f"Kafka sink {self.name} cannot take epoch {epoch}: its principal lacks "
+                f"{lacking}; nothing was sealed or written: grant them (kafka-acls), then run "
+                "again")
+        try:
+            self._checked_producer = fenced_producer(self._settings(), self.transactional_id,
+                                                     self.name)
+        except SinkRejected as error:
+            raise SinkCannotTake(f"{error.message}; nothing was sealed or written") from None
 
     def _records(self, epoch: int, rows: pa.Table
                  ) -> tuple[list[bytes | None], list[bytes], list[Headers]]:
@@ -452,7 +487,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         if self.options.previous_transactional_id_prefix is not None:
             producer = self._fenced_producer()
             return producer, self.markers().last()
-        producer = fenced_producer(self._settings(), self.transactional_id, self.name)
+        producer = self._checked_producer or fenced_producer(
+            self._settings(), self.transactional_id, self.name)
+        self._checked_producer = None  # one transaction's producer: a rerun makes a new one
         try:
             last = self.markers().last()
         except SinkUnavailable:

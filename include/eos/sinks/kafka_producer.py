@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 ABORT_TIMEOUT_S = 10.0
 
 
+TRANSACTION_TIMEOUT_MS = 60_000
+
+
 def fenced_producer(settings: dict[str, Any], transactional_id: str, sink: str) -> ck.Producer:
     """A producer of ``transactional_id`` after ``init_transactions``: every earlier producer
     of that id is fenced and its pending transaction aborted."""
@@ -28,13 +31,21 @@ def fenced_producer(settings: dict[str, Any], transactional_id: str, sink: str) 
         **settings,
         "transactional.id": transactional_id,
         "enable.idempotence": True,
-        "transaction.timeout.ms": 60_000,
+        # The sink's client may set it (a broker caps it at transaction.max.timeout.ms); a
+        # transaction that outlives it is aborted by the broker and the commit retried.
+        "transaction.timeout.ms": settings.get("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS),
         "partitioner": "murmur2_random",  # Java clients' partitioner: same key, same partition
         "linger.ms": 20,
     })
     try:
         producer.init_transactions(TIMEOUT_S)
     except ck.KafkaException as error:
+        if _is_rejection(kafka_error(error)):  # the principal may not use the id: for good
+            raise SinkRejected(
+                f"Kafka sink {sink}: the broker refuses transactional id '{transactional_id}' "
+                f"to this principal ({kafka_error(error)}): grant it WRITE on that "
+                "transactional id (kafka-acls --transactional-id ... --operation Write), or set "
+                "the sink's transactional_id_prefix to one it may use") from None
         raise SinkUnavailable(
             f"Kafka sink {sink}: init_transactions for '{transactional_id}' failed: "
             f"{kafka_error(error)}"

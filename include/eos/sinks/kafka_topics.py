@@ -87,6 +87,48 @@ def marker_loss(configs: dict[str, str]) -> str | None:
     return f"cleanup.policy={found['cleanup.policy']} with {' and '.join(limits)}"
 
 
+def missing_operations(settings: dict[str, Any], wanted: dict[str, tuple[str, ...]]
+                       ) -> dict[str, list[str]]:
+    """Per topic, the operations (``WRITE``, ``READ``, ``DESCRIBE``) ``wanted`` of it that this
+    client's principal is not allowed: what the broker tells through DescribeTopics' authorized
+    operations. A topic the principal may not even describe lacks all of them. Empty where the
+    broker does not tell (the embedded broker implements no ACLs)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    import confluent_kafka as ck
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    from eos.core.kafka import is_embedded_broker
+
+    if is_embedded_broker(settings):
+        return {}
+    admin = AdminClient(settings)
+    described = admin.describe_topics(TopicCollection(list(wanted)),
+                                      include_authorized_operations=True,
+                                      request_timeout=TIMEOUT_S)
+    missing: dict[str, list[str]] = {}
+    for topic, future in described.items():
+        try:
+            told = future.result(TIMEOUT_S + 5).authorized_operations
+        except ck.KafkaException as error:
+            failure = kafka_error(error)
+            if failure is None or failure.code() != ck.KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise SinkUnavailable(f"Kafka at {settings['bootstrap.servers']} did not "
+                                      f"describe topic '{topic}': {failure}") from None
+            told = []  # not even DESCRIBE
+        except FutureTimeout:
+            raise SinkUnavailable(f"Kafka at {settings['bootstrap.servers']} did not describe "
+                                  f"topic '{topic}' within {TIMEOUT_S:.0f}s") from None
+        if told is None:  # the broker does not say
+            continue
+        allowed = {op.name for op in told}
+        lacking = [op for op in wanted[topic] if op not in allowed and "ALL" not in allowed]
+        if lacking:
+            missing[topic] = lacking
+    return missing
+
+
 def check_marker_topic(settings: dict[str, Any], topic: str) -> None:
     """Refuse a marker topic that deletes records (``marker_loss``): a lost marker makes the sink
     look behind the checkpoint, which halts the pipeline (``ProtocolViolation``) long after the

@@ -255,6 +255,8 @@ def server_properties(layout: Layout, broker: Credentials, client_user: str) -> 
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # A transaction past its timeout is aborted within a second, not ten.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         # No time retention unless a topic sets its own: records carry their event time
         # (CreateTime), and replayed or generated events from long ago would be deleted at the
         # next check. A topic that sets retention is checked every second, so deleted records

@@ -46,6 +46,7 @@ BETWEEN_SINKS = "commit.between_sinks"
 POISON = "poison.record"  # a fault of the data, not of a phase (``poison_records``)
 CONFIG_CHANGE = "config.change"  # a change of the pipeline's file between epochs
 RACE_POINTS = "sink.before_write:wait,checkpoint.before_write:wait"
+RACE_ALONE_S = 15
 PHASE_FAULTS = {
     "begin": ["begin.after_log"],
     "precommit": ["precommit.mid_read", "precommit.before_write", "precommit.after_write"],
@@ -103,7 +104,9 @@ def _inject(config: PipelineConfig, phase: str, point: str, epoch: int, run_id: 
             env["EOS_FAULTS"] = f"{point}:{depth}"
             return sum(_cli(config, phase, epoch, run_id, env).wait() != 0 for _ in range(depth))
         if point == CONCURRENT_COMMITS:
-            env["EOS_FAULTS"] = RACE_POINTS
+            # On a broker that fences, the loser of a Kafka sink's race stops there; the winner
+            # then meets no partner at its later barriers and goes on alone after this long.
+            env.update(EOS_FAULTS=RACE_POINTS, EOS_BARRIER_TIMEOUT_S=str(RACE_ALONE_S))
             racers = [_cli(config, phase, epoch, run_id, env) for _ in range(2)]
             outputs = [r.communicate() for r in racers]
             # A racer may lose transiently (it is retried below, like Airflow would); a crash
@@ -193,7 +196,8 @@ def _menu(config: PipelineConfig, settings: dict[str, Any], report: ChaosReport
         report.notes.append(
             "two commit attempts at once: not injected; this pipeline has a Kafka sink and the "
             "embedded broker (librdkafka's mock cluster) does not fence transactional ids, so "
-            "only a real broker (KAFKA_BOOTSTRAP_SERVERS) can keep racing Kafka commits apart")
+            "only Apache Kafka (`eos broker start --apache-kafka`, or KAFKA_BOOTSTRAP_SERVERS) "
+            "can keep racing Kafka commits apart")
     return menu
 
 

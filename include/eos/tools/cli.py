@@ -54,7 +54,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
               f"KAFKA_BOOTSTRAP_SERVERS={state['bootstrap']}")
         return 0
     if args.action == "stop":
-        print("embedded broker stopped" if broker.stop() else "no embedded broker was running")
+        print("broker stopped" if broker.stop() else "no broker eos started was running")
         return 0
     state = broker.status()
     if state is None:

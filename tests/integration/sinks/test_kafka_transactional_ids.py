@@ -20,7 +20,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from eos.core.errors import TransactionalIdChanged
+from eos.core.errors import SinkUnavailable, TransactionalIdChanged
 from eos.core.kafka import client_settings
 from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
@@ -165,3 +165,23 @@ def test_fencing_the_previous_id_aborts_its_open_transaction_at_once(
         zombie.commit_transaction(30)
     assert epochs_published(sink) == [0, 1]
     assert [m["epoch"] for m in markers_of(sink)] == [0, 1]
+
+
+def test_a_transaction_that_outlives_its_timeout_loses_and_doubles_nothing(
+        tmp_path: Path, apache_kafka: ApacheKafka, arm: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flink's documented loss mode: a transaction open longer than ``transaction.timeout.ms``
+    is aborted by the broker. Here the commit stalls inside its transaction (a barrier no one
+    else reaches) three times as long as its 2 s timeout: the broker aborts it, the commit
+    fails transiently saying nothing is visible (its own rerun stalls the same way), and the
+    next attempt commits the epoch once."""
+    sink = sink_of(tmp_path, client={"transaction.timeout.ms": 2000})
+    rows = rows_of(sink.config, "windows")
+    monkeypatch.setenv("EOS_BARRIER_TIMEOUT_S", "6")
+    arm("sink.kafka.in_transaction:wait")
+    with pytest.raises(SinkUnavailable, match="nothing of it is visible"):
+        sink.commit(0, rows, HASH)
+    assert all_records(sink.options.topic) == [] and sink.committed_epoch() == -1
+    arm("")
+    assert sink.commit(0, rows, HASH).outcome is Outcome.COMMITTED
+    assert epochs_published(sink) == [0] and [m["epoch"] for m in markers_of(sink)] == [0]

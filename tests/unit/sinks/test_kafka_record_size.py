@@ -35,10 +35,12 @@ def kafka_sink(limit: int) -> KafkaSink:
 
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``check`` asks the broker about the marker topic first: not what is tested here (a
-    closed port on loopback is configured; nothing connects to it)."""
+    """``check`` asks the broker about the marker topic and the principal's rights once the
+    records pass: not what is tested here (a closed port on loopback is configured; nothing
+    connects to it)."""
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
     monkeypatch.setattr(kafka_module, "check_marker_topic", lambda *args: None)
+    monkeypatch.setattr(KafkaSink, "_check_authorized", lambda self, epoch: None)
 
 
 def window(sink: KafkaSink, page: str) -> pa.Table:
