@@ -40,9 +40,11 @@ from support.pipelines import make_pipeline
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def add_user(kafka: ApacheKafka) -> tuple[str, str]:
+def add_user(kafka: ApacheKafka, name: str | None = None, password: str | None = None
+             ) -> tuple[str, str]:
     """A new SCRAM user with no rights at all."""
-    name, password = f"limited-{secrets.token_hex(4)}", secrets.token_urlsafe(16)
+    name = name or f"limited-{secrets.token_hex(4)}"
+    password = password or secrets.token_urlsafe(16)
     upsert = UserScramCredentialUpsertion(
         name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), password.encode())
     admin = kafka.admin()  # kept until the result: its handle serves it
