@@ -85,10 +85,22 @@ class Env:
         return config
 
 
+def describe_broker(external: str, started: bool) -> str:
+    """Which broker the figures are on, in words."""
+    if external:
+        return f"the one KAFKA_BOOTSTRAP_SERVERS names ({external})"
+    state = local_broker() or {}
+    if state.get("kind") == "apache-kafka":
+        return (f"Apache Kafka {state.get('version')} on this machine (single KRaft node, "
+                "SASL/SCRAM, eos broker start --apache-kafka)")
+    where = "started for this run" if started else "the test suite's"
+    return f"the embedded mock cluster (librdkafka's, in memory; {where})"
+
+
 @contextlib.contextmanager
 def environment(
     workdir: Path | None = None, spark: Any = None, keep: bool = False,
-    topics: Sequence[str] = (), with_spark: bool = True,
+    topics: Sequence[str] = (), with_spark: bool = True, broker_kind: str = "mock",
 ) -> Iterator[Env]:
     """Set up (and tear down) broker, data dir and Spark; reuse a given session if any.
 
@@ -96,6 +108,8 @@ def environment(
     with a broker already serving (the test suite's, or ``KAFKA_BOOTSTRAP_SERVERS``) a note
     says they were not, and a topic gets that broker's default partitions. ``with_spark=False``:
     no in-process session (``Env.spark`` is None; bench.dag_runs computes on Connect only).
+    ``broker_kind``: the broker this starts, the embedded mock or ``apache-kafka``
+    (``eos broker start --apache-kafka``); a note names it, so every figure says its broker.
     """
     from eos.tools import broker
 
@@ -116,9 +130,10 @@ def environment(
                 bootstrap = local_broker()["bootstrap"]
             else:
                 os.environ["EOS_DATA_DIR"] = str(root / "data")
-                bootstrap = broker.start(topics)["bootstrap"]
+                bootstrap = broker.start(topics, kind=broker_kind)["bootstrap"]
                 started_broker = True
             env = Env(root, bootstrap, spark, sampler)
+            env.notes.append(f"broker: {describe_broker(external, started_broker)}")
             if topics and not started_broker:
                 env.notes.append(f"topics {', '.join(topics)} not created: the broker at "
                                  f"{bootstrap} was already serving")

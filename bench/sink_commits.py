@@ -230,7 +230,7 @@ def measure(env: Env, sizes: Sequence[int], kinds: Sequence[str], places: Places
 
 
 def render(figures: dict[int, dict[str, Timings]], places: Places,
-           partitions: dict[int, int]) -> str:
+           partitions: dict[int, int], broker_kind: str = "mock") -> str:
     """The table (sizes, then sinks), with what each sink ran against."""
     some = next(iter(next(iter(figures.values())).values()))
     lines = [f"check + commit of one epoch's window rows, median of {len(some.total)} "
@@ -247,14 +247,18 @@ def render(figures: dict[int, dict[str, Timings]], places: Places,
                          f"{max(t.total):.3f} | {statistics.median(t.check):.3f} | "
                          f"{rows / mid:,.0f} | {ratio} |")
     kinds = list(next(iter(figures.values())))
-    return "\n".join([*lines, "", *notes(kinds, places, partitions)])
+    return "\n".join([*lines, "", *notes(kinds, places, partitions, broker_kind)])
 
 
-def notes(kinds: Sequence[str], places: Places, partitions: dict[int, int]) -> list[str]:
+def notes(kinds: Sequence[str], places: Places, partitions: dict[int, int],
+          broker_kind: str = "mock") -> list[str]:
     out = []
     if "kafka" in kinds:
-        out.append("kafka: the embedded broker, librdkafka's mock cluster (in memory, one "
-                   "broker, a test double, not a Kafka server); output topic of "
+        broker = ("Apache Kafka 4.1.0 on this machine (one KRaft node, SASL/SCRAM, log on local "
+                  "disk)" if broker_kind == "apache-kafka" else
+                  "the embedded broker, librdkafka's mock cluster (in memory, one broker, a "
+                  "test double, not a Kafka server)")
+        out.append(f"kafka: {broker}; output topic of "
                    + ", ".join(f"{p} partitions ({n:,} rows)" for n, p in partitions.items()))
     if "postgres" in kinds:
         out.append(f"postgres: PostgreSQL {places.postgres} on 127.0.0.1, its default "
@@ -310,17 +314,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sinks", nargs="+", choices=KINDS, default=list(KINDS),
                    help="sink kinds (default: all; delta, the baseline, is always included)")
     p.add_argument("--workdir", type=Path, help="keep tables here instead of a temp dir")
+    p.add_argument("--apache-kafka", action="store_true",
+                   help="the Kafka sink on Apache Kafka itself (eos broker start --apache-kafka) "
+                        "instead of the embedded mock cluster")
     args = p.parse_args(argv)
     kinds = [BASELINE, *(k for k in args.sinks if k != BASELINE)]
     epochs = args.warmup + args.repeat
     partitions = {n: partitions_for(n, epochs) for n in args.rows}
     topics = [f"{topic_of(n)}:{partitions[n]}" for n in args.rows] if "kafka" in kinds else []
-    with environment(args.workdir, topics=topics) as env, places(env.workdir, kinds) as where:
+    kind = "apache-kafka" if args.apache_kafka else "mock"
+    with environment(args.workdir, topics=topics, broker_kind=kind) as env, \
+            places(env.workdir, kinds) as where:
         figures = measure(env, args.rows, kinds, where, args.repeat, args.warmup,
                           log=lambda msg: print(msg, file=sys.stderr))
         for note in env.notes:
             print(f"bench.sink_commits: {note}", file=sys.stderr)
-    print("\n" + render(figures, where, partitions))
+    print("\n" + render(figures, where, partitions, kind))
     return 0
 
 

@@ -30,8 +30,8 @@ def sink_assets(config: PipelineConfig) -> dict[str, Asset]:
             continue  # a sink type without asset naming publishes none
         uri = sink.asset_uri()
         if uri is None:
-            log.warning("eos: no asset for sink %s of %s: no Kafka broker configured to name it",
-                        sink.name, config.name)
+            log.warning("eos: no asset for sink %s of %s: %s", sink.name, config.name,
+                        sink.asset_unnamed())
             continue
         assets[sink.name] = Asset(uri=uri)
     return assets

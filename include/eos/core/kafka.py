@@ -338,6 +338,8 @@ def check_time_offset(settings: dict[str, Any], topic: str, partition: int, offs
 # their parent's (librdkafka's threads do not survive a fork): they are left alone, not closed.
 _metadata_clients: dict[tuple[tuple[str, str], ...], list[ck.Consumer]] = {}
 _metadata_lock = threading.Lock()
+MOCK_CLUSTER_PREFIX = "mockCluster"  # the cluster id librdkafka's mock reports (rdkafka_mock.c)
+_mock_clusters: dict[str, bool] = {}  # bootstrap -> whether its cluster is the mock
 _metadata_pid = os.getpid()
 _abandoned: list[Any] = []  # a forked child's copies of its parent's clients: never destroyed
 
@@ -384,7 +386,24 @@ def forget_clients(bootstrap: str | None = None) -> None:
 
 def is_embedded_broker(settings: dict[str, Any]) -> bool:
     """Whether ``settings`` point at the embedded broker (librdkafka's mock cluster), which
-    neither fences transactional ids nor filters ``read_committed`` (docs/guarantees.md)."""
+    neither fences transactional ids nor filters ``read_committed`` (docs/guarantees.md), and
+    hangs on some admin requests (CreateTopics, DescribeConfigs, DescribeTopics) until they
+    time out. This machine's state file says so when it names that address; a process that
+    cannot see it (another data directory, an Airflow worker elsewhere) asks the cluster its id,
+    which the mock names ``mockCluster...`` (once per address and process)."""
+    bootstrap = str(settings.get("bootstrap.servers", ""))
     state = local_broker()
-    return (state is not None and state.get("kind", "mock") == "mock"
-            and state["bootstrap"] == settings.get("bootstrap.servers"))
+    if state is not None and state["bootstrap"] == bootstrap:
+        return bool(state.get("kind", "mock") == "mock")
+    with _metadata_lock:
+        known = _mock_clusters.get(bootstrap)
+    if known is None:
+        try:
+            with metadata_client(settings) as c:
+                found = c.list_topics(timeout=METADATA_TIMEOUT_S).cluster_id or ""
+        except ck.KafkaException:
+            return False  # no answer: the caller's own request says what is wrong
+        known = found.startswith(MOCK_CLUSTER_PREFIX)
+        with _metadata_lock:
+            _mock_clusters[bootstrap] = known
+    return known

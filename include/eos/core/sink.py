@@ -267,6 +267,10 @@ class SupportsAssets(Sink):
         Kafka sink where no broker is configured). No I/O but the environment: used at DAG
         parse."""
 
+    def asset_unnamed(self) -> str:
+        """Why ``asset_uri`` is None here, for the log line that says no asset is published."""
+        return "it cannot be named in this process"
+
 
 # -- sink types ---------------------------------------------------------------------------------
 

@@ -451,6 +451,9 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         marker of N drops the ones after N."""
         return kafka_lineage.committed_epochs(self.markers().history())
 
+    def asset_unnamed(self) -> str:
+        return "no Kafka broker is configured in this process to name it"
+
     def asset_uri(self) -> str | None:
         """``kafka://<first bootstrap host:port>/<topic>`` of the cluster this sink writes to."""
         from eos.core.lineage import topic_uri

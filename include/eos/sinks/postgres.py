@@ -385,6 +385,11 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         return read_markers(self._dsn(), self.options.marker(), self.config.name, self.name)
 
+    def asset_unnamed(self) -> str:
+        where = f" nor ${self.options.dsn_env}" if self.options.dsn_env else ""
+        return (f"no DSN naming one host and database in this process (neither the Airflow "
+                f"connection '{self.options.connection}' supplied{where})")
+
     def asset_uri(self) -> str | None:
         """``postgres://host:port/database/schema/table`` (Airflow's and OpenLineage's naming),
         from the DSN this process has; None where it has none (a DAG file being parsed)."""

@@ -361,7 +361,7 @@ def create_client_user(layout: Layout, broker: Credentials, user: Credentials,
         try:
             admin.alter_user_scram_credentials([upsert])[user.username].result(timeout=10)
             return
-        except KafkaException as error:
+        except (KafkaException, TimeoutError) as error:  # not up yet: a loaded machine
             last = error
             time.sleep(0.5)
     raise BrokerUnavailable(f"Apache Kafka did not accept its client user in time: {last}")
@@ -397,6 +397,8 @@ def create_topics(settings: dict[str, str], topics: Iterable[tuple[str, int]]) -
     for name, future in admin.create_topics(wanted, operation_timeout=30).items():
         try:
             future.result(timeout=60)
+        except TimeoutError:
+            raise BrokerUnavailable(f"topic {name!r} was not created within 60 s") from None
         except KafkaException as error:
             if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerUnavailable(f"could not create topic {name!r}: {error}") from error

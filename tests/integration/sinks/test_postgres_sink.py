@@ -379,6 +379,9 @@ def test_without_a_connection_the_error_says_how_to_give_one(
     with pytest.raises(ConfigError, match=f"'postgres_default'.*set {DSN_ENV}"):
         sink.committed_epoch()
     assert sink.asset_uri() is None
+    # What the DAG's log says of the missing asset names the missing DSN, not a broker.
+    assert "no DSN" in sink.asset_unnamed() and "'postgres_default'" in sink.asset_unnamed()
+    assert "Kafka" not in sink.asset_unnamed()
 
 
 def test_an_airflow_postgres_connection_supplies_the_credentials(

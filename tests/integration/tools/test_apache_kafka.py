@@ -156,3 +156,16 @@ def test_a_second_producer_of_one_transactional_id_fences_the_first(
     from eos.tools.audit import read_range
 
     assert [r.value for r in read_range(settings, topic, 0, 0, high)] == [b"winner"]
+
+
+def test_the_mock_is_told_apart_from_apache_kafka_without_its_state_file(
+        kafka: str, apache_kafka: ApacheKafka, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that cannot see the state file (another data directory, a worker on another
+    machine) asks the cluster its id: the mock's admin requests it would otherwise wait on
+    (DescribeTopics, CreateTopics, DescribeConfigs) are never sent to it."""
+    from eos.core.kafka import is_embedded_broker
+
+    monkeypatch.setenv("EOS_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert is_embedded_broker({"bootstrap.servers": kafka})
+    assert not is_embedded_broker(apache_kafka.settings)
