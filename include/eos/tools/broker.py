@@ -199,8 +199,9 @@ def stop(base: Path | None = None, timeout: float = 30.0) -> bool:
         os.kill(pid, signal.SIGKILL)
         _reap(pid)
     broker_state_path(base).unlink(missing_ok=True)
-    if state.get("home"):  # Apache Kafka's log directory: nothing survives a stop
-        shutil.rmtree(state["home"], ignore_errors=True)
+    home = Path(state["home"]) if state.get("home") else None
+    if home is not None and home == (base or data_dir()) / "apache-kafka":
+        shutil.rmtree(home, ignore_errors=True)  # Apache Kafka's logs: nothing survives a stop
     return True
 
 
