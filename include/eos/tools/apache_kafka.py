@@ -101,8 +101,8 @@ def cache_dir() -> Path:
 
 
 def missing(where: Path | None = None) -> list[Jar]:
-    """The pinned jars not (yet) in the cache. Sizes and sums are checked when fetched, so a
-    present file is one that passed its check."""
+    """The pinned jars not (yet) in the cache. Sums are checked when fetched (a file is renamed
+    into place only after), so a present file is one that passed its check."""
     where = where or cache_dir()
     return [jar for jar in jars() if not (where / jar.file_name).is_file()]
 
@@ -314,14 +314,14 @@ def prepare(home: Path, client_user: str = CLIENT_USER) -> tuple[Layout, Credent
     formatted = subprocess.run(
         [_java(), "-cp", classpath(), STORAGE_TOOL, "format", "--cluster-id", _cluster_id(),
          "--config", str(layout.properties), "--ignore-formatted"],
-        capture_output=True, text=True, env=_jvm_env(home), timeout=120)
+        capture_output=True, text=True, env=_jvm_env(), timeout=120)
     if formatted.returncode != 0:
         raise BrokerUnavailable(f"formatting Apache Kafka's log directory failed: "
                                 f"{formatted.stderr.strip() or formatted.stdout.strip()}")
     return layout, broker
 
 
-def _jvm_env(home: Path) -> dict[str, str]:
+def _jvm_env() -> dict[str, str]:
     """The JVM's environment: the caller's, without ``JAVA_TOOL_OPTIONS`` (a caller's agent
     flags would print on every start and could slow the broker)."""
     return {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
@@ -334,7 +334,7 @@ def launch(layout: Layout, log: Any) -> subprocess.Popen[bytes]:
                f"-Dlog4j2.configurationFile={layout.home / 'log4j2.properties'}",
                "-cp", classpath(), MAIN_CLASS, str(layout.properties)]
     return subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                            env=_jvm_env(layout.home), start_new_session=True)
+                            env=_jvm_env(), start_new_session=True)
 
 
 def create_client_user(layout: Layout, broker: Credentials, user: Credentials,
