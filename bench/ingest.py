@@ -290,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke test: 20,000 records")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--workdir", type=Path, help="keep tables and checkpoint here")
+    p.add_argument("--apache-kafka", action="store_true",
+                   help="on Apache Kafka itself (eos broker start --apache-kafka) instead of "
+                        "the embedded mock cluster")
     args = p.parse_args(argv)
     defaults = QUICK if args.quick else {"events": 1_200_000, "epoch_records": 100_000}
     events = args.events or defaults["events"]
@@ -301,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    with environment(args.workdir, topics=[f"bench-ingest:{PARTITIONS}"]) as env:
+    with environment(args.workdir, topics=[f"bench-ingest:{PARTITIONS}"],
+                     broker_kind="apache-kafka" if args.apache_kafka else "mock") as env:
         quiet_streaming_logs(env.spark)
         for note in env.notes:
             log(note)

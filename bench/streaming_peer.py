@@ -793,6 +793,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", default="bench-peer")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--workdir", type=Path, help="keep tables and checkpoint here")
+    p.add_argument("--apache-kafka", action="store_true",
+                   help="on Apache Kafka itself (eos broker start --apache-kafka) instead of "
+                        "the embedded mock cluster")
     args = p.parse_args(argv)
     defaults = QUICK if args.quick else {"events": 1_000_000,
                                          "epoch_records": sc.MAX_RETAINED_EVENTS}
@@ -806,8 +809,11 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    with environment(args.workdir) as env:
+    with environment(args.workdir,
+                     broker_kind="apache-kafka" if args.apache_kafka else "mock") as env:
         quiet_streaming_logs(env.spark)
+        for note in env.notes:
+            log(note)
         log(f"broker {env.bootstrap}; {events:,} events, {chunk:,} per epoch")
         result = run(env, events, chunk, log, topic=args.topic, warmup=warmup)
     print(render(result, markdown=args.markdown), flush=True)

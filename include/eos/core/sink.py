@@ -246,8 +246,10 @@ class SupportsReadBack(Sink):
         return ()
 
     @abstractmethod
-    def read_back(self) -> list[dict[str, Any]]:
-        """Every committed row of this pipeline, typed as the output's schema (for the audit)."""
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
+        """Every committed row of this pipeline of epoch ``since`` or later, typed as the
+        output's schema (for the audit). ``since`` lets an audit of the last epochs hold only
+        theirs: a sink filters where it reads (a predicate on ``epoch``), not after."""
 
     @abstractmethod
     def commits(self) -> list[int]:

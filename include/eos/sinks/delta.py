@@ -495,10 +495,12 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             return "a shared table: its rows do not say which pipeline wrote them"
         return None
 
-    def read_back(self) -> list[dict[str, Any]]:
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
         from eos.core.delta import read_table
 
-        return read_table(self.path).to_pylist()
+        # Skips the files of earlier epochs by their statistics, unopened.
+        return read_table(self.path, filters=[("epoch", ">=", since)] if since else None
+                          ).to_pylist()
 
     def commits(self) -> list[int]:
         """The epochs of the table's commits on its current line, from its history."""

@@ -432,12 +432,13 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def commits(self) -> list[int]:
         return self._epochs()
 
-    def read_back(self) -> list[dict[str, Any]]:
-        """Every committed row, read by DuckDB (not the library that wrote them) from the
-        files the manifests list, typed as the output's schema."""
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
+        """Every committed row of epoch ``since`` or later, read by DuckDB (not the library
+        that wrote them) from the files the manifests of those epochs list, typed as the
+        output's schema."""
         from eos.sinks.files_read import read_files
 
-        manifests = [self._manifest(epoch) for epoch in self._epochs()]
+        manifests = [self._manifest(epoch) for epoch in self._epochs() if epoch >= since]
         if not manifests:
             return []
         return read_files(self.place, manifests, self.options.format)

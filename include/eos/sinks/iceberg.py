@@ -395,17 +395,18 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
                     "do not say which pipeline wrote them")
         return None
 
-    def pinned(self) -> tuple[list[dict[str, Any]], int]:
-        """The rows and the id of the snapshot they are of (``NO_SNAPSHOT``: the table does
-        not exist or was never written), in one reading: the independent reader reads that
-        same snapshot."""
+    def pinned(self, since: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """The rows of epoch ``since`` or later and the id of the snapshot they are of
+        (``NO_SNAPSHOT``: the table does not exist or was never written), in one reading: the
+        independent reader reads that same snapshot."""
         with self._guarded("reading its rows"):
             table = self._load()
             current = None if table is None else table.metadata.current_snapshot()
             if table is None or current is None:
                 return [], NO_SNAPSHOT
-            return table.scan(snapshot_id=current.snapshot_id).to_arrow().to_pylist(), \
-                current.snapshot_id
+            wanted = f"epoch >= {int(since)}" if since else "true"  # pyiceberg's parser
+            return table.scan(row_filter=wanted, snapshot_id=current.snapshot_id
+                              ).to_arrow().to_pylist(), current.snapshot_id
 
     def metadata_location(self) -> str | None:
         """The table's current metadata file (None: no table), which holds every snapshot
@@ -414,8 +415,8 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
             table = self._load()
             return None if table is None else table.metadata_location
 
-    def read_back(self) -> list[dict[str, Any]]:
-        return self.pinned()[0]
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
+        return self.pinned(since)[0]
 
     def commits(self) -> list[int]:
         with self._guarded("reading its history"):

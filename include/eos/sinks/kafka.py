@@ -431,14 +431,17 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         the records before it). Read unfenced: looking never disturbs a commit."""
         return kafka_lineage.current_line(self.markers().last(fenced=False))
 
-    def read_back(self) -> list[dict[str, Any]]:
-        """This pipeline's committed rows on the sink's current line, as a ``read_committed``
-        consumer sees them, less the records a rewind superseded (``current_line``)."""
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
+        """This pipeline's committed rows of epoch ``since`` or later on the sink's current
+        line, as a ``read_committed`` consumer sees them, less the records a rewind superseded
+        (``current_line``). The topic is read through once; earlier epochs' records are
+        dropped as they come, undecoded."""
         from eos.core.outputs import output_schema
 
         schema = output_schema(self.config, self.output)
         on_line = self.current_line()
-        return rows_on_line(self._read_topic(self.options.topic), self.config.name, on_line,
+        return rows_on_line(self._read_topic(self.options.topic), self.config.name,
+                            lambda epoch, lineage: epoch >= since and on_line(epoch, lineage),
                             lambda raw: self._decode(raw, schema))
 
     def _decode(self, raw: bytes, schema: pa.Schema) -> dict[str, Any]:

@@ -375,10 +375,10 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         key, that row of the last epoch that wrote it (its ``epoch`` column says which)."""
         return self.options.upsert_keys
 
-    def read_back(self) -> list[dict[str, Any]]:
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
         from eos.sinks.postgres_read import read_table
 
-        return read_table(self._dsn(), self.table, self.name)
+        return read_table(self._dsn(), self.table, self.name, since)
 
     def commits(self) -> list[int]:
         from eos.sinks.postgres_read import read_markers

@@ -36,11 +36,16 @@ def _value(value: Any) -> Any:
     return bytes(value) if isinstance(value, memoryview) else value
 
 
-def read_table(dsn: str, table: Name, sink: str) -> list[dict[str, Any]]:
-    """Every row of the table (timestamps as UTC-aware datetimes, numerics as Decimals)."""
+def read_table(dsn: str, table: Name, sink: str, since: int = 0) -> list[dict[str, Any]]:
+    """Every row of the table (timestamps as UTC-aware datetimes, numerics as Decimals); of
+    epoch ``since`` or later when ``since`` is set (the table then has an ``epoch`` column:
+    ``eos.tools.audit`` asks only then)."""
     from psycopg2 import sql
 
-    names, rows = _query(dsn, sink, sql.SQL("SELECT * FROM {}").format(sql.Identifier(*table)))
+    statement = sql.SQL("SELECT * FROM {}").format(sql.Identifier(*table))
+    if since:
+        statement = sql.SQL("{} WHERE epoch >= {}").format(statement, sql.Literal(since))
+    names, rows = _query(dsn, sink, statement)
     return [{n: _value(v) for n, v in zip(names, row, strict=True)} for row in rows]
 
 

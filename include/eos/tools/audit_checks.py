@@ -24,7 +24,8 @@ HLL_TOLERANCE = 3 * 1.04 / math.sqrt(4096)
 DOUBLE_TOLERANCE = 1e-9  # double sums depend on the order they are added in
 
 
-def _ms(value: Any) -> Any:
+def as_ms(value: Any) -> Any:
+    """A time column's value as epoch milliseconds (a timestamp read back as a datetime)."""
     return int(value.timestamp() * 1000) if isinstance(value, datetime) else value
 
 
@@ -35,12 +36,12 @@ def row_identity(config: PipelineConfig, output: str) -> Callable[[dict[str, Any
     one partition and offset are two rows."""
     if output == "windows":
         names = [*config.group_by, "window_start", "window_end", "epoch"]
-        return lambda row: tuple(_ms(row[n]) for n in names)
+        return lambda row: tuple(as_ms(row[n]) for n in names)
     if output == "rows":  # a record's row: its coordinates (a duplicate is one held twice)
         return lambda row: (row["kafka_topic"], row["kafka_partition"], row["kafka_offset"])
     if output == "late":
         return lambda row: (row.get("kafka_topic"), row["partition"], row["offset"],
-                            _ms(row["window_start"]), _ms(row["window_end"]), row["epoch"])
+                            as_ms(row["window_start"]), as_ms(row["window_end"]), row["epoch"])
     return lambda row: (row.get("kafka_topic"), row["partition"], row["offset"], row["reason"],
                         row["epoch"])
 
@@ -99,7 +100,7 @@ def latest_rows(rows: list[dict[str, Any]], keys: tuple[str, ...],
     then topic, partition, offset; then the later window; then the other values."""
     by_key: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        by_key.setdefault(tuple(_ms(row[k]) for k in keys), []).append(row)
+        by_key.setdefault(tuple(as_ms(row[k]) for k in keys), []).append(row)
     kept = []
     for group in by_key.values():
         newest = max(row["epoch"] for row in group)
@@ -133,7 +134,7 @@ def _sortable(row: dict[str, Any], names: tuple[str, ...]) -> tuple:
     (as the pipeline sorts nulls first), values of no order (lists, dicts) left out."""
     values: list[tuple[int, Any]] = []
     for name in names:
-        value = _ms(row.get(name))
+        value = as_ms(row.get(name))
         if isinstance(value, (list, dict, tuple)):
             continue
         values.append((0, 0) if value is None else (1, value))
@@ -197,7 +198,7 @@ def check_offsets(plans: list[Plan], moved: set[int] | frozenset[int] = frozense
 def check_checkpoints(tables: Tables, plans: list[Plan],
                       watermarks: dict[int, int | None]) -> list[Problem]:
     """One checkpoint row per committed epoch, agreeing with its plan and the recomputed
-    watermark."""
+    watermark (of the epochs the audit replayed: those in ``watermarks``)."""
     problems = []
     rows = checkpoints.read_all(tables)
     epochs = [c.epoch for c in rows]
@@ -209,8 +210,11 @@ def check_checkpoints(tables: Tables, plans: list[Plan],
             continue
         plan = plans[checkpoint.epoch]
         want_until = plan.until
-        want_mark = watermarks.get(plan.epoch)
-        want_mark = NEG_INF if want_mark is None else want_mark
+        if plan.epoch not in watermarks:  # not replayed: its watermark is not known here
+            want_mark = checkpoint.watermark_ms
+        else:
+            want_mark = watermarks[plan.epoch]
+            want_mark = NEG_INF if want_mark is None else want_mark
         if (checkpoint.plan_hash, checkpoint.until, checkpoint.watermark_ms) != (
                 plan.hash, want_until, want_mark):
             problems.append(Problem(

@@ -296,22 +296,37 @@ def event_parser(config: PipelineConfig) -> Any:
                         _audit_decoder(config.event.format)(config.event.schema_registry))
 
 
-class _Reference:
-    """The pipeline's semantics (docs/pipelines.md), replayed record by record, epoch by epoch."""
+class Replay:
+    """The pipeline's semantics (docs/pipelines.md), replayed record by record, epoch by epoch.
+
+    Fed one epoch at a time (``epoch``), it holds only the windows still open and the rows of
+    epochs from ``keep_from`` on: an audit of the last epochs replays the earlier ones for
+    their open windows without keeping their rows. ``watermark``: where a replay that does not
+    begin at the first epoch starts (``eos.tools.audit_span``)."""
 
     def __init__(self, config: PipelineConfig,
-                 views: dict[int, dict[str, Any]] | None = None) -> None:
+                 views: dict[int, dict[str, Any]] | None = None, *, keep_from: int = 0,
+                 watermark: int | None = None) -> None:
         self.config = config
         self.views = views or {}  # each epoch's checkpointed schema view
         self.parser = event_parser(config)
         self.keys = key_parser(config)
         self.names = list(config.event.fields)
         self.expected = Expected()
+        self.keep_from = keep_from
         self.open: dict[tuple, list[dict[str, Any]]] = {}  # (group, start, end) -> events
-        self.watermark: int | None = None  # None: minus infinity
+        self.watermark: int | None = watermark  # None: minus infinity
         self.max_event: int | None = None
 
     def epoch(self, plan: Plan, records: list[Record]) -> None:
+        """Replay one epoch; its rows are kept only from ``keep_from`` on."""
+        kept = {output: len(rows) for output, rows in self.expected.rows.items()}
+        self._replay(plan, records)
+        if plan.epoch < self.keep_from:
+            for output, n in kept.items():
+                del self.expected.rows[output][n:]
+
+    def _replay(self, plan: Plan, records: list[Record]) -> None:
         previous, events = self.watermark, []
         for r in records:
             self.expected.records += 1
@@ -407,7 +422,7 @@ def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]],
               views: dict[int, dict[str, Any]] | None = None) -> Expected:
     """The committed result the protocol promises, recomputed record by record; ``views``:
     each epoch's checkpointed schema view, whose filter and derived fields the epoch used."""
-    model = _Reference(config, views)
+    model = Replay(config, views)
     for plan, records in epochs:
         model.epoch(plan, records)
     return model.expected

@@ -20,6 +20,9 @@ class ProblemKind(StrEnum):
     # own library did: one of them is wrong, so nothing the audit concluded can be trusted.
     READERS_DISAGREE = "readers disagree"
     SECOND_READER = "independent reader failed"  # it could not read what the audit read
+    # Every epoch asked for read records the source no longer holds (retention): nothing to
+    # vouch for, which is not a pass.
+    NOT_AUDITABLE = "not auditable"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,11 @@ class AuditReport:
     # Ranges of the source that no epoch read, acknowledged as lost by an operator
     # (``eos.core.loss``): part of every verdict, so an OK never hides them.
     acknowledged_lost: list[str] = field(default_factory=list)
+    first_epoch: int = 0  # the first epoch compared (``eos verify --since/--last``)
+    # Committed ranges the source no longer holds (retention deleted them after the epoch
+    # read them): named here, their epochs (and windows that may hold their records) left out.
+    not_auditable: list[str] = field(default_factory=list)
+    left_out: dict[str, int] = field(default_factory=dict)  # sink -> rows left out for them
 
     @property
     def ok(self) -> bool:
@@ -73,8 +81,8 @@ class AuditReport:
         return self.count(ProblemKind.DUPLICATED, ProblemKind.UNEXPECTED)
 
     def render(self) -> str:
-        lines = [f"audit of pipeline '{self.pipeline}': epochs 0..{self.committed_epoch}, "
-                 f"{self.records} records re-read from Kafka"]
+        lines = [f"audit of pipeline '{self.pipeline}': epochs {self.first_epoch}.."
+                 f"{self.committed_epoch}, {self.records} records re-read from Kafka"]
         for sink, (want, got) in self.counts.items():
             lines.append(f"  {sink:<28} expected {want:>8}  committed {got:>8}")
         for sink, why in self.unaudited.items():
@@ -85,7 +93,16 @@ class AuditReport:
             lines.append(f"  {what:<28} read by one reader only: {why}")
         for lost in self.acknowledged_lost:
             lines.append(f"  acknowledged loss {lost}")
-        if self.ok and self.acknowledged_lost:
+        for gone in self.not_auditable:
+            lines.append(f"  not auditable: {gone}")
+        for sink, rows in self.left_out.items():
+            lines.append(f"  {sink:<28} {rows} rows not audited: they depend on deleted records")
+        if self.ok and self.not_auditable:
+            lines.append(f"verdict: OK WHERE AUDITABLE - every record the source still holds "
+                         f"counted exactly once in every sink; {len(self.not_auditable)} "
+                         "committed range(s) were deleted by retention and could not be "
+                         "audited (listed above)")
+        elif self.ok and self.acknowledged_lost:
             lines.append(f"verdict: OK WITH ACKNOWLEDGED LOSS - every record of the committed "
                          f"ranges counted exactly once in every sink; "
                          f"{len(self.acknowledged_lost)} range(s) of the source were never read "

@@ -40,15 +40,17 @@ DOUBLE_TOLERANCE = 1e-12  # a function of doubles may differ in its last bits be
 
 
 def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]],
-                  views: dict[int, dict[str, Any]] | None = None) -> Expected:
+                  views: dict[int, dict[str, Any]] | None = None,
+                  expected: Expected | None = None) -> Expected:
     """Every epoch's rows and quarantined records, recomputed from its records; ``views``:
     each epoch's checkpointed schema view, whose ``select`` columns the epoch has (a column
-    added since is null in it: ``eos.core.evolution``)."""
+    added since is null in it: ``eos.core.evolution``). Added to ``expected`` when given: an
+    audit reads the epochs in batches."""
     from eos.core.evolution import columns_of
 
     parser = event_parser(config)
     keys = key_parser(config)
-    expected = Expected()
+    expected = expected if expected is not None else Expected()
     names = list(config.event.fields)
     for plan, records in epochs:
         accepted: list[dict[str, Any]] = []

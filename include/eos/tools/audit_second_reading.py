@@ -46,14 +46,18 @@ def reread_source(report: AuditReport, settings: dict[str, Any],
                                                       r.value, r.key)
                   for r in independent.read_ranges(settings, topic, ranges)}
         where = f"source {topic}"
-        report.second_readings[where] = (independent.KAFKA_READER, len(theirs))
+        # Read in batches of epochs (``eos.tools.audit``): the counts add up.
+        _, before = report.second_readings.get(where, (independent.KAFKA_READER, 0))
+        report.second_readings[where] = (independent.KAFKA_READER, before + len(theirs))
         problems += _disagreements(where, (LIBRARY_KAFKA, ours.values()),
                                    (independent.KAFKA_READER, theirs.values()))
     return problems
 
 
-def read_back_with_version(sink: SupportsReadBack) -> tuple[list[dict[str, Any]], int | None]:
-    """The sink's rows as its own reader returns them and, for a Delta sink, the table version
+def read_back_with_version(sink: SupportsReadBack, since: int = 0
+                           ) -> tuple[list[dict[str, Any]], int | None]:
+    """The sink's rows (of epoch ``since`` or later) as its own reader returns them and, for a
+    Delta sink, the table version
     they are of (the independent reader reads that version), for a PostgreSQL sink its last
     committed epoch: the version is taken before and after the read, and the read repeated
     while a commit lands in between. None: no stable version (the audit ran while the table
@@ -63,55 +67,57 @@ def read_back_with_version(sink: SupportsReadBack) -> tuple[list[dict[str, Any]]
     from eos.sinks.postgres import PostgresSink
 
     if isinstance(sink, PostgresSink):
-        return _read_back_postgres(sink)
+        return _read_back_postgres(sink, since)
     if isinstance(sink, IcebergSink):  # its rows and the snapshot they are of, one reading
-        return sink.pinned()
+        return sink.pinned(since)
     if not isinstance(sink, DeltaSink):
-        return sink.read_back(), None
+        return sink.read_back(since), None
     from deltalake import DeltaTable
 
     held: list[dict[str, Any]] = []
     for _ in range(READ_BACK_ATTEMPTS):
         before = DeltaTable(sink.path).version()
-        held = sink.read_back()
+        held = sink.read_back(since)
         if DeltaTable(sink.path).version() == before:
             return held, before
     return held, None
 
 
-def _read_back_postgres(sink: Any) -> tuple[list[dict[str, Any]], int | None]:
+def _read_back_postgres(sink: Any, since: int) -> tuple[list[dict[str, Any]], int | None]:
     """The PostgreSQL sink's rows and the last epoch of its markers, unchanged across the
     read (the table and its markers change together, in one transaction per epoch)."""
     held: list[dict[str, Any]] = []
     for _ in range(READ_BACK_ATTEMPTS):
         before = sink.commits()
-        held = sink.read_back()
+        held = sink.read_back(since)
         if sink.commits() == before:
             return held, before[-1] if before else -1
     return held, None
 
 
 def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
-                held: list[dict[str, Any]], version: int | None) -> list[Problem]:
+                held: list[dict[str, Any]], version: int | None, since: int = 0
+                ) -> list[Problem]:
     """The sink read again by its independent reader and compared whole with ``held`` (what
-    the sink's own reader returned): every row, every column."""
+    the sink's own reader returned, of epoch ``since`` or later): every row, every column."""
     from eos.sinks.delta import DeltaSink
     from eos.sinks.iceberg import IcebergSink
     from eos.sinks.kafka import KafkaSink
     from eos.sinks.postgres import PostgresSink
 
     if isinstance(sink, PostgresSink):
-        return _reread_postgres(report, sink, held, version)
+        return _reread_postgres(report, sink, held, version, since)
     if isinstance(sink, IcebergSink):
         from eos.tools.independent_iceberg import ICEBERG_READER
 
-        library, reader, rows = LIBRARY_ICEBERG, ICEBERG_READER, _reread_iceberg(sink, version)
+        library, reader, rows = LIBRARY_ICEBERG, ICEBERG_READER, _reread_iceberg(
+            sink, version, since)
     elif isinstance(sink, DeltaSink):
         library, reader, rows = LIBRARY_DELTA, independent.DELTA_READER, _reread_delta(
-            sink, version)
+            sink, version, since)
     elif isinstance(sink, KafkaSink):
         library, reader, rows = LIBRARY_KAFKA, independent.KAFKA_READER, _reread_kafka(
-            config, sink)
+            config, sink, since)
     else:
         rows = _Unread(f"no independent reader for {sink.kind} sinks", fails=False)
     if isinstance(rows, _Unread):
@@ -131,7 +137,8 @@ class _Unread(NamedTuple):
     fails: bool
 
 
-def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unread:
+def _reread_delta(sink: Any, version: int | None, since: int
+                  ) -> list[dict[str, Any]] | _Unread:
     """DuckDB's reading of the table at ``version``. Object storage is read by one reader only
     (noted); a table that would not hold still or a DuckDB error fails the audit."""
     import duckdb
@@ -144,13 +151,14 @@ def _reread_delta(sink: Any, version: int | None) -> list[dict[str, Any]] | _Unr
         return _Unread(f"the table changed during each of {READ_BACK_ATTEMPTS} readings: no "
                        "one version to read twice", fails=True)
     try:
-        return independent.read_delta(path, version)
+        return independent.read_delta(path, version, since)
     except (duckdb.Error, OSError, ImportError) as error:
         return _Unread(f"{independent.DELTA_READER} could not read {path} at version "
                        f"{version}: {error}", fails=True)
 
 
-def _reread_iceberg(sink: Any, snapshot: int | None) -> list[dict[str, Any]] | _Unread:
+def _reread_iceberg(sink: Any, snapshot: int | None, since: int
+                    ) -> list[dict[str, Any]] | _Unread:
     """DuckDB's reading of the snapshot pyiceberg read, found through the table's current
     metadata file (which lists every snapshot kept). A DuckDB error fails the audit."""
     import duckdb
@@ -165,14 +173,14 @@ def _reread_iceberg(sink: Any, snapshot: int | None) -> list[dict[str, Any]] | _
         location = sink.metadata_location()
         if location is None:
             return _Unread("the table was dropped after pyiceberg read it", fails=True)
-        return read_iceberg(location, snapshot)
+        return read_iceberg(location, snapshot, since)
     except (duckdb.Error, OSError, ImportError, EosError) as error:
         return _Unread(f"{ICEBERG_READER} could not read snapshot {snapshot}: {error}",
                        fails=True)
 
 
 def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],
-                     version: int | None) -> list[Problem]:
+                     version: int | None, since: int) -> list[Problem]:
     """DuckDB's reading of the table and of the markers, compared with psycopg2's: the rows
     whole, the markers' epochs one by one. Both readings must be of epoch ``version``; a
     commit in between (or a table that would not hold still) fails the audit, which is run
@@ -188,7 +196,7 @@ def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],
     try:
         dsn = dsn_for(sink.options.connection, sink.options.dsn_env)
         reading = read_postgres(dsn, sink.table, sink.options.marker(),
-                                sink.config.name, sink.name)
+                                sink.config.name, sink.name, since)
     except EosError as error:  # SinkUnavailable (password removed), ConfigError
         return [Problem(ProblemKind.SECOND_READER, sink.name, str(error))]
     seen = reading.epochs[-1] if reading.epochs else -1
@@ -203,13 +211,14 @@ def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],
                              (reader, [{"marker epoch": e} for e in reading.epochs])))
 
 
-def _reread_kafka(config: PipelineConfig, sink: Any) -> list[dict[str, Any]]:
-    """The sink's output topic read with aiokafka, this pipeline's records on the sink's
-    current line decoded by the independent JSON decoder."""
+def _reread_kafka(config: PipelineConfig, sink: Any, since: int) -> list[dict[str, Any]]:
+    """The sink's output topic read with aiokafka, this pipeline's records (of epoch ``since``
+    or later) on the sink's current line decoded by the independent JSON decoder."""
     from eos.core.outputs import output_schema
 
     settings = client_settings({**config.kafka.client, **sink.options.client})
-    records = independent.read_topic(settings, sink.options.topic)
+    records = independent.read_topic(settings, sink.options.topic,
+                                     independent.from_epoch(since) if since else None)
     decode = None
     if sink.options.format == "avro":  # urllib and fastavro, not the sink's codec
         from eos.tools.audit_avro import sink_decoder

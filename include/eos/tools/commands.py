@@ -66,7 +66,7 @@ def cmd_phase(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from eos.tools.audit import verify
 
-    report = verify(_config(args))
+    report = verify(_config(args), since=args.since, last=args.last)
     print(report.render())
     return 0 if report.ok else 1
 
@@ -266,4 +266,9 @@ def _register_history(sub: argparse._SubParsersAction, pipeline_args: Callable) 
 
     p = sub.add_parser("verify", help="audit committed tables against Kafka from scratch")
     pipeline_args(p)
+    span = p.add_mutually_exclusive_group()
+    span.add_argument("--since", type=int, default=None, metavar="EPOCH",
+                      help="audit epochs EPOCH..the last committed (default: every epoch)")
+    span.add_argument("--last", type=int, default=None, metavar="N",
+                      help="audit the last N committed epochs")
     p.set_defaults(func=cmd_verify)

@@ -102,10 +102,13 @@ def read_ranges(settings: dict[str, Any], topic: str,
     return [r for batch in rounds for r in _run(_read(settings, topic, batch))]
 
 
-def read_topic(settings: dict[str, Any], topic: str) -> list[KafkaRecord]:
-    """Every committed record of ``topic``, from each partition's log start to its last stable
-    offset (what ``read_committed`` may see), in partition and offset order."""
-    return _run(_read(settings, topic, None))
+def read_topic(settings: dict[str, Any], topic: str,
+               keep: Callable[[KafkaRecord], bool] | None = None) -> list[KafkaRecord]:
+    """Every committed record of ``topic`` (that ``keep`` keeps: the others are dropped as
+    they arrive, so an audit of the last epochs holds only theirs), from each partition's log
+    start to its last stable offset (what ``read_committed`` may see), in partition and
+    offset order."""
+    return _run(_read(settings, topic, None, keep))
 
 
 def _merged(ranges: Iterable[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
@@ -139,8 +142,8 @@ def _run(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-async def _read(settings: dict[str, Any], topic: str,
-                spans: dict[int, tuple[int, int]] | None) -> list[KafkaRecord]:
+async def _read(settings: dict[str, Any], topic: str, spans: dict[int, tuple[int, int]] | None,
+                keep: Callable[[KafkaRecord], bool] | None = None) -> list[KafkaRecord]:
     """One ``read_committed`` consumer over ``spans`` (partition -> [start, until)), or over
     the whole topic when None. Offsets may have gaps (transaction markers, compaction), so a
     partition is done when the consumer's position reaches ``until``, never by counting."""
@@ -155,7 +158,7 @@ async def _read(settings: dict[str, Any], topic: str,
             await consumer.start()
             try:
                 spans = spans if spans is not None else await _whole(conf, consumer, topic)
-                return await _consume(consumer, topic, spans)
+                return await _consume(consumer, topic, spans, keep)
             finally:
                 await consumer.stop()
         except KafkaError as error:
@@ -190,8 +193,8 @@ async def _partitions(conf: dict[str, Any], topic: str) -> list[int]:
                   for p in t["partitions"])
 
 
-async def _consume(consumer: Any, topic: str,
-                   spans: dict[int, tuple[int, int]]) -> list[KafkaRecord]:
+async def _consume(consumer: Any, topic: str, spans: dict[int, tuple[int, int]],
+                   keep: Callable[[KafkaRecord], bool] | None = None) -> list[KafkaRecord]:
     from aiokafka import TopicPartition
 
     tps = {p: TopicPartition(topic, p) for p, (start, until) in spans.items() if until > start}
@@ -212,9 +215,9 @@ async def _consume(consumer: Any, topic: str,
         batches = await consumer.getmany(*[tps[p] for p in pending], timeout_ms=500)
         for tp, messages in batches.items():
             until = spans[tp.partition][1]
-            found.extend(KafkaRecord(m.partition, m.offset, m.timestamp, m.key, m.value,
-                                     tuple(m.headers or ()))
-                         for m in messages if m.offset < until)
+            read = (KafkaRecord(m.partition, m.offset, m.timestamp, m.key, m.value,
+                                tuple(m.headers or ())) for m in messages if m.offset < until)
+            found.extend(read if keep is None else filter(keep, read))
         for p in list(pending):
             if await consumer.position(tps[p]) >= spans[p][1]:
                 pending.discard(p)
@@ -261,6 +264,16 @@ def sink_rows(records: Iterable[KafkaRecord], pipeline: str, schema: pa.Schema,
         if on_line(epoch, headers.get("eos-lineage")) and record.value is not None:
             rows.append(decode(record.value, schema))
     return rows
+
+
+def from_epoch(since: int) -> Callable[[KafkaRecord], bool]:
+    """Whether a sink record is of epoch ``since`` or later (its ``eos-epoch`` header): the
+    ``keep`` of ``read_topic`` for an audit of the last epochs."""
+    def keep(record: KafkaRecord) -> bool:
+        epoch = _headers(record).get("eos-epoch")
+        return epoch is not None and int(epoch) >= since
+
+    return keep
 
 
 def _headers(record: KafkaRecord) -> dict[str, str | None]:
@@ -398,14 +411,15 @@ def duckdb_for(location: str) -> Iterator[Any]:
         yield con
 
 
-def read_delta(path: str, version: int) -> list[dict[str, Any]]:
-    """Every row of the Delta table at ``path`` as of ``version``, read by DuckDB's delta
-    extension, in canonical form. Extensions are never fetched or auto-loaded: only the file
-    from the wheel is loaded."""
+def read_delta(path: str, version: int, since: int = 0) -> list[dict[str, Any]]:
+    """Every row (of epoch ``since`` or later) of the Delta table at ``path`` as of
+    ``version``, read by DuckDB's delta extension, in canonical form. Extensions are never
+    fetched or auto-loaded: only the file from the wheel is loaded."""
     with duckdb_for(path) as con:
         con.execute(f"LOAD {_quoted(str(delta_extension()))}")
         con.execute(f"ATTACH {_quoted(path)} AS sink (TYPE delta, VERSION {int(version)})")
-        table = con.execute("SELECT * FROM sink").fetch_arrow_table()
+        table = con.execute(f"SELECT * FROM sink WHERE epoch >= {int(since)}"
+                            ).fetch_arrow_table()
     return [canonical_row(row) for row in table.to_pylist()]
 
 

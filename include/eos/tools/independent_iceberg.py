@@ -25,13 +25,16 @@ __all__ = ["ICEBERG_READER", "read_iceberg"]
 ICEBERG_READER = "DuckDB iceberg"
 
 
-def read_iceberg(metadata_location: str, snapshot_id: int) -> list[dict[str, Any]]:
-    """Every row of snapshot ``snapshot_id`` of the table whose metadata file is
-    ``metadata_location`` (a local path, ``file://`` or ``s3://`` URI), in canonical form."""
+def read_iceberg(metadata_location: str, snapshot_id: int, since: int = 0
+                 ) -> list[dict[str, Any]]:
+    """Every row (of epoch ``since`` or later) of snapshot ``snapshot_id`` of the table whose
+    metadata file is ``metadata_location`` (a local path, ``file://`` or ``s3://`` URI), in
+    canonical form."""
     location = metadata_location.removeprefix("file://")
     with duckdb_for(location) as con:
         con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_avro', 'avro')))}")
         con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_iceberg', 'iceberg')))}")
         table = con.execute(f"SELECT * FROM iceberg_scan({_quoted(location)}, "
-                            f"snapshot_from_id={int(snapshot_id)})").fetch_arrow_table()
+                            f"snapshot_from_id={int(snapshot_id)}) WHERE epoch >= {int(since)}"
+                            ).fetch_arrow_table()
     return [canonical_row(row) for row in table.to_pylist()]

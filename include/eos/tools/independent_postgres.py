@@ -121,11 +121,12 @@ def _float32(value: float) -> float:
     return value
 
 
-def _rows(con: Any, table: Name) -> list[dict[str, Any]]:
+def _rows(con: Any, table: Name, since: int = 0) -> list[dict[str, Any]]:
     import pyarrow as pa
 
     columns = _columns(con, table)
-    result = con.execute(f"SELECT * FROM postgres_query('pg', {_quoted(_select(table, columns))})"
+    query = _select(table, columns) + (f" WHERE epoch >= {int(since)}" if since else "")
+    result = con.execute(f"SELECT * FROM postgres_query('pg', {_quoted(query)})"
                          ).fetch_arrow_table()
     text_numeric = {n for n, t in columns if t == "numeric"}
     real = {f.name for f in result.schema if pa.types.is_float32(f.type)}
@@ -138,11 +139,11 @@ def _rows(con: Any, table: Name) -> list[dict[str, Any]]:
     return [canonical_row(row) for row in rows]
 
 
-def read_postgres(dsn: str, table: Name, marker: Name, pipeline: str, sink: str
-                  ) -> PostgresReading:
-    """Every row of ``table`` and the epochs of (``pipeline``, ``sink``)'s markers in
-    ``marker``, read by DuckDB in one snapshot; ``SinkUnavailable`` (password removed) when
-    DuckDB cannot."""
+def read_postgres(dsn: str, table: Name, marker: Name, pipeline: str, sink: str,
+                  since: int = 0) -> PostgresReading:
+    """Every row of ``table`` (of epoch ``since`` or later) and the epochs of (``pipeline``,
+    ``sink``)'s markers in ``marker``, read by DuckDB in one snapshot; ``SinkUnavailable``
+    (password removed) when DuckDB cannot."""
     import duckdb
 
     try:
@@ -151,7 +152,7 @@ def read_postgres(dsn: str, table: Name, marker: Name, pipeline: str, sink: str
             epochs = [int(e) for (e,) in con.execute(
                 f"SELECT epoch FROM pg.{_ident(marker)} WHERE pipeline = ? AND sink = ? "
                 "ORDER BY epoch", [pipeline, sink]).fetchall()]
-            rows = _rows(con, table)
+            rows = _rows(con, table, since)
             con.execute("COMMIT")
     except (duckdb.Error, OSError) as error:
         raise SinkUnavailable(f"sink {sink}: {POSTGRES_READER} could not read "
