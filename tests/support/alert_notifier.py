@@ -26,3 +26,8 @@ class FileNotifier(BaseNotifier):
     async def async_notify(self, context: Any) -> None:
         Path(self.path).write_text(json.dumps({"text": self.text, "stall": context["eos_stall"],
                                                "run_id": context["dag_run"]["dag_run_id"]}))
+
+
+def task_failed(context: Any) -> None:
+    """An ``airflow.on_failure_callback`` for the DAG-settings tests (never called there)."""
+

@@ -80,8 +80,14 @@ def pipeline_dags(pipelines_dir: str | Path | None = None) -> dict[str, DAG]:
     else the Variable ``eos_pipelines_dir``, else ``./pipelines``), for a DAG file's globals():
     a placeholder DAG for each broken file, logged once per parse."""
     pipelines = read_pipelines(pipelines_dir)
-    dags = build_dags(pipelines.configs)
-    for broken in pipelines.broken:  # after the good ones: a good pipeline keeps its DAG id
+    dags: dict[str, DAG] = {}
+    broken_ones = list(pipelines.broken)
+    for config in pipelines.configs:
+        try:  # the airflow section resolves here (its failure callback is imported)
+            dags.update(build_dags([config]))
+        except ConfigError as error:
+            broken_ones.append(BrokenPipeline(Path(str(config.source_path)), error))
+    for broken in broken_ones:  # after the good ones: a good pipeline keeps its DAG id
         dag_id = placeholder_id(broken.path, dags)
         log.warning("eos: pipeline file %s does not load, its DAG %s is a placeholder that "
                     "fails: %s", broken.path, dag_id, broken.error.message)

@@ -27,6 +27,7 @@ from airflow.sdk import DAG
 
 from eos.airflow.alerts import stall_deadline
 from eos.airflow.assets import sink_assets
+from eos.airflow.dag_settings import dag_arguments, task_defaults
 from eos.airflow.tasks import (
     abort_task,
     begin_task,
@@ -74,15 +75,15 @@ OPERATOR_NOTES = """
 """
 
 
-def default_args() -> dict[str, Any]:
-    """Every task's defaults (precommit, commit and the one ``epoch`` task override retries)."""
+def default_args(config: PipelineConfig) -> dict[str, Any]:
+    """Every task's defaults: the pipeline's ``airflow`` section (owner, pool, queue, retries,
+    failure callback: ``eos.airflow.dag_settings``) and backoff (precommit, commit and the one
+    ``epoch`` task lay their own retry policies over it)."""
     return {
-        "owner": "eos",
         # No depends_on_past (Airflow refuses a default backfill of such a DAG): epochs commit
         # in order by the protocol itself, and runs take them in order by begin's wait for
         # earlier runs (``eos.airflow.run_order``).
-        "retries": 3,
-        "retry_delay": timedelta(seconds=10),
+        **task_defaults(config),
         "retry_exponential_backoff": True,
         "max_retry_delay": timedelta(minutes=5),
         "execution_timeout": TASK_TIMEOUT,
@@ -100,9 +101,8 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         "start_date": START_DATE,
         "catchup": False,
         "max_active_runs": 1,
-        "default_args": default_args(),
-        "tags": ["eos", config.name],
-        "doc_md": (__doc__ or "") + OPERATOR_NOTES,
+        "default_args": default_args(config),
+        **dag_arguments(config, ["eos", config.name], (__doc__ or "") + OPERATOR_NOTES),
         # alerts.stall_after: a deadline on every run (eos.airflow.alerts), none when unset
         **({"deadline": stall} if (stall := stall_deadline(config)) is not None else {}),
         **dag_kwargs,

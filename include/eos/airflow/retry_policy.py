@@ -23,6 +23,14 @@ COMMIT_RETRIES = {
 }
 
 
+def precommit_retries(config: PipelineConfig) -> dict[str, Any]:
+    """Precommit's policy with the retries and delay the pipeline's ``airflow`` section sets:
+    a failed precommit is aborted and retried, so any count is safe."""
+    from eos.airflow.dag_settings import configured_retries
+
+    return {**PRECOMMIT_RETRIES, **configured_retries(config)}
+
+
 def airflow_error(error: Exception) -> Exception:
     """The protocol's retry policy in Airflow's terms: a PermanentError becomes an
     AirflowFailException (no retries, the message as the failure reason)."""

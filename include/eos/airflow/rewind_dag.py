@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
+from eos.airflow.dag_settings import dag_arguments, task_defaults
 from eos.airflow.pipeline_dag import START_DATE
 from eos.airflow.retry_policy import phase_call
 from eos.core.config import PipelineConfig
@@ -47,8 +48,7 @@ def build_rewind_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
         "start_date": START_DATE,
         "catchup": False,
         "max_active_runs": 1,
-        "default_args": {"owner": "eos", "retries": 3, "retry_delay": timedelta(seconds=10),
-                         "retry_exponential_backoff": True,
+        "default_args": {**task_defaults(config), "retry_exponential_backoff": True,
                          "execution_timeout": timedelta(minutes=30)},
         "params": {
             "to_epoch": Param(type="integer", minimum=-1,
@@ -57,8 +57,7 @@ def build_rewind_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
                                description="also rewind Kafka sinks: consumers see the replayed "
                                "epochs again"),
         },
-        "tags": ["eos", "eos-maintenance", config.name],
-        "doc_md": REWIND_DOC,
+        **dag_arguments(config, ["eos", "eos-maintenance", config.name], REWIND_DOC),
         **dag_kwargs,
     }
     with DAG(**kwargs) as dag:

@@ -14,7 +14,12 @@ from airflow.sdk import Asset, TriggerRule, task
 
 from eos.airflow.assets import asset_extra, source_assets
 from eos.airflow.precommit_operator import SPARK_CONN_ID, PrecommitOperator
-from eos.airflow.retry_policy import COMMIT_RETRIES, PRECOMMIT_RETRIES, phase_call
+from eos.airflow.retry_policy import (
+    COMMIT_RETRIES,
+    PRECOMMIT_RETRIES,
+    phase_call,
+    precommit_retries,
+)
 from eos.airflow.run_order import wait_for_earlier_runs
 from eos.airflow.task_tries import attempt, record_try
 from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
@@ -66,7 +71,7 @@ def connect_precommit_task(config: PipelineConfig) -> Any:
     @task(task_id="precommit", doc_md=PRECOMMIT_DOC + "Runs on the Spark Connect server of "
           f"connection `{config.compute.connection}` (type spark_connect, token in the "
           "password); start a local one with `eos spark start`.", inlets=source_assets(config),
-          **PRECOMMIT_RETRIES)
+          **precommit_retries(config))
     @phase_call(config)
     def precommit(**context: Any) -> str:
         return _connect_stage(config, context, "precommit", _planned(config, context))
@@ -92,7 +97,7 @@ def submit_precommit_task(config: PipelineConfig) -> Any:
         "`spark_default` naming the master, e.g. "
         'AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type": "spark", "host": "local[2]"}\'.',
         inlets=source_assets(config),
-        **PRECOMMIT_RETRIES,
+        **precommit_retries(config),
     )
 
 

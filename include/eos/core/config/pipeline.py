@@ -19,6 +19,7 @@ from eos.core.config.checks import (
     check_source_not_written,
     check_unique_sinks,
 )
+from eos.core.config.dag import DagConfig
 from eos.core.config.paths import tables_base
 from eos.core.config.rows import RecordColumn, Select, record_types, row_types, select_types
 from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
@@ -79,6 +80,9 @@ class PipelineConfig(Strict):
                                    description="Where precommit's Spark work runs.")
     alerts: AlertsConfig = Field(default_factory=AlertsConfig,
                                  description="Stall alerts.")
+    airflow: DagConfig = Field(default_factory=DagConfig,
+                               description="The pipeline's Airflow DAG: owner, tags, pool, "
+                                           "queue, retries, failure callback, access control.")
     # Where the config was read from, set by the loader; not a key of the file.
     source_path: SkipJsonSchema[str | None] = None
     # The select's columns and their types, decided once at load: a stateless pipeline's row
