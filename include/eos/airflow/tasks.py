@@ -22,7 +22,13 @@ from eos.airflow.retry_policy import (
 )
 from eos.airflow.run_order import wait_for_earlier_runs
 from eos.airflow.task_tries import attempt, record_try
-from eos.compute.spark import PRECOMMIT_APP, app_args, spark_conf, spark_submit_binary, submit_env
+from eos.compute.spark import (
+    app_args,
+    precommit_app,
+    spark_conf,
+    spark_submit_binary,
+    submit_env,
+)
 from eos.core.config import PipelineConfig
 from eos.core.errors import EXIT_PERMANENT
 
@@ -83,7 +89,7 @@ def submit_precommit_task(config: PipelineConfig) -> Any:
     """precommit as one spark-submit per epoch (connection ``spark_default`` names the master)."""
     return PrecommitOperator(
         task_id="precommit",
-        application=str(PRECOMMIT_APP),
+        application=precommit_app(),
         application_args=app_args(
             config, f"{{{{ {BEGIN_XCOM}['epoch'] }}}}", f"{{{{ {BEGIN_XCOM}['plan_hash'] }}}}"
         ),

@@ -32,8 +32,24 @@ if TYPE_CHECKING:
     from eos.core.protocol import StageResult
 
 # The DAG file imports this module: what precommit needs is imported where it runs. The app is
-# named by its file, not imported: spark-submit runs the file of the installed package.
+# named by its file, not imported: spark-submit runs the file of the installed package, or the
+# project's ``spark_apps/eos_precommit.py`` (a thin caller of it) when ``EOS_SPARK_APP`` names it.
 PRECOMMIT_APP = Path(__file__).resolve().with_name("app.py")
+SPARK_APP_ENV = "EOS_SPARK_APP"
+
+
+def precommit_app() -> str:
+    """The file spark-submit runs for precommit: ``$EOS_SPARK_APP``, else the package's app.
+    ``ConfigError`` when the variable names no file (every submit would fail the same way)."""
+    from eos.core.errors import ConfigError
+
+    named = os.environ.get(SPARK_APP_ENV, "").strip()
+    if not named:
+        return str(PRECOMMIT_APP)
+    if not Path(named).is_file():
+        raise ConfigError(f"{SPARK_APP_ENV}={named}: no such file (the Spark application of "
+                          "precommit, e.g. spark_apps/eos_precommit.py of the project)")
+    return named
 
 
 def worker_python() -> str:
@@ -86,7 +102,7 @@ def submit_command(config: PipelineConfig, epoch: int, plan_hash: str | None = N
     cmd = [spark_submit_binary(), "--master", master, "--name", f"eos-precommit-{config.name}"]
     for key, value in spark_conf(config).items():
         cmd += ["--conf", f"{key}={value}"]
-    return [*cmd, str(PRECOMMIT_APP), *app_args(config, epoch, plan_hash)]
+    return [*cmd, precommit_app(), *app_args(config, epoch, plan_hash)]
 
 
 def run_precommit(config: PipelineConfig, epoch: int,

@@ -159,6 +159,19 @@ def test_dag_file_builds_the_clicks_dag(monkeypatch: pytest.MonkeyPatch) -> None
     assert rewind.params.get_param("to_epoch").schema == {"type": "integer", "minimum": -1}
 
 
+def test_the_projects_dag_folder_builds_every_shipped_pipeline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The project's own ``dags/`` (what ``./dev ui`` and the compose stack parse) yields each
+    shipped pipeline's DAG and rewind DAG, with no import error."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("EOS_PIPELINES_DIR", str(SHIPPED_PIPELINES))
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[3] / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    names = [load_config(path).name for path in sorted(SHIPPED_PIPELINES.glob("*.yaml"))]
+    assert names and set(bag.dag_ids) == {f"eos_{n}{s}" for n in names for s in ("", "__rewind")}
+
+
 def test_the_pipelines_dir_comes_from_the_variable_when_nothing_else_names_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The DAG file's directory: ``$EOS_PIPELINES_DIR``, else the Variable ``eos_pipelines_dir``

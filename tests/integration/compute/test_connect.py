@@ -39,6 +39,8 @@ from eos.tools.pipelines import write_pipeline
 from support.harness import eos_cli, finish_and_audit, free_port, table_versions
 from support.pipelines import make_pipeline
 
+REPO = Path(__file__).resolve().parents[3]  # the project: its spark_apps/
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SPEC = GeneratorSpec(events=3000, keys=20, interval_ms=25, disorder_ms=800, late_fraction=0.02,
@@ -127,14 +129,20 @@ def test_server_binds_loopback_keeps_its_token_secret_and_reports_health(
 
 def test_connect_and_submit_stage_and_commit_the_same_result(tmp_path: Path, kafka: str,
                                                               spark_server: dict) -> None:
-    """The same topic through ``eos run`` on each compute mode: identical windows, both audited."""
+    """The same topic through ``eos run`` on each compute mode: identical windows, both audited.
+    spark-submit runs the project's ``spark_apps/eos_precommit.py``, as the compose stack does
+    (``EOS_SPARK_APP``); a variable naming no file fails before anything is submitted."""
     connected = loaded_pipeline(tmp_path / "connect", compute={"mode": "connect"})
     (tmp_path / "submit").mkdir()
     submitted = write_pipeline(tmp_path / "submit", kafka=connected.kafka.model_dump(),
                                epoch={"max_records": 1500, "staging_retention": 2},
                                compute={"mode": "submit"})
-    for config in (connected, submitted):
-        ran = eos_cli(config, "run", "--epochs", "3")
+    missing = eos_cli(submitted, "run", "--epochs", "1",
+                      env={"EOS_SPARK_APP": str(tmp_path / "nowhere.py")})
+    assert missing.returncode != 0 and "EOS_SPARK_APP" in missing.stderr, missing.stderr[-2000:]
+    app = {"EOS_SPARK_APP": str(REPO / "spark_apps" / "eos_precommit.py")}
+    for config, env in ((connected, {}), (submitted, app)):
+        ran = eos_cli(config, "run", "--epochs", "3", env=env)
         assert ran.returncode == 0, ran.stderr[-3000:]
         report = audit(config)
         assert report.ok, report.render()

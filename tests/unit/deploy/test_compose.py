@@ -165,16 +165,30 @@ def test_published_ports_listen_on_loopback_only() -> None:
 
 def test_nothing_shares_a_data_disk_and_every_table_is_on_the_store() -> None:
     """Beyond one machine: the tables live on the s3 service (EOS_TABLES_BASE), the Spark
-    workers and the Connect server get the store's credentials as interpolations, the
-    repository is mounted nowhere (the images install the package), and no named volume is
-    mounted by two services but the Airflow components' task logs."""
+    workers and the Connect server get the store's credentials as interpolations, the project
+    is mounted only as an Airflow project is (its DAG, plugin, Spark app and pipeline folders,
+    read-only, into the Airflow components: the images install the package), and no named
+    volume is mounted by two services but the Airflow components' task logs."""
     services = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
     mounted: dict[str, set[str]] = {}
+    project = {"./dags:/opt/airflow/dags:ro", "./plugins:/opt/airflow/plugins:ro",
+               "./spark_apps:/opt/airflow/spark_apps:ro",
+               "./include/pipelines:/opt/airflow/pipelines:ro"}
     for name, service in services.items():
         assert "PYTHONPATH" not in _environment(service), name
-        for volume in service.get("volumes", []):
+        volumes = {str(v) for v in service.get("volumes", [])}
+        if name.startswith("airflow-"):
+            assert project <= volumes, f"{name} lacks the project's folders"
+            env = _environment(service)
+            assert env["EOS_SPARK_APP"] == "/opt/airflow/spark_apps/eos_precommit.py", name
+            assert env["EOS_PIPELINES_DIR"] == "/opt/airflow/pipelines", name
+        for volume in volumes:
             source = str(volume).split(":")[0]
-            assert not source.startswith("."), f"{name} mounts the repository: {volume}"
+            if source.startswith("."):
+                assert name.startswith("airflow-") and volume in project, \
+                    f"{name} mounts the repository: {volume}"
+                assert (REPO_ROOT / source).is_dir(), volume
+                continue
             if not source.startswith("/"):
                 mounted.setdefault(source, set()).add(name)
     shared = {v: users for v, users in mounted.items() if len(users) > 1}

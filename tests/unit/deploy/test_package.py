@@ -66,8 +66,22 @@ def test_no_module_looks_for_files_in_the_checkout() -> None:
     offenders = [str(path.relative_to(REPO)) for path in LIBRARY.rglob("*.py")
                  if "PROJECT_ROOT" in path.read_text() or "parents[4]" in path.read_text()]
     assert offenders == []
-    assert not (REPO / "dags").exists() and not (REPO / "plugins").exists()
-    assert not (REPO / "spark_apps").exists()
+
+
+def test_the_project_has_the_airflow_layout_around_the_package() -> None:
+    """dags/, plugins/, spark_apps/, include/ (the package and the shipped pipelines), tests/,
+    docker-compose.yaml and requirements.txt, as an Airflow project has them; the DAG file is
+    the one the docs show and ``eos ui`` writes, and the Spark app only calls the package."""
+    for name in ("dags", "plugins", "spark_apps", "include", "tests"):
+        assert (REPO / name).is_dir(), name
+    for name in ("docker-compose.yaml", "requirements.txt"):
+        assert (REPO / name).is_file(), name
+    assert (REPO / "dags" / DAG_FILE_NAME).read_text() == DAG_FILE
+    deploying = (REPO / "docs" / "deploying.md").read_text()
+    assert DAG_FILE.split('"""\n\n', 1)[1] in deploying  # the lines the guide shows
+    app = (REPO / "spark_apps" / "eos_precommit.py").read_text()
+    assert "from eos.compute.app import main" in app and len(app.splitlines()) < 25
+    assert (REPO / "plugins" / "README.md").exists()
 
 
 def test_the_command_reports_the_version_and_takes_a_pipelines_dir(tmp_path: Path) -> None:
