@@ -102,7 +102,8 @@ def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG
         return pipeline_dags()
     dags: dict[str, DAG] = {}
     for config in configs:
-        dags[config.dag_id] = build_dag(config)
+        if config.airflow.dag:  # else its epochs run in other DAGs' task groups only
+            dags[config.dag_id] = build_dag(config)
         dags[rewind_dag_id(config)] = build_rewind_dag(config)
     return dags
 

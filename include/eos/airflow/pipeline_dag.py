@@ -109,16 +109,27 @@ def build_dag(config: PipelineConfig, **dag_kwargs: Any) -> DAG:
     }
 
     with DAG(**kwargs) as dag:
-        if config.compute.tasks == "one":
-            epoch_task(config, assets) >> abort_task(config, TASK_TIMEOUT)
-            return dag
-
-        precommit = (submit_precommit_task(config) if config.compute.mode == "submit"
-                     else connect_precommit_task(config))
-        planned = begin_task(config)
-        committed = commit_task(config, assets, TASK_TIMEOUT)
-        planned >> precommit >> [committed, abort_task(config, TASK_TIMEOUT)]
-        # Redundant for this run's order (commit reads begin's plan); kept so the graph shows it.
-        planned >> committed
-
+        epoch_phases(config, assets)
     return dag
+
+
+def epoch_phases(config: PipelineConfig, assets: dict[str, Any],
+                 group: str | None = None) -> tuple[Any, list[Any]]:
+    """The phase tasks of one epoch, wired, in the DAG (or task group ``group``) being built:
+    begin -> precommit -> commit, abort when precommit failed (or the one ``epoch`` task and
+    its abort). Returns the first task and the last ones, for what comes before and after."""
+    if config.compute.tasks == "one":
+        epoch = epoch_task(config, assets)
+        aborted = abort_task(config, TASK_TIMEOUT)
+        epoch >> aborted
+        return epoch, [epoch, aborted]
+
+    precommit = (submit_precommit_task(config, group) if config.compute.mode == "submit"
+                 else connect_precommit_task(config))
+    planned = begin_task(config)
+    committed = commit_task(config, assets, TASK_TIMEOUT)
+    aborted = abort_task(config, TASK_TIMEOUT)
+    planned >> precommit >> [committed, aborted]
+    # Redundant for this run's order (commit reads begin's plan); kept so the graph shows it.
+    planned >> committed
+    return planned, [committed, aborted]

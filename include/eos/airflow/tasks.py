@@ -32,7 +32,7 @@ from eos.compute.spark import (
 from eos.core.config import PipelineConfig
 from eos.core.errors import EXIT_PERMANENT
 
-BEGIN_XCOM = "ti.xcom_pull(task_ids='begin')"
+BEGIN_XCOM = "ti.xcom_pull(task_ids='{begin}')"
 EPOCH_TASK = "epoch"
 PLAN_XCOM = "plan"  # the one-task DAG's plan, pushed as soon as begin returns (for abort)
 
@@ -85,13 +85,15 @@ def connect_precommit_task(config: PipelineConfig) -> Any:
     return precommit()
 
 
-def submit_precommit_task(config: PipelineConfig) -> Any:
-    """precommit as one spark-submit per epoch (connection ``spark_default`` names the master)."""
+def submit_precommit_task(config: PipelineConfig, group: str | None = None) -> Any:
+    """precommit as one spark-submit per epoch (connection ``spark_default`` names the master);
+    ``group``: the task group it is built in (``epoch_task_group``), whose begin it reads."""
+    planned = BEGIN_XCOM.format(begin=f"{group}.begin" if group else "begin")
     return PrecommitOperator(
         task_id="precommit",
         application=precommit_app(),
         application_args=app_args(
-            config, f"{{{{ {BEGIN_XCOM}['epoch'] }}}}", f"{{{{ {BEGIN_XCOM}['plan_hash'] }}}}"
+            config, f"{{{{ {planned}['epoch'] }}}}", f"{{{{ {planned}['plan_hash'] }}}}"
         ),
         conf=spark_conf(config),
         conn_id=SPARK_CONN_ID,
@@ -156,8 +158,15 @@ def _plan_of_run(config: PipelineConfig, context: Any) -> dict[str, Any] | None:
     """What ``begin`` returned for this run (epoch, plan_hash, records, ranges), if it ran: the
     ``begin`` task's value, or what the one-task DAG's ``epoch`` task pushed once it began."""
     if config.compute.tasks == "one":
-        return context["ti"].xcom_pull(task_ids=EPOCH_TASK, key=PLAN_XCOM)
-    return context["ti"].xcom_pull(task_ids="begin")
+        return context["ti"].xcom_pull(task_ids=_sibling(context, EPOCH_TASK), key=PLAN_XCOM)
+    return context["ti"].xcom_pull(task_ids=_sibling(context, "begin"))
+
+
+def _sibling(context: Any, task_id: str) -> str:
+    """The id of the phase task ``task_id`` beside the running one: in the pipeline's own DAG
+    the bare id, in a task group of another DAG (``epoch_task_group``) the group's."""
+    group, _, _ = str(context["ti"].task_id).rpartition(".")
+    return f"{group}.{task_id}" if group else task_id
 
 
 def _planned(config: PipelineConfig, context: Any) -> dict[str, Any]:

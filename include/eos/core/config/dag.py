@@ -29,6 +29,11 @@ class DagConfig(Strict):
     """The pipeline's DAG settings, applied to its epochs' DAG and every task of it (and to its
     rewind DAG: owner, tags, access control)."""
 
+    dag: bool = Field(
+        default=True,
+        description="Whether the pipeline gets a DAG of its own (eos_<name>); false when its "
+                    "epochs run only inside other DAGs (epoch_task_group). Its rewind DAG "
+                    "stays.")
     owner: str = Field(default=DEFAULT_OWNER, min_length=1,
                        description="The owner Airflow shows on the DAG and its tasks.")
     tags: list[str] = Field(
