@@ -78,21 +78,42 @@ def pipeline_configs(pipelines_dir: str | Path | None = None) -> list[PipelineCo
 def pipeline_dags(pipelines_dir: str | Path | None = None) -> dict[str, DAG]:
     """``{dag_id: DAG}`` for every pipeline in ``pipelines_dir`` (default: ``$EOS_PIPELINES_DIR``,
     else the Variable ``eos_pipelines_dir``, else ``./pipelines``), for a DAG file's globals():
-    a placeholder DAG for each broken file, logged once per parse."""
+    a placeholder DAG for each broken file, logged once per parse.
+
+    A task process parses the DAG file only for its own DAG (Airflow's parsing context names
+    it): then only that pipeline's DAGs are built, so a task pays for one pipeline, and its log
+    carries no other pipeline's messages."""
     pipelines = read_pipelines(pipelines_dir)
     dags: dict[str, DAG] = {}
     broken_ones = list(pipelines.broken)
+    wanted = _parsed_for()
     for config in pipelines.configs:
+        if wanted is not None and wanted not in (config.dag_id, rewind_dag_id(config)):
+            continue
         try:  # the airflow section resolves here (its failure callback is imported)
             dags.update(build_dags([config]))
         except ConfigError as error:
             broken_ones.append(BrokenPipeline(Path(str(config.source_path)), error))
-    for broken in broken_ones:  # after the good ones: a good pipeline keeps its DAG id
-        dag_id = placeholder_id(broken.path, dags)
+    # Placeholder ids as a full parse gives them: a good pipeline keeps its DAG id.
+    taken = {i for c in pipelines.configs for i in (c.dag_id, rewind_dag_id(c))}
+    taken -= {i for b in broken_ones for c in pipelines.configs
+              if Path(str(c.source_path)) == b.path for i in (c.dag_id, rewind_dag_id(c))}
+    for broken in broken_ones:
+        dag_id = placeholder_id(broken.path, taken | set(dags))
+        if wanted is not None and dag_id != wanted:
+            continue
         log.warning("eos: pipeline file %s does not load, its DAG %s is a placeholder that "
                     "fails: %s", broken.path, dag_id, broken.error.message)
         dags[dag_id] = build_broken_dag(broken, dag_id)
     return dags
+
+
+def _parsed_for() -> str | None:
+    """The DAG a task process parses the DAG file for (None: every DAG is wanted, as by the
+    DAG processor)."""
+    from airflow.sdk import get_parsing_context
+
+    return get_parsing_context().dag_id
 
 
 def build_dags(configs: Iterable[PipelineConfig] | None = None) -> dict[str, DAG]:

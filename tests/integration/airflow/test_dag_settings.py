@@ -87,3 +87,20 @@ def test_a_callback_that_does_not_import_breaks_only_its_pipeline(
     assert "eos-broken" in placeholder.tags
     assert "airflow.on_failure_callback: cannot import 'my_team.nowhere.page'" in \
         placeholder.description
+
+
+def test_a_task_process_builds_only_the_dag_it_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow's parsing context (set in a task process) names the DAG: only that pipeline's
+    DAGs are built, and a broken file elsewhere is neither built nor logged there; a broken
+    file's own placeholder keeps the id a full parse gives it."""
+    broken = "name: [not, a, name\n"
+    other = CLICKS.replace("\nname: clicks\n", "\nname: other\n")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "eos_other")
+    assert set(_dags(tmp_path, monkeypatch, clicks=CLICKS, other=other, zbroken=broken)) == {
+        "eos_other", "eos_other__rewind"}
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "eos_zbroken")
+    assert set(_dags(tmp_path, monkeypatch)) == {"eos_zbroken"}
+    monkeypatch.delenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID")
+    assert set(_dags(tmp_path, monkeypatch)) == {
+        "eos_clicks", "eos_clicks__rewind", "eos_other", "eos_other__rewind", "eos_zbroken"}
