@@ -32,7 +32,7 @@ COPY --chown=airflow:0 docker/install-eos.sh /opt/eos/install-eos.sh
 COPY --chown=airflow:0 pyproject.toml README.md LICENSE requirements.txt /opt/eos/src/
 COPY --chown=airflow:0 include/eos /opt/eos/src/include/eos
 RUN bash /opt/eos/install-eos.sh "$(command -v python)" \
-        "/opt/eos/src[airflow,avro,protobuf,json-schema,s3,celery,postgres]" \
+        "/opt/eos/src[airflow,audit,avro,protobuf,json-schema,s3,celery,postgres,iceberg]" \
         /opt/eos/src/requirements.txt \
     && python -c "from pathlib import Path; from eos.airflow.environment import prepare_home; prepare_home(Path('/opt/airflow'))"
 COPY --chown=airflow:0 include/pipelines /opt/airflow/pipelines

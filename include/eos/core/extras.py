@@ -18,6 +18,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "protobuf": ("google.protobuf", "google.type", "authlib", "cachetools", "httpx", "attrs"),
     "json-schema": ("jsonschema", "referencing", "authlib", "cachetools", "httpx", "attrs"),
     "s3": ("cryptography",),
+    # the audit's second engine and readers (eos verify, eos chaos, the demo's audit)
+    "audit": ("duckdb", "duckdb_extension_delta", "duckdb_extension_httpfs", "aiokafka"),
     "airflow": ("airflow", "airflow.providers.apache.spark", "airflow.providers.standard"),
     "postgres": ("psycopg", "psycopg2"),  # a postgres sink writes with one, reads with the other
     # an iceberg sink writes with pyiceberg; the audit reads with DuckDB's iceberg extension,

@@ -93,6 +93,9 @@ def audit(config: PipelineConfig, since: int | None = None,
     """Recompute the committed epochs ``since``.. (or the ``last`` N; all by default) from
     Kafka and compare every sink and the checkpoints (``eos.tools.audit_span``: what is read,
     held and left out)."""
+    from eos.core.extras import require
+
+    require("audit", "eos verify")
     tables = tables_for(config)
     committed = checkpoints.last_checkpointed(tables, config.app_id)
     report = AuditReport(config.name, committed)

@@ -66,8 +66,8 @@ def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new virtual environment with only the wheel (and what it declares) installed."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the package's files alone."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"  # tracked files only: the build leaves nothing in the checkout
     for name in SOURCE:
@@ -78,17 +78,58 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             source.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO / name, source / name)
     _run([str(UV), "build", "--quiet", "--wheel", "-o", str(root / "dist"), str(source)])
-    (wheel,) = (root / "dist").glob("eos_pipeline-*.whl")
+    (built,) = (root / "dist").glob("eos_pipeline-*.whl")
+    return built
+
+
+def _install(wheel: Path, root: Path, extras: str) -> Path:
+    """A new virtual environment under ``root`` with only the wheel and ``extras`` (and what
+    they declare) installed, by the script the images run, the lock as constraints."""
     _run([str(UV), "venv", "--quiet", "--python", sys.executable, str(root / "venv")])
     python = root / "venv" / "bin" / "python"
     env = {**_bare_env(root), **_index_access(), "PATH": f"{UV.parent}{os.pathsep}/usr/bin:/bin"}
-    # The extras the Airflow image installs, by the script it runs.
+    _run(["bash", str(REPO / "docker" / "install-eos.sh"), str(python), f"{wheel}{extras}",
+          str(REPO / "requirements.txt")], env=env, timeout=900)
+    return root / "venv"
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel installed with the extras the Airflow image installs, by the script it runs."""
     extras = re.search(r'"/opt/eos/src(\[[^\]]*\])"',
                        (REPO / "docker" / "airflow.Dockerfile").read_text())
     assert extras is not None and "airflow" in extras[1]
-    _run(["bash", str(REPO / "docker" / "install-eos.sh"), str(python), f"{wheel}{extras[1]}",
-          str(REPO / "requirements.txt")], env=env, timeout=900)
-    return root / "venv"
+    return _install(wheel, tmp_path_factory.mktemp("image"), extras[1])
+
+
+def test_the_airflow_extra_alone_carries_no_audit_engine_and_parses_the_dag_file(
+        wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What Airflow's scheduler, DAG processor, triggerer and API server need: ``[airflow]``
+    alone installs neither DuckDB nor a sink's own libraries, and the DAG file parses there
+    (one DAG per pipeline, no import error); ``eos verify`` says which extra it needs."""
+    root = tmp_path_factory.mktemp("airflow-only")
+    python = _install(wheel, root, "[airflow]") / "bin" / "python"
+    absent = ["duckdb", "aiokafka", "pyiceberg", "psycopg", "psycopg2", "fastavro"]
+    found = _run([str(python), "-c", "import importlib.util as u, sys; print([m for m in "
+                  "sys.argv[1:] if u.find_spec(m) is not None])", *absent]).stdout
+    assert found.strip() == "[]", found
+    pipelines = root / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "mini.yaml").write_text(PIPELINE)
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "eos_pipelines.py").write_text((REPO / "dags" / "eos_pipelines.py").read_text())
+    env = {**_bare_env(root), "AIRFLOW_HOME": str(root / "airflow"),
+           "EOS_PIPELINES_DIR": str(pipelines), "PATH": "/usr/bin:/bin"}
+    parsed = _run([str(python), "-c", "from airflow.dag_processing.dagbag import DagBag; "
+                   f"b = DagBag(dag_folder={str(dags)!r}); "
+                   "print(sorted(b.dag_ids), b.import_errors)"], env=env, cwd=root).stdout
+    assert parsed.strip().endswith("['eos_mini', 'eos_mini__rewind'] {}"), parsed
+    refused = subprocess.run([str(python), "-m", "eos.tools.cli", "verify", "--pipeline",
+                              "mini"], env=env, cwd=root, capture_output=True, text=True,
+                             check=False)
+    assert refused.returncode != 0
+    assert "eos verify needs the 'audit' extra" in refused.stderr, refused.stderr[-2000:]
 
 
 def _index_access() -> dict[str, str]:
