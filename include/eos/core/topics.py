@@ -65,8 +65,3 @@ def matching(pattern: re.Pattern[str], names: list[str]) -> list[str]:
     """The topics among ``names`` a ``kafka.pattern`` reads: a match at the name's start (as
     librdkafka's ``^`` subscriptions), internal topics left out, sorted."""
     return sorted(n for n in names if not is_internal(n) and pattern.match(n))
-
-
-def describe_offsets(offsets: Offsets) -> str:
-    """``a[0]=5 a[1]=7 b[0]=0`` for messages."""
-    return " ".join(f"{tp}={o}" for tp, o in sorted(offsets.items()))

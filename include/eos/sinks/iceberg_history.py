@@ -145,10 +145,6 @@ class Mark:
             return NO_EPOCH  # the line goes back before it without passing it: rolled back
         return kept.epoch
 
-    def snapshot_of(self, metadata: Any, epoch: int) -> Any | None:
-        """The snapshot on the current line that committed ``epoch``, if any."""
-        return next((s for s in line(metadata) if self.epoch_of(s) == epoch), None)
-
     def epochs(self, metadata: Any) -> list[int]:
         """The epochs of ours on the current line, oldest first, after the newest emptying;
         with no marker left there (expired), the epoch held, when it is one. Expiry shortens

@@ -215,7 +215,8 @@ def _start_at(text: str) -> int | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="eos", description="Exactly-once micro-batches: Kafka -> Spark -> Delta Lake"
+        prog="eos", description="Exactly-once micro-batches from Kafka: one Airflow DAG run per "
+                    "checkpoint epoch, every sink committed in a two-phase commit"
     )
     parser.add_argument("--version", action="version", version=f"eos {__version__}")
     parser.add_argument("--pipelines-dir", metavar="DIR",

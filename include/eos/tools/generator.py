@@ -109,11 +109,6 @@ def generate(spec: GeneratorSpec) -> Iterator[GeneratedRecord]:
     return _clicks(spec)
 
 
-def bad_kinds(shape: str) -> tuple[str, ...]:
-    """The kinds of deliberately bad record a shape produces (``GeneratedRecord.kind``)."""
-    return SHAPES[shape]
-
-
 def _clicks(spec: GeneratorSpec) -> Iterator[GeneratedRecord]:
     rng = random.Random(spec.seed)
     for i in range(spec.events):
