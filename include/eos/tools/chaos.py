@@ -223,6 +223,16 @@ def chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float = 0.
                       (changes, change_rate) if changes is not None else None)
 
 
+def _send(chunk: list[GeneratedRecord], config: PipelineConfig,
+          settings: dict[str, Any]) -> None:
+    """The epoch's records to the pipeline's source topics, dealt in turn (one topic: all of
+    them); a topic a change just added is created by its first record."""
+    topics = config.kafka.topics or [config.kafka.sole_topic]
+    for k, topic in enumerate(topics):
+        part = chunk[k::len(topics)]
+        send(part, len(part), topic, settings, progress=False)
+
+
 def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
            events_per_epoch: int, session: Any, poison_rate: float,
            changing: tuple[ConfigChanges, float] | None = None) -> ChaosReport:
@@ -246,13 +256,13 @@ def _chaos(config: PipelineConfig, epochs: int, seed: int, fault_rate: float,
                 chunk):
             chunk = poisoned
             report.faults[POISON] += 1
-        send(chunk, len(chunk), config.kafka.sole_topic, settings, progress=False)
-        report.records += len(chunk)
         run_id = f"chaos-{seed}-{i}"
         epoch = checkpointed_epoch(config) + 1
         if changing is not None and i > 0 and change_rng.random() < changing[1]:
             config = changing[0].change(change_rng, epoch)
             report.faults[CONFIG_CHANGE] += 1
+        _send(chunk, config, settings)
+        report.records += len(chunk)
         gaps = max(1, len(sinks_for(config)) - 1)  # where a crash between sinks can fall
         # The phases are called one by one, not through the epoch loop (eos.compute.epochs):
         # a fault goes between them, its attempt first (an ``eos`` process), then the attempt

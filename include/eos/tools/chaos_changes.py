@@ -9,7 +9,10 @@ pipelines directory is never touched) and loads it again, as the next DAG run wo
 - ``remove sink``: a sink a change added leaves again (its table keeps what it holds);
 - ``edit filter``: the filter alternates between the pipeline's own and one that also drops
   every record whose offset is 3 modulo 7, so epochs differ in what they count and the audit
-  must recompute each with its own.
+  must recompute each with its own;
+- ``add topic``: a new topic joins the source (``topic: a`` becomes ``topics: [a, b]``), read
+  from its log start at the next epoch; the run then produces to every source topic. Only a
+  pipeline reading named topics (not a ``pattern``) gets one, at most ``MAX_TOPICS`` in all.
 
 The sinks the pipeline declares stay: the audit compares each of them with every epoch.
 """
@@ -27,8 +30,9 @@ import yaml
 
 from eos.core.config import PipelineConfig, load_config
 
-CHANGES = ("add sink", "remove sink", "edit filter")
+CHANGES = ("add sink", "remove sink", "edit filter", "add topic")
 _STRICTER = "kafka_offset % 7 <> 3"
+MAX_TOPICS = 3
 
 
 @dataclass
@@ -56,11 +60,15 @@ class ConfigChanges:
     def change(self, rng: random.Random, epoch: int) -> PipelineConfig:
         """One change drawn by ``rng``, made before ``epoch``; the config as it now loads."""
         data = yaml.safe_load(self.path.read_text())
-        what = rng.choice([c for c in CHANGES if c != "remove sink" or self.added])
+        what = rng.choice([c for c in CHANGES if self._possible(c, data)])
         output = "rows" if data.get("window") is None else "windows"
         sinks = data.setdefault("sinks", {})
         listed: list[Any] = sinks.setdefault(output, [{"delta": "target"}])
-        if what == "add sink":
+        if what == "add topic":
+            kafka = data["kafka"]
+            topics = kafka.pop("topics", None) or [kafka.pop("topic")]
+            kafka["topics"] = [*topics, f"{topics[0]}-chaos-{len(topics)}"]
+        elif what == "add sink":
             name = f"chaos_added_{self._next_sink}"
             self._next_sink += 1
             listed.append({"delta": name})
@@ -81,6 +89,14 @@ class ConfigChanges:
         self.path.write_text(yaml.safe_dump(data, sort_keys=False))
         self.made.append(f"epoch {epoch}: {what}")
         return self.config()
+
+    def _possible(self, what: str, data: dict[str, Any]) -> bool:
+        if what == "remove sink":
+            return bool(self.added)
+        if what == "add topic":
+            kafka = data.get("kafka") or {}
+            return "pattern" not in kafka and len(kafka.get("topics") or [1]) < MAX_TOPICS
+        return True
 
     def cleanup(self) -> None:
         shutil.rmtree(self.path.parent, ignore_errors=True)

@@ -24,8 +24,12 @@ def test_changes_are_made_on_a_copy_and_each_loads(tmp_path: Path) -> None:
     rng = random.Random(3)
     declared = {"memory:a", "memory:b", "memory:c"}
     filters = set()
+    source = config.kafka.topic
     for epoch in range(1, 30):
         changed = changes.change(rng, epoch)
+        # Topics only join, the original first, at most three in all.
+        topics = changed.kafka.topics or [changed.kafka.topic]
+        assert topics == [source, *(f"{source}-chaos-{n}" for n in range(1, len(topics)))]
         names = {sink_name(spec) for _, spec in changed.sinks.by_output()}
         assert declared <= names  # the declared sinks stay
         assert names - declared == {f"delta:{n}" for n in changes.added}
@@ -33,7 +37,8 @@ def test_changes_are_made_on_a_copy_and_each_loads(tmp_path: Path) -> None:
         filters.add(changed.event.filter)
     assert filters == {"key <> 'x'", "(key <> 'x') AND kafka_offset % 7 <> 3"}
     assert {m.split(": ")[1] for m in changes.made} == {"add sink", "remove sink",
-                                                         "edit filter"}
+                                                         "edit filter", "add topic"}
+    assert changed.kafka.topics is not None and len(changed.kafka.topics) == 3
     assert Path(str(config.source_path)).read_text() == original
     assert load_config(changes.path).name == config.name
     changes.cleanup()
