@@ -184,8 +184,8 @@ def _register_tools(sub: argparse._SubParsersAction, pipeline_args: Callable) ->
     p.add_argument("--changes", dest="change_rate", type=float, nargs="?", const=0.25,
                    default=0.0, metavar="RATE",
                    help="change the pipeline's config between epochs too (a sink added or "
-                        "removed, the filter edited; on a copy of its file), each epoch with "
-                        "chance RATE (default 0.25)")
+                        "removed, the filter edited, a source topic added; on a copy of its "
+                        "file), each epoch with chance RATE (default 0.25)")
     p.set_defaults(func=cmd_chaos)
 
     p = sub.add_parser("demo", help="the main job: broker, sample events, epochs, audit")
