@@ -260,15 +260,16 @@ def test_chaos_run_loses_and_doubles_nothing(tmp_path: Path, kafka: str, spark: 
 
 def test_chaos_with_configuration_changes_loses_and_doubles_nothing(
         tmp_path: Path, kafka: str, spark: Any) -> None:
-    """`eos chaos --changes`: between epochs a sink joins or leaves and the filter is edited,
-    on top of the faults; every epoch's invariants hold and the audit (each sink from the epoch
-    it joined, each epoch with its own filter) finds nothing lost or doubled."""
+    """`eos chaos --changes`: between epochs a sink joins or leaves, the filter is edited and
+    topics join the source, on top of the faults; every epoch's invariants hold and the audit
+    (each sink from the epoch it joined, each epoch with its own filter, every topic from its
+    log start) finds nothing lost or doubled."""
     config = write_pipeline(tmp_path)
-    report = chaos(config, epochs=8, seed=21, fault_rate=0.4, events_per_epoch=200,
+    report = chaos(config, epochs=8, seed=26, fault_rate=0.4, events_per_epoch=200,
                    spark=spark, change_rate=0.7)
     print(report.render())
     assert report.faults[CONFIG_CHANGE] >= 4
     made = {note.split(": ", 1)[1] for note in report.notes if note.startswith("config changed")}
-    assert made >= {"add sink", "edit filter"}, report.notes
+    assert made >= {"add sink", "remove sink", "edit filter", "add topic"}, report.notes
     assert report.lost == 0 and report.doubled == 0
     assert report.ok, report.render()
