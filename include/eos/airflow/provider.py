@@ -3,8 +3,10 @@
 Airflow finds it through the package's ``apache_airflow_provider`` entry point and validates it
 against its runtime provider schema; the version comes from the installed distribution. eos
 defines no connection type of its own: it reads the connections of the providers it depends
-on, listed under ``integrations`` with the type each one uses. Importing this module imports
-nothing from Airflow (every component reads it at start-up)."""
+on, listed under ``integrations`` with the type each one uses. Its plugin (the epochs view) is
+not listed here: the ``airflow.plugins`` entry point registers it, and a provider's ``plugins``
+would register it a second time (Airflow then warns in every process). Importing this module
+imports nothing from Airflow (every component reads it at start-up)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,4 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": name,
              "tags": ["eos", f"connection-type:{conn_type}", f"default-conn-id:{conn_id}"]}
             for name, conn_type, conn_id in CONNECTIONS],
-        "plugins": [{"name": "eos_epochs",
-                     "plugin-class": "eos.airflow.plugin.EpochsViewPlugin"}],
     }
