@@ -121,6 +121,13 @@ class PartitionLag:
     low: int | None = None  # the partition's log start, as read with ``high``
     topic: str = ""  # the partition's topic
 
+    @property
+    def beyond_log(self) -> bool:
+        """The committed offset is past the log's end: the topic was recreated or truncated,
+        or the broker is another one (an embedded broker restarted empty). Not a lag: the next
+        epoch stops (``DataLoss`` or ``SourceChanged``) until an operator decides."""
+        return self.committed is not None and self.high is not None and self.committed > self.high
+
 
 @dataclass(frozen=True)
 class PipelineStatus:

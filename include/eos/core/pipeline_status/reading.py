@@ -309,7 +309,9 @@ def _partition_lag(config: PipelineConfig, offsets: Offsets, partition: TopicPar
     start = offsets.get(partition)
     if start is None and low is not None and high is not None:
         start = first_offset(config, offsets, low, high, partition.partition)
-    lag = high - start if start is not None and high is not None else None
+    # Past the log's end is no lag at all (``PartitionLag.beyond_log``): unknown, said in words.
+    lag = (high - start if start is not None and high is not None and start <= high
+           else None)
     return PartitionLag(partition.partition, start, high, lag, low, partition.topic)
 
 

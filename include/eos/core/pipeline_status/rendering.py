@@ -35,7 +35,16 @@ def render(status: PipelineStatus) -> str:
     for p in status.partitions:
         cells = ["-" if v is None else v for v in (p.committed, p.high, p.lag)]
         lines.append((f"{p.topic}  " if several else "")
-                     + f"{p.partition:>9} {cells[0]:>10} {cells[1]:>10} {cells[2]:>8}")
+                     + f"{p.partition:>9} {cells[0]:>10} {cells[1]:>10} "
+                     + ("beyond the log's end" if p.beyond_log else f"{cells[2]:>8}"))
+    if beyond := [p for p in status.partitions if p.beyond_log]:
+        where = ", ".join(f"{p.topic}[{p.partition}]" for p in beyond)
+        lines.append(
+            f"committed offsets of {where} are beyond the log's end: the topic was recreated "
+            "or truncated, or this is another broker (an embedded one restarted empty). The "
+            "next epoch stops until you decide: `eos acknowledge-loss --pipeline "
+            f"{status.name}` goes on from the log start, `eos move-source --pipeline "
+            f"{status.name} --from earliest` moves the pipeline to another cluster's topic.")
     if status.last_audit is not None:
         audit = status.last_audit
         lines += ["", f"last audit {audit.at:%Y-%m-%d %H:%M:%S} UTC: "
