@@ -49,6 +49,10 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
         state = broker.start(topics=sorted({topic for config in configs
                                             for topic in config.kafka.named_topics or []}))
         print(f"embedded Kafka broker at {state['bootstrap']} (pid {state['pid']})")
+        if started_broker:
+            for config in configs:
+                if (line := follow_new_embedded_broker(config)) is not None:
+                    print(line)
 
     url = f"http://127.0.0.1:{env['AIRFLOW__API__PORT']}"
     print(f"Airflow UI: {url}  (AIRFLOW_HOME={home})")
@@ -76,6 +80,46 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
         if started_spark:
             spark_server.stop()
     return code
+
+
+def follow_new_embedded_broker(config: PipelineConfig) -> str | None:
+    """A pipeline whose committed epochs were read from an embedded broker that is gone (it
+    stopped, or the machine restarted: librdkafka's mock cluster keeps records in memory, so
+    they went with it) cannot go on from its offsets on the broker just started: its next run
+    would stop with ``SourceChanged``. The records of the gone broker can never be read again,
+    so the pipeline moves to this broker's topic from its start, as ``eos move-source --from
+    earliest`` does (recorded in the epoch log, audited as a move); what it committed stays.
+    Returns the line that says so, or None when nothing needed moving (a real cluster is never
+    moved here: that is an operator's decision)."""
+    from eos.core import checkpoints
+    from eos.core.errors import EosError
+    from eos.core.kafka import MOCK_CLUSTER_PREFIX, client_settings, cluster_id
+    from eos.core.layout import tables_for
+    from eos.core.move import StartPosition, move_source
+    from eos.core.plan import committed_source
+
+    if not config.kafka.named_topics:
+        return None
+    try:
+        tables = tables_for(config)
+        last = checkpoints.last(tables, checkpoints.last_checkpointed(tables, config.app_id))
+        old = committed_source(tables, last)
+        now = cluster_id(client_settings(config.kafka.client), config.kafka.named_topics[0])
+    except EosError:
+        return None
+    gone = old is not None and old.cluster_id is not None and old.cluster_id.startswith(
+        MOCK_CLUSTER_PREFIX)
+    if not gone or old is None or now is None or old.cluster_id == now:
+        return None
+    try:
+        move_source(config, StartPosition.parse("earliest"), run_id="eos-ui")
+    except EosError as error:
+        return (f"pipeline '{config.name}': its epochs were read from an embedded broker that "
+                f"is gone; it could not move to this one ({error}): run `eos move-source "
+                f"--pipeline {config.name} --from earliest` before its next run")
+    return (f"pipeline '{config.name}': its committed epochs were read from an embedded broker "
+            "that is gone (its records went with it); it goes on from this broker's topic "
+            "start (a move, recorded in its epoch log)")
 
 
 def needs_spark_server(configs: list[PipelineConfig]) -> bool:
