@@ -15,6 +15,8 @@ from eos.core.config import PipelineConfig, list_pipelines, load_config, load_pi
 from eos.core.extras import require
 from eos.core.kafka import local_broker
 
+STANDALONE_LOG = "standalone.log"  # under AIRFLOW_HOME: Airflow's own output
+
 
 def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
              port: int = 8080) -> int:
@@ -60,13 +62,20 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
     print(f"login: admin, password in {home / PASSWORDS_FILE} (written on the first start)")
     print("DAGs: " + ", ".join(config.dag_id for config in configs)
           + " (new DAGs start paused: unpause or trigger them in the UI); Ctrl-C stops")
+    # Airflow's own lines (every component's info logs) go to a file, not this terminal: the
+    # lines above are what a person needs, and an error of Airflow's is shown when it exits.
+    log_path = home / STANDALONE_LOG
+    print(f"Airflow's own log: {log_path}", flush=True)
     airflow = Path(sys.executable).parent / "airflow"
     # Airflow runs in a process group of its own, with SIGINT handled (a shell may have ignored
     # it); Ctrl-C or SIGTERM here stops that whole group (see _stop_group).
-    proc = subprocess.Popen(
-        [str(airflow) if airflow.exists() else "airflow", "standalone"], env=env,
-        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    with log_path.open("ab") as airflow_log:
+        proc = subprocess.Popen(
+            [str(airflow) if airflow.exists() else "airflow", "standalone"], env=env,
+            stdout=airflow_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         code = proc.wait()
@@ -79,7 +88,15 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
             broker.stop()
         if started_spark:
             spark_server.stop()
+    if code:
+        print(f"airflow standalone exited with code {code}; the end of its log "
+              f"({log_path}):\n{_tail(log_path)}", file=sys.stderr)
     return code
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file."""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def follow_new_embedded_broker(config: PipelineConfig) -> str | None:

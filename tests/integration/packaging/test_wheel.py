@@ -239,6 +239,12 @@ def test_a_dag_run_of_it_under_the_installed_airflow(user: User) -> None:
             ui.wait()
     verdict = user.eos("verify", "--pipeline", "mini")
     assert "verdict: OK" in verdict, verdict
+    # The terminal got eos's lines; Airflow's own went to the file it named.
+    shown = log.read_text()
+    airflow_log = Path(user.env["AIRFLOW_HOME"]) / "standalone.log"
+    assert f"Airflow's own log: {airflow_log}" in shown, shown[-2000:]
+    assert "next_dagrun_info" not in shown and "dag_processor" not in shown.lower(), shown[-2000:]
+    assert "scheduler" in airflow_log.read_text().lower()
 
 
 class Airflow:
