@@ -108,22 +108,25 @@ def follow_new_embedded_broker(config: PipelineConfig) -> str | None:
     earliest`` does (recorded in the epoch log, audited as a move); what it committed stays.
     Returns the line that says so, or None when nothing needed moving (a real cluster is never
     moved here: that is an operator's decision)."""
-    from eos.core import checkpoints
+    from eos.core import checkpoints, epochlog
     from eos.core.errors import EosError
     from eos.core.kafka import MOCK_CLUSTER_PREFIX, client_settings, cluster_id
     from eos.core.layout import tables_for
     from eos.core.move import StartPosition, move_source
-    from eos.core.plan import committed_source
+    from eos.core.plan import Plan, committed_source
 
     if not config.kafka.named_topics:
         return None
     try:
         tables = tables_for(config)
-        last = checkpoints.last(tables, checkpoints.last_checkpointed(tables, config.app_id))
-        old = committed_source(tables, last)
+        committed = checkpoints.last_checkpointed(tables, config.app_id)
+        old = committed_source(tables, checkpoints.last(tables, committed))
         now = cluster_id(client_settings(config.kafka.client), config.kafka.named_topics[0])
+        planned = epochlog.first_plan_row(tables, committed + 1)
     except EosError:
         return None
+    if planned is not None and Plan.from_json(planned["plan"]).cluster_id == now:
+        return None  # already moved here (the next epoch is planned on this broker)
     gone = old is not None and old.cluster_id is not None and old.cluster_id.startswith(
         MOCK_CLUSTER_PREFIX)
     if not gone or old is None or now is None or old.cluster_id == now:
