@@ -45,6 +45,9 @@ CHECKPOINT_EVERY = "10"
 # Every commit the protocol makes carries these in its commit info (``eos.core.timetravel``
 # reads them back to find the version of a table that held an epoch).
 APP, EPOCH, OP, PLAN_HASH, REWIND = "eos.app", "eos.epoch", "eos.op", "eos.plan_hash", "eos.rewind"
+# The application id of a sink's fill (``eos fill``: epochs from before the sink joined) is
+# the pipeline's with this suffix: its own ``txn`` marker beside the pipeline's.
+FILL_SUFFIX = "#fill"
 
 
 def commit_properties(app_id: str, epoch: int, op: str, *, txn: bool = True,

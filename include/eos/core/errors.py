@@ -203,6 +203,11 @@ class TopicVanished(PermanentError):
     never have been read, and a pipeline does not skip them silently."""
 
 
+class FillRefused(PermanentError):
+    """``eos fill`` cannot fill the sink (nothing to fill, a sink type that cannot be filled,
+    no sink that holds the epochs); nothing was written."""
+
+
 class MoveRefused(PermanentError):
     """``eos move-source`` cannot move the pipeline as asked (the reason says why and what
     would work); nothing was changed."""

@@ -14,8 +14,9 @@ number of commit attempts can read. What a sink implements is the commit half (`
 
 A sink that can do more says so by also implementing a capability, like Flink's
 ``SupportsCommitter`` / ``SupportsWriterState``: ``SupportsRewind`` (a rewind may take it
-back), ``SupportsReadBack`` (the audit reads what it holds), ``SupportsAssets`` (Airflow
-publishes an asset when it commits). Without them a sink still commits exactly once; a
+back), ``SupportsReadBack`` (the audit reads what it holds), ``SupportsFill`` (a sink added
+later takes the epochs before it), ``SupportsAssets`` (Airflow publishes an asset when it
+commits). Without them a sink still commits exactly once; a
 rewind refuses a pipeline with a sink that cannot rewind, the audit reports it unaudited and
 no asset is published for it.
 
@@ -257,6 +258,23 @@ class SupportsReadBack(Sink):
         current line: a rewind to N drops the commits after N (they are replayed). A sink may
         forget old ones (a compacted marker topic keeps the last); it never holds one twice.
         The audit expects a contiguous run ending at the last checkpoint."""
+
+
+class SupportsFill(Sink):
+    """A sink added to a running pipeline that can take the epochs committed before it joined
+    (``eos fill``, ``eos.core.fill``): each once, in order, under a marker of its own beside
+    the sink's, so ``committed_epoch`` keeps following the pipeline while earlier epochs are
+    filled in. The rows come from another sink of the same output that holds them."""
+
+    @abstractmethod
+    def filled(self) -> tuple[int, int] | None:
+        """The epochs ``(first, last)`` filled so far; None: none."""
+
+    @abstractmethod
+    def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+        """Write an epoch committed before the sink joined exactly once (nothing when it holds
+        it already: ``ALREADY_COMMITTED``), in order from ``first``, which the first write
+        records."""
 
 
 class SupportsAssets(Sink):

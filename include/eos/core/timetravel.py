@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from eos.core.delta import APP, EPOCH, OP, PLAN_HASH, REWIND, commit_properties
+from eos.core.delta import APP, EPOCH, FILL_SUFFIX, OP, PLAN_HASH, REWIND, commit_properties
 from eos.core.errors import RewindRefused
 from eos.core.outcomes import NO_EPOCH
 from eos.core.storage import filesystem
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, Transaction
 
 def history(table: DeltaTable, app_id: str) -> list[dict[str, Any]]:
     """The commits of ``app_id`` in the table's history, oldest first."""
@@ -98,7 +98,9 @@ def other_writers(table: DeltaTable, app_id: str, version: int) -> list[tuple[in
     found = []
     for commit in table.history():
         at, app = int(commit["version"]), commit.get(APP)
-        if at <= version or app == app_id:
+        # The pipeline's own, and its fill's (``eos fill``: epochs from before a sink joined,
+        # whose marker a restore takes back with them).
+        if at <= version or app in (app_id, app_id + FILL_SUFFIX):
             continue
         if app:
             found.append((at, str(Writer.of_app(str(app)))))
@@ -152,7 +154,8 @@ def rewound(table: DeltaTable, rewind_id: str) -> bool:
 
 def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
             fenced: bool = False,
-            check: Callable[[DeltaTable], None] | None = None) -> int | None:
+            check: Callable[[DeltaTable], None] | None = None,
+            markers: Callable[[DeltaTable], list[Transaction]] | None = None) -> int | None:
     """Restore ``path`` to ``version`` with ``txn(app_id, epoch)`` in the same commit; the
     version written, or None when there was nothing to do (this rewind did it already, or the
     table is at ``version``). Idempotent; of two racing attempts, one restores and the other
@@ -170,6 +173,8 @@ def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
     if check is not None:
         check(table)
     also = Fence.of(table, app_id).advance(epoch) if fenced else None
+    if markers is not None:  # other markers the restore must take back (a sink's fill's)
+        also = [*(also or []), *markers(table)]
     properties = commit_properties(app_id, epoch, "rewind", extra={REWIND: rewind_id},
                                    also=also)
     try:

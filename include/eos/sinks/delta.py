@@ -23,6 +23,7 @@ from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
     SupportsAssets,
+    SupportsFill,
     SupportsReadBack,
     SupportsRewind,
     validated_options,
@@ -263,7 +264,7 @@ def schema_conflicts(table: pa.Schema, rows: pa.Schema) -> list[str]:
     return conflicts
 
 
-class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
+class DeltaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
     """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``;
     ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
 
@@ -319,7 +320,8 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             return {}
         return {LOG_RETENTION: log_retention_property(self.options.log_retention)}
 
-    def _writer(self) -> Writer:
+    def writer(self) -> Writer:
+        """This pipeline as a writer of the table (``eos.core.ownership``)."""
         return Writer(self.config.app_id, self.config.name, self.output, self.name)
 
     def prepare(self, schema: pa.Schema) -> None:
@@ -333,7 +335,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         # A table this process holds a handle of exists; asking costs a listing of its log.
         if not pooled(self.path):
-            owner = Record((self._writer(),), self.options.shared).properties()
+            owner = Record((self.writer(),), self.options.shared).properties()
             # A table it creates is checkpointed every 10 commits, as Delta Spark's are
             # (``eos.core.delta.CHECKPOINT_EVERY``); an existing table keeps its owner's setting.
             create_table(self.path, schema, partition_by=list(self.options.partition_by),
@@ -341,7 +343,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                                         **self._properties(), **owner})
         with lent(self.path) as table:
             if table is not None:
-                claim(table, self.path, self._writer(), self.options.shared)
+                claim(table, self.path, self.writer(), self.options.shared)
                 self._refuse_conflicts(table, schema, "its epochs")
 
     def check(self, epoch: int, rows: pa.Table) -> None:
@@ -354,7 +356,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         with lent(self.path) as table:
             if table is not None:
-                check_writer(table, self.path, self._writer(), self.options.shared)
+                check_writer(table, self.path, self.writer(), self.options.shared)
             self._refuse_conflicts(table, rows.schema, f"epoch {epoch}")
         problems = partition_value_problems(self.path, list(self.options.partition_by), rows)
         if problems:
@@ -412,7 +414,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             # quarantine row's lengths and digest) takes them in the same commit.
             # A table whose writers would not admit this pipeline is refused, checked through
             # the snapshot the append goes through (a concurrent change of them conflicts).
-            me, shared = self._writer(), self.options.shared
+            me, shared = self.writer(), self.options.shared
             done = fenced_append(self.path, rows, self.config.app_id, epoch, snapshot=snapshot,
                                  merge_schema=True, first_epoch=self.joined_at,
                                  check=lambda t: check_writer(t, self.path, me, shared))
@@ -448,6 +450,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         writer committed after ``target`` (since the plan too): checked through the snapshot
         the restore commits on, so a commit landing in between makes it conflict."""
         from eos.core.timetravel import refuse_other_writers, replace_schema, restore
+        from eos.sinks.delta_fill import fill_markers_at
 
         if target is None:  # the table did not exist when the rewind was planned
             return None
@@ -458,7 +461,8 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
             refuse_other_writers(table, self.path, app, epoch, target)
             writers.append(Record.of(table.metadata().configuration))
 
-        version = restore(self.path, target, app, epoch, rewind_id, check=check)
+        version = restore(self.path, target, app, epoch, rewind_id, check=check,
+                          markers=lambda table: fill_markers_at(self, table, target))
         if version is not None and writers and writers[0] is not None:
             version = self._keep_writers(writers[0]) or version
         if epoch == NO_EPOCH:
@@ -509,6 +513,16 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         from eos.core.timetravel import line
 
         return line(DeltaTable(self.path), self.config.app_id)
+
+    def filled(self) -> tuple[int, int] | None:
+        from eos.sinks.delta_fill import filled
+
+        return filled(self)
+
+    def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+        from eos.sinks.delta_fill import fill
+
+        return fill(self, epoch, rows, first)
 
     def asset_uri(self) -> str:
         """The table's location: ``file:///abs/path``, or its store URI (``s3://bucket/path``)."""

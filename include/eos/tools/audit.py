@@ -33,7 +33,7 @@ from eos.core.loss import acknowledged_losses
 from eos.core.outcomes import NO_EPOCH
 from eos.core.plan import Plan, plan_and_move
 from eos.core.protocol import join_sinks
-from eos.core.sink import Sink, SupportsReadBack, sinks_for
+from eos.core.sink import Sink, SupportsFill, SupportsReadBack, sinks_for
 from eos.tools.audit_checks import (
     check_checkpoints,
     check_offsets,
@@ -168,8 +168,17 @@ def _audit_sink(report: AuditReport, config: PipelineConfig, sink: Sink, plans: 
         report.unaudited[sink.name] = why
         return
     identity = row_identity(config, sink.output)
-    # A sink added to a running pipeline holds the epochs from the one it joined at.
-    since = max(span.first, sink.joined_at)
+    # A sink added to a running pipeline holds the epochs from the one it joined at, and those
+    # ``eos fill`` gave it (``SupportsFill``).
+    filled = sink.filled() if isinstance(sink, SupportsFill) else None
+    if filled is not None:
+        report.filled[sink.name] = filled
+    since = max(span.first, sink.joined_at if filled is None else min(filled[0], sink.joined_at))
+
+    def holds(epoch: int) -> bool:
+        return epoch >= sink.joined_at or (filled is not None
+                                           and filled[0] <= epoch <= filled[1])
+
     held, version = read_back_with_version(sink, since)
     report.problems.extend(reread_sink(report, config, sink, held, version, since))
     if sink.output in ("late", "quarantine"):
@@ -180,7 +189,7 @@ def _audit_sink(report: AuditReport, config: PipelineConfig, sink: Sink, plans: 
         report.left_out[sink.name] = left_out
     held = [row for row in held if not out(row)]
     expected_rows = [row for row in expected.rows[sink.output]
-                     if row["epoch"] >= sink.joined_at and not out(row)]
+                     if holds(row["epoch"]) and not out(row)]
     if keys := sink.kept_by():  # an upserting sink holds each key's latest row
         expected_rows = latest_rows(expected_rows, keys, sink.output)
     want = Counter(identity(row) for row in expected_rows)

@@ -59,6 +59,7 @@ class AuditReport:
     # read them): named here, their epochs (and windows that may hold their records) left out.
     not_auditable: list[str] = field(default_factory=list)
     left_out: dict[str, int] = field(default_factory=dict)  # sink -> rows left out for them
+    filled: dict[str, tuple[int, int]] = field(default_factory=dict)  # sink -> eos fill's epochs
 
     @property
     def ok(self) -> bool:
@@ -87,6 +88,8 @@ class AuditReport:
             lines.append(f"  {sink:<28} expected {want:>8}  committed {got:>8}")
         for sink, why in self.unaudited.items():
             lines.append(f"  {sink:<28} not audited: {why}")
+        for sink, (first, last) in self.filled.items():
+            lines.append(f"  {sink:<28} filled with epochs {first}..{last} (eos fill)")
         for what, (reader, rows) in self.second_readings.items():
             lines.append(f"  {what:<28} read again by {reader}: {rows} rows")
         for what, why in self.single_reader.items():

@@ -104,6 +104,17 @@ def cmd_acknowledge_loss(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fill(args: argparse.Namespace) -> int:
+    """Fill a sink added to a running pipeline with the epochs before it (``eos.core.fill``)."""
+    from eos.core.fill import fill_sink
+
+    done = fill_sink(_config(args), args.sink, args.source)
+    print(f"{done.sink}: epochs {done.first}..{done.until - 1} from {done.source}: "
+          f"{len(done.written)} written ({done.rows} rows), {len(done.already)} held already")
+    print(json.dumps(done.summary()))
+    return 0
+
+
 def cmd_move_source(args: argparse.Namespace) -> int:
     """Move the pipeline to its configured source from a start position (``eos.core.move``)."""
     from eos.core.move import move_source
@@ -263,6 +274,16 @@ def _register_history(sub: argparse._SubParsersAction, pipeline_args: Callable) 
     p.add_argument("--run-id", default=None,
                    help="recorded with the acknowledgment in the epoch log")
     p.set_defaults(func=cmd_acknowledge_loss)
+
+    p = sub.add_parser("fill", help="fill a sink added to a running pipeline with the epochs "
+                       "committed before it joined, from another sink of its output that holds "
+                       "them; each epoch once (rerun to finish an interrupted fill)")
+    pipeline_args(p)
+    p.add_argument("--sink", required=True, help="the sink to fill, e.g. delta:second")
+    p.add_argument("--from", dest="source", default=None, metavar="SINK",
+                   help="the sink the rows come from (default: the first of the output that "
+                        "holds them)")
+    p.set_defaults(func=cmd_fill)
 
     p = sub.add_parser("verify", help="audit committed tables against Kafka from scratch")
     pipeline_args(p)
