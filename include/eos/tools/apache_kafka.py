@@ -297,7 +297,9 @@ def _java() -> str:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: a random UUID, URL-safe base64 without padding (22 characters)."""
+    """A KRaft cluster id: a random UUID, URL-safe base64 without padding (22 characters).
+    One in 64 starts with ``-``, which the storage tool's parser would take for an option: it
+    is passed as ``--cluster-id=<id>``."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -312,7 +314,7 @@ def prepare(home: Path, client_user: str = CLIENT_USER) -> tuple[Layout, Credent
     _write_private(layout.properties, server_properties(layout, broker, client_user))
     _write_private(home / "log4j2.properties", LOG4J2.format(log=layout.log_file))
     formatted = subprocess.run(
-        [_java(), "-cp", classpath(), STORAGE_TOOL, "format", "--cluster-id", _cluster_id(),
+        [_java(), "-cp", classpath(), STORAGE_TOOL, "format", f"--cluster-id={_cluster_id()}",
          "--config", str(layout.properties), "--ignore-formatted"],
         capture_output=True, text=True, env=_jvm_env(), timeout=120)
     if formatted.returncode != 0:

@@ -142,7 +142,7 @@ def test_connect_and_submit_stage_and_commit_the_same_result(tmp_path: Path, kaf
     assert missing.returncode != 0 and "EOS_SPARK_APP" in missing.stderr, missing.stderr[-2000:]
     app = {"EOS_SPARK_APP": str(REPO / "spark_apps" / "eos_precommit.py")}
     for config, env in ((connected, {}), (submitted, app)):
-        ran = eos_cli(config, "run", "--epochs", "3", env=env)
+        ran = eos_cli(config, "run", "--epochs", "2", env=env)
         assert ran.returncode == 0, ran.stderr[-3000:]
         report = audit(config)
         assert report.ok, report.render()

@@ -169,3 +169,13 @@ def test_the_mock_is_told_apart_from_apache_kafka_without_its_state_file(
     monkeypatch.setenv("EOS_DATA_DIR", str(tmp_path / "elsewhere"))
     assert is_embedded_broker({"bootstrap.servers": kafka})
     assert not is_embedded_broker(apache_kafka.settings)
+
+
+def test_a_cluster_id_starting_with_a_dash_formats(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One random cluster id in 64 starts with ``-``: the storage tool took it for an option
+    and the start failed ("argument --cluster-id/-t: expected one argument")."""
+    monkeypatch.setattr(apache_kafka, "_cluster_id", lambda: "-AbCdEfGhIjKlMnOpQrStU")
+    layout, _ = apache_kafka.prepare(tmp_path / "home", "eos")
+    meta = next(Path(layout.home).rglob("meta.properties")).read_text()
+    assert "cluster.id=-AbCdEfGhIjKlMnOpQrStU" in meta
