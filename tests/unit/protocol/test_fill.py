@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
 from eos.core.config import PipelineConfig
-from eos.core.delta import FILL_SUFFIX, read_table, txn_version
+from eos.core.delta import FILL_SUFFIX, open_table, read_table, txn_version
 from eos.core.fill import FillRefused, fill_sink
 from eos.core.protocol import check_sinks, checkpointed_epoch
 from eos.core.rewind import rewind
+from eos.core.storage import join
 
 from support.memory import MemorySource, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline
@@ -38,7 +38,7 @@ def epochs(config: PipelineConfig, source: MemorySource, count: int) -> None:
 
 
 def rows(config: PipelineConfig, table: str) -> list[tuple]:
-    data = read_table(str(Path(config.root) / table)).to_pylist()
+    data = read_table(join(config.root, table)).to_pylist()
     return sorted(tuple(sorted((k, str(v)) for k, v in r.items())) for r in data)
 
 
@@ -48,7 +48,7 @@ def test_an_added_sink_is_filled_with_every_earlier_epoch_once(tmp_path: Path) -
     epochs(before, source, 3)
     after = pipeline(tmp_path, [{"delta": "target"}, {"delta": "second"}])
     epochs(after, source, 2)  # second joins at epoch 3
-    second = str(Path(after.root) / "second")
+    second = join(after.root, "second")
     assert {r["epoch"] for r in read_table(second).to_pylist()} == {3, 4}
 
     done = fill_sink(after, "delta:second")
@@ -57,7 +57,7 @@ def test_an_added_sink_is_filled_with_every_earlier_epoch_once(tmp_path: Path) -
     assert rows(after, "second") == rows(after, "target")  # every epoch, every row, once
     assert txn_version(second, after.app_id + FILL_SUFFIX) == 2
     assert txn_version(second, after.app_id) == 4  # the pipeline's own marker is untouched
-    assert DeltaTable(second).metadata().configuration["eos.fill.first"] == "0"
+    assert open_table(second).metadata().configuration["eos.fill.first"] == "0"
     assert after_sink(after).filled() == (0, 2)
 
     again = fill_sink(after, "delta:second")  # a rerun (or a racing fill) writes nothing
@@ -116,7 +116,7 @@ def test_a_rewind_takes_filled_epochs_back_with_their_marker(tmp_path: Path) -> 
     fill_sink(after, "delta:second")
     rewind(after, 2)
     assert after_sink(after).filled() is None
-    assert {r["epoch"] for r in read_table(str(Path(after.root) / "second")).to_pylist()} == {2}
+    assert {r["epoch"] for r in read_table(join(after.root, "second")).to_pylist()} == {2}
 
 
 def test_what_cannot_be_filled_is_refused_naming_why(tmp_path: Path) -> None:
