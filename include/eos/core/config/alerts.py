@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from eos.core.config.values import DurationMs, Strict
-
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+from eos.core.config.values import DurationMs, Strict, dotted_path
 
 
 class AlertsConfig(Strict):
@@ -35,10 +32,7 @@ class AlertsConfig(Strict):
     @field_validator("notifier")
     @classmethod
     def _dotted(cls, value: str | None) -> str | None:
-        if value is not None and not _DOTTED.match(value):
-            raise ValueError(f"a notifier is a dotted path like package.module.Name, got "
-                             f"{value!r}")
-        return value
+        return dotted_path(value, "a notifier", "package.module.Name")
 
     @model_validator(mode="after")
     def _notifier_needs_a_stall(self) -> AlertsConfig:

@@ -12,9 +12,8 @@ import re
 
 from pydantic import Field, field_validator
 
-from eos.core.config.values import DurationMs, Strict
+from eos.core.config.values import DurationMs, Strict, dotted_path
 
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 # Airflow's own pattern for pool names and Celery's for queues: no spaces, nothing odd.
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 #: Airflow's default owner of eos's DAGs, unless ``airflow.owner`` says another.
@@ -68,10 +67,7 @@ class DagConfig(Strict):
     @field_validator("on_failure_callback")
     @classmethod
     def _dotted(cls, value: str | None) -> str | None:
-        if value is not None and not _DOTTED.match(value):
-            raise ValueError("a callback is a dotted path like package.module.function, got "
-                             f"{value!r}")
-        return value
+        return dotted_path(value, "a callback", "package.module.function")
 
     @field_validator("pool", "queue")
     @classmethod

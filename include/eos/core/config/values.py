@@ -60,6 +60,17 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def dotted_path(value: str | None, what: str, example: str) -> str | None:
+    """``value`` when it is a dotted import path (``package.module.name``) or None; else a
+    ``ValueError`` naming ``what`` it is for, with ``example``."""
+    if value is not None and not _DOTTED.match(value):
+        raise ValueError(f"{what} is a dotted path like {example}, got {value!r}")
+    return value
+
+
 class Strict(BaseModel):
     """A config section: a mistyped key is an error, not ignored, and the loaded config is
     immutable so every phase sees the same view."""
