@@ -17,6 +17,7 @@ Precedence of client settings (``client_settings``), lowest first:
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import socket
@@ -123,8 +124,25 @@ def redact(settings: dict[str, Any]) -> dict[str, Any]:
             (v.template if isinstance(v, Provided) else v) for k, v in settings.items()}
 
 
+class _CoordinatorTeardown(logging.Filter):
+    """librdkafka looks up a consumer's group coordinator even when the group is never used
+    (``group.id`` is required), and when the consumer closes while that connection is still
+    authenticating (SASL) it logs the teardown as an error: "GroupCoordinator: SASL
+    authentication error: ... Local: Broker transport failure". eos never joins or commits to
+    the group, so that line says nothing; every other line of librdkafka's passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("GroupCoordinator" in text and "Broker transport failure" in text)
+
+
+LIBRDKAFKA_LOG = logging.getLogger("eos.librdkafka")
+LIBRDKAFKA_LOG.addFilter(_CoordinatorTeardown())
+
+
 def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
-    """A consumer that only ever uses assign(): offsets live in Delta, never in Kafka."""
+    """A consumer that only ever uses assign(): offsets live in Delta, never in Kafka. Its
+    log lines go through Python's logging (``eos.librdkafka``), less a benign one."""
     conf = {
         **settings,
         "group.id": group,
@@ -132,6 +150,7 @@ def consumer(settings: dict[str, Any], group: str, **extra: Any) -> ck.Consumer:
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "auto.offset.reset": "error",
+        "logger": LIBRDKAFKA_LOG,
         **extra,
     }
     return ck.Consumer(conf)
