@@ -185,9 +185,9 @@ def test_a_row_appended_outside_the_protocol_and_hidden_by_a_stale_reader_fails_
 
     real = DeltaSink.read_back
 
-    def stale(self: DeltaSink) -> list[dict[str, Any]]:
+    def stale(self: DeltaSink, since: int = 0) -> list[dict[str, Any]]:
         if self.name != "delta:target":
-            return real(self)
+            return real(self, since)
         return read_table(self.path, version=before).to_pylist()
 
     monkeypatch.setattr(DeltaSink, "read_back", stale)

@@ -191,7 +191,7 @@ class KeptSink(MemorySink, SupportsReadBack):
     def kept_by(self) -> tuple[str, ...]:
         return ("key",)
 
-    def read_back(self) -> list[dict[str, Any]]:
+    def read_back(self, since: int = 0) -> list[dict[str, Any]]:
         return []
 
     def commits(self) -> list[int]:
