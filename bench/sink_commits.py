@@ -30,6 +30,7 @@ import math
 import os
 import statistics
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -151,6 +152,9 @@ def staged_rows(config: PipelineConfig, epoch: int) -> tuple[str, Any]:
     return plan.hash, outputs["windows"]
 
 
+HELD_WAIT_S = 10.0  # how long a committed epoch may take to be visible unfenced
+
+
 def timed_commit(sink: Sink, epoch: int, rows: Any, plan_hash: str) -> tuple[float, float]:
     """``check`` then ``commit`` of one sink, as the protocol calls them (same object, same
     rows); seconds of each. Raises unless the sink wrote the epoch and holds it."""
@@ -161,7 +165,11 @@ def timed_commit(sink: Sink, epoch: int, rows: Any, plan_hash: str) -> tuple[flo
     committed = sc.now()
     if done.outcome is not Outcome.COMMITTED or done.rows != rows.num_rows:
         raise AssertionError(f"{sink.name}: epoch {epoch} {done.outcome}, {done.rows} rows")
-    held = sink.committed_epoch(fence=False)
+    # Unfenced, a read_committed reader sees a transaction once its markers reach the
+    # partitions, which Apache Kafka writes after the commit returns: a moment later.
+    deadline = sc.now() + HELD_WAIT_S
+    while (held := sink.committed_epoch(fence=False)) != epoch and sc.now() < deadline:
+        time.sleep(0.05)
     if held != epoch:
         raise AssertionError(f"{sink.name} holds epoch {held} after committing {epoch}")
     return checked - started, committed - checked
