@@ -416,13 +416,3 @@ class Replay:
         ftype = self.config.field_types[spec.field]
         return overflow_reason(name, spec.function, spec.field,
                                overflow_type(spec.function, ftype), start, end)
-
-
-def reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]],
-              views: dict[int, dict[str, Any]] | None = None) -> Expected:
-    """The committed result the protocol promises, recomputed record by record; ``views``:
-    each epoch's checkpointed schema view, whose filter and derived fields the epoch used."""
-    model = Replay(config, views)
-    for plan, records in epochs:
-        model.epoch(plan, records)
-    return model.expected

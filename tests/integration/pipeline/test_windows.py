@@ -1,7 +1,7 @@
 """Declared schemas, group-by, every aggregation and every window type, end to end.
 
 Real broker, real Spark, real Delta. Ground truth is the audit's plain-Python recomputation
-(``eos.tools.audit_reference.reference``: its own windowing and aggregation code, DuckDB for the
+(``eos.tools.audit_reference.Replay``: its own windowing and aggregation code, DuckDB for the
 filter, exact distinct counts for the HLL sketches), fed by a plain Kafka consumer; each test also
 checks that the data really exercised what it names (late pairs, quarantined records,
 multi-epoch windows), so a pipeline that dropped everything could not pass.
