@@ -32,7 +32,7 @@ from eos.compute.writers import counts_by_kind, write_collected, write_table
 from eos.core.aggregations import output_column, state_column
 from eos.core.checkpoints import Checkpoint
 from eos.core.config import PipelineConfig
-from eos.core.config.source import topic_pattern
+from eos.core.config.kafka_source import topic_pattern
 from eos.core.errors import (
     CommitConflict,
     ProtocolViolation,

@@ -56,7 +56,7 @@ def commit_properties(app_id: str, epoch: int, op: str, *, txn: bool = True,
     """The commit properties of a protocol commit: ``txn(app_id, epoch)`` (unless ``txn`` is
     False: a staged epoch is not a marker) and the commit info a rewind reads back (``extra``
     adds to it: a staged epoch's plan hash, a rewind's id). ``also``: more ``txn`` actions in
-    the same commit (the staging fence, ``eos.core.staging.Fence``)."""
+    the same commit (the staging fence, ``eos.core.staging_fence.Fence``)."""
     metadata = {APP: app_id, EPOCH: str(int(epoch)), OP: op, **(extra or {})}
     transactions = ([Transaction(app_id, int(epoch))] if txn else []) + list(also or [])
     return CommitProperties(custom_metadata=metadata,

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from eos.core.path_rules import PATH_RULES
+
 if TYPE_CHECKING:
     from eos.core.config import PipelineConfig
     from eos.core.tables import OpenTables
@@ -64,7 +66,9 @@ def comparable(before: dict[str, Any], after: dict[str, Any],
     select's added columns (a stateless pipeline's output columns, an aggregating one's derived
     fields; both selects spelled out), and with ``config`` (``after``'s), a kept column whose
     expression changed but still gives the same type."""
-    before, after = _without_filter(before), _without_filter(after)
+    # Each epoch records the path rules it quarantined with; sinks may come and go.
+    before = {k: v for k, v in _without_filter(before).items() if k != PATH_RULES}
+    after = {k: v for k, v in _without_filter(after).items() if k != PATH_RULES}
     stateless = "group_by" not in after
     if not stateless and "select" not in before and "select" not in after:
         return before, after
@@ -90,8 +94,8 @@ def _without_filter(view: dict[str, Any]) -> dict[str, Any]:
 def retyped(config: PipelineConfig, name: str, committed: str) -> bool:
     """Whether column ``name``'s committed expression gives another type than its expression in
     ``config`` (or cannot be typed against ``config``'s fields any more)."""
+    from eos.core.config.fields import FieldType
     from eos.core.config.rows import sql_types
-    from eos.core.config.source import FieldType
     from eos.core.filters import expression_type, filter_columns
 
     what = f"select column '{name}' as committed:"

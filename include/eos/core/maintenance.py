@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from eos.core import epochlog
 from eos.core.delta import CHECKPOINT_EVERY, CHECKPOINT_INTERVAL, open_table
 from eos.core.layout import Tables
-from eos.core.staging import Fence, begin_maintenance, end_maintenance
+from eos.core.staging_fence import Fence, begin_maintenance, end_maintenance
 from eos.core.storage import filesystem, join
 from eos.core.tables import latest
 
@@ -31,10 +31,10 @@ def prune_bound(committed: int, retention: int, state_base: int | None = None) -
     (``state_base``, ``eos.core.window_state``) stay: they are the state the next epoch
     resumes from. None when nothing is old enough to go.
 
-    ``commit`` drops the epochs below it in the seal's own Delta commit (``eos.core.staging.
-    seal``), fenced like every staging write: a rewind that began since the seal's snapshot
-    makes the seal (and so the prune) conflict and decide again, and once a rewind has begun,
-    its restore alone decides what staging holds."""
+    ``commit`` drops the epochs below it in the seal's own Delta commit
+    (``eos.core.staging_fence.seal``), fenced like every staging write: a rewind that began
+    since the seal's snapshot makes the seal (and so the prune) conflict and decide again, and
+    once a rewind has begun, its restore alone decides what staging holds."""
     keep_from = committed - max(retention, 1) + 1
     if state_base is not None:
         keep_from = min(keep_from, state_base)
@@ -60,7 +60,7 @@ def maintain(tables: Tables, retention_hours: int = VACUUM_RETENTION_HOURS,
     A rewind restores old versions of staging and the checkpoint table: what a vacuum and a log
     cleanup delete. ``commit`` of ``epoch`` (sealed under ``rewinds`` rewinds) passes its
     ``app_id``, and the maintenance then runs only under the staging fence
-    (``eos.core.staging.begin_maintenance``): not once a rewind has begun or is unfinished
+    (``eos.core.staging_fence.begin_maintenance``): not once a rewind has begun or is unfinished
     (``skipped``: the next maintenance epoch does it), and a rewind that begins meanwhile
     waits for it to end (``EpochCommitting``) before it logs or fences anything.
     """

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from eos.core import epochlog
 from eos.core.config import PipelineConfig
+from eos.core.config.kafka_source import topic_pattern
 from eos.core.config.positions import StartPosition
-from eos.core.config.source import topic_pattern
 from eos.core.errors import (
     DataLoss,
     EosError,

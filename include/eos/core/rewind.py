@@ -18,7 +18,7 @@ The steps, each idempotent; a crash anywhere is repaired by running the same rew
 2. *log* the rewind as started (``rewinding`` at epoch N+1), fenced: of two attempts that race,
    exactly one logs, the other adopts its plan. From here ``begin`` refuses to plan
    (``RewindUnfinished``) until the rewind is logged as finished.
-2b. *fence* staging (``eos.core.staging.fence_rewind``): an epoch whose commit has begun (it
+2b. *fence* staging (``eos.core.staging_fence.fence_rewind``): an epoch whose commit has begun (it
    is sealed, not checkpointed) makes the rewind wait (``EpochCommitting``: rerun it once that
    commit finished); after the fence, a commit that had not sealed is refused, a precommit
    that read its state before it stages nothing, and no commit prunes or maintains staging.
@@ -61,7 +61,7 @@ from eos.core.outputs import output_schema
 from eos.core.phaselog import log_phase, timed
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SupportsRewind, sinks_for
-from eos.core.staging import Fence, fence_rewind
+from eos.core.staging_fence import Fence, fence_rewind
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
 from eos.core.timetravel import (
     missing_files,

@@ -160,12 +160,13 @@ def restore(path: str, version: int, app_id: str, epoch: int, rewind_id: str, *,
     version written, or None when there was nothing to do (this rewind did it already, or the
     table is at ``version``). Idempotent; of two racing attempts, one restores and the other
     finds the table restored by this rewind. ``fenced``: the staging table, whose every change
-    goes through its fence (``eos.core.staging.Fence``). ``check`` refuses the restore (raises)
-    from the snapshot it restores: a commit after that snapshot makes the restore conflict."""
+    goes through its fence (``eos.core.staging_fence.Fence``). ``check`` refuses the restore
+    (raises) from the snapshot it restores: a commit after that snapshot makes the restore
+    conflict."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
-    from eos.core.staging import Fence
+    from eos.core.staging_fence import Fence
 
     table = DeltaTable(path)
     if rewound(table, rewind_id) or table.version() == version:

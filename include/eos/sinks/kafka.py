@@ -34,26 +34,12 @@ only a marker saying N (carrying the rewind's id); the replay republishes epochs
 rewind's lineage (``eos.sinks.kafka_lineage``). The audit reads the current line back
 (``eos.sinks.kafka_read_back``).
 
-Transactional ids: each marker records the id that wrote it (``transactional_id``; a marker
-without one was written by ``eos:<pipeline>:<sink>``, the only id before the prefix was
-settable). A fenced step (commit, abort, rewind, the fenced look at the last epoch) compares
-it with the sink's own id before it reads the marker exactly:
-
-- the same id: nothing to do;
-- the id of ``previous_transactional_id_prefix`` (a declared change of prefix): that id is
-  fenced too (``init_transactions`` under it aborts its open transaction, which would otherwise
-  hold the partitions' LSO back until the broker's transaction timeout, and fences a zombie of
-  it), then the sink goes on under its new id: nothing duplicated, nothing lost, no reader
-  stalled; the next marker records the new id. While the option stays, every fenced step
-  fences the previous id too (one more ``init_transactions``): remove it once the old
-  deployment is gone;
-- any other id: ``TransactionalIdChanged``, a permanent error, before anything is written: an
-  undeclared change, or another deployment of the pipeline (staging and production with their
-  own prefixes) writing the same output and marker topics. Such deployments must write topics
-  of their own (or carry different pipeline names); the default marker topic is derived from
-  the output topic and the pipeline, so sharing output topics means sharing the marker
-  partition, which this refuses. Two deployments that both start from an empty marker
-  partition at the same moment can each publish their first epoch before one is refused.
+Transactional ids (``eos.sinks.kafka_transactional_ids``): each marker records the id that
+wrote it. A fenced step compares it with the sink's own id before it reads the marker exactly:
+the same id goes on; the id of a declared ``previous_transactional_id_prefix`` is fenced too
+(its open transaction aborted), then the sink goes on under its new id; any other id is
+refused (``TransactionalIdChanged``) before anything is written. Records too large for the
+producer and missing rights are refused before the seal (``eos.sinks.kafka_checks``).
 
 What the embedded broker (librdkafka's mock cluster) does not do (docs/guarantees.md): fence
 transactional ids and filter ``read_committed`` (its LSO is always the high watermark). On it,
@@ -66,18 +52,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from eos.core import faults
-from eos.core.errors import (
-    InjectedFault,
-    SinkCannotTake,
-    SinkRejected,
-    SinkUnavailable,
-    TransactionAborted,
-    TransactionalIdChanged,
-)
+from eos.core.errors import SinkCannotTake, SinkRejected, SinkUnavailable, TransactionAborted
 from eos.core.extras import require_format
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
@@ -89,10 +68,14 @@ from eos.core.sink import (
 )
 from eos.sinks import kafka_lineage
 from eos.sinks.kafka_avro import AvroValues
+from eos.sinks.kafka_checks import (
+    check_largest_record,
+    check_record_sizes,
+    check_topic_rights,
+    producer_limit,
+)
 from eos.sinks.kafka_markers import MarkerLog
 from eos.sinks.kafka_options import (
-    DEFAULT_MESSAGE_MAX_BYTES,
-    DEFAULT_TRANSACTIONAL_ID_PREFIX,
     KafkaSinkOptions,
     check_avro,
     check_record_columns,
@@ -101,34 +84,24 @@ from eos.sinks.kafka_options import (
     transactional_id,
 )
 from eos.sinks.kafka_producer import (
-    ABORT_TIMEOUT_S,
+    after_failed_transaction,
     commit_transaction,
     fenced_producer,
     produce_rows,
 )
 from eos.sinks.kafka_read_back import rows_on_line, topic_records
 from eos.sinks.kafka_records import (
-    FRAMING_BYTES,
-    RECORD_OVERHEAD_BYTES,
     Headers,
     column_bytes,
     decode_value,
     encode_keys,
     encode_values,
-    headers_size,
-    prefixed_bytes,
-    record_bytes,
+    eos_headers,
     record_headers,
     value_columns,
 )
-from eos.sinks.kafka_topics import (
-    MARKER_TOPIC_CONFIG,
-    TIMEOUT_S,
-    check_marker_topic,
-    ensure_topic,
-    kafka_error,
-    missing_operations,
-)
+from eos.sinks.kafka_topics import MARKER_TOPIC_CONFIG, TIMEOUT_S, check_marker_topic, ensure_topic
+from eos.sinks.kafka_transactional_ids import fence_previous_id, refuse_foreign_writer
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
@@ -172,25 +145,11 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Refuse, at load time, a pipeline whose largest ``output`` record could outgrow this
         sink's producer limit (``message.max.bytes``): the producer would refuse that record
         on every retry (``MSG_SIZE_TOO_LARGE``) and the pipeline could never commit again."""
-        from eos.core.limits import largest_record_bytes
-
         check_record_columns(options, config, output)
         if options.format == "avro":
             require_format("avro", "a Kafka sink's format")
             check_avro(options, config)
-        client = {**config.kafka.client, **options.client}
-        limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
-        # The bound holds the key, the value and eos's headers; on the wire a record has its
-        # framing too (``kafka_records.FRAMING_BYTES``: the record batch's header included).
-        largest = largest_record_bytes(config, output) + FRAMING_BYTES
-        if largest > limit:
-            raise ValueError(
-                f"kafka sink {options.topic}: a record of output '{output}' may reach {largest} "
-                f"bytes (string columns hold up to event.max_string_bytes = "
-                f"{config.event.max_string_bytes} bytes each, JSON-escaped up to 6x), over the "
-                f"producer's message.max.bytes ({limit}): lower event.max_string_bytes, or raise "
-                "message.max.bytes in the sink's client settings (and the topic's "
-                "max.message.bytes on the broker)")
+        check_largest_record(options, config, output)
 
     def avro_values(self) -> AvroValues | None:
         """The Avro codec of a ``format: avro`` sink (None: JSON values), one per sink object
@@ -276,7 +235,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         faults.hit("sink.before_write")
         faults.hit("sink.kafka.before_write")
         line = kafka_lineage.line_of(last)
-        headers = self._headers(epoch, plan_hash, line.get("lineage"))
+        headers = eos_headers(self.config.name, epoch, plan_hash, line.get("lineage"))
         # Every value encoded (Avro: its schema registered) before the transaction opens: a
         # registry that is away fails here, transiently, with nothing written. ``check`` did
         # it before the seal when this object checked the same rows.
@@ -289,7 +248,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
                                      "rows": rows.num_rows, **line}, headers)
             commit_transaction(producer)
         except Exception as error:
-            return self._after_failed_transaction(producer, epoch, rows.num_rows, error)
+            return after_failed_transaction(producer, error, self.name, epoch, rows.num_rows,
+                                            markers.last_epoch)
         return SinkCommit(self.name, Outcome.COMMITTED, rows.num_rows)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
@@ -304,39 +264,15 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         except SinkRejected as error:
             raise SinkCannotTake(f"Kafka sink {self.name} cannot take epoch {epoch}: "
                                  f"{error.message}; nothing was sealed or written") from None
-        self._check_sizes(epoch, keys, values, own)
+        # eos's headers at their largest: a plan hash, and the lineage header of a line a
+        # rewind started (which line the commit is on is read only then).
+        eos = eos_headers(self.config.name, epoch, "0" * 16,
+                          "0" * kafka_lineage.LONGEST_LINEAGE)
+        check_record_sizes(self.name, epoch, producer_limit(self.options, self.config), eos,
+                           keys, values, own)
         # What the broker says last: the records' own faults need no broker to be found.
         check_marker_topic(self._settings(), self.marker_topic)  # MarkerTopicUnsafe
         self._check_authorized(epoch)
-
-    def _check_sizes(self, epoch: int, keys: list[bytes | None], values: list[bytes],
-                     own: list[Headers]) -> None:
-        """Each record within the producer's ``message.max.bytes``, as it goes on the wire."""
-        client = {**self.config.kafka.client, **self.options.client}
-        limit = int(client.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
-        # Each record as it goes on the wire (``kafka_records.record_bytes``: the record
-        # batch's header and the record's framing, key, value and headers with their varint
-        # lengths), with eos's headers at their largest: a plan hash, and the lineage header
-        # the records of a line a rewind started carry (which line the commit is on is read
-        # only then, so it is counted whatever the line), then each record's own headers.
-        eos = headers_size(self._headers(epoch, "0" * 16, "0" * kafka_lineage.LONGEST_LINEAGE))
-        # The largest parts first (C-speed over 100k records): the exact sizes only when
-        # their sum could pass the limit (a longer field never has a shorter prefix).
-        bound = (RECORD_OVERHEAD_BYTES + prefixed_bytes(max(map(len, values), default=0))
-                 + prefixed_bytes(max(map(len, filter(None, keys)), default=-1))  # -1: null
-                 + eos + max(map(headers_size, own), default=0))
-        if bound <= limit:
-            return
-        sizes = [record_bytes(k, v, mine) + eos
-                 for k, v, mine in zip(keys, values, own, strict=True)]
-        largest = max(sizes, default=0)
-        if largest > limit:
-            raise SinkCannotTake(
-                f"Kafka sink {self.name} cannot take epoch {epoch}: "
-                f"{sum(size > limit for size in sizes)} records exceed the producer's "
-                f"message.max.bytes ({limit}; the largest is {largest} bytes); nothing was "
-                "sealed or written: raise message.max.bytes in the sink's client settings "
-                "(and the topic's max.message.bytes), then run again")
 
     def _check_authorized(self, epoch: int) -> None:
         """The broker lets this principal write the output topic, read and write the marker
@@ -345,16 +281,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         learnt by using it, so the commit's producer is initialised here (fencing earlier
         producers of the id, as the commit's own ``init_transactions`` would) and kept for the
         commit that follows on this object."""
-        wanted = {self.options.topic: ("DESCRIBE", "WRITE"),
-                  self.marker_topic: ("DESCRIBE", "READ", "WRITE")}
-        missing = missing_operations(self._settings(), wanted)
-        if missing:
-            lacking = "; ".join(f"{', '.join(ops)} on topic '{topic}'"
-                                for topic, ops in missing.items())
-            raise SinkCannotTake(
-                f"Kafka sink {self.name} cannot take epoch {epoch}: its principal lacks "
-                f"{lacking}; nothing was sealed or written: grant them (kafka-acls), then run "
-                "again")
+        check_topic_rights(self._settings(), self.name, epoch, self.options.topic,
+                           self.marker_topic)
         try:
             self._checked_producer = fenced_producer(self._settings(), self.transactional_id,
                                                      self.name)
@@ -440,7 +368,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
         schema = output_schema(self.config, self.output)
         on_line = self.current_line()
-        return rows_on_line(self._read_topic(self.options.topic), self.config.name,
+        records = topic_records(self._settings(), self.options.topic, self.config.name)
+        return rows_on_line(records, self.config.name,
                             lambda epoch, lineage: epoch >= since and on_line(epoch, lineage),
                             lambda raw: self._decode(raw, schema))
 
@@ -479,7 +408,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
 
     def _fenced_producer(self) -> ck.Producer:
         """This sink's producer after ``init_transactions``, and the id that wrote the last
-        marker fenced too when it was the declared previous one (module docstring)."""
+        marker fenced too when it was the declared previous one
+        (``eos.sinks.kafka_transactional_ids``)."""
         producer = fenced_producer(self._settings(), self.transactional_id, self.name)
         self._take_over()
         return producer
@@ -511,68 +441,8 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         declared previous id every time (its open transaction aborted: a zombie of the old
         deployment holds no LSO back, even after the first marker under the new id)."""
         self._refuse_foreign_writer(self.markers().last(fenced=False))
-        old = self._previous_id()
-        if old is not None:
-            fenced_producer(self._settings(), old, self.name).flush(0)
-
-    def _previous_id(self) -> str | None:
-        """The transactional id of the declared previous prefix (None: none declared)."""
-        previous = self.options.previous_transactional_id_prefix
-        return None if previous is None else transactional_id(previous, self.config.name,
-                                                              self.name)
+        fence_previous_id(self._settings(), self.options, self.config.name, self.name)
 
     def _refuse_foreign_writer(self, last: dict[str, Any] | None) -> None:
-        """``TransactionalIdChanged`` when ``last`` was written under an id that is neither
-        this sink's nor its declared previous one."""
-        writer = None if last is None else str(last.get("transactional_id") or transactional_id(
-            DEFAULT_TRANSACTIONAL_ID_PREFIX, self.config.name, self.name))
-        if writer not in (None, self.transactional_id, self._previous_id()):
-            raise self._changed(writer, last)
-
-    def _changed(self, writer: str, last: dict[str, Any] | None) -> TransactionalIdChanged:
-        """The refusal of a last marker written under ``writer``, saying both ways out."""
-        return TransactionalIdChanged(
-            f"Kafka sink {self.name}: its last marker (epoch {(last or {}).get('epoch')}) in "
-            f"'{self.marker_topic}' was written under transactional id '{writer}', this sink's "
-            f"is '{self.transactional_id}'. If you changed transactional_id_prefix, declare it "
-            f"(previous_transactional_id_prefix: {writer.split(':', 1)[0]}) and run again: the "
-            "old id is fenced and its open transaction aborted first. If another deployment "
-            "of this pipeline writes these topics under its own prefix, give each deployment "
-            "its own output topic (or pipeline name). Nothing was written")
-
-    def _headers(self, epoch: int, plan_hash: str,
-                 lineage: str | None = None) -> list[tuple[str, bytes]]:
-        headers = [("eos-pipeline", self.config.name.encode()),
-                   ("eos-epoch", str(epoch).encode()), ("eos-plan-hash", plan_hash.encode())]
-        return headers + ([("eos-lineage", lineage.encode())] if lineage else [])
-
-    def _after_failed_transaction(self, producer: ck.Producer, epoch: int, rows: int,
-                                  error: Exception) -> SinkCommit:
-        """The transaction did not commit. Scenarios:
-        - the broker fenced us (a newer attempt called ``init_transactions``): if that attempt
-          committed N, report ``ALREADY_COMMITTED`` (raced); else retry (transient);
-        - the transaction must be aborted (a produce failed): abort, then re-raise typed;
-        - anything else: abort if possible, and retry (transient).
-        Nothing of N is visible to ``read_committed`` consumers in any of these cases.
-        """
-        failure = kafka_error(error)
-        fatal = getattr(failure, "fatal", lambda: False)()
-        if not fatal:
-            # If this fails too, the next attempt's init_transactions aborts the transaction.
-            with contextlib.suppress(Exception):
-                producer.abort_transaction(ABORT_TIMEOUT_S)
-        if isinstance(error, SinkRejected | InjectedFault):
-            raise error
-        if isinstance(error, SinkUnavailable):  # a produce failed: the transaction is over
-            raise TransactionAborted(error.message) from None
-        if self.markers().last_epoch() >= epoch:
-            return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows, raced=True)
-        kind = SinkUnavailable if fatal else TransactionAborted
-        raise kind(
-            f"Kafka sink {self.name}: transaction for epoch {epoch} did not commit "
-            f"({failure or error}); nothing of it is visible, retrying is safe"
-        ) from None
-
-    def _read_topic(self, topic: str) -> Iterator[ck.Message]:
-        """Every ``read_committed`` record of ``topic``, partition by partition."""
-        return topic_records(self._settings(), topic, self.config.name)
+        refuse_foreign_writer(last, self.options, self.config.name, self.name,
+                              self.marker_topic)

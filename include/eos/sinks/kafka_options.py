@@ -99,7 +99,7 @@ class KafkaSinkOptions(BaseModel):
     sink's transactional id ``<prefix>:<pipeline>:<sink>`` (``${VAR}`` read from the
     environment when the config loads); ``previous_transactional_id_prefix``: the prefix the
     sink committed under before, whose open transaction the next commit aborts (see
-    ``eos.sinks.kafka`` "Transactional ids")."""
+    ``eos.sinks.kafka_transactional_ids``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$",

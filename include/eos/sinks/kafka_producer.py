@@ -5,10 +5,14 @@ failures."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from eos.core.errors import SinkRejected, SinkUnavailable
+from eos.core.errors import InjectedFault, SinkRejected, SinkUnavailable, TransactionAborted
+from eos.core.outcomes import Outcome
+from eos.core.sink import SinkCommit
 from eos.sinks.kafka_topics import TIMEOUT_S, kafka_error
 
 if TYPE_CHECKING:
@@ -109,6 +113,35 @@ def commit_transaction(producer: ck.Producer) -> None:
                 time.sleep(0.5 * (attempt + 1))
                 continue
             raise
+
+
+def after_failed_transaction(producer: ck.Producer, error: Exception, sink: str, epoch: int,
+                             rows: int, committed_epoch: Callable[[], int]) -> SinkCommit:
+    """The transaction of ``epoch`` did not commit (``committed_epoch``: the sink's last
+    marker's epoch, read fenced). Scenarios:
+    - the broker fenced us (a newer attempt called ``init_transactions``): if that attempt
+      committed N, report ``ALREADY_COMMITTED`` (raced); else retry (transient);
+    - the transaction must be aborted (a produce failed): abort, then re-raise typed;
+    - anything else: abort if possible, and retry (transient).
+    Nothing of N is visible to ``read_committed`` consumers in any of these cases.
+    """
+    failure = kafka_error(error)
+    fatal = getattr(failure, "fatal", lambda: False)()
+    if not fatal:
+        # If this fails too, the next attempt's init_transactions aborts the transaction.
+        with contextlib.suppress(Exception):
+            producer.abort_transaction(ABORT_TIMEOUT_S)
+    if isinstance(error, SinkRejected | InjectedFault):
+        raise error
+    if isinstance(error, SinkUnavailable):  # a produce failed: the transaction is over
+        raise TransactionAborted(error.message) from None
+    if committed_epoch() >= epoch:
+        return SinkCommit(sink, Outcome.ALREADY_COMMITTED, rows, raced=True)
+    kind = SinkUnavailable if fatal else TransactionAborted
+    raise kind(
+        f"Kafka sink {sink}: transaction for epoch {epoch} did not commit "
+        f"({failure or error}); nothing of it is visible, retrying is safe"
+    ) from None
 
 
 def _is_rejection(error: Any) -> bool:

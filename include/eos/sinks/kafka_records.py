@@ -211,6 +211,15 @@ Headers = list[tuple[str, bytes | None]]
 EOS_HEADERS = "eos-"
 
 
+def eos_headers(pipeline: str, epoch: int, plan_hash: str,
+                lineage: str | None = None) -> list[tuple[str, bytes]]:
+    """eos's own headers of a record of ``epoch``: ``eos-pipeline``, ``eos-epoch``,
+    ``eos-plan-hash``, and ``eos-lineage`` on a line a rewind started."""
+    headers = [("eos-pipeline", pipeline.encode()), ("eos-epoch", str(epoch).encode()),
+               ("eos-plan-hash", plan_hash.encode())]
+    return headers + ([("eos-lineage", lineage.encode())] if lineage else [])
+
+
 def record_headers(rows: pa.Table, carry: bool, named: dict[str, str]) -> list[Headers]:
     """Each row's own headers: its source record's (``carry``, from ``kafka_headers``, in
     their order), then one per ``named`` header (name -> column), in the option's order."""

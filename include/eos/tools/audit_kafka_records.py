@@ -51,9 +51,9 @@ def compare_kafka_records(report: AuditReport, config: PipelineConfig, sink: Any
         return
     from eos.core.kafka import client_settings
     from eos.core.outputs import output_schema
-    from eos.tools import independent
+    from eos.tools import independent_kafka
 
-    decode = independent.decode_json
+    decode = independent_kafka.decode_json
     if options.format == "avro":
         from eos.tools.audit_avro import sink_decoder
 
@@ -61,12 +61,12 @@ def compare_kafka_records(report: AuditReport, config: PipelineConfig, sink: Any
     schema = output_schema(config, "rows")
     expected = {(r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]): r for r in want}
     settings = client_settings({**config.kafka.client, **options.client})
-    on_line = independent.current_line(sink)
+    on_line = independent_kafka.current_line(sink)
     wrong: list[str] = []
     order: dict[tuple[int, bytes | None], dict[tuple[str, int], int]] = {}
-    records = independent.read_topic(settings, options.topic)
+    records = independent_kafka.read_topic(settings, options.topic)
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-        mine = dict(independent._headers(record))
+        mine = dict(independent_kafka.record_headers(record))
         if mine.get("eos-pipeline") != config.name or mine.get("eos-epoch") is None:
             continue
         if not on_line(int(mine["eos-epoch"] or -1), mine.get("eos-lineage")):

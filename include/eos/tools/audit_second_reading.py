@@ -13,7 +13,7 @@ from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SupportsReadBack
-from eos.tools import independent
+from eos.tools import independent, independent_delta, independent_kafka
 from eos.tools.audit_reference import Record
 from eos.tools.audit_report import AuditReport, Problem, ProblemKind
 
@@ -44,13 +44,13 @@ def reread_source(report: AuditReport, settings: dict[str, Any],
                 for _, records in epochs for r in records if r.topic == topic}
         theirs = {(r.partition, r.offset): _source_row(r.partition, r.offset, r.timestamp_ms,
                                                       r.value, r.key)
-                  for r in independent.read_ranges(settings, topic, ranges)}
+                  for r in independent_kafka.read_ranges(settings, topic, ranges)}
         where = f"source {topic}"
         # Read in batches of epochs (``eos.tools.audit``): the counts add up.
-        _, before = report.second_readings.get(where, (independent.KAFKA_READER, 0))
-        report.second_readings[where] = (independent.KAFKA_READER, before + len(theirs))
+        _, before = report.second_readings.get(where, (independent_kafka.KAFKA_READER, 0))
+        report.second_readings[where] = (independent_kafka.KAFKA_READER, before + len(theirs))
         problems += _disagreements(where, (LIBRARY_KAFKA, ours.values()),
-                                   (independent.KAFKA_READER, theirs.values()))
+                                   (independent_kafka.KAFKA_READER, theirs.values()))
     return problems
 
 
@@ -113,10 +113,10 @@ def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
         library, reader, rows = LIBRARY_ICEBERG, ICEBERG_READER, _reread_iceberg(
             sink, version, since)
     elif isinstance(sink, DeltaSink):
-        library, reader, rows = LIBRARY_DELTA, independent.DELTA_READER, _reread_delta(
+        library, reader, rows = LIBRARY_DELTA, independent_delta.DELTA_READER, _reread_delta(
             sink, version, since)
     elif isinstance(sink, KafkaSink):
-        library, reader, rows = LIBRARY_KAFKA, independent.KAFKA_READER, _reread_kafka(
+        library, reader, rows = LIBRARY_KAFKA, independent_kafka.KAFKA_READER, _reread_kafka(
             config, sink, since)
     else:
         rows = _Unread(f"no independent reader for {sink.kind} sinks", fails=False)
@@ -143,17 +143,17 @@ def _reread_delta(sink: Any, version: int | None, since: int
     (noted); a table that would not hold still or a DuckDB error fails the audit."""
     import duckdb
 
-    path = independent.readable_location(sink.path)
+    path = independent_delta.readable_location(sink.path)
     if path is None:
-        return _Unread(f"{independent.DELTA_READER} reads local and s3:// tables here (no "
+        return _Unread(f"{independent_delta.DELTA_READER} reads local and s3:// tables here (no "
                        "credentials for other stores in DuckDB)", fails=False)
     if version is None:
         return _Unread(f"the table changed during each of {READ_BACK_ATTEMPTS} readings: no "
                        "one version to read twice", fails=True)
     try:
-        return independent.read_delta(path, version, since)
+        return independent_delta.read_delta(path, version, since)
     except (duckdb.Error, OSError, ImportError) as error:
-        return _Unread(f"{independent.DELTA_READER} could not read {path} at version "
+        return _Unread(f"{independent_delta.DELTA_READER} could not read {path} at version "
                        f"{version}: {error}", fails=True)
 
 
@@ -217,15 +217,16 @@ def _reread_kafka(config: PipelineConfig, sink: Any, since: int) -> list[dict[st
     from eos.core.outputs import output_schema
 
     settings = client_settings({**config.kafka.client, **sink.options.client})
-    records = independent.read_topic(settings, sink.options.topic,
-                                     independent.from_epoch(since) if since else None)
+    records = independent_kafka.read_topic(
+        settings, sink.options.topic, independent_kafka.from_epoch(since) if since else None)
     decode = None
     if sink.options.format == "avro":  # urllib and fastavro, not the sink's codec
         from eos.tools.audit_avro import sink_decoder
 
         decode = sink_decoder(sink.options.schema_registry or config.event.schema_registry)
-    return independent.sink_rows(records, config.name, output_schema(config, sink.output),
-                                 independent.current_line(sink), decode)
+    return independent_kafka.sink_rows(records, config.name,
+                                       output_schema(config, sink.output),
+                                       independent_kafka.current_line(sink), decode)
 
 
 def _disagreements(where: str, ours: tuple[str, Any], theirs: tuple[str, Any]) -> list[Problem]:

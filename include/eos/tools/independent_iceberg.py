@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eos.tools.independent import _extension, _quoted, canonical_row, duckdb_for
+from eos.tools.independent import canonical_row
+from eos.tools.independent_duckdb import duckdb_for, extension, quoted
 
 __all__ = ["ICEBERG_READER", "read_iceberg"]
 
@@ -32,9 +33,9 @@ def read_iceberg(metadata_location: str, snapshot_id: int, since: int = 0
     canonical form."""
     location = metadata_location.removeprefix("file://")
     with duckdb_for(location) as con:
-        con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_avro', 'avro')))}")
-        con.execute(f"LOAD {_quoted(str(_extension('duckdb_extension_iceberg', 'iceberg')))}")
-        table = con.execute(f"SELECT * FROM iceberg_scan({_quoted(location)}, "
+        con.execute(f"LOAD {quoted(str(extension('duckdb_extension_avro', 'avro')))}")
+        con.execute(f"LOAD {quoted(str(extension('duckdb_extension_iceberg', 'iceberg')))}")
+        table = con.execute(f"SELECT * FROM iceberg_scan({quoted(location)}, "
                             f"snapshot_from_id={int(snapshot_id)}) WHERE epoch >= {int(since)}"
                             ).fetch_arrow_table()
     return [canonical_row(row) for row in table.to_pylist()]

@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 
 from eos.core.errors import SinkUnavailable
 from eos.sinks.postgres_connection import redact
-from eos.tools.independent import _extension, _quoted, canonical_row, duckdb_for
+from eos.tools.independent import canonical_row
+from eos.tools.independent_duckdb import duckdb_for, extension, quoted
 
 __all__ = ["POSTGRES_READER", "PostgresReading", "read_postgres"]
 
@@ -80,25 +81,25 @@ def _attached(dsn: str) -> Iterator[Any]:
     with tempfile.TemporaryDirectory(prefix="eos-duckdb-") as private, \
             duckdb_for(dsn) as con:
         link = Path(private) / f"{ENTRY_POINT}.duckdb_extension"
-        os.symlink(_extension("duckdb_extension_postgres", "postgres"), link)
-        con.execute(f"LOAD {_quoted(str(link))}")
+        os.symlink(extension("duckdb_extension_postgres", "postgres"), link)
+        con.execute(f"LOAD {quoted(str(link))}")
         conninfo, password = _split(dsn)
         secret = ""
         if password is not None:
             con.execute(f"CREATE TEMPORARY SECRET eos_pg (TYPE postgres, "
-                        f"PASSWORD {_quoted(password)})")
+                        f"PASSWORD {quoted(password)})")
             secret = ", SECRET eos_pg"
-        con.execute(f"ATTACH {_quoted(conninfo)} AS pg (TYPE postgres, READ_ONLY{secret})")
+        con.execute(f"ATTACH {quoted(conninfo)} AS pg (TYPE postgres, READ_ONLY{secret})")
         yield con
 
 
 def _columns(con: Any, table: Name) -> list[tuple[str, str]]:
     """(name, ``format_type``) of the table's columns, in order, as PostgreSQL states them."""
     statement = ("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE "
-                 f"attrelid = {_quoted(_ident(table))}::regclass AND attnum > 0 AND NOT "
+                 f"attrelid = {quoted(_ident(table))}::regclass AND attnum > 0 AND NOT "
                  "attisdropped ORDER BY attnum")
     return [(str(n), str(t)) for n, t in con.execute(
-        f"SELECT * FROM postgres_query('pg', {_quoted(statement)})").fetchall()]
+        f"SELECT * FROM postgres_query('pg', {quoted(statement)})").fetchall()]
 
 
 def _select(table: Name, columns: list[tuple[str, str]]) -> str:
@@ -126,7 +127,7 @@ def _rows(con: Any, table: Name, since: int = 0) -> list[dict[str, Any]]:
 
     columns = _columns(con, table)
     query = _select(table, columns) + (f" WHERE epoch >= {int(since)}" if since else "")
-    result = con.execute(f"SELECT * FROM postgres_query('pg', {_quoted(query)})"
+    result = con.execute(f"SELECT * FROM postgres_query('pg', {quoted(query)})"
                          ).fetch_arrow_table()
     text_numeric = {n for n, t in columns if t == "numeric"}
     real = {f.name for f in result.schema if pa.types.is_float32(f.type)}

@@ -29,7 +29,7 @@ from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
 from eos.sinks.delta import DeltaSink
 from eos.tools import audit as audit_module
-from eos.tools import independent
+from eos.tools import independent, independent_delta, independent_kafka
 from eos.tools.audit import audit
 from eos.tools.audit_report import AuditReport, ProblemKind
 from eos.tools.audit_second_reading import reread_sink
@@ -102,12 +102,13 @@ def test_the_independent_readers_agree_with_the_pipelines_readers(
     assert not report.single_reader
     # And directly: the same rows, column for column, by both readers of each kind of sink.
     target = sink(committed, "delta:target")
-    duck = independent.read_delta(target.path, DeltaTable(target.path).version())
+    duck = independent_delta.read_delta(target.path, DeltaTable(target.path).version())
     assert Counter(key(r) for r in duck) == Counter(key(r) for r in target.read_back())
     topic = next(s for s in sinks_for(committed) if s.kind == "kafka")
-    records = independent.read_topic(client_settings(), topic.options.topic)
-    rows = independent.sink_rows(records, committed.name, output_schema(committed, "windows"),
-                                 independent.current_line(topic))
+    records = independent_kafka.read_topic(client_settings(), topic.options.topic)
+    rows = independent_kafka.sink_rows(records, committed.name,
+                                       output_schema(committed, "windows"),
+                                       independent_kafka.current_line(topic))
     assert Counter(key(r) for r in rows) == Counter(key(r) for r in topic.read_back())
     assert Counter(key(r) for r in rows) == Counter(key(r) for r in duck)
 

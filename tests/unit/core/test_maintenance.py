@@ -14,7 +14,7 @@ from eos.core.delta import read_table, replace_epoch
 from eos.core.layout import tables_for
 from eos.core.maintenance import maintain, prune_bound
 from eos.core.outcomes import Outcome
-from eos.core.staging import Fence, drop, seal
+from eos.core.staging_fence import Fence, drop, seal
 from eos.core.tables import ensure_tables, staging_schema
 from eos.core.topics import TopicPartition
 from eos.tools.pipelines import write_pipeline

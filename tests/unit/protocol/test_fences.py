@@ -1,4 +1,4 @@
-"""The staging fence (``eos.core.staging.Fence``, docs/design.md): a rewind and an abort never
+"""The staging fence (``eos.core.staging_fence.Fence``, docs/design.md): a rewind and an abort never
 interleave with a precommit or a commit of the same pipeline so as to lose or reuse an epoch.
 
 Each test lines two steps up at a real point of the other (a sink's write, the stager's compute,
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from eos.core import checkpoints, epochlog, faults, maintenance, staging
+from eos.core import checkpoints, epochlog, faults, maintenance, staging, staging_fence
 from eos.core.config import PipelineConfig
 from eos.core.errors import (
     ConfigError,
@@ -513,9 +513,9 @@ def test_a_rewind_waits_for_a_running_maintenance_not_for_a_dead_one(
     may still be running, and goes ahead once it cannot be (``MAINTENANCE_LEASE_MS``)."""
     epochs(rewindable, source, 2)
     tables, now = tables_for(rewindable), int(time.time() * 1000)
-    for began, waits in ((now, True), (now - staging.MAINTENANCE_LEASE_MS - 1, False)):
+    for began, waits in ((now, True), (now - staging_fence.MAINTENANCE_LEASE_MS - 1, False)):
         table = DeltaTable(tables.staging)
-        assert staging.begin_maintenance(table, rewindable.app_id, 1, 0, began)
+        assert staging_fence.begin_maintenance(table, rewindable.app_id, 1, 0, began)
         if waits:
             with pytest.raises(EpochCommitting, match="being maintained"):
                 rewind(rewindable, 0)

@@ -17,6 +17,7 @@ from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
 from eos.sinks import kafka as kafka_module
 from eos.sinks.kafka import KafkaSink
+from eos.sinks.kafka_records import eos_headers
 from unit.core.test_config import GOOD
 
 LINEAGE = "0123456789ab"  # a rewind's id, as eos.core.rewind draws them: 12 hex digits
@@ -53,7 +54,7 @@ def old_size(sink: KafkaSink, rows: pa.Table) -> int:
     """What the check counted before: key, value and eos's headers without the lineage one,
     names and values only."""
     keys, values, _ = sink._records(3, rows)
-    eos = sum(len(k) + len(v) for k, v in sink._headers(3, "0" * 16))
+    eos = sum(len(k) + len(v) for k, v in eos_headers(sink.config.name, 3, "0" * 16))
     return len(values[0]) + len(keys[0] or b"") + eos
 
 
@@ -65,7 +66,7 @@ def librdkafka_takes(limit: int, sink: KafkaSink, rows: pa.Table, lineage: str |
                             "log_level": 0})
     try:
         producer.produce("totals", value=values[0], key=keys[0],
-                         headers=sink._headers(3, "f" * 16, lineage))
+                         headers=eos_headers(sink.config.name, 3, "f" * 16, lineage))
     except ck.KafkaException as error:
         assert error.args[0].code() == ck.KafkaError.MSG_SIZE_TOO_LARGE, error
         return False

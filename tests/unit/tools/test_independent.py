@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from eos.sinks.kafka_records import encode_values
-from eos.tools import independent
+from eos.tools import independent, independent_kafka
 
 
 def key(row: dict[str, Any]) -> tuple:
@@ -58,10 +58,10 @@ def test_the_independent_decoder_inverts_the_sinks_encoder() -> None:
                         ("sum", pa.decimal128(38, 9)), ("avg", pa.float64()),
                         ("count", pa.int64()), ("raw", pa.binary())])
     rows = [{**row, "sum": row["sum"].quantize(Decimal("0.000000001"))} for row in ROWS]
-    decoded = [independent.decode_json(raw, schema)
+    decoded = [independent_kafka.decode_json(raw, schema)
                for raw in encode_values(pa.Table.from_pylist(rows, schema=schema))]
     assert Counter(key(r) for r in decoded) == Counter(key(r) for r in ROWS)
-    assert independent.iso_micros("2026-01-01T00:00:10.123Z") == (1767225610 * 10**6 + 123000)
+    assert independent_kafka.iso_micros("2026-01-01T00:00:10.123Z") == (1767225610 * 10**6 + 123000)
     with pytest.raises(ValueError):
-        independent.iso_micros("2026-01-01T00:00:10+00:00")
+        independent_kafka.iso_micros("2026-01-01T00:00:10+00:00")
 

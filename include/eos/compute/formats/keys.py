@@ -27,7 +27,7 @@ NO_KEY = "key: the record has no key"
 def key_event(event: EventConfig) -> EventConfig:
     """An event of the key's fields, no event time: what the key parser is compiled from."""
     from eos.core.config import EventConfig
-    from eos.core.config.source import TimeConfig
+    from eos.core.config.event import TimeConfig
 
     assert event.key is not None
     fields = {name: {"path": ".".join(spec.path), "type": str(spec.type),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eos.core.aggregations import FUNCTIONS
-from eos.core.config.source import topic_pattern
+from eos.core.config.kafka_source import topic_pattern
 from eos.core.errors import ConfigError
 from eos.core.layout import Tables, resources_collide, table_resource
 from eos.core.sink import PIPELINE_ROOT, sink_class, sink_name

@@ -20,12 +20,14 @@ from eos.core.config.checks import (
     check_unique_sinks,
 )
 from eos.core.config.dag import DagConfig
+from eos.core.config.event import MAX_STRING_BYTES, EventConfig
+from eos.core.config.fields import FieldType
+from eos.core.config.kafka_source import KafkaConfig
 from eos.core.config.paths import tables_base
 from eos.core.config.rows import RecordColumn, Select, record_types, row_types, select_types
 from eos.core.config.runtime import ComputeConfig, EpochConfig, SparkConfig
 from eos.core.config.schedule import ScheduleSpec, cron_string_schema
 from eos.core.config.sinks import OUTPUTS, ROW_OUTPUTS, SinksConfig, TablesConfig
-from eos.core.config.source import MAX_STRING_BYTES, EventConfig, FieldType, KafkaConfig
 from eos.core.config.values import Strict, not_null_schema
 from eos.core.config.windows import Aggregations, WindowConfig
 from eos.core.storage import resolve

@@ -23,8 +23,8 @@ from eos.core.metadata import (
 )
 
 if TYPE_CHECKING:
+    from eos.core.config.fields import FieldType
     from eos.core.config.pipeline import PipelineConfig
-    from eos.core.config.source import FieldType
 
 # Columns every row carries whatever ``select`` says: a select column may not take them.
 CARRIED = (*COORDINATES, "epoch")
@@ -196,12 +196,8 @@ def _expression_type(config: PipelineConfig, text: str, what: str,
     Kafka metadata, ``key.<field>``, ``header.<name>``): a select column's, or a sink's key or
     header's. ``unknown_are`` says, in the refusal of a name it cannot read, what the name is
     not (``which are not``)."""
-    from eos.core.config.source import (
-        FieldType,
-        check_prefixes,
-        readable_names,
-        unknown_columns,
-    )
+    from eos.core.config.event import check_prefixes, readable_names, unknown_columns
+    from eos.core.config.fields import FieldType
     from eos.core.filters import expression_type, filter_columns
 
     columns = filter_columns(text, what)

@@ -292,7 +292,7 @@ def reads_topic(config: PipelineConfig, topic: str) -> bool:
     """Whether the config reads ``topic``: names it, or matches it with its pattern (a topic
     taken out of the config keeps its offsets in the checkpoint, and has no lag)."""
     if config.kafka.pattern is not None:
-        from eos.core.config.source import topic_pattern
+        from eos.core.config.kafka_source import topic_pattern
 
         return topic_pattern(config.kafka.pattern).match(topic) is not None
     return topic in (config.kafka.named_topics or [])

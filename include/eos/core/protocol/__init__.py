@@ -17,7 +17,7 @@ plan logged, stagers write identical rows, and every sink write and the checkpoi
 fenced, so exactly one attempt writes each of them.
 
 Steps of different kinds are fenced against each other on the staging table
-(``eos.core.staging.Fence``), not by the scheduler: a commit *seals* N before its first sink
+(``eos.core.staging_fence.Fence``), not by the scheduler: a commit *seals* N before its first sink
 write, after which an abort of N is refused (``IN_COMMIT``) and a rewind waits for N's
 checkpoint (``EpochCommitting``); a rewind fences staging before it restores anything, after
 which a precommit that read its state earlier stages nothing (``SUPERSEDED``) and a commit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eos.core import checkpoints, epochlog, staging
+from eos.core import checkpoints, epochlog, staging_fence
 from eos.core.config import PipelineConfig
 from eos.core.errors import CommitConflict
 from eos.core.outcomes import Outcome
@@ -10,7 +10,7 @@ from eos.core.phaselog import log_epoch_phase, timed
 from eos.core.plan import Plan
 from eos.core.protocol.authority import STAGE_ATTEMPTS
 from eos.core.sink import sinks_for
-from eos.core.staging import Fence
+from eos.core.staging_fence import Fence
 from eos.core.tables import OpenTables, ensure_tables
 
 
@@ -21,7 +21,7 @@ def abort(config: PipelineConfig, epoch: int, reason: str = "", *,
 
     Never touches a committed epoch (``NOTHING_TO_ABORT``), nor one whose commit has begun
     (``IN_COMMIT``: the commit sealed it and may have written sinks; it must finish). The drop
-    is fenced against the seal (``eos.core.staging.Fence``): of an abort and a commit of N
+    is fenced against the seal (``eos.core.staging_fence.Fence``): of an abort and a commit of N
     that race, exactly one goes ahead. Clearing the run afterwards re-executes ``begin``,
     which returns the same plan: the same records are read again.
     """
@@ -57,7 +57,7 @@ def _drop_staged(config: PipelineConfig, tables: OpenTables, epoch: int
             return Outcome.NOTHING_TO_ABORT, None
         if Fence.of(snapshot, config.app_id).sealed >= epoch:
             return Outcome.IN_COMMIT, None
-        if staging.drop(snapshot, config.app_id, epoch, "abort"):
+        if staging_fence.drop(snapshot, config.app_id, epoch, "abort"):
             return Outcome.ABORTED, snapshot.version()
     raise CommitConflict(f"aborting epoch {epoch} conflicted with concurrent writes "
                          f"{STAGE_ATTEMPTS} times; retrying is safe")

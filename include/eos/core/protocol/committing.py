@@ -20,7 +20,8 @@ from eos.core.protocol.authority import join_sinks, left_sinks
 from eos.core.protocol.results import CommitResult, sink_summary
 from eos.core.protocol.sealing import seal_epoch, sealed_already
 from eos.core.sink import sinks_for
-from eos.core.staging import precommit_facts, rewinds_at, staged_epoch, watermark_row
+from eos.core.staging import precommit_facts, staged_epoch, watermark_row
+from eos.core.staging_fence import rewinds_at
 from eos.core.tables import OpenTables, ensure_tables
 
 

@@ -10,18 +10,19 @@ from eos.core.checkpoints import STAGED_VIEW, Checkpoint
 from eos.core.config import PipelineConfig
 from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.outcomes import Outcome
+from eos.core.path_rules import PATH_RULES, rules_for
 from eos.core.phaselog import elapsed_ms, log_epoch_phase, timed
 from eos.core.plan import Plan, plan_of
 from eos.core.protocol.authority import STAGE_ATTEMPTS, check_no_rewind
 from eos.core.protocol.results import StageResult
 from eos.core.staging import (
-    Fence,
     StagedFiles,
     Stager,
     count_kinds,
     epoch_files,
     staged_epoch,
 )
+from eos.core.staging_fence import Fence
 from eos.core.tables import OpenTables, ensure_tables, staging_schema
 
 if TYPE_CHECKING:
@@ -108,7 +109,11 @@ def _stage(config: PipelineConfig, tables: OpenTables, plan: Plan, previous: Che
     facts = _facts(staged, attempt, timings, elapsed_ms(total))
     # What N was computed with (its filter and select may change by the next epoch): the
     # commit records it in N's checkpoint, and the audit recomputes N with it.
-    facts[STAGED_VIEW] = config.schema_view()
+    # And with which path rules its records were quarantined (sinks come and go).
+    view, rules = config.schema_view(), rules_for(config, config.outputs)
+    if rules:
+        view[PATH_RULES] = [rule.to_view() for rule in rules]
+    facts[STAGED_VIEW] = view
     files = [*staged.files, staging.facts_file(tables.staging, plan.epoch, plan.hash,
                                                staging_schema(config), facts, staged.files)]
     faults.hit("precommit.before_write")

@@ -1,5 +1,5 @@
 """The seal: a commit marks N in staging before its first sink write, after which no abort or
-precommit replaces N's staged rows (``eos.core.staging.Fence``). The same Delta commit prunes
+precommit replaces N's staged rows (``eos.core.staging_fence.Fence``). The same Delta commit prunes
 the staged epochs older than the retention."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.maintenance import prune_bound
 from eos.core.plan import Plan
 from eos.core.protocol.authority import STAGE_ATTEMPTS, check_no_rewind
-from eos.core.staging import Fence, base_of, seal, staged_epoch, watermark_row
+from eos.core.staging import base_of, staged_epoch, watermark_row
+from eos.core.staging_fence import Fence, seal
 from eos.core.tables import OpenTables
 
 
@@ -28,7 +29,7 @@ def sealed_already(config: PipelineConfig, tables: OpenTables, epoch: int) -> bo
 class Sealed:
     """What ``seal_epoch`` found or wrote: the staging version it was found or written in
     (the maintenance after the checkpoint reads there the count of rewinds N was sealed under:
-    ``eos.core.staging.rewinds_at``), N's staged rows as sealed, and the first staged epoch
+    ``eos.core.staging_fence.rewinds_at``), N's staged rows as sealed, and the first staged epoch
     the seal kept when it pruned older ones (None: it pruned nothing, or N was sealed
     already)."""
 
@@ -39,8 +40,9 @@ class Sealed:
 
 def seal_epoch(config: PipelineConfig, tables: OpenTables, plan: Plan,
                staged: pa.Table) -> Sealed:
-    """Seal N in staging before any sink write (``eos.core.staging.Fence``), dropping in the same
-    commit the staged epochs older than the retention (``eos.core.maintenance.prune_bound``).
+    """Seal N in staging before any sink write (``eos.core.staging_fence.Fence``), dropping in
+    the same commit the staged epochs older than the retention
+    (``eos.core.maintenance.prune_bound``).
     N's staged rows as sealed are ``staged`` (read through the staging handle) when the seal
     was written through the snapshot they were read from, else those read again through the
     snapshot the seal was found or written in (another fenced step landed in between: an abort
