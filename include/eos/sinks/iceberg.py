@@ -61,7 +61,13 @@ from eos.core import faults
 from eos.core.errors import CommitConflict, ProtocolViolation, RewindRefused
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.ownership import Place, Record, Writer, admit
-from eos.core.sink import SinkCommit, SupportsReadBack, SupportsRewind, validated_options
+from eos.core.sink import (
+    SinkCommit,
+    SupportsFill,
+    SupportsReadBack,
+    SupportsRewind,
+    validated_options,
+)
 from eos.core.storage import is_remote
 from eos.sinks.iceberg_catalog import CatalogSettings, guarded, open_catalog, settings_for
 from eos.sinks.iceberg_history import PIPELINE, Mark, described
@@ -100,7 +106,7 @@ def _without_retries(table: Any) -> Any:
     return table
 
 
-class IcebergSink(SupportsRewind, SupportsReadBack):
+class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
     """One output of a pipeline as an Iceberg table, one snapshot per epoch."""
 
     kind = "iceberg"
@@ -422,3 +428,15 @@ class IcebergSink(SupportsRewind, SupportsReadBack):
         with self._guarded("reading its history"):
             table = self._load()
             return [] if table is None else self.mark.epochs(table.metadata)
+
+    # -- eos fill -------------------------------------------------------------------------------
+
+    def filled(self) -> tuple[int, int] | None:
+        from eos.sinks.iceberg_fill import filled
+
+        return filled(self)
+
+    def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+        from eos.sinks.iceberg_fill import fill
+
+        return fill(self, epoch, rows, first)

@@ -11,6 +11,10 @@ summary of ours and is stepped over.
 A rewind to before the first epoch empties the table in a snapshot of ours whose epoch is
 ``-1`` (``eos.rewind`` names the rewind): the line's epochs start after the newest such one.
 
+A fill (``eos fill``, ``eos.sinks.iceberg_fill``) marks its snapshots with the app id and
+``#fill`` (``Mark.fill``): not the pipeline's epochs, but not another writer's either, so a
+rewind rolls back over them (taking them back) and the audit reads their rows.
+
 **Expiry.** Expiring snapshots (pyiceberg's ``expire_snapshots``, Spark's) can remove every
 snapshot of ours from the line: another writer appends after our last epoch, then everything
 older than its snapshot expires. So each commit of ours (an epoch, a rewind) also sets the
@@ -118,6 +122,19 @@ class Mark:
         return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
     @property
+    def fill(self) -> Mark:
+        """The mark of this sink's fill (``eos fill``, ``eos.sinks.iceberg_fill``): the app id
+        with ``FILL_SUFFIX``, so a filled epoch's snapshot never reads as the pipeline's."""
+        from eos.core.delta import FILL_SUFFIX
+
+        return Mark(self.pipeline + FILL_SUFFIX, self.sink)
+
+    def filled_by(self, snapshot: Any) -> bool:
+        """Whether ``snapshot`` is one of this sink's fill: the pipeline's own writing, which
+        a rewind may roll back over and the audit reads as the pipeline's rows."""
+        return self.fill.epoch_of(snapshot) is not None
+
+    @property
     def property_name(self) -> str:
         """The table property that keeps the epoch this sink holds."""
         return f"{EPOCH}.{self.pipeline}.{self.sink}"
@@ -162,7 +179,7 @@ class Mark:
 
     def foreign(self, metadata: Any) -> list[Any]:
         """Snapshots of other writers on the current line that changed rows, newest first."""
-        return [s for s in line(metadata) if self.epoch_of(s) is None
+        return [s for s in line(metadata) if self.epoch_of(s) is None and not self.filled_by(s)
                 and (s.summary is None or s.summary.operation.value != REPLACE)]
 
     def rewind_point(self, metadata: Any, epoch: int, where: str) -> int | None:
@@ -172,6 +189,8 @@ class Mark:
         first of another writer (going back would remove its rows, or its changes)."""
         for snapshot in line(metadata):
             ours = self.epoch_of(snapshot)
+            if ours is None and self.filled_by(snapshot):
+                continue  # a filled epoch: the rollback takes it back with its marker
             if ours is None:
                 raise RewindRefused(
                     f"{where}: {described(snapshot)} was committed by another writer after "
