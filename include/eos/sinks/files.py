@@ -35,6 +35,10 @@ pipeline with ``TableOwned`` naming the owner, before anything of its is sealed 
 directory cannot be shared: its manifests number one pipeline's epochs. A directory written
 before writers were recorded is adopted when its manifests name no other pipeline.
 
+**Fill.** ``eos fill`` commits the epochs from before the sink joined the same way, under
+manifests of its own in ``_eos/fill`` (``eos.sinks.files_fill``), which the read-back and a
+rewind take with the pipeline's.
+
 **Guarantee on a store without conditional writes.** Should a store accept the conditional
 PUT without enforcing it, two racing attempts would both report COMMITTED, but what they make
 visible is the same: the same names and rows, one manifest. Stores known to enforce it:
@@ -45,9 +49,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Any
 
 from eos.core.errors import (
     ConfigError,
@@ -56,7 +58,7 @@ from eos.core.errors import (
     SinkUnavailable,
     TableOwned,
 )
-from eos.core.layout import KEY_MAX, NAME_MAX, PATH_MAX, PROTOCOL_TABLES, PathLimits, table_resource
+from eos.core.layout import KEY_MAX, NAME_MAX, PATH_MAX, PathLimits, table_resource
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.ownership import Place as Owned
 from eos.core.ownership import Record, Writer, admit
@@ -64,6 +66,7 @@ from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
     SupportsAssets,
+    SupportsFill,
     SupportsReadBack,
     SupportsRewind,
     validated_options,
@@ -86,72 +89,17 @@ from eos.sinks.files_layout import (
     refuse_partitions,
     schema_text,
 )
+from eos.sinks.files_options import FilesOptions
+from eos.sinks.files_options import column_types as _column_types
+from eos.sinks.files_options import misplaced as _misplaced
+from eos.sinks.files_options import relative as _relative
 from eos.sinks.files_store import Place, supported
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class FilesOptions(BaseModel):
-    """``{files: {path: DIR_OR_URI, format: parquet|jsonl, partition_by: [cols]}}``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    path: str = Field(min_length=1, description="A directory under the pipeline's tables root, "
-                                                "an absolute directory or an s3:// prefix, "
-                                                "this sink's alone.")
-    format: Literal["parquet", "jsonl"] = Field(default="parquet",
-                                                description="The files' format.")
-    partition_by: tuple[str, ...] = Field(default=(), description="Hive-style partition "
-                                                                  "columns, outermost first.")
-
-    @field_validator("partition_by")
-    @classmethod
-    def _names(cls, columns: tuple[str, ...]) -> tuple[str, ...]:
-        for column in columns:
-            if not column or any(c in column for c in "/\\=\x00") or column.startswith(("_",
-                                                                                       ".")):
-                raise ValueError(f"{column!r} cannot name a partition directory")
-        if len(set(columns)) != len(columns):
-            raise ValueError("a column is named twice")
-        return columns
-
-
-def _column_types(config: Any, output: str) -> dict[str, str]:
-    """The types (the config's names) of the output's columns the config tells, for the
-    load-time check of ``partition_by``: a rows output's selected columns and coordinates, a
-    windows output's group fields and bounds, a quarantine row's raw bytes."""
-    from eos.sinks.delta import partition_types
-
-    if output == "quarantine":
-        return {"raw_key": "binary", "raw_value": "binary"}
-    types = partition_types(config, output)
-    if output == "rows":
-        from eos.core.config.rows import carries_headers
-        from eos.core.metadata import KAFKA_HEADERS
-
-        if carries_headers(config):
-            types[KAFKA_HEADERS] = "headers"
-    return types
-
-
-def _relative(path: str) -> bool:
-    return "://" not in path and not path.startswith("/")
-
-
-def _misplaced(path: str) -> str | None:
-    """Why a relative path cannot hold the sink (None: it can): it stays under the pipeline's
-    root, never the root itself nor one of its protocol tables."""
-    name = posixpath.normpath(path)
-    if name == ".":
-        return "is the pipeline's tables root itself, which holds its protocol tables"
-    if name == ".." or name.startswith("../"):
-        return "leaves the pipeline's tables root; give an absolute directory or a URI"
-    if name.split("/", 1)[0].lower() in PROTOCOL_TABLES:
-        return f"is inside a protocol table of the pipeline ({', '.join(PROTOCOL_TABLES)})"
-    return None
-
-
-class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
+class FilesSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
     """One output of a pipeline as files, one manifest per epoch."""
 
     kind = "files"
@@ -377,10 +325,13 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         doc = json.loads(previous) if previous else None
         if latest is not None and doc is not None and doc.get("epoch") == latest.epoch - 1:
             doc = {"epoch": latest.epoch, "files": [*doc["files"], *latest.files]}
-        else:
+        else:  # the fill's epochs (``eos.sinks.files_fill``) come before the pipeline's
+            from eos.sinks.files_fill import fill_manifests
+
             epochs = self._epochs()
             doc = {"epoch": max(epochs, default=NO_EPOCH),
-                   "files": [path for epoch in epochs for path in self._manifest(epoch).files]}
+                   "files": [*(path for m in fill_manifests(self) for path in m.files),
+                             *(path for epoch in epochs for path in self._manifest(epoch).files)]}
         self.place.write(COMMITTED, json.dumps(doc).encode())
 
     def _manifest(self, epoch: int) -> Manifest:
@@ -417,13 +368,17 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Remove the epochs after ``epoch``, newest first, each manifest before its files:
         at every moment the manifests name a run ``..M`` of whole epochs, ``M`` shrinking to
         ``epoch`` (a crash midway leaves a shorter run; the rewind's rerun goes on, and files
-        whose manifest went are removed with it or by the epoch's next commit)."""
+        whose manifest went are removed with it or by the epoch's next commit). The filled
+        epochs after ``epoch`` go alike (``eos.sinks.files_fill``)."""
+        from eos.sinks.files_fill import drop_after
+
         for later in sorted((e for e in self._epochs() if e > epoch), reverse=True):
             manifest = self._manifest(later)
             self.place.delete(manifest_name(later))
             for relative in manifest.files:
                 self.place.delete(relative)
             self._clean(later, None)
+        drop_after(self, epoch)
         self._write_committed()
         return None
 
@@ -436,12 +391,24 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """Every committed row of epoch ``since`` or later, read by DuckDB (not the library
         that wrote them) from the files the manifests of those epochs list, typed as the
         output's schema."""
+        from eos.sinks.files_fill import fill_manifests
         from eos.sinks.files_read import read_files
 
-        manifests = [self._manifest(epoch) for epoch in self._epochs() if epoch >= since]
+        manifests = [*fill_manifests(self, since),  # the filled epochs: before the others
+                     *(self._manifest(epoch) for epoch in self._epochs() if epoch >= since)]
         if not manifests:
             return []
         return read_files(self.place, manifests, self.options.format)
+
+    def filled(self) -> tuple[int, int] | None:
+        from eos.sinks.files_fill import filled
+
+        return filled(self)
+
+    def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+        from eos.sinks.files_fill import fill
+
+        return fill(self, epoch, rows, first)
 
     def asset_uri(self) -> str:
         root = self.place.root
