@@ -37,6 +37,10 @@ empties the table (a full replay rebuilds it), and to N it goes when the epochs 
 row (their markers go). A rewind changes no column: a full replay under a config whose output
 types changed meets the same table, which ``check`` refuses until it is altered.
 
+``eos fill`` writes the epochs from before the sink joined the same way, under marker rows of
+its own (``sink`` is the sink's name with ``#fill``: ``eos.sinks.postgres_fill``), and refuses
+an upserted table, where an earlier epoch's row would replace a later one's.
+
 The audit reads the table back with psycopg2, a different driver than the writer (its own C
 type casters over libpq, where psycopg 3 has its own Python/Cython adaptation layer), which the
 Airflow Postgres provider already needs; asyncpg would need an event loop per read. The audit
@@ -67,6 +71,7 @@ from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
     SinkCommit,
     SupportsAssets,
+    SupportsFill,
     SupportsReadBack,
     SupportsRewind,
     validated_options,
@@ -135,7 +140,7 @@ class PostgresOptions(BaseModel):
         return (schema or self.table.split(".")[0], name)
 
 
-class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
+class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
     """One output of a pipeline as rows of a PostgreSQL table, with its markers beside it."""
 
     kind = "postgres"
@@ -358,14 +363,29 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def rewind(self, epoch: int, target: int | None, rewind_id: str,
                schema: pa.Schema) -> int | None:
         """Delete the rows and markers of the epochs after ``epoch`` in one transaction
-        (module docstring); a rerun finds nothing more to delete. No version: None."""
+        (module docstring), the fill's markers too (``eos.sinks.postgres_fill``); a rerun
+        finds nothing more to delete. No version: None."""
         from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres_fill import drop_after
 
         with self._connected() as conn:
             self._refuse_upserted(conn, epoch)
             q.delete_after(conn, self.table, self.options.marker(), self.config.name,
                            self.name, epoch)
+            drop_after(self, conn, epoch)
         return None
+
+    # -- eos fill -------------------------------------------------------------------------------
+
+    def filled(self) -> tuple[int, int] | None:
+        from eos.sinks.postgres_fill import filled
+
+        return filled(self)
+
+    def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+        from eos.sinks.postgres_fill import fill
+
+        return fill(self, epoch, rows, first)
 
     # -- the audit and assets -------------------------------------------------------------------
 
