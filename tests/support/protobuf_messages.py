@@ -25,7 +25,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message_factory import GetMessageClass
 
-from eos.compute.formats.protobuf import _builtin_files
+from eos.compute.formats.protobuf import builtin_files
 from eos.tools.schema_registry import SchemaRegistryServer
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
@@ -54,7 +54,7 @@ def field(message: Any, name: str, number: int, kind: int, type_name: str = "",
 
 def build(file: descriptor_pb2.FileDescriptorProto) -> DescriptorPool:
     pool = DescriptorPool()
-    for builtin in _builtin_files():
+    for builtin in builtin_files():
         pool.AddSerializedFile(builtin)
     pool.Add(file)
     return pool

@@ -1,8 +1,8 @@
 """The audit's own reading of JSON Schema records in the Schema Registry wire format.
 
-The header is unpacked here and the writer schema fetched with urllib (``AuditAvroDecoder``'s
-requests), not by the pipeline's registry client and caches; the text is parsed with the
-standard library and validated with ``jsonschema`` directly. What a failed validation is called
+The header is unpacked and the writer schema fetched with urllib (``eos.tools.audit_registry``),
+not by the pipeline's registry client and caches; the text is parsed with the standard library
+and validated with ``jsonschema`` directly. What a failed validation is called
 (the validator's best match, where it failed) is the pipeline's rule, written here a second
 time so the quarantine rows are compared with text this module made.
 """
@@ -14,24 +14,23 @@ from decimal import Decimal
 from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
-from eos.tools.audit_avro import AuditAvroDecoder
+from eos.tools.audit_registry import HEADER, AuditRegistryDecoder
 
 
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-class AuditJsonSchemaDecoder(AuditAvroDecoder):
+class AuditJsonSchemaDecoder(AuditRegistryDecoder):
     """A ``RecordDecoder`` for the audit (see the module)."""
 
-    def decode(self, raw: bytes) -> Decoded | Rejected:
-        schema_id = self._schema_id(raw)
-        if isinstance(schema_id, Rejected):
-            return schema_id
-        validator = self._writer_of(schema_id)
+    kind, what = "JSON", "a JSON Schema (event.format is json_schema)"
+
+    def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
+        validator = self.writer(schema_id)
         if isinstance(validator, Rejected):
             return validator
-        text = raw[5:]
+        text = raw[HEADER:]
         try:
             exact = json.loads(text, parse_float=Decimal, parse_constant=_refuse)
             plain = json.loads(text)
@@ -46,15 +45,12 @@ class AuditJsonSchemaDecoder(AuditAvroDecoder):
                             f"{type(exact).__name__}, not an object")
         return Decoded(exact, f"schema id {schema_id}")
 
-    def _writer(self, schema_id: int) -> Any:
+    def build(self, schema_id: int, text: str) -> Any:
         from jsonschema import Draft7Validator, SchemaError
         from jsonschema.validators import validator_for
 
-        answer = self._answer(schema_id, "JSON", "a JSON Schema (event.format is json_schema)")
-        if isinstance(answer, Rejected):
-            return answer
         try:
-            schema = json.loads(answer["schema"])
+            schema = json.loads(text)
         except (ValueError, RecursionError) as error:
             return Rejected(f"schema id {schema_id} is not JSON: {error}"[:REASON_CHARS])
         if not isinstance(schema, dict | bool):

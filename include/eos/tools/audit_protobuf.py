@@ -2,7 +2,7 @@
 
 Independent of the pipeline's decoder (``eos.compute.formats.protobuf``) where a decoder can be
 wrong: the header and the message indexes are read here from a stream, the writer schema is
-fetched with urllib (``?format=serialized``, as ``AuditAvroDecoder`` fetches), its message is
+fetched with urllib (``?format=serialized``, by ``eos.tools.audit_registry``), its message is
 found by walking the descriptor pool's types (not the FileDescriptorProto's lists), and a
 message becomes a dict through ``ListFields`` (the fields that are set) over defaults, not
 field-by-field ``HasField``. The bytes are parsed by the protobuf runtime, as fastavro parses
@@ -19,29 +19,27 @@ from io import BytesIO
 from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
-from eos.compute.formats.protobuf import _DECIMAL_TEXT, MAX_INDEXES, _builtin_files
-from eos.tools.audit_avro import AuditAvroDecoder
+from eos.compute.formats.protobuf import DECIMAL_TEXT, MAX_INDEXES, builtin_files
+from eos.tools.audit_registry import HEADER, AuditRegistryDecoder
 
 
 class _Bad(Exception):
     pass
 
 
-class AuditProtobufDecoder(AuditAvroDecoder):
+class AuditProtobufDecoder(AuditRegistryDecoder):
     """A ``RecordDecoder`` for the audit (see the module)."""
 
+    kind, what = "PROTOBUF", "Protobuf (event.format is protobuf)"
     query = "?format=serialized"
 
-    def decode(self, raw: bytes) -> Decoded | Rejected:
-        schema_id = self._schema_id(raw)
-        if isinstance(schema_id, Rejected):
-            return schema_id
-        stream = BytesIO(raw[5:])
+    def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
+        stream = BytesIO(raw[HEADER:])
         try:
             path = _indexes(stream)
         except _Bad as bad:
             return Rejected(f"schema id {schema_id}: {bad}")
-        writer = self._writer_of(schema_id)
+        writer = self.writer(schema_id)
         if isinstance(writer, Rejected):
             return writer
         cls = _message_class(writer, path)
@@ -61,24 +59,21 @@ class AuditProtobufDecoder(AuditAvroDecoder):
         except _Bad as bad:
             return Rejected(f"schema id {schema_id}: {bad}"[:REASON_CHARS])
 
-    def _writer(self, schema_id: int) -> Any:
+    def build(self, schema_id: int, text: str) -> Any:
         """The writer schema's file descriptor (in a pool of its own), or why not."""
         from google.protobuf import descriptor_pb2
         from google.protobuf.descriptor_pool import DescriptorPool
 
-        answer = self._answer(schema_id, "PROTOBUF", "Protobuf (event.format is protobuf)")
-        if isinstance(answer, Rejected):
-            return answer
         try:
             proto = descriptor_pb2.FileDescriptorProto()
-            proto.ParseFromString(base64.b64decode(answer["schema"], validate=True))
+            proto.ParseFromString(base64.b64decode(text, validate=True))
         except Exception:  # not base64, not a descriptor
             return Rejected(f"schema id {schema_id} is not a serialized Protobuf schema (asked "
                             "with format=serialized, the registry answered something else: "
                             ".proto text?)")
         proto.name = f"schema_{schema_id}.proto"
         pool = DescriptorPool()
-        for builtin in _builtin_files():  # which imports need no reference: the pipeline's rule
+        for builtin in builtin_files():  # which imports need no reference: the pipeline's rule
             pool.AddSerializedFile(builtin)
         try:
             file = pool.Add(proto) or pool.FindFileByName(proto.name)
@@ -189,7 +184,7 @@ def _one(field: Any, value: Any) -> Any:
             raise _Bad(f"field {field.name}: Date {value.year}-{value.month}-{value.day} is "
                        "not a full calendar date") from None
     if kind == "google.type.Decimal":
-        if not _DECIMAL_TEXT.fullmatch(value.value):
+        if not DECIMAL_TEXT.fullmatch(value.value):
             raise _Bad(f"field {field.name}: Decimal {value.value[:40]!r} is not a decimal "
                        "number")
         return Decimal(value.value)

@@ -25,11 +25,9 @@ from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
-from eos.core.config import EventConfig, SchemaRegistryConfig
+from eos.compute.formats.registry import HEADER, RegistryDecoder
+from eos.core.config import EventConfig
 
-MAGIC = 0
-HEADER = 5  # magic byte + 4-byte schema id
 # What fastavro raises on bytes that are not a datum of the schema: EOFError (truncated),
 # IndexError (a union or enum index out of range), UnicodeDecodeError (a ValueError), ValueError
 # and OverflowError (a negative or huge length), MemoryError (a length it tried to allocate).
@@ -37,41 +35,24 @@ _DECODE_ERRORS = (EOFError, IndexError, ValueError, OverflowError, MemoryError, 
                   KeyError, TypeError)
 
 
-class AvroDecoder:
+class AvroDecoder(RegistryDecoder):
     """``RecordDecoder`` for Avro in the wire format; writer schemas parsed once per id."""
 
-    def __init__(self, registry: SchemaRegistryConfig | WriterSchemas) -> None:
-        self.schemas = (WriterSchemas(registry) if isinstance(registry, SchemaRegistryConfig)
-                        else registry)
-        self._parsed: dict[int, Any] = {}  # id -> fastavro's parsed schema, or a Rejected
+    kind, what = "AVRO", "Avro (event.format is avro)"
 
-    def new_batch(self) -> None:
-        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
-        self.schemas.new_batch()
-
-    def decode(self, raw: bytes) -> Decoded | Rejected:
-        if len(raw) < HEADER or raw[0] != MAGIC:
-            return not_wire(raw)
-        schema_id = int.from_bytes(raw[1:HEADER], "big")
-        writer = self._parsed.get(schema_id)
-        if writer is None:
-            writer = self._writer(schema_id)
-            if not isinstance(writer, Unknown):  # an unknown id is asked again next batch
-                self._parsed[schema_id] = writer
+    def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
+        writer = self.writer(schema_id)
         if isinstance(writer, Rejected):
             return writer
         return _datum(raw, writer, schema_id)
 
-    def _writer(self, schema_id: int) -> Any:
-        """fastavro's parsed writer schema for the id, or why no record of it can be read."""
+    def build(self, schema_id: int, text: str) -> Any:
+        """fastavro's parsed writer schema, or why no record of it can be read."""
         from fastavro import parse_schema
         from fastavro.schema import SchemaParseException, UnknownType
 
-        schema = self.schemas.readable(schema_id, "AVRO", "Avro (event.format is avro)")
-        if isinstance(schema, Rejected):
-            return schema
         try:
-            parsed = parse_schema(json.loads(schema.schema_str))
+            parsed = parse_schema(json.loads(text))
         except (ValueError, SchemaParseException, UnknownType) as error:
             return Rejected(f"schema id {schema_id} is not a valid Avro schema: "
                             f"{error}"[:REASON_CHARS])

@@ -25,11 +25,8 @@ from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
-from eos.core.config import EventConfig, SchemaRegistryConfig
-
-MAGIC = 0
-HEADER = 5  # magic byte + 4-byte schema id
+from eos.compute.formats.registry import HEADER, RegistryDecoder
+from eos.core.config import EventConfig
 
 
 def _no_constant(name: str) -> Any:
@@ -41,27 +38,13 @@ def loads(text: bytes) -> Any:
     return json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
 
 
-class JsonSchemaDecoder:
+class JsonSchemaDecoder(RegistryDecoder):
     """``RecordDecoder`` for JSON Schema records in the wire format; validators once per id."""
 
-    def __init__(self, registry: SchemaRegistryConfig | WriterSchemas) -> None:
-        self.schemas = (WriterSchemas(registry) if isinstance(registry, SchemaRegistryConfig)
-                        else registry)
-        self._validators: dict[int, Any] = {}  # id -> a jsonschema validator, or a Rejected
+    kind, what = "JSON", "a JSON Schema (event.format is json_schema)"
 
-    def new_batch(self) -> None:
-        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
-        self.schemas.new_batch()
-
-    def decode(self, raw: bytes) -> Decoded | Rejected:
-        if len(raw) < HEADER or raw[0] != MAGIC:
-            return not_wire(raw)
-        schema_id = int.from_bytes(raw[1:HEADER], "big")
-        validator = self._validators.get(schema_id)
-        if validator is None:
-            validator = self._validator(schema_id)
-            if not isinstance(validator, Unknown):  # an unknown id is asked again next batch
-                self._validators[schema_id] = validator
+    def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
+        validator = self.writer(schema_id)
         if isinstance(validator, Rejected):
             return validator
         try:
@@ -80,12 +63,8 @@ class JsonSchemaDecoder:
                             f"{type(record).__name__}, not an object")
         return Decoded(record, f"schema id {schema_id}")
 
-    def _validator(self, schema_id: int) -> Any:
-        schema = self.schemas.readable(schema_id, "JSON",
-                                       "a JSON Schema (event.format is json_schema)")
-        if isinstance(schema, Rejected):
-            return schema
-        built = compile_schema(schema.schema_str)
+    def build(self, schema_id: int, text: str) -> Any:
+        built = compile_schema(text)
         if isinstance(built, str):
             return Rejected(f"schema id {schema_id} {built}"[:REASON_CHARS])
         return built

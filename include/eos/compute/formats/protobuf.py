@@ -44,38 +44,30 @@ from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.records import RecordParser
-from eos.compute.formats.registry import Unknown, WriterSchemas, not_wire
+from eos.compute.formats.registry import HEADER, RegistryDecoder, WriterSchemas
 from eos.core.config import EventConfig, SchemaRegistryConfig
 
-MAGIC = 0
-HEADER = 5  # magic byte + 4-byte schema id
 MAX_INDEXES = 64  # message nesting deeper than this is not a schema anyone writes
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # google.type.Decimal's text: an optional sign, digits with an optional point, an exponent.
-_DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 class Unreadable(Exception):
     """A value in a decoded message that is not what its type says (a reason)."""
 
 
-class ProtobufDecoder:
+class ProtobufDecoder(RegistryDecoder):
     """``RecordDecoder`` for Protobuf in the wire format; a schema's classes built once per id."""
 
+    kind, what = "PROTOBUF", "Protobuf (event.format is protobuf)"
+    fmt = "serialized"
+
     def __init__(self, registry: SchemaRegistryConfig | WriterSchemas) -> None:
-        self.schemas = (WriterSchemas(registry, fmt="serialized")
-                        if isinstance(registry, SchemaRegistryConfig) else registry)
-        self._files: dict[int, Any] = {}  # id -> (FileDescriptorProto, pool), or a Rejected
+        super().__init__(registry)
         self._readers: dict[tuple[int, tuple[int, ...]], Any] = {}  # -> (class, convert)
 
-    def new_batch(self) -> None:
-        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
-        self.schemas.new_batch()
-
-    def decode(self, raw: bytes) -> Decoded | Rejected:
-        if len(raw) < HEADER or raw[0] != MAGIC:
-            return not_wire(raw)
-        schema_id = int.from_bytes(raw[1:HEADER], "big")
+    def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
         indexes, start = message_indexes(raw, HEADER)
         if isinstance(indexes, str):
             return Rejected(f"schema id {schema_id}: {indexes}")
@@ -105,11 +97,7 @@ class ProtobufDecoder:
         """(message class, converter to a dict) for the message the indexes name, or why not."""
         from google.protobuf.message_factory import GetMessageClass
 
-        file = self._files.get(schema_id)
-        if file is None:
-            file = self._file(schema_id)
-            if not isinstance(file, Unknown):  # an unknown id is asked again next batch
-                self._files[schema_id] = file
+        file = self.writer(schema_id)
         if isinstance(file, Rejected):
             return file
         proto, pool = file
@@ -120,12 +108,9 @@ class ProtobufDecoder:
         descriptor = pool.FindMessageTypeByName(name)
         return GetMessageClass(descriptor), converter(descriptor)
 
-    def _file(self, schema_id: int) -> Any:
+    def build(self, schema_id: int, text: str) -> Any:
         """The writer schema's FileDescriptorProto and the pool that built it, or why not."""
-        schema = self.schemas.readable(schema_id, "PROTOBUF", "Protobuf (event.format is protobuf)")
-        if isinstance(schema, Rejected):
-            return schema
-        built = file_from_serialized(schema.schema_str, f"schema_{schema_id}.proto")
+        built = file_from_serialized(text, f"schema_{schema_id}.proto")
         if isinstance(built, str):
             return Rejected(f"schema id {schema_id} {built}"[:REASON_CHARS])
         return built
@@ -175,7 +160,7 @@ def message_name(proto: Any, indexes: tuple[int, ...]) -> str | None:
     return ".".join(names)
 
 
-def _builtin_files() -> list[bytes]:
+def builtin_files() -> list[bytes]:
     """The files a schema may import without a reference (confluent's serializer skips them)."""
     from confluent_kafka.schema_registry.confluent import meta_pb2
     from confluent_kafka.schema_registry.confluent.types import decimal_pb2 as confluent_decimal
@@ -232,7 +217,7 @@ def file_from_serialized(text: str, name: str) -> tuple[Any, Any] | str:
                 "registry answered something else: .proto text?)")
     proto.name = name
     pool = DescriptorPool()
-    for builtin in _builtin_files():
+    for builtin in builtin_files():
         pool.AddSerializedFile(builtin)
     try:
         pool.Add(proto)
@@ -314,7 +299,7 @@ def _date(v: Any, label: str) -> date:
 
 
 def _google_decimal(v: Any, label: str) -> Decimal:
-    if not _DECIMAL_TEXT.fullmatch(v.value):
+    if not DECIMAL_TEXT.fullmatch(v.value):
         raise Unreadable(f"field {label}: Decimal {v.value[:40]!r} is not a decimal number")
     return Decimal(v.value)
 

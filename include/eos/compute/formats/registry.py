@@ -34,14 +34,16 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
-from eos.compute.formats import Rejected
+from eos.compute.formats import Decoded, Rejected
 from eos.core.config import SchemaRegistryConfig
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 
 UNKNOWN = None  # what ``WriterSchemas.get`` returns for an id the registry does not know
 _NOT_FOUND = 40403  # the registry's error code for "Schema not found"
+MAGIC = 0
+HEADER = 5  # magic byte + 4-byte schema id
 
 
 class Unknown(Rejected):
@@ -198,3 +200,54 @@ class WriterSchemas:
                 f"{where} did not answer fetching schema id {schema_id} "
                 f"({type(error).__name__}); nothing was quarantined for it: retry once it "
                 "answers") from None
+
+
+class RegistryDecoder:
+    """``RecordDecoder`` skeleton of a Schema Registry format: the header (magic byte, schema
+    id) checked and read, the writer schema fetched (``WriterSchemas``), refused when it is not
+    of the format or uses references (``WriterSchemas.readable``), and built once per id into
+    what decodes its records (an id the registry did not know is asked again next batch).
+
+    A format states what differs: ``kind`` and ``what`` (the registry's ``schemaType`` and its
+    name in a reason), ``fmt`` (the form the registry answers in), ``build`` (the schema's
+    text -> what reads its records, or the ``Rejected`` every record of it gets: an invalid or
+    unsafe schema) and ``read`` (one value, its header checked, -> the decoded record)."""
+
+    kind: ClassVar[str]
+    what: ClassVar[str]
+    fmt: ClassVar[str | None] = None
+
+    def __init__(self, registry: SchemaRegistryConfig | WriterSchemas) -> None:
+        self.schemas = (WriterSchemas(registry, fmt=self.fmt)
+                        if isinstance(registry, SchemaRegistryConfig) else registry)
+        self._writers: dict[int, Any] = {}  # id -> what ``build`` made, or a Rejected
+
+    def new_batch(self) -> None:
+        """A new batch: ids the registry did not know are asked again (``WriterSchemas``)."""
+        self.schemas.new_batch()
+
+    def decode(self, raw: bytes) -> Decoded | Rejected:
+        if len(raw) < HEADER or raw[0] != MAGIC:
+            return not_wire(raw)
+        return self.read(int.from_bytes(raw[1:HEADER], "big"), raw)
+
+    def writer(self, schema_id: int) -> Any:
+        """What ``build`` made of the id's writer schema, or why no record of it is read."""
+        writer = self._writers.get(schema_id)
+        if writer is None:
+            schema = self.schemas.readable(schema_id, self.kind, self.what)
+            writer = (schema if isinstance(schema, Rejected)
+                      else self.build(schema_id, schema.schema_str))
+            if not isinstance(writer, Unknown):  # an unknown id is asked again next batch
+                self._writers[schema_id] = writer
+        return writer
+
+    def build(self, schema_id: int, text: str) -> Any:
+        """The writer schema ``text`` of ``schema_id`` -> what reads its records, or the
+        ``Rejected`` every record of it gets."""
+        raise NotImplementedError
+
+    def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
+        """One record value of ``schema_id`` (``raw`` whole, its header checked) -> the
+        decoded record, or why it cannot be."""
+        raise NotImplementedError
