@@ -128,6 +128,14 @@ def _local(location: str) -> str:
     return urlparse(location).path if location.startswith("file://") else location
 
 
+def path_bytes(location: str, limits: PathLimits) -> int:
+    """Bytes of ``location`` that ``path_problem`` holds against ``limits.whole``: the object
+    key on a store, the whole path locally."""
+    if limits.remote:
+        return len(urlparse(location).path.lstrip("/").encode())
+    return len(_local(location).encode())
+
+
 def path_problem(location: str, limits: PathLimits) -> str | None:
     """Why a file at ``location`` cannot be written where ``limits`` hold (None: it can): a
     name, the whole path or the object key too long, in bytes of UTF-8."""

@@ -15,8 +15,9 @@ number of commit attempts can read. What a sink implements is the commit half (`
 A sink that can do more says so by also implementing a capability, like Flink's
 ``SupportsCommitter`` / ``SupportsWriterState``: ``SupportsRewind`` (a rewind may take it
 back), ``SupportsReadBack`` (the audit reads what it holds), ``SupportsFill`` (a sink added
-later takes the epochs before it), ``SupportsAssets`` (Airflow publishes an asset when it
-commits). Without them a sink still commits exactly once; a
+later takes the epochs before it), ``SupportsPathRules`` (records whose values it cannot name
+a path with are quarantined at precommit), ``SupportsAssets`` (Airflow publishes an asset when
+it commits). Without them a sink still commits exactly once; a
 rewind refuses a pipeline with a sink that cannot rewind, the audit reports it unaudited and
 no asset is published for it.
 
@@ -42,9 +43,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from eos.core.config import PipelineConfig
+    from eos.core.path_rules import PathRule
 
-__all__ = ["PIPELINE_ROOT", "Sink", "SinkCommit", "SupportsAssets", "SupportsReadBack",
-           "SupportsRewind", "register", "sink_class", "sink_name", "sinks_for"]
+__all__ = ["PIPELINE_ROOT", "Sink", "SinkCommit", "SupportsAssets", "SupportsPathRules",
+           "SupportsReadBack", "SupportsRewind", "register", "sink_class", "sink_name",
+           "sinks_for"]
 
 ENTRY_POINTS = "eos.sinks"  # the entry-point group naming sink types (pyproject.toml)
 # In a resource (``Sink.resources``): the pipeline's table root, which the config resolves, so
@@ -258,6 +261,17 @@ class SupportsReadBack(Sink):
         current line: a rewind to N drops the commits after N (they are replayed). A sink may
         forget old ones (a compacted marker topic keeps the last); it never holds one twice.
         The audit expects a contiguous run ending at the last checkpoint."""
+
+
+class SupportsPathRules(Sink):
+    """A sink that names paths with a column's values (a partitioned table): the records whose
+    values no path of it can hold are quarantined at precommit, before the seal, instead of
+    failing its commit (``eos.core.path_rules``)."""
+
+    @abstractmethod
+    def path_rules(self) -> list[PathRule]:
+        """One rule per string column the sink names paths with; the other columns' values
+        counted at their widest, so that values within every rule always fit together."""
 
 
 class SupportsFill(Sink):

@@ -19,11 +19,13 @@ from eos.core.errors import ConfigError, SinkCannotTake
 from eos.core.layout import PROTOCOL_TABLES, table_resource
 from eos.core.outcomes import NO_EPOCH
 from eos.core.ownership import Record, Writer
+from eos.core.path_rules import PathRule
 from eos.core.sink import (
     PIPELINE_ROOT,
     SinkCommit,
     SupportsAssets,
     SupportsFill,
+    SupportsPathRules,
     SupportsReadBack,
     SupportsRewind,
     validated_options,
@@ -55,9 +57,10 @@ class DeltaSinkOptions(BaseModel):
     ``partition_by``: the table is created partitioned by these output columns (checked at
     load: ``partition_problem``). Partitioning is fixed when a table is created, so a table
     partitioned otherwise is refused before the seal (``SinkCannotTake``), never at commit; a
-    rewind to -1 gives the emptied table the partitioning asked for. A partition value
-    delta-rs could not write (a directory's name over 255 bytes, an object key over 1024) or
-    that readers would take for a null (an empty string) is refused before the seal
+    rewind to -1 gives the emptied table the partitioning asked for. A record whose partition
+    value delta-rs could not write (a directory's name over 255 bytes, an object key over
+    1024) or that readers would take for a null (an empty string) is quarantined at precommit
+    with the reason (``path_rules``); ``check`` before the seal stays the last guard
     (``partition_value_problems``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -212,6 +215,38 @@ def partition_value_problems(location: str, columns: list[str], rows: pa.Table) 
     return list(found.values())
 
 
+#: The widest text of a partition value of each type that is not a string, escaped: a long's
+#: 20 characters, a timestamp's ``2024-01-01 00:00:00.000000`` with its space and colons
+#: escaped, a decimal's 38 digits with a sign and a point; a null's ``NULL_PARTITION``.
+_WIDEST = {"long": 20, "boolean": 5, "date": 12, "timestamp": 32, "decimal": 40}
+
+
+def path_rules(location: str, sink: str, columns: list[str],
+               types: dict[str, str]) -> list[PathRule]:
+    """The rules of a table at ``location`` partitioned by ``columns`` (of ``types``): each
+    string column's escaped value at most what its directory's name may hold and its share of
+    the path left once every other column takes its widest value; an empty string is a null
+    to the table's readers (``eos.core.path_rules``)."""
+    from eos.core.layout import path_bytes, path_limits
+
+    limits = path_limits(location)
+    strings = [c for c in columns if types.get(c) == "string"]
+    if not strings:
+        return []
+    # The path: <location>/<col>=<value>/.../<data file>; each directory adds its name and "/".
+    fixed = path_bytes(join(location, DATA_FILE_NAME), limits) + sum(
+        len(_encoded(c)) + 2 + max(_WIDEST.get(types.get(c, ""), 0), len(NULL_PARTITION))
+        for c in columns if c not in strings)
+    rules = []
+    for column in strings:
+        head = len(_encoded(column)) + 2  # "<col>=" and the "/" after the directory
+        most = (limits.whole - fixed) // len(strings) - head
+        if limits.name is not None:
+            most = min(most, limits.name - head + 1)
+        rules.append(PathRule(sink, column, most, _UNRESERVED, empty_is_null=True))
+    return rules
+
+
 # Types a partition column may have: a partition's value is its directory's name, exact for
 # these (a double's text is not: NaN, -0.0, digits), and binary names no directory.
 PARTITIONABLE = ("string", "long", "boolean", "date", "timestamp", "decimal")
@@ -264,7 +299,8 @@ def schema_conflicts(table: pa.Schema, rows: pa.Schema) -> list[str]:
     return conflicts
 
 
-class DeltaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
+class DeltaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets,
+                SupportsPathRules):
     """``{delta: NAME}`` (a table under the pipeline's root) or ``{delta: /abs/path | uri}``;
     ``{delta: {table: NAME, log_retention: 7d}}`` bounds the table's Delta log."""
 
@@ -345,6 +381,14 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
             if table is not None:
                 claim(table, self.path, self.writer(), self.options.shared)
                 self._refuse_conflicts(table, schema, "its epochs")
+
+    def path_rules(self) -> list[PathRule]:
+        """A partitioned table's string columns, each bounded so that every directory and the
+        whole path fit (``path_rules``): a record over them is quarantined at precommit."""
+        if not self.options.partition_by:
+            return []
+        return path_rules(self.path, self.name, list(self.options.partition_by),
+                          partition_types(self.config, self.output))
 
     def check(self, epoch: int, rows: pa.Table) -> None:
         """Before the seal: this pipeline may write the table (its recorded writers admit it:

@@ -22,6 +22,7 @@ from eos.compute.formats.json import Parser
 from eos.core.config import FieldType, PipelineConfig
 from eos.core.errors import ConfigError
 from eos.core.outputs import overflow_reason, overflow_type
+from eos.core.path_rules import path_problem_of, rules_of_view
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
 from eos.tools.audit_checks import RECORD_TIMESTAMP
@@ -350,7 +351,16 @@ class Replay:
         self.expected.filtered[plan.epoch] = keep.count(False)
         kept = with_derived(self.config, [e for e, k in zip(events, keep, strict=True) if k],
                             select)
+        rules = rules_of_view(self.views.get(plan.epoch), self.config, ("windows",))
         for event in kept:
+            problem = path_problem_of(rules, event.fields)
+            if problem is not None:  # a group value a sink cannot name a path with
+                self.expected.rows["quarantine"].append({
+                    "kafka_topic": event.metadata.get("kafka_topic"),
+                    "partition": event.partition, "offset": event.offset, "reason": problem,
+                    "epoch": plan.epoch,
+                    RECORD_TIMESTAMP: event.metadata.get("kafka_timestamp")})
+                continue
             self._add(event, previous, plan.epoch)
         self._advance(plan)
         self._emit(plan.epoch)

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from eos.compute.formats import Parsed
 from eos.core.config import PipelineConfig
+from eos.core.path_rules import path_problem_of, rules_of_view
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
 from eos.tools.audit_checks import RECORD_TIMESTAMP, row_identity
@@ -72,7 +73,16 @@ def row_reference(config: PipelineConfig, epochs: list[tuple[Plan, list[Record]]
         kept = _evaluated(config, accepted, columns, *epoch_expressions(config, view))
         expected.filtered[plan.epoch] = len(accepted) - len(kept)
         expected.watermarks[plan.epoch] = None  # no event-time rule: no watermark
-        expected.rows["rows"].extend({**row, "epoch": plan.epoch} for row in kept)
+        rules = rules_of_view(view, config, ("rows",))
+        for row in kept:
+            problem = path_problem_of(rules, row)
+            if problem is None:
+                expected.rows["rows"].append({**row, "epoch": plan.epoch})
+            else:  # a value a sink cannot name a path with (``eos.core.path_rules``)
+                expected.rows["quarantine"].append({
+                    "kafka_topic": row["kafka_topic"], "partition": row["kafka_partition"],
+                    "offset": row["kafka_offset"], "reason": problem, "epoch": plan.epoch,
+                    RECORD_TIMESTAMP: row[RECORD_TIMESTAMP]})
     return expected
 
 

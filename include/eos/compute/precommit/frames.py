@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
+from eos.compute.precommit.quarantine_paths import with_path_rules
 from eos.compute.precommit.read import read_parsed
 from eos.compute.precommit.resume import ResumePoint, state_frame
 from eos.compute.precommit.watermark import (
@@ -93,6 +94,9 @@ def epoch_frames(spark: Any, config: PipelineConfig, plan: Plan, state: ResumePo
     try:
         parsed = with_derived(F, config, with_metadata(F, config, cached, plan.topic))
         keep, stats = input_stats(F, config, parsed, timings)
+        # After the stats: a record quarantined by a sink's path rule parsed, so its event
+        # time counts towards the watermark as a filtered one's does.
+        parsed = with_path_rules(F, config, parsed, keep, {g: F.col(g) for g in config.group_by})
         watermark, max_event = epoch_watermark(config, plan, state, stats["max_event"])
         windows = window_type(config.windows)
         pairs = window_pairs(F, windows, parsed, keep)

@@ -18,6 +18,7 @@ from eos.compute.precommit.frames import (
     topic_column,
     with_metadata,
 )
+from eos.compute.precommit.quarantine_paths import with_path_rules
 from eos.compute.precommit.read import read_parsed
 from eos.compute.precommit.resume import ResumePoint
 from eos.compute.precommit.watermark import NEG_INF
@@ -52,6 +53,17 @@ def _row_values(F: Any, config: PipelineConfig) -> list[tuple[str, Any]]:
               for name, ftype in config.row_columns.items()], *records]
 
 
+def _path_values(F: Any, config: PipelineConfig, topic: str) -> dict[str, Any]:
+    """The row's string columns a sink may name paths with, by name (``with_path_rules``):
+    each selected column as ``selected`` computes it, and the record's topic."""
+    if config.select:
+        values = {name: F.expr(config.select[name]).cast(ftype.sql.lower())
+                  for name, ftype in config.row_columns.items()}
+    else:
+        values = {name: F.col(name) for name in config.row_columns}
+    return {**values, "kafka_topic": topic_column(F, topic)}
+
+
 def one_pass(config: PipelineConfig, plan: Plan) -> bool:
     """Whether epoch N is staged in one pass over its records: when its executors write it
     anyway (it reads more records than ``spark.collect_rows``, ``write.collects``). The rows
@@ -79,6 +91,7 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
     try:
         events = with_metadata(F, config, parsed, plan.topic)
         keep, stats = input_stats(F, config, events, timings)
+        events = with_path_rules(F, config, events, keep, _path_values(F, config, plan.topic))
         accepted = events.where(F.col(REASON).isNull()).where(keep)
         rows = accepted.select(
             F.lit("output").alias("kind"), F.col(PARTITION).alias("partition"),
@@ -90,7 +103,7 @@ def row_frames(spark: Any, config: PipelineConfig, plan: Plan,
         except (AnalysisException, ParseException) as error:
             raise ConfigError(f"select {dict(config.select)} does not run on Spark: "
                               f"{str(error).splitlines()[0]}") from None
-        side = side_rows(F, config, parsed, None, plan.topic)
+        side = side_rows(F, config, events, None, plan.topic)
         yield Frames(rows, side, None, stats["filtered"], stats["bad_bytes"] or 0, NEG_INF,
                      None, 0)
     finally:
@@ -110,6 +123,7 @@ def _one_pass(spark: Any, F: Any, config: PipelineConfig, plan: Plan,
 
     events = with_metadata(F, config, read_parsed(spark, config, plan, {}), plan.topic)
     keep = keep_condition(F, config)
+    events = with_path_rules(F, config, events, keep, _path_values(F, config, plan.topic))
     marked = events.withColumn("kind", F.when(F.col(REASON).isNotNull(), F.lit("quarantine"))
                                .when(keep, F.lit("output")).otherwise(F.lit(FILTERED)))
     output, bad = F.col("kind") == "output", F.col("kind") == "quarantine"
