@@ -12,7 +12,7 @@ no longer claimed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from eos.core.delta import FILL_SUFFIX
 from eos.core.errors import ProtocolViolation
@@ -23,16 +23,41 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable, Transaction
 
-    from eos.sinks.delta import DeltaSink
+    from eos.core.config import PipelineConfig
+    from eos.core.ownership import Writer
 
 FILL_FIRST = "eos.fill.first"  # the table property naming the first filled epoch
 
 
-def fill_app(sink: DeltaSink) -> str:
+class SharedOption(Protocol):
+    @property
+    def shared(self) -> bool: ...
+
+
+class FilledSink(Protocol):
+    """What a fill reads of the Delta sink it fills (``eos.sinks.delta.DeltaSink``, which calls
+    this module: a protocol, not that class, so the two modules do not import each other)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> PipelineConfig: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def options(self) -> SharedOption: ...
+
+    def writer(self) -> Writer: ...
+
+
+def fill_app(sink: FilledSink) -> str:
     return sink.config.app_id + FILL_SUFFIX
 
 
-def filled(sink: DeltaSink) -> tuple[int, int] | None:
+def filled(sink: FilledSink) -> tuple[int, int] | None:
     """``(first, last)`` epochs filled into the sink's table, from its fill marker."""
     from eos.core.delta import txn_version
     from eos.core.pool import lent
@@ -47,7 +72,7 @@ def filled(sink: DeltaSink) -> tuple[int, int] | None:
         return (int(first) if first is not None else last), last
 
 
-def fill_markers_at(sink: DeltaSink, table: DeltaTable, version: int) -> list[Transaction]:
+def fill_markers_at(sink: FilledSink, table: DeltaTable, version: int) -> list[Transaction]:
     """The fill's marker as it was at ``version``, for a restore to it (Delta ``RESTORE``
     brings back the files and the properties, not the ``txn`` markers): what the restored
     table holds of the fill is what its marker then says (-1: nothing). Empty when the marker
@@ -64,7 +89,7 @@ def fill_markers_at(sink: DeltaSink, table: DeltaTable, version: int) -> list[Tr
     return [] if now == then else [Transaction(app, then)]
 
 
-def fill(sink: DeltaSink, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+def fill(sink: FilledSink, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
     """One fenced append of ``epoch``'s rows under the fill's marker (see the module)."""
     from eos.core.delta import fenced_append
     from eos.core.ownership import check_writer
