@@ -217,7 +217,7 @@ def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
             f"nothing was staged ({str(error).splitlines()[0][:200]})")
     if "UNAVAILABLE" in text or "Connection refused" in text or "failed to connect" in text:
         return _unreachable(endpoint)
-    # The client's own retries (``_fail_fast``: ~15 s) ran out on a server that went away
+    # The client's own retries (``fail_fast``: ~15 s) ran out on a server that went away
     # mid-epoch and was not back yet (seen in CI under load): the server, not the epoch.
     if "RETRIES_EXCEEDED" in text:
         return ComputeUnavailable(
@@ -233,7 +233,7 @@ def compute_error(error: BaseException, endpoint: Endpoint) -> EosError | None:
     return None
 
 
-def _fail_fast(spark: Any) -> None:
+def fail_fast(spark: Any) -> None:
     """Retry a lost server for ~15 s, not pyspark's default ~10 min: a restart mid-epoch should
     fail the attempt soon and let the task's retry (a new session) redo the epoch."""
     from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -331,7 +331,7 @@ def _opened(config: PipelineConfig, endpoint: Endpoint, session_id: str | None) 
 
     spark = SparkSession.builder.remote(endpoint.url(session_id)).create()
     spark.release_session_on_close = session_id is None
-    _fail_fast(spark)
+    fail_fast(spark)
     try:
         _configure(spark, config)  # the first request: the server takes the id, or refuses it
     except BaseException:

@@ -36,7 +36,7 @@ from eos.compute.connect import (
     CONNECT_MARKS,
     DEFAULT_PORT,
     Endpoint,
-    _fail_fast,
+    fail_fast,
     reachable,
     read_state,
     read_token,
@@ -133,7 +133,7 @@ def healthy(endpoint: Endpoint) -> bool:
         try:
             spark = SparkSession.builder.remote(endpoint.url()).create()
             try:
-                _fail_fast(spark)
+                fail_fast(spark)
                 return spark.range(1).count() == 1
             finally:
                 stop_session(spark)
