@@ -53,7 +53,7 @@ TASK_MODULES = (
     "eos.core.filters",  # and sqlglot: the columns a filter or select reads, asked by precommit
     "eos.core.rewind",
     "eos.sinks.delta",
-    "eos.sinks.kafka",
+    "eos.sinks.kafka.sink",
 )
 
 

@@ -2,7 +2,7 @@
 checks when the pipeline loads (``Sink.check_pipeline``), so that no record can halt it later.
 
 No heavy import here: the config loads when the DAG file is parsed, with no pyarrow or
-deltalake. The bound follows ``eos.sinks.kafka_records`` (key = the group fields as JSON, value =
+deltalake. The bound follows ``eos.sinks.records`` (key = the group fields as JSON, value =
 every column as JSON, plus headers) and ``eos.core.outputs`` (the columns of each output);
 ``tests/unit/core/test_config_doors.py`` holds it against the real codec's worst row.
 """

@@ -208,11 +208,11 @@ def refuse_partitions(rows: pa.Table, columns: list[str], sink: str,
 
 def encode(rows: pa.Table, form: str) -> bytes:
     """A data file's bytes. JSON lines as the Kafka sink's JSON codec writes values
-    (``eos.sinks.kafka_records``: ±Infinity and NaN as strings, timestamps ISO 8601 UTC,
+    (``eos.sinks.records``: ±Infinity and NaN as strings, timestamps ISO 8601 UTC,
     decimals exact, binary base64); Parquet as pyarrow writes it (deterministic bytes for
     the same rows)."""
     if form == "jsonl":
-        from eos.sinks.kafka_records import encode_values
+        from eos.sinks.records import encode_values
 
         try:
             return b"".join(value + b"\n" for value in encode_values(rows))

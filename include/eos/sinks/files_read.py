@@ -44,7 +44,7 @@ def _read(files: list[str], form: str, schema: pa.Schema) -> list[dict[str, Any]
     with duckdb.connect() as db:
         db.execute("SET TimeZone = 'UTC'")
         if form == "jsonl":
-            from eos.sinks.kafka_records import decode_value
+            from eos.sinks.records import decode_value
 
             texts = db.execute("SELECT json::VARCHAR FROM read_json_objects(?, "
                                "format = 'newline_delimited')", [files]).fetchall()

@@ -256,7 +256,6 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         sink from another pipeline mean its rows are in the table too, and the two would read,
         upsert over and rewind each other's rows."""
         from eos.sinks import postgres_sql as q
-
         others = q.other_writers(conn, self.options.marker(), self.config.name, self.name)
         if others:
             raise TableOwned(
@@ -270,7 +269,6 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         rows (the same rows, by the precommit's determinism), and only if no other attempt
         did, as the marker's key admits one of them."""
         from eos.sinks import postgres_sql as q
-
         with self._connected() as conn:
             return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
 
@@ -305,7 +303,6 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         import psycopg
 
         from eos.sinks import postgres_sql as q
-
         rows = self._latest(rows)
         with self._connected() as conn:
             held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
@@ -334,7 +331,6 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         """Nothing to go back to (a table has no versions here): checks the sink holds
         ``epoch`` and, upserted, that no row of a later epoch would have to be taken back."""
         from eos.sinks import postgres_sql as q
-
         with self._connected() as conn:
             held = q.marker_epochs(conn, self.options.marker(), self.config.name, self.name)
             if epoch != NO_EPOCH and epoch not in held:
@@ -347,7 +343,6 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         """``RewindRefused`` for an upserted table holding rows of epochs after ``epoch``
         (they replaced rows whose earlier values are gone); -1 empties it, always fine."""
         from eos.sinks import postgres_sql as q
-
         if not self.options.upsert_keys or epoch == NO_EPOCH:
             return
         later = q.rows_after(conn, self.table, epoch)

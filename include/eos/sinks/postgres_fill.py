@@ -37,7 +37,6 @@ def fill_name(sink: PostgresSink) -> str:
 
 def filled(sink: PostgresSink) -> tuple[int, int] | None:
     from eos.sinks import postgres_sql as q
-
     with sink._connected() as conn:
         epochs = q.marker_epochs(conn, sink.options.marker(), sink.config.name, fill_name(sink))
     return (epochs[0], epochs[-1]) if epochs else None
@@ -66,7 +65,6 @@ def _write(sink: PostgresSink, conn: Any, epoch: int, rows: pa.Table,
     import psycopg
 
     from eos.sinks import postgres_sql as q
-
     marker = sink.options.marker()
     held = q.marker_epochs(conn, marker, sink.config.name, fill_name(sink))
     if epoch in held:
@@ -89,6 +87,5 @@ def drop_after(sink: PostgresSink, conn: Any, epoch: int) -> None:
     """Delete, in the rewind's transaction, the fill's markers after ``epoch`` (the rows after
     it the rewind deletes already)."""
     from eos.sinks import postgres_sql as q
-
     q.delete_after(conn, sink.table, sink.options.marker(), sink.config.name, fill_name(sink),
                    epoch)

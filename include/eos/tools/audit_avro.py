@@ -67,7 +67,7 @@ class AuditAvroDecoder(AuditRegistryDecoder):
 
 def sink_decoder(registry: SchemaRegistryConfig | None) -> Any:
     """How the audit reads an Avro Kafka sink's values a second time: this module's decoder
-    (``struct``, ``urllib``, fastavro), not the sink's (``eos.sinks.kafka_avro``); a value it
+    (``struct``, ``urllib``, fastavro), not the sink's (``eos.sinks.kafka.avro``); a value it
     cannot decode becomes a row of its own, which no other reading holds (a disagreement)."""
     from eos.tools.independent import canonical_row
 

@@ -102,7 +102,7 @@ def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
     the sink's own reader returned, of epoch ``since`` or later): every row, every column."""
     from eos.sinks.delta import DeltaSink
     from eos.sinks.iceberg import IcebergSink
-    from eos.sinks.kafka import KafkaSink
+    from eos.sinks.kafka.sink import KafkaSink
     from eos.sinks.postgres import PostgresSink
 
     if isinstance(sink, PostgresSink):

@@ -8,7 +8,7 @@ read a second time here, by code that shares neither the libraries nor the decod
 
 - **Kafka** (source ranges, Kafka sinks' output topics) with aiokafka, a pure-Python client
   (no librdkafka), ``isolation_level="read_committed"``, sink records decoded from JSON there
-  and not by ``eos.sinks.kafka_records``: ``eos.tools.independent_kafka``.
+  and not by ``eos.sinks.records``: ``eos.tools.independent_kafka``.
 - **Delta** with DuckDB's delta extension (delta-kernel-rs underneath), at the table version
   delta-rs read: ``eos.tools.independent_delta``. DuckDB's extensions are loaded from their
   wheels' files, never fetched: ``eos.tools.independent_duckdb``.

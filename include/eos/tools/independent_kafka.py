@@ -1,7 +1,7 @@
 """The audit's second reader of Kafka (``eos.tools.independent``): aiokafka, a pure-Python
 client (no librdkafka), ``isolation_level="read_committed"``, over source ranges and Kafka sinks'
 output topics. A sink's records are picked by their headers (``eos-pipeline``, ``eos-epoch``,
-``eos-lineage``) and decoded from JSON here, not by ``eos.sinks.kafka_records``. Which (epoch,
+``eos-lineage``) and decoded from JSON here, not by ``eos.sinks.records``. Which (epoch,
 lineage) pairs are on the sink's current line is the sink's own bookkeeping (its markers, read by
 ``current_line``), so this module does not depend on where or how markers are kept.
 """
@@ -26,7 +26,7 @@ from eos.tools.independent import canonical_row
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eos.sinks.kafka import KafkaSink
+    from eos.sinks.kafka.sink import KafkaSink
 
 KAFKA_READER = "aiokafka"
 READ_TIMEOUT_S = 30.0

@@ -26,7 +26,7 @@ import pytest
 from eos.airflow.pipeline_dag import build_dag
 from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
-from eos.sinks.kafka_topics import ensure_topic
+from eos.sinks.kafka.topics import ensure_topic
 from eos.tools.generator import GeneratorSpec
 
 from support.alert_notifier import PATH as NOTIFIER

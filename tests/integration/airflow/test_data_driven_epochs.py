@@ -40,7 +40,7 @@ from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.core.layout import tables_for
 from eos.core.readiness import KafkaStamps, Reason, decide, observe
-from eos.sinks.kafka_topics import ensure_topic
+from eos.sinks.kafka.topics import ensure_topic
 from eos.tools.generator import BASE_TIME_MS, GeneratorSpec
 from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import produce

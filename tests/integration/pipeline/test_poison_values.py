@@ -30,7 +30,7 @@ from eos.core.kafka import client_settings, topic_watermarks
 from eos.core.outputs import windows_schema
 from eos.core.protocol import checkpointed_epoch
 from eos.core.sink import sinks_for
-from eos.sinks.kafka_records import decode_value
+from eos.sinks.records import decode_value
 from eos.tools.audit import audit
 from eos.tools.pipelines import unique_topic
 

@@ -26,7 +26,7 @@ from eos.core.errors import SinkUnavailable
 from eos.core.kafka import client_settings, consumer, topic_watermarks
 from eos.core.outcomes import Outcome
 from eos.core.outputs import rows_schema, windows_schema
-from eos.sinks.kafka_avro import AvroValues
+from eos.sinks.kafka.avro import AvroValues
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec
 from eos.tools.independent import canonical_row

@@ -30,9 +30,9 @@ from eos.core.kafka import client_settings, read_partition, topic_watermarks
 from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
-from eos.sinks import kafka_topics
-from eos.sinks.kafka import KafkaSink
-from eos.sinks.kafka_topics import ensure_topic
+from eos.sinks.kafka import topics as kafka_topics
+from eos.sinks.kafka.sink import KafkaSink
+from eos.sinks.kafka.topics import ensure_topic
 from eos.tools.pipelines import unique_topic, write_pipeline
 
 from support.apache_kafka import ApacheKafka

@@ -24,7 +24,7 @@ from eos.core.errors import SinkUnavailable, TransactionalIdChanged
 from eos.core.kafka import client_settings
 from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
-from eos.sinks.kafka import KafkaSink
+from eos.sinks.kafka.sink import KafkaSink
 from eos.tools.pipelines import unique_topic, write_pipeline
 from integration.sinks.test_kafka_markers import HASH, all_records, by_hand, records, rows_of
 

@@ -366,7 +366,7 @@ def test_a_kafka_sink_whose_largest_record_could_outgrow_its_limit_is_refused() 
 
 @pytest.mark.parametrize("output", ["windows", "late", "quarantine", "rows"])
 def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str) -> None:
-    """The bound is checked against the real codec (``eos.sinks.kafka_records``) on the worst
+    """The bound is checked against the real codec (``eos.sinks.records``) on the worst
     row: every string at ``event.max_string_bytes`` of control characters (six bytes each in
     JSON), every binary at the quarantine prefix, every number at its widest."""
     import datetime as dt
@@ -376,7 +376,7 @@ def test_the_record_bound_holds_for_the_worst_row_the_codec_can_make(output: str
 
     from eos.core.limits import RAW_PREFIX_BYTES, largest_record_bytes
     from eos.core.outputs import output_schema
-    from eos.sinks.kafka_records import encode_keys, encode_values
+    from eos.sinks.records import encode_keys, encode_values
 
     shape = wide(2, max_string_bytes=1024)
     if output == "rows":  # the same fields, without windows: every field, and coordinates

@@ -17,8 +17,8 @@ from eos.core.config import parse_config
 from eos.core.errors import ConfigError
 from eos.core.filters import DUCKDB_TIME_ZONE, expression_for_duckdb
 from eos.core.outputs import output_schema
-from eos.sinks.kafka_avro import value_schema
-from eos.sinks.kafka_records import decode_value, encode_values
+from eos.sinks.kafka.avro import value_schema
+from eos.sinks.records import decode_value, encode_values
 from eos.tools.independent_kafka import decode_json
 
 BASE: dict[str, Any] = {

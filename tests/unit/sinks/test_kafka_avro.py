@@ -11,7 +11,7 @@ import pytest
 from eos.core.config import parse_config
 from eos.core.errors import ConfigError
 from eos.core.outputs import windows_schema
-from eos.sinks.kafka_avro import value_schema
+from eos.sinks.kafka.avro import value_schema
 from eos.tools.schema_registry import SchemaRegistryServer
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
@@ -103,7 +103,7 @@ def test_rows_with_a_raw_key_and_headers_have_an_avro_schema() -> None:
     from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
     from eos.core.schema import HEADERS_TYPE
-    from eos.sinks.kafka_avro import value_schema
+    from eos.sinks.kafka.avro import value_schema
 
     schema = pa.schema([("raw", pa.binary()), ("all", HEADERS_TYPE),
                         ("kafka_partition", pa.int32())])

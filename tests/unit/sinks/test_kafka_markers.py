@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from eos.sinks.kafka import KafkaSink
-from eos.sinks.kafka_topics import marker_loss
+from eos.sinks.kafka.sink import KafkaSink
+from eos.sinks.kafka.topics import marker_loss
 
 
 def test_a_kafka_sink_claims_its_marker_topic_and_not_its_output_topic() -> None:

@@ -15,9 +15,9 @@ from eos.core.config import parse_config
 from eos.core.errors import SinkCannotTake
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
-from eos.sinks import kafka as kafka_module
-from eos.sinks.kafka import KafkaSink
-from eos.sinks.kafka_records import eos_headers
+from eos.sinks.kafka import sink as kafka_module
+from eos.sinks.kafka.sink import KafkaSink
+from eos.sinks.records import eos_headers
 from unit.core.test_config import GOOD
 
 LINEAGE = "0123456789ab"  # a rewind's id, as eos.core.rewind draws them: 12 hex digits
@@ -116,7 +116,7 @@ def test_a_records_size_on_the_wire_follows_kafkas_record_format() -> None:
     """Kafka's record batch (magic 2): a 61-byte batch header, then per record its length,
     attributes, timestamp and offset deltas (at their widest), and each length a zigzag
     varint (a null key is -1: one byte)."""
-    from eos.sinks.kafka_records import (
+    from eos.sinks.records import (
         BATCH_HEADER_BYTES,
         RECORD_OVERHEAD_BYTES,
         record_bytes,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from eos.core.config import load_pipeline
 from eos.core.outputs import QUARANTINE_SCHEMA, late_schema, windows_schema
-from eos.sinks.kafka_records import decode_value, encode_keys, encode_values
+from eos.sinks.records import decode_value, encode_keys, encode_values
 
 DEC = pa.decimal128(38, 9)
 SCHEMA = pa.schema([("key", pa.string()), ("at", pa.timestamp("us", tz="UTC")), ("n", pa.int64()),
@@ -65,7 +65,7 @@ def test_a_row_record_s_key_and_own_headers() -> None:
     headers are its source record's, in order and repeats kept, less eos's own, then the set
     ones; ``kafka_headers`` is never in the value (the headers carry it)."""
     from eos.core.schema import HEADERS_TYPE
-    from eos.sinks.kafka_records import column_bytes, record_headers, value_columns
+    from eos.sinks.records import column_bytes, record_headers, value_columns
 
     headers = [[{"key": "t", "value": b"1"}, {"key": "eos-epoch", "value": b"3"},
                 {"key": "t", "value": None}], []]
@@ -106,7 +106,7 @@ def test_arrows_encoding_is_byte_for_byte_the_python_definition(data: list[dict]
     """``encode_values`` builds the text with Arrow (a 100k-row epoch in a fraction of the
     time); it must be exactly what encoding value by value in Python writes: decimals with
     every digit and no exponent, doubles as ``repr``, strings escaped by json."""
-    from eos.sinks.kafka_records import _encode_in_python
+    from eos.sinks.records import _encode_in_python
 
     table = pa.Table.from_pylist(data, schema=WIDE)
     assert encode_values(table) == _encode_in_python(table)

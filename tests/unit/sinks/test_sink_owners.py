@@ -35,8 +35,8 @@ from eos.core.protocol import begin, checkpointed_epoch
 from eos.core.sink import register, sinks_for
 from eos.sinks.files import FilesSink
 from eos.sinks.iceberg import IcebergSink
-from eos.sinks.kafka import KafkaSink
-from eos.sinks.kafka_markers import MarkerLog
+from eos.sinks.kafka.markers import MarkerLog
+from eos.sinks.kafka.sink import KafkaSink
 
 from support.memory import STORES, MemorySource, at_once, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from eos.sinks.kafka_options import KafkaSinkOptions
+from eos.sinks.kafka.options import KafkaSinkOptions
 from eos.tools.audit_kafka_records import _check_order, _expected
 
 ROW = {"user": "ann", "raw": b"\x00", "kafka_headers": [

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from eos.sinks.kafka_records import encode_values
+from eos.sinks.records import encode_values
 from eos.tools import independent, independent_kafka
 
 

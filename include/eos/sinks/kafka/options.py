@@ -18,8 +18,8 @@ from pydantic import (
 
 from eos.core.config import SchemaRegistryConfig
 from eos.core.config.client import ClientSettings
-from eos.sinks.kafka_markers import MARKER_SUFFIX
-from eos.sinks.kafka_topics import MAX_TOPIC_NAME, check_topic_name
+from eos.sinks.kafka.markers import MARKER_SUFFIX
+from eos.sinks.kafka.topics import MAX_TOPIC_NAME, check_topic_name
 
 if TYPE_CHECKING:
     from eos.core.config import PipelineConfig
@@ -93,13 +93,13 @@ class KafkaSinkOptions(BaseModel):
     """``{kafka: TOPIC}`` or ``{kafka: {topic: T, marker_topic: M, partitions: P, client: {},
     format: json|avro, schema_registry: {...}, transactional_id_prefix: P}}``. ``marker_topic``:
     where this sink's markers live, exclusive to this sink (default
-    ``<topic>.eos-markers.<pipeline>``, see ``eos.sinks.kafka_markers``). ``format: avro``:
-    values in the Schema Registry wire format (``eos.sinks.kafka_avro``), registered with
+    ``<topic>.eos-markers.<pipeline>``, see ``eos.sinks.kafka.markers``). ``format: avro``:
+    values in the Schema Registry wire format (``eos.sinks.kafka.avro``), registered with
     ``schema_registry``, else the event's. ``transactional_id_prefix``: the first part of the
     sink's transactional id ``<prefix>:<pipeline>:<sink>`` (``${VAR}`` read from the
     environment when the config loads); ``previous_transactional_id_prefix``: the prefix the
     sink committed under before, whose open transaction the next commit aborts (see
-    ``eos.sinks.kafka_transactional_ids``)."""
+    ``eos.sinks.kafka.transactional_ids``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
@@ -194,7 +194,7 @@ class KafkaSinkOptions(BaseModel):
     @property
     def legacy_markers(self) -> str:
         """Where version 2 kept this sink's markers (key = the pipeline name): read only, to
-        migrate (see ``eos.sinks.kafka_markers``)."""
+        migrate (see ``eos.sinks.kafka.markers``)."""
         return self.marker_topic or self.topic + MARKER_SUFFIX
 
 

@@ -1,4 +1,5 @@
-"""The Kafka sink's record codec: an output row as a record key and a JSON value, and back.
+"""The JSON record codec of the Kafka sink (and of the files sink's ``jsonl``): an output row
+as a record key and a JSON value, and back.
 
 Key: the group fields as compact JSON with sorted keys (none when the output has no group
 fields). Value: a JSON object of the output columns in schema order, typed by the output's

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from eos.core.outcomes import NO_EPOCH
-from eos.sinks.kafka_topics import TIMEOUT_S
+from eos.sinks.kafka.topics import TIMEOUT_S
 
 if TYPE_CHECKING:
     import confluent_kafka as ck

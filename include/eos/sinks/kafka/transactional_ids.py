@@ -27,12 +27,12 @@ from __future__ import annotations
 from typing import Any
 
 from eos.core.errors import TransactionalIdChanged
-from eos.sinks.kafka_options import (
+from eos.sinks.kafka.options import (
     DEFAULT_TRANSACTIONAL_ID_PREFIX,
     KafkaSinkOptions,
     transactional_id,
 )
-from eos.sinks.kafka_producer import fenced_producer
+from eos.sinks.kafka.producer import fenced_producer
 
 
 def previous_id(options: KafkaSinkOptions, pipeline: str, sink: str) -> str | None:

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from eos.core.errors import MarkerTopicShared, SinkUnavailable
 from eos.core.outcomes import NO_EPOCH
-from eos.sinks.kafka_read_back import partition_records, watermarks
-from eos.sinks.kafka_topics import held_back
+from eos.sinks.kafka.read_back import partition_records, watermarks
+from eos.sinks.kafka.topics import held_back
 
 if TYPE_CHECKING:
     import confluent_kafka as ck

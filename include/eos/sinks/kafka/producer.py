@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from eos.core.errors import InjectedFault, SinkRejected, SinkUnavailable, TransactionAborted
 from eos.core.outcomes import Outcome
 from eos.core.sink import SinkCommit
-from eos.sinks.kafka_topics import TIMEOUT_S, kafka_error
+from eos.sinks.kafka.topics import TIMEOUT_S, kafka_error
 
 if TYPE_CHECKING:
     import confluent_kafka as ck

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from eos.core.errors import SinkCannotTake
-from eos.sinks.kafka_options import DEFAULT_MESSAGE_MAX_BYTES, KafkaSinkOptions
-from eos.sinks.kafka_records import (
+from eos.sinks.kafka.options import DEFAULT_MESSAGE_MAX_BYTES, KafkaSinkOptions
+from eos.sinks.kafka.topics import missing_operations
+from eos.sinks.records import (
     FRAMING_BYTES,
     RECORD_OVERHEAD_BYTES,
     Headers,
@@ -17,7 +18,6 @@ from eos.sinks.kafka_records import (
     prefixed_bytes,
     record_bytes,
 )
-from eos.sinks.kafka_topics import missing_operations
 
 if TYPE_CHECKING:
     from eos.core.config import PipelineConfig

@@ -4,7 +4,7 @@ One fixed ``transactional.id`` per pipeline and sink, ``<prefix>:<pipeline>:<sin
 (``transactional_id_prefix``, default ``eos``). ``commit(N)``:
 
 1. ``init_transactions()``: fences every earlier producer with this id (a zombie attempt can no
-   longer commit) and aborts its pending transaction, if any (``eos.sinks.kafka_producer``);
+   longer commit) and aborts its pending transaction, if any (``eos.sinks.kafka.producer``);
    when the last marker was written under another id, see "Transactional ids" below;
 2. read this sink's last committed epoch marker with ``isolation.level=read_committed``;
 3. skip if it is ``>= N``;
@@ -17,29 +17,29 @@ call, so Flink's failure mode (a transaction pre-committed in one checkpoint, co
 later one, expired by ``transaction.timeout.ms`` in between: data loss) cannot happen here: a
 transaction that times out was never reported committed, and the retry redoes it.
 
-Markers (``eos.sinks.kafka_markers``): each names one sink of one pipeline and lives in a
+Markers (``eos.sinks.kafka.markers``): each names one sink of one pipeline and lives in a
 partition only this sink's transactional id writes, so step 2 never depends on another
 producer (the marker log refuses a shared marker topic and an open foreign transaction); the
 marker log also reads version 2's markers while a sink migrates from them.
 
-Records (``eos.sinks.kafka_records``): key = the group fields as compact JSON with sorted keys;
+Records (``eos.sinks.records``): key = the group fields as compact JSON with sorted keys;
 value = a JSON object of the output columns (``format: avro``: the Schema Registry wire format,
-``eos.sinks.kafka_avro``, its schema registered before the transaction opens); headers
+``eos.sinks.kafka.avro``, its schema registered before the transaction opens); headers
 ``eos-pipeline``, ``eos-epoch``, ``eos-plan-hash``, and ``eos-lineage`` after a rewind. Topics
-are made to exist by ``eos.sinks.kafka_topics``. Consumers must read with
+are made to exist by ``eos.sinks.kafka.topics``. Consumers must read with
 ``isolation.level=read_committed``.
 
 Rewinds (``eos.core.rewind``): published records cannot be withdrawn, so a rewind to N writes
 only a marker saying N (carrying the rewind's id); the replay republishes epochs N+1.. under the
-rewind's lineage (``eos.sinks.kafka_lineage``). The audit reads the current line back
-(``eos.sinks.kafka_read_back``).
+rewind's lineage (``eos.sinks.kafka.lineage``). The audit reads the current line back
+(``eos.sinks.kafka.read_back``).
 
-Transactional ids (``eos.sinks.kafka_transactional_ids``): each marker records the id that
+Transactional ids (``eos.sinks.kafka.transactional_ids``): each marker records the id that
 wrote it. A fenced step compares it with the sink's own id before it reads the marker exactly:
 the same id goes on; the id of a declared ``previous_transactional_id_prefix`` is fenced too
 (its open transaction aborted), then the sink goes on under its new id; any other id is
 refused (``TransactionalIdChanged``) before anything is written. Records too large for the
-producer and missing rights are refused before the seal (``eos.sinks.kafka_checks``).
+producer and missing rights are refused before the seal (``eos.sinks.kafka.checks``).
 
 What the embedded broker (librdkafka's mock cluster) does not do (docs/guarantees.md): fence
 transactional ids and filter ``read_committed`` (its LSO is always the high watermark). On it,
@@ -66,16 +66,16 @@ from eos.core.sink import (
     SupportsRewind,
     validated_options,
 )
-from eos.sinks import kafka_lineage
-from eos.sinks.kafka_avro import AvroValues
-from eos.sinks.kafka_checks import (
+from eos.sinks.kafka import lineage as kafka_lineage
+from eos.sinks.kafka.avro import AvroValues
+from eos.sinks.kafka.checks import (
     check_largest_record,
     check_record_sizes,
     check_topic_rights,
     producer_limit,
 )
-from eos.sinks.kafka_markers import MarkerLog
-from eos.sinks.kafka_options import (
+from eos.sinks.kafka.markers import MarkerLog
+from eos.sinks.kafka.options import (
     KafkaSinkOptions,
     check_avro,
     check_record_columns,
@@ -83,14 +83,16 @@ from eos.sinks.kafka_options import (
     registry_of,
     transactional_id,
 )
-from eos.sinks.kafka_producer import (
+from eos.sinks.kafka.producer import (
     after_failed_transaction,
     commit_transaction,
     fenced_producer,
     produce_rows,
 )
-from eos.sinks.kafka_read_back import rows_on_line, topic_records
-from eos.sinks.kafka_records import (
+from eos.sinks.kafka.read_back import rows_on_line, topic_records
+from eos.sinks.kafka.topics import MARKER_TOPIC_CONFIG, TIMEOUT_S, check_marker_topic, ensure_topic
+from eos.sinks.kafka.transactional_ids import fence_previous_id, refuse_foreign_writer
+from eos.sinks.records import (
     Headers,
     column_bytes,
     decode_value,
@@ -100,8 +102,6 @@ from eos.sinks.kafka_records import (
     record_headers,
     value_columns,
 )
-from eos.sinks.kafka_topics import MARKER_TOPIC_CONFIG, TIMEOUT_S, check_marker_topic, ensure_topic
-from eos.sinks.kafka_transactional_ids import fence_previous_id, refuse_foreign_writer
 
 if TYPE_CHECKING:
     import confluent_kafka as ck
@@ -409,7 +409,7 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
     def _fenced_producer(self) -> ck.Producer:
         """This sink's producer after ``init_transactions``, and the id that wrote the last
         marker fenced too when it was the declared previous one
-        (``eos.sinks.kafka_transactional_ids``)."""
+        (``eos.sinks.kafka.transactional_ids``)."""
         producer = fenced_producer(self._settings(), self.transactional_id, self.name)
         self._take_over()
         return producer
