@@ -74,7 +74,7 @@ class Env:
             epoch = config.epoch.model_copy(update={"log_retention": log_retention_ms})
             config = config.model_copy(update={"epoch": epoch})
         if sink_log_retention_ms is not None and "sinks" not in sections:
-            from eos.sinks.delta import DeltaSinkOptions
+            from eos.sinks.delta.sink import DeltaSinkOptions
 
             bounded = {output: [{"delta": DeltaSinkOptions.model_construct(
                 table=table, log_retention=sink_log_retention_ms)}]

@@ -265,7 +265,7 @@ class DeltaBatchWriter:
 
     The batch is computed first even when it will be skipped: in a stateful query, running the
     batch is what writes its state, and a replayed batch must leave the state as it was. The
-    ``txn`` check and the append use the same snapshot, as ``eos.sinks.delta.fenced_append``
+    ``txn`` check and the append use the same snapshot, as ``eos.sinks.delta.sink.fenced_append``
     does. Each call is logged to a JSON-lines file, which works wherever the function runs."""
 
     path: str

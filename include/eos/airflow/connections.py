@@ -122,13 +122,13 @@ def postgres_dsn(conn: Any) -> str:
 
 def export_postgres_connections(config: Any) -> list[str]:
     """Give this process the DSN of every ``postgres`` sink's Airflow connection
-    (``eos.sinks.postgres_connection.supply_dsn``), its password given to the log masker;
+    (``eos.sinks.postgres.connection.supply_dsn``), its password given to the log masker;
     the ids of those found. A sink whose connection does not exist falls back to its
     ``dsn_env`` (and fails naming both when neither is there)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.log import mask_secret
 
-    from eos.sinks.postgres_connection import supply_dsn
+    from eos.sinks.postgres.connection import supply_dsn
 
     found = []
     for _, spec in config.sinks.by_output():

@@ -52,7 +52,7 @@ TASK_MODULES = (
     "eos.core.protocol",
     "eos.core.filters",  # and sqlglot: the columns a filter or select reads, asked by precommit
     "eos.core.rewind",
-    "eos.sinks.delta",
+    "eos.sinks.delta.sink",
     "eos.sinks.kafka.sink",
 )
 

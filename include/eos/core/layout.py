@@ -1,6 +1,6 @@
 """Where a pipeline's own tables live (epoch log, staging, checkpoints, audits). Pure path logic
 with no heavy imports, so that parsing a DAG file does not load deltalake or pyarrow. Sinks place
-their own tables (``eos.sinks.delta``), never onto these (``PROTOCOL_TABLES``, checked when the
+their own tables (``eos.sinks.delta.sink``), never onto these (``PROTOCOL_TABLES``, checked when the
 config loads through the resources the sinks claim: ``table_resource``).
 
 Also how long a path a sink can write (``path_limits``, ``path_problem``): a name of 255 bytes,

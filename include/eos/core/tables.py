@@ -1,5 +1,5 @@
 """The pipeline's own Delta tables (epoch log, staging, checkpoints): their schemas, and how one
-phase opens them (``OpenTables``). Sinks' tables belong to the sinks (``eos.sinks.delta``);
+phase opens them (``OpenTables``). Sinks' tables belong to the sinks (``eos.sinks.delta.sink``);
 which epochs are committed is the checkpoint table's answer (``eos.core.checkpoints``); the
 Delta primitives they all use are ``eos.core.delta``."""
 

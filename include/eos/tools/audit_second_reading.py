@@ -62,9 +62,9 @@ def read_back_with_version(sink: SupportsReadBack, since: int = 0
     committed epoch: the version is taken before and after the read, and the read repeated
     while a commit lands in between. None: no stable version (the audit ran while the table
     kept changing)."""
-    from eos.sinks.delta import DeltaSink
-    from eos.sinks.iceberg import IcebergSink
-    from eos.sinks.postgres import PostgresSink
+    from eos.sinks.delta.sink import DeltaSink
+    from eos.sinks.iceberg.sink import IcebergSink
+    from eos.sinks.postgres.sink import PostgresSink
 
     if isinstance(sink, PostgresSink):
         return _read_back_postgres(sink, since)
@@ -100,10 +100,10 @@ def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
                 ) -> list[Problem]:
     """The sink read again by its independent reader and compared whole with ``held`` (what
     the sink's own reader returned, of epoch ``since`` or later): every row, every column."""
-    from eos.sinks.delta import DeltaSink
-    from eos.sinks.iceberg import IcebergSink
+    from eos.sinks.delta.sink import DeltaSink
+    from eos.sinks.iceberg.sink import IcebergSink
     from eos.sinks.kafka.sink import KafkaSink
-    from eos.sinks.postgres import PostgresSink
+    from eos.sinks.postgres.sink import PostgresSink
 
     if isinstance(sink, PostgresSink):
         return _reread_postgres(report, sink, held, version, since)
@@ -164,7 +164,7 @@ def _reread_iceberg(sink: Any, snapshot: int | None, since: int
     import duckdb
 
     from eos.core.errors import EosError
-    from eos.sinks.iceberg import NO_SNAPSHOT
+    from eos.sinks.iceberg.sink import NO_SNAPSHOT
     from eos.tools.independent_iceberg import ICEBERG_READER, read_iceberg
 
     if snapshot is None or snapshot == NO_SNAPSHOT:
@@ -186,7 +186,7 @@ def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],
     commit in between (or a table that would not hold still) fails the audit, which is run
     again on a pipeline at rest."""
     from eos.core.errors import EosError
-    from eos.sinks.postgres_connection import dsn_for
+    from eos.sinks.postgres.connection import dsn_for
     from eos.tools.independent_postgres import POSTGRES_READER, read_postgres
 
     reader = POSTGRES_READER

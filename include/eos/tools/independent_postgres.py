@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from eos.core.errors import SinkUnavailable
-from eos.sinks.postgres_connection import redact
+from eos.sinks.postgres.connection import redact
 from eos.tools.independent import canonical_row
 from eos.tools.independent_duckdb import duckdb_for, extension, quoted
 

@@ -1,6 +1,6 @@
 """The ``files`` sink on an object store (the embedded SeaweedFS S3 gateway, a real S3 server):
 epochs committed through the protocol, the manifest's conditional create (``If-None-Match: *``,
-obstore's ``put(mode="create")`` in ``eos.sinks.files_s3``) letting exactly one of two racing
+obstore's ``put(mode="create")`` in ``eos.sinks.files.s3``) letting exactly one of two racing
 attempts win, orphans of a crashed attempt removed by the rerun, and DuckDB reading back what
 was committed; any partition value gets a key, and the prefix is claimed by its pipeline
 (``_eos/writers.json``, created with the same conditional PUT)."""
@@ -24,8 +24,8 @@ from eos.core.errors import SinkUnavailable, TableOwned
 from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.sink import register, sinks_for
-from eos.sinks.files import FilesSink
-from eos.sinks.files_s3 import put_if_absent
+from eos.sinks.files.s3 import put_if_absent
+from eos.sinks.files.sink import FilesSink
 
 from support.memory import STORES, MemorySource, MemoryStager, at_once, run_epoch, store
 from support.pipelines import IN_MEMORY, make_pipeline
@@ -101,7 +101,7 @@ def test_two_sink_commits_at_once_create_one_manifest(tmp_path: Path, s3_root: s
         barrier.wait()
         return real(uri, data)
 
-    monkeypatch.setattr("eos.sinks.files_s3.put_if_absent", together)
+    monkeypatch.setattr("eos.sinks.files.s3.put_if_absent", together)
     rows = pa.table({"key": ["a", "b"], "n": [1, 2]})
     sinks = [sinks_for(config)[0], sinks_for(config)[0]]
     results = at_once(*(lambda s=s: s.commit(0, rows, "h0") for s in sinks))
@@ -125,7 +125,7 @@ def test_orphans_of_an_attempt_killed_before_its_manifest_are_removed_by_the_rer
         raise SinkUnavailable("killed before the manifest")
 
     with monkeypatch.context() as patch:
-        patch.setattr("eos.sinks.files_s3.put_if_absent", killed)
+        patch.setattr("eos.sinks.files.s3.put_if_absent", killed)
         with pytest.raises(SinkUnavailable):
             commit(config, 0)
     assert len([n for n in listing(s3_root) if n.startswith("epoch-")]) == 2

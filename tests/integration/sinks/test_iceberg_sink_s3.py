@@ -20,7 +20,7 @@ from eos.core.config import PipelineConfig
 from eos.core.errors import SinkUnavailable
 from eos.core.protocol import checkpointed_epoch
 from eos.core.sink import register, sinks_for
-from eos.sinks.iceberg import IcebergSink
+from eos.sinks.iceberg.sink import IcebergSink
 from eos.tools.audit_report import AuditReport
 from eos.tools.audit_second_reading import read_back_with_version, reread_sink
 

@@ -14,8 +14,8 @@ from eos.core import sink as sink_module
 from eos.core.config import PipelineConfig
 from eos.core.protocol import checkpointed_epoch, commit
 from eos.core.sink import register, sinks_for
-from eos.sinks.postgres import PostgresSink
-from eos.sinks.postgres_connection import forget_dsns
+from eos.sinks.postgres.connection import forget_dsns
+from eos.sinks.postgres.sink import PostgresSink
 
 from support.memory import STORES, MemorySource, run_epoch, store
 from support.memory_rows import STATELESS_IN_MEMORY, RowStager

@@ -1,4 +1,4 @@
-"""The ``postgres`` sink (eos.sinks.postgres) against a real PostgreSQL server that the harness
+"""The ``postgres`` sink (eos.sinks.postgres.sink) against a real PostgreSQL server that the harness
 starts on 127.0.0.1 with a generated password (``support.postgres``), run through the protocol
 with the in-process source and stager (``support.memory``): no Spark, no broker, no Airflow.
 
@@ -39,9 +39,9 @@ from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
-from eos.sinks import postgres_sql
-from eos.sinks.postgres import PostgresSink
-from eos.sinks.postgres_connection import forget_dsns
+from eos.sinks.postgres import sql as postgres_sql
+from eos.sinks.postgres.connection import forget_dsns
+from eos.sinks.postgres.sink import PostgresSink
 
 from support.memory import STORES, MemorySource, MemoryStager, at_once, run_epoch, store
 from support.pipelines import IN_MEMORY, make_pipeline

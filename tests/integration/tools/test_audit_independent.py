@@ -27,7 +27,7 @@ from eos.core.delta import read_table
 from eos.core.kafka import client_settings
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
-from eos.sinks.delta import DeltaSink
+from eos.sinks.delta.sink import DeltaSink
 from eos.tools import audit as audit_module
 from eos.tools import independent, independent_delta, independent_kafka
 from eos.tools.audit import audit

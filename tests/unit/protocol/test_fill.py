@@ -24,9 +24,9 @@ from eos.core.protocol import check_sinks, checkpointed_epoch
 from eos.core.rewind import rewind
 from eos.core.sink import register
 from eos.core.storage import join
-from eos.sinks.files import FilesSink
-from eos.sinks.iceberg import IcebergSink
-from eos.sinks.postgres import PostgresSink
+from eos.sinks.files.sink import FilesSink
+from eos.sinks.iceberg.sink import IcebergSink
+from eos.sinks.postgres.sink import PostgresSink
 from eos.tools.independent import canonical_row
 
 from support.memory import MemorySource, run_epoch
@@ -80,7 +80,7 @@ def _delta(request: pytest.FixtureRequest, tmp_path: Path, _: Any) -> Kind:
         return txn_version(second, config.app_id), txn_version(second, config.app_id
                                                                + FILL_SUFFIX)
 
-    return Kind("delta", {"delta": "second"}, "delta:second", markers, "eos.sinks.delta_fill")
+    return Kind("delta", {"delta": "second"}, "delta:second", markers, "eos.sinks.delta.fill")
 
 
 def _iceberg(request: pytest.FixtureRequest, tmp_path: Path, _: Any) -> Kind:
@@ -101,13 +101,13 @@ def _iceberg(request: pytest.FixtureRequest, tmp_path: Path, _: Any) -> Kind:
 
     spec = {"iceberg": {"catalog": "test", "table": "eos_test.second",
                         "catalog_properties": properties}}
-    return Kind("iceberg", spec, name, markers, "eos.sinks.iceberg_fill")
+    return Kind("iceberg", spec, name, markers, "eos.sinks.iceberg.fill")
 
 
 def _files(request: pytest.FixtureRequest, tmp_path: Path, _: Any) -> Kind:
-    from eos.sinks.files_fill import FILLS
-    from eos.sinks.files_layout import MANIFESTS
-    from eos.sinks.files_store import Place
+    from eos.sinks.files.fill import FILLS
+    from eos.sinks.files.layout import MANIFESTS
+    from eos.sinks.files.store import Place
 
     def markers(config: PipelineConfig) -> tuple[int, int]:
         place = Place(join(config.root, "second"))
@@ -119,14 +119,14 @@ def _files(request: pytest.FixtureRequest, tmp_path: Path, _: Any) -> Kind:
         return newest(MANIFESTS), newest(FILLS)
 
     return Kind("files", {"files": {"path": "second"}}, "files:second", markers,
-                "eos.sinks.files_fill")
+                "eos.sinks.files.fill")
 
 
 def _postgres(request: pytest.FixtureRequest, tmp_path: Path,
               monkeypatch: pytest.MonkeyPatch) -> Kind:
     import psycopg2
 
-    from eos.sinks.postgres_connection import forget_dsns
+    from eos.sinks.postgres.connection import forget_dsns
 
     server: PostgresServer = request.getfixturevalue("server")
     monkeypatch.setenv(DSN_ENV, server.dsn())
@@ -142,7 +142,7 @@ def _postgres(request: pytest.FixtureRequest, tmp_path: Path,
         return found.get(name, -1), found.get(name + FILL_SUFFIX, -1)
 
     spec = {"postgres": {"table": f"{schema}.second", "dsn_env": DSN_ENV}}
-    return Kind("postgres", spec, name, markers, "eos.sinks.postgres_fill")
+    return Kind("postgres", spec, name, markers, "eos.sinks.postgres.fill")
 
 
 def pipeline(tmp_path: Path, windows: list[dict]) -> PipelineConfig:
@@ -377,7 +377,7 @@ def test_an_upserting_postgres_sink_is_refused_naming_why(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """Filling earlier epochs after later ones would let old rows replace newer ones."""
-    from eos.sinks.postgres_connection import forget_dsns
+    from eos.sinks.postgres.connection import forget_dsns
 
     server: PostgresServer = request.getfixturevalue("server")
     monkeypatch.setenv(DSN_ENV, server.dsn())

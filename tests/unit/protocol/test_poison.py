@@ -23,7 +23,7 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import overflow_reason, overflow_rows
 from eos.core.protocol import abort, begin, commit, precommit
 from eos.core.tables import group_column, staging_schema
-from eos.sinks.delta import schema_conflicts
+from eos.sinks.delta.sink import schema_conflicts
 from eos.sinks.records import decode_value, encode_values
 
 from support.memory import MemorySource, MemoryStager, run_epoch, store

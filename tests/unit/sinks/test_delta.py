@@ -15,7 +15,7 @@ from eos.core.config import PipelineConfig
 from eos.core.maintenance import LOG_RETENTION
 from eos.core.outcomes import Outcome
 from eos.core.sink import sinks_for
-from eos.sinks.delta import DeltaSink, DeltaSinkOptions
+from eos.sinks.delta.sink import DeltaSink, DeltaSinkOptions
 from eos.tools.pipelines import write_pipeline
 
 

@@ -1,4 +1,4 @@
-"""How ``eos.sinks.files_s3`` configures obstore from the ``AWS_*`` variables, and what its
+"""How ``eos.sinks.files.s3`` configures obstore from the ``AWS_*`` variables, and what its
 errors may show. The requests themselves run against a real S3 server in
 tests/integration/sinks/test_files_sink_s3.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eos.sinks import files_s3
+from eos.sinks.files import s3 as files_s3
 
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 

@@ -30,7 +30,7 @@ from eos.core.outcomes import Outcome
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
-from eos.sinks.files import FilesSink
+from eos.sinks.files.sink import FilesSink
 
 from support.memory import STORES, MemorySource, MemoryStager, at_once, run_epoch, store
 from support.pipelines import IN_MEMORY, make_pipeline
@@ -140,7 +140,7 @@ def test_a_crash_after_the_data_files_before_the_manifest_leaves_orphans_the_rer
         raise OSError("killed before the manifest")
 
     with monkeypatch.context() as patch:
-        patch.setattr("eos.sinks.files_store.Place.create", crash)
+        patch.setattr("eos.sinks.files.store.Place.create", crash)
         with pytest.raises(SinkUnavailable, match="killed before the manifest"):
             commit(config, 1)
     crashed = [p for p in data_files(out) if p.split("/")[-1].startswith("epoch-000000000001")]
@@ -188,7 +188,7 @@ def test_two_commits_at_once_create_one_manifest(tmp_path: Path,
     sinks = [sinks_for(config)[0], sinks_for(config)[0]]
     for one in sinks:
         one.prepare(rows.schema)
-    monkeypatch.setattr("eos.sinks.files_store.os.link", link_together)
+    monkeypatch.setattr("eos.sinks.files.store.os.link", link_together)
     results = at_once(*(lambda s=s: s.commit(0, rows, "h0") for s in sinks))
     assert sorted((r.outcome, r.raced) for r in results) == sorted(
         [(Outcome.COMMITTED, False), (Outcome.ALREADY_COMMITTED, True)])

@@ -34,7 +34,7 @@ from eos.core.errors import RewindRefused
 from eos.core.outcomes import Outcome
 from eos.core.protocol import checkpointed_epoch, commit
 from eos.core.sink import register, sinks_for
-from eos.sinks.iceberg import IcebergSink
+from eos.sinks.iceberg.sink import IcebergSink
 from eos.tools.audit_report import AuditReport
 from eos.tools.audit_second_reading import read_back_with_version, reread_sink
 

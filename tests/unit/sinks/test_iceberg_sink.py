@@ -34,7 +34,7 @@ from eos.core.outputs import output_schema
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
-from eos.sinks.iceberg import IcebergSink
+from eos.sinks.iceberg.sink import IcebergSink
 from eos.tools.audit_report import AuditReport, ProblemKind
 from eos.tools.audit_second_reading import read_back_with_version, reread_sink
 from eos.tools.independent import canonical_row

@@ -17,8 +17,8 @@ from eos.core.errors import ConfigError
 from eos.core.outputs import output_schema
 from eos.core.sink import register
 from eos.sinks.columns import output_columns
-from eos.sinks.files import FilesSink
-from eos.sinks.postgres import PostgresSink
+from eos.sinks.files.sink import FilesSink
+from eos.sinks.postgres.sink import PostgresSink
 from unit.core.test_config import GOOD
 
 from support.memory_rows import STATELESS_IN_MEMORY

@@ -28,7 +28,7 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
 from eos.core.protocol import abort, checkpointed_epoch
 from eos.core.sink import register, sinks_for
-from eos.sinks.iceberg import IcebergSink
+from eos.sinks.iceberg.sink import IcebergSink
 
 from support.memory import STORES, MemorySource, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline

@@ -14,7 +14,7 @@ import pytest
 
 from eos.core.evolution import comparable
 from eos.core.path_rules import PATH_RULES, PathRule, escaped_bytes, path_problem_of
-from eos.sinks.delta import (
+from eos.sinks.delta.sink import (
     _UNRESERVED,
     DATA_FILE_NAME,
     _encoded,

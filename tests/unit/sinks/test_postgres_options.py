@@ -11,8 +11,8 @@ import pytest
 from eos.core import sink as sink_module
 from eos.core.errors import ConfigError, SinkCannotTake
 from eos.core.sink import register, sinks_for
-from eos.sinks.postgres import PostgresSink
-from eos.sinks.postgres_types import Column, column_type, refuse_values
+from eos.sinks.postgres.sink import PostgresSink
+from eos.sinks.postgres.types import Column, column_type, refuse_values
 
 from support.pipelines import IN_MEMORY, make_pipeline
 
@@ -66,7 +66,8 @@ def test_the_package_installs_the_sink_type_and_its_drivers() -> None:
     import tomllib
 
     project = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())["project"]
-    assert project["entry-points"]["eos.sinks"]["postgres"] == "eos.sinks.postgres:PostgresSink"
+    assert (project["entry-points"]["eos.sinks"]["postgres"]
+            == "eos.sinks.postgres.sink:PostgresSink")
     extra = " ".join(project["optional-dependencies"]["postgres"])
     assert "psycopg[binary]" in extra and "psycopg2-binary" in extra
 

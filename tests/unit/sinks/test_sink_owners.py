@@ -33,8 +33,8 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
 from eos.core.protocol import begin, checkpointed_epoch
 from eos.core.sink import register, sinks_for
-from eos.sinks.files import FilesSink
-from eos.sinks.iceberg import IcebergSink
+from eos.sinks.files.sink import FilesSink
+from eos.sinks.iceberg.sink import IcebergSink
 from eos.sinks.kafka.markers import MarkerLog
 from eos.sinks.kafka.sink import KafkaSink
 
@@ -123,7 +123,7 @@ def test_two_pipelines_beginning_on_one_directory_at_once_one_owns_it(
         barrier.wait()
         link(source, target)
 
-    monkeypatch.setattr("eos.sinks.files_store.os.link", link_together)
+    monkeypatch.setattr("eos.sinks.files.store.os.link", link_together)
 
     def prepare(sink: Any) -> str:
         try:

@@ -25,7 +25,7 @@ later one. The audit expects, per key, the last row of the last epoch that wrote
 (``kept_by``).
 
 ``check`` refuses, before the seal, what the commit could only fail on: an existing table whose
-columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres_types``).
+columns conflict with the output, and values PostgreSQL cannot hold (``eos.sinks.postgres.types``).
 A rewind to epoch N (``SupportsRewind``) deletes, in one transaction, the table's rows whose
 ``epoch`` column is after N and this pipeline's and sink's markers after N: the table is the
 sink's alone and every output row carries the epoch that committed it, so what remains is
@@ -38,7 +38,7 @@ row (their markers go). A rewind changes no column: a full replay under a config
 types changed meets the same table, which ``check`` refuses until it is altered.
 
 ``eos fill`` writes the epochs from before the sink joined the same way, under marker rows of
-its own (``sink`` is the sink's name with ``#fill``: ``eos.sinks.postgres_fill``), and refuses
+its own (``sink`` is the sink's name with ``#fill``: ``eos.sinks.postgres.fill``), and refuses
 an upserted table, where an earlier epoch's row would replace a later one's.
 
 The audit reads the table back with psycopg2, a different driver than the writer (its own C
@@ -76,7 +76,7 @@ from eos.core.sink import (
     SupportsRewind,
     validated_options,
 )
-from eos.sinks.postgres_connection import dsn_for, redact
+from eos.sinks.postgres.connection import dsn_for, redact
 
 if TYPE_CHECKING:  # pyarrow and the SQL modules load on first use: parsing a DAG file needs neither
     import pyarrow as pa
@@ -231,8 +231,8 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         ``postgres_sql.DDL_LOCK_TIMEOUT``), then fails transiently, having changed nothing."""
         import psycopg
 
-        from eos.sinks import postgres_sql as q
-        from eos.sinks.postgres_types import column_type
+        from eos.sinks.postgres import sql as q
+        from eos.sinks.postgres.types import column_type
 
         columns = [(field.name, column_type(field)) for field in schema]
         for attempt in range(2):  # two processes creating one table: the loser sees it made
@@ -255,7 +255,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         """A table is one pipeline's (``TableOwned``, before the seal): the markers of this
         sink from another pipeline mean its rows are in the table too, and the two would read,
         upsert over and rewind each other's rows."""
-        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres import sql as q
         others = q.other_writers(conn, self.options.marker(), self.config.name, self.name)
         if others:
             raise TableOwned(
@@ -268,7 +268,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         """Nothing to fence: an attempt still in flight can only commit the sealed epoch's
         rows (the same rows, by the precommit's determinism), and only if no other attempt
         did, as the marker's key admits one of them."""
-        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres import sql as q
         with self._connected() as conn:
             return q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
 
@@ -284,8 +284,8 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
     def check(self, epoch: int, rows: pa.Table) -> None:
         """Refuse, before the seal, what the commit could only fail on (the module docstring),
         in the rows the commit writes: each upsert key's last."""
-        from eos.sinks import postgres_sql as q
-        from eos.sinks.postgres_types import refuse_conflicts, refuse_values
+        from eos.sinks.postgres import sql as q
+        from eos.sinks.postgres.types import refuse_conflicts, refuse_values
 
         rows = self._latest(rows)
         with self._connected() as conn:
@@ -302,7 +302,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
     def commit(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
         import psycopg
 
-        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres import sql as q
         rows = self._latest(rows)
         with self._connected() as conn:
             held = q.last_epoch(conn, self.options.marker(), self.config.name, self.name)
@@ -330,7 +330,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
     def rewind_target(self, epoch: int) -> int | None:
         """Nothing to go back to (a table has no versions here): checks the sink holds
         ``epoch`` and, upserted, that no row of a later epoch would have to be taken back."""
-        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres import sql as q
         with self._connected() as conn:
             held = q.marker_epochs(conn, self.options.marker(), self.config.name, self.name)
             if epoch != NO_EPOCH and epoch not in held:
@@ -342,7 +342,7 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
     def _refuse_upserted(self, conn: Any, epoch: int) -> None:
         """``RewindRefused`` for an upserted table holding rows of epochs after ``epoch``
         (they replaced rows whose earlier values are gone); -1 empties it, always fine."""
-        from eos.sinks import postgres_sql as q
+        from eos.sinks.postgres import sql as q
         if not self.options.upsert_keys or epoch == NO_EPOCH:
             return
         later = q.rows_after(conn, self.table, epoch)
@@ -358,10 +358,10 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
     def rewind(self, epoch: int, target: int | None, rewind_id: str,
                schema: pa.Schema) -> int | None:
         """Delete the rows and markers of the epochs after ``epoch`` in one transaction
-        (module docstring), the fill's markers too (``eos.sinks.postgres_fill``); a rerun
+        (module docstring), the fill's markers too (``eos.sinks.postgres.fill``); a rerun
         finds nothing more to delete. No version: None."""
-        from eos.sinks import postgres_sql as q
-        from eos.sinks.postgres_fill import drop_after
+        from eos.sinks.postgres import sql as q
+        from eos.sinks.postgres.fill import drop_after
 
         with self._connected() as conn:
             self._refuse_upserted(conn, epoch)
@@ -373,12 +373,12 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
     # -- eos fill -------------------------------------------------------------------------------
 
     def filled(self) -> tuple[int, int] | None:
-        from eos.sinks.postgres_fill import filled
+        from eos.sinks.postgres.fill import filled
 
         return filled(self)
 
     def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
-        from eos.sinks.postgres_fill import fill
+        from eos.sinks.postgres.fill import fill
 
         return fill(self, epoch, rows, first)
 
@@ -391,12 +391,12 @@ class PostgresSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAsset
         return self.options.upsert_keys
 
     def read_back(self, since: int = 0) -> list[dict[str, Any]]:
-        from eos.sinks.postgres_read import read_table
+        from eos.sinks.postgres.read import read_table
 
         return read_table(self._dsn(), self.table, self.name, since)
 
     def commits(self) -> list[int]:
-        from eos.sinks.postgres_read import read_markers
+        from eos.sinks.postgres.read import read_markers
 
         return read_markers(self._dsn(), self.options.marker(), self.config.name, self.name)
 

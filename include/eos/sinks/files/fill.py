@@ -24,7 +24,7 @@ from eos.core.errors import ProtocolViolation, SinkUnavailable
 from eos.core.layout import NAME_MAX
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import SinkCommit
-from eos.sinks.files_layout import (
+from eos.sinks.files.layout import (
     MANIFEST,
     Manifest,
     encode,
@@ -36,7 +36,7 @@ from eos.sinks.files_layout import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eos.sinks.files import FilesSink
+    from eos.sinks.files.sink import FilesSink
 
 FILLS = "_eos/fill"  # the fill's manifests
 PLAN = "fill"  # in place of a plan hash in a filled epoch's file names

@@ -35,7 +35,7 @@ class SharedOption(Protocol):
 
 
 class FilledSink(Protocol):
-    """What a fill reads of the Delta sink it fills (``eos.sinks.delta.DeltaSink``, which calls
+    """What a fill reads of the Delta sink it fills (``eos.sinks.delta.sink.DeltaSink``, which calls
     this module: a protocol, not that class, so the two modules do not import each other)."""
 
     @property

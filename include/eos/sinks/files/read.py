@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eos.sinks.files_layout import Manifest
-    from eos.sinks.files_store import Place
+    from eos.sinks.files.layout import Manifest
+    from eos.sinks.files.store import Place
 
 
 def read_files(place: Place, manifests: list[Manifest], form: str) -> list[dict[str, Any]]:

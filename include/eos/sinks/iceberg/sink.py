@@ -43,12 +43,12 @@ a rewind of either would be refused, and the audit cannot tell their rows apart.
 
 A partitioned table's partition values must fit a path: ``check`` refuses, before the seal, a
 value whose data file's path or key would be too long, and a partition column the output
-lacks (``eos.sinks.iceberg_schema.refuse_partition_values``).
+lacks (``eos.sinks.iceberg.schema.refuse_partition_values``).
 
 ``eos verify`` reads the table through pyiceberg (``read_back``) and a second time through
 DuckDB's iceberg extension (``eos.tools.independent_iceberg``), both at one metadata file.
 
-The catalog: ``eos.sinks.iceberg_catalog`` (pyiceberg's configuration plus the sink's
+The catalog: ``eos.sinks.iceberg.catalog`` (pyiceberg's configuration plus the sink's
 ``catalog_properties``, secrets from the environment and kept out of every message).
 """
 
@@ -69,9 +69,9 @@ from eos.core.sink import (
     validated_options,
 )
 from eos.core.storage import is_remote
-from eos.sinks.iceberg_catalog import CatalogSettings, guarded, open_catalog, settings_for
-from eos.sinks.iceberg_history import PIPELINE, Mark, described
-from eos.sinks.iceberg_options import SQLITE_RELATIVE, IcebergOptions
+from eos.sinks.iceberg.catalog import CatalogSettings, guarded, open_catalog, settings_for
+from eos.sinks.iceberg.history import PIPELINE, Mark, described
+from eos.sinks.iceberg.options import SQLITE_RELATIVE, IcebergOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -166,7 +166,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
         writer, unless it exists (two creators at once: the loser loads the winner's)."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
-        from eos.sinks.iceberg_schema import iceberg_schema
+        from eos.sinks.iceberg.schema import iceberg_schema
 
         converted = iceberg_schema(schema, f"sink {self.name}")
         self.catalog.create_namespace_if_not_exists(self.options.identifier[:-1])
@@ -226,7 +226,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
         its writer (``TableOwned`` when another pipeline owns it); refuse an existing table
         that cannot take the output, or is partitioned by a transform this runtime cannot
         apply (``SinkCannotTake``), before any epoch."""
-        from eos.sinks.iceberg_schema import refuse_conflicts, refuse_partitioning
+        from eos.sinks.iceberg.schema import refuse_conflicts, refuse_partitioning
 
         with self._guarded("creating its table"):
             table = self._load() or self._create(schema)
@@ -244,8 +244,8 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
     def check(self, epoch: int, rows: pa.Table) -> None:
         """This pipeline may write the table (``TableOwned``), the table can take the rows'
         columns, its partition transforms can be applied here and every partition value can
-        be written (``eos.sinks.iceberg_schema``): what would otherwise fail every commit."""
-        from eos.sinks.iceberg_schema import (
+        be written (``eos.sinks.iceberg.schema``): what would otherwise fail every commit."""
+        from eos.sinks.iceberg.schema import (
             refuse_conflicts,
             refuse_partition_values,
             refuse_partitioning,
@@ -295,7 +295,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
     def _write(self, table: Any, epoch: int, rows: pa.Table, plan_hash: str) -> None:
         """One catalog commit: the columns the rows add, then the rows in one snapshot whose
         summary is the epoch's marker, and the table property that keeps the epoch."""
-        from eos.sinks.iceberg_schema import added_columns
+        from eos.sinks.iceberg.schema import added_columns
 
         transaction = _without_retries(table).transaction()
         if added_columns(table.schema(), rows.schema):
@@ -308,7 +308,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
     def _keep(self, transaction: Any, epoch: int) -> None:
         """Stage, in ``transaction``, the table property saying its current snapshot (as
         staged: the commit's own, or the rollback's target) holds ``epoch``: it lands in the
-        same catalog commit, or not at all (``eos.sinks.iceberg_history``)."""
+        same catalog commit, or not at all (``eos.sinks.iceberg.history``)."""
         staged = transaction.table_metadata.current_snapshot()
         transaction.set_properties(self.mark.kept_property(staged, epoch))
 
@@ -432,11 +432,11 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
     # -- eos fill -------------------------------------------------------------------------------
 
     def filled(self) -> tuple[int, int] | None:
-        from eos.sinks.iceberg_fill import filled
+        from eos.sinks.iceberg.fill import filled
 
         return filled(self)
 
     def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
-        from eos.sinks.iceberg_fill import fill
+        from eos.sinks.iceberg.fill import fill
 
         return fill(self, epoch, rows, first)

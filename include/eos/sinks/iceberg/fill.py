@@ -6,7 +6,7 @@ fill's first epoch. The pipeline's marker line is untouched: ``committed_epoch``
 ``commits`` read only the pipeline's mark, and step over the fill's snapshots as they step over
 any other. The rewind and the audit do not: a fill snapshot is the sink's own writing, which a
 rollback may go back over (it takes the filled rows back with their marker) and whose rows
-``unreadable`` does not call another writer's (``eos.sinks.iceberg_history``).
+``unreadable`` does not call another writer's (``eos.sinks.iceberg.history``).
 
 Exactly once as the sink's commit is: the fill's marker is read from the metadata the append
 is planned on, and the catalog swaps the metadata only if the branch still points where it did
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import SinkCommit
-from eos.sinks.iceberg_history import Kept, Mark, line
+from eos.sinks.iceberg.history import Kept, Mark, line
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eos.sinks.iceberg import IcebergSink
+    from eos.sinks.iceberg.sink import IcebergSink
 
 FIRST = "eos.fill.first"  # in a fill snapshot's summary: the fill's first epoch
 ATTEMPTS = 5  # conflicts with other writers absorbed before the caller retries
@@ -121,7 +121,7 @@ def _append(sink: IcebergSink, table: Any, epoch: int, rows: pa.Table,
 def _write(sink: IcebergSink, table: Any, epoch: int, rows: pa.Table, first: int) -> None:
     """One catalog commit: the columns the rows add, the rows in one snapshot marked as the
     fill's, and the fill's property (the module)."""
-    from eos.sinks.iceberg_schema import added_columns
+    from eos.sinks.iceberg.schema import added_columns
 
     fill_mark = sink.mark.fill
     transaction = _without_retries(table).transaction()
@@ -138,7 +138,7 @@ def _write(sink: IcebergSink, table: Any, epoch: int, rows: pa.Table, first: int
 
 def _without_retries(table: Any) -> Any:
     """``table`` with pyiceberg's own commit retries off in this process, as the sink's
-    commit has it (``eos.sinks.iceberg._without_retries``: a re-planned retry would fill an
+    commit has it (``eos.sinks.iceberg.sink._without_retries``: a re-planned retry would fill an
     epoch a second time after another fill did). Not imported from there: the sink's module
     imports this one."""
     from pyiceberg.table import TableProperties

@@ -494,7 +494,7 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets,
         writer committed after ``target`` (since the plan too): checked through the snapshot
         the restore commits on, so a commit landing in between makes it conflict."""
         from eos.core.timetravel import refuse_other_writers, replace_schema, restore
-        from eos.sinks.delta_fill import fill_markers_at
+        from eos.sinks.delta.fill import fill_markers_at
 
         if target is None:  # the table did not exist when the rewind was planned
             return None
@@ -559,12 +559,12 @@ class DeltaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets,
         return line(DeltaTable(self.path), self.config.app_id)
 
     def filled(self) -> tuple[int, int] | None:
-        from eos.sinks.delta_fill import filled
+        from eos.sinks.delta.fill import filled
 
         return filled(self)
 
     def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
-        from eos.sinks.delta_fill import fill
+        from eos.sinks.delta.fill import fill
 
         return fill(self, epoch, rows, first)
 

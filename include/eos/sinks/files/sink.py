@@ -7,9 +7,9 @@ it moves with the root, onto an object store too.
 
 **The commit.** Epoch N's files are written first, each whole (locally: a temporary file made
 durable, then renamed into place; on a store: one PUT), under names derived from N and its plan
-hash (``eos.sinks.files_layout``). Then N's manifest, ``_eos/manifests/<N:012d>.json`` (its
+hash (``eos.sinks.files.layout``). Then N's manifest, ``_eos/manifests/<N:012d>.json`` (its
 files, row counts, plan hash, schema), is *created*: a link that refuses an existing name
-locally, a PUT with ``If-None-Match: *`` on S3 (``eos.sinks.files_store``). The manifest's
+locally, a PUT with ``If-None-Match: *`` on S3 (``eos.sinks.files.store``). The manifest's
 existence is the commit marker: ``committed_epoch`` is the highest manifest. Of two attempts
 at once exactly one creates it; the other reports already committed (raced). Both wrote the
 same names holding the same rows, so the loser has nothing of its own to remove. Last,
@@ -24,7 +24,7 @@ crashed attempt may also leave hidden temporary files (``.epoch-*.tmp``), remove
 
 **Partition values.** Any value of a nameable type (text, integers, booleans, dates,
 timestamps, decimals) gets a directory whose name the file system or store can hold, escaped
-and, when still too long, shortened (``eos.sinks.files_layout``); every file holds its
+and, when still too long, shortened (``eos.sinks.files.layout``); every file holds its
 partition columns too, which the read-back reads. A type no name can hold (a double, bytes) is
 refused when the pipeline loads, where the config says the column's type.
 
@@ -36,7 +36,7 @@ directory cannot be shared: its manifests number one pipeline's epochs. A direct
 before writers were recorded is adopted when its manifests name no other pipeline.
 
 **Fill.** ``eos fill`` commits the epochs from before the sink joined the same way, under
-manifests of its own in ``_eos/fill`` (``eos.sinks.files_fill``), which the read-back and a
+manifests of its own in ``_eos/fill`` (``eos.sinks.files.fill``), which the read-back and a
 rewind take with the pipeline's.
 
 **Guarantee on a store without conditional writes.** Should a store accept the conditional
@@ -72,7 +72,7 @@ from eos.core.sink import (
     validated_options,
 )
 from eos.core.storage import is_remote, resolve
-from eos.sinks.files_layout import (
+from eos.sinks.files.layout import (
     COMMITTED,
     MANIFEST,
     MANIFESTS,
@@ -89,11 +89,11 @@ from eos.sinks.files_layout import (
     refuse_partitions,
     schema_text,
 )
-from eos.sinks.files_options import FilesOptions
-from eos.sinks.files_options import column_types as _column_types
-from eos.sinks.files_options import misplaced as _misplaced
-from eos.sinks.files_options import relative as _relative
-from eos.sinks.files_store import Place, supported
+from eos.sinks.files.options import FilesOptions
+from eos.sinks.files.options import column_types as _column_types
+from eos.sinks.files.options import misplaced as _misplaced
+from eos.sinks.files.options import relative as _relative
+from eos.sinks.files.store import Place, supported
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -325,8 +325,8 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
         doc = json.loads(previous) if previous else None
         if latest is not None and doc is not None and doc.get("epoch") == latest.epoch - 1:
             doc = {"epoch": latest.epoch, "files": [*doc["files"], *latest.files]}
-        else:  # the fill's epochs (``eos.sinks.files_fill``) come before the pipeline's
-            from eos.sinks.files_fill import fill_manifests
+        else:  # the fill's epochs (``eos.sinks.files.fill``) come before the pipeline's
+            from eos.sinks.files.fill import fill_manifests
 
             epochs = self._epochs()
             doc = {"epoch": max(epochs, default=NO_EPOCH),
@@ -369,8 +369,8 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
         at every moment the manifests name a run ``..M`` of whole epochs, ``M`` shrinking to
         ``epoch`` (a crash midway leaves a shorter run; the rewind's rerun goes on, and files
         whose manifest went are removed with it or by the epoch's next commit). The filled
-        epochs after ``epoch`` go alike (``eos.sinks.files_fill``)."""
-        from eos.sinks.files_fill import drop_after
+        epochs after ``epoch`` go alike (``eos.sinks.files.fill``)."""
+        from eos.sinks.files.fill import drop_after
 
         for later in sorted((e for e in self._epochs() if e > epoch), reverse=True):
             manifest = self._manifest(later)
@@ -391,8 +391,8 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
         """Every committed row of epoch ``since`` or later, read by DuckDB (not the library
         that wrote them) from the files the manifests of those epochs list, typed as the
         output's schema."""
-        from eos.sinks.files_fill import fill_manifests
-        from eos.sinks.files_read import read_files
+        from eos.sinks.files.fill import fill_manifests
+        from eos.sinks.files.read import read_files
 
         manifests = [*fill_manifests(self, since),  # the filled epochs: before the others
                      *(self._manifest(epoch) for epoch in self._epochs() if epoch >= since)]
@@ -401,12 +401,12 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
         return read_files(self.place, manifests, self.options.format)
 
     def filled(self) -> tuple[int, int] | None:
-        from eos.sinks.files_fill import filled
+        from eos.sinks.files.fill import filled
 
         return filled(self)
 
     def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
-        from eos.sinks.files_fill import fill
+        from eos.sinks.files.fill import fill
 
         return fill(self, epoch, rows, first)
 

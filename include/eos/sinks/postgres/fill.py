@@ -27,7 +27,7 @@ from eos.core.sink import SinkCommit
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from eos.sinks.postgres import PostgresSink
+    from eos.sinks.postgres.sink import PostgresSink
 
 
 def fill_name(sink: PostgresSink) -> str:
@@ -36,7 +36,7 @@ def fill_name(sink: PostgresSink) -> str:
 
 
 def filled(sink: PostgresSink) -> tuple[int, int] | None:
-    from eos.sinks import postgres_sql as q
+    from eos.sinks.postgres import sql as q
     with sink._connected() as conn:
         epochs = q.marker_epochs(conn, sink.options.marker(), sink.config.name, fill_name(sink))
     return (epochs[0], epochs[-1]) if epochs else None
@@ -64,7 +64,7 @@ def _write(sink: PostgresSink, conn: Any, epoch: int, rows: pa.Table,
            first: int) -> SinkCommit:
     import psycopg
 
-    from eos.sinks import postgres_sql as q
+    from eos.sinks.postgres import sql as q
     marker = sink.options.marker()
     held = q.marker_epochs(conn, marker, sink.config.name, fill_name(sink))
     if epoch in held:
@@ -86,6 +86,6 @@ def _write(sink: PostgresSink, conn: Any, epoch: int, rows: pa.Table,
 def drop_after(sink: PostgresSink, conn: Any, epoch: int) -> None:
     """Delete, in the rewind's transaction, the fill's markers after ``epoch`` (the rows after
     it the rewind deletes already)."""
-    from eos.sinks import postgres_sql as q
+    from eos.sinks.postgres import sql as q
     q.delete_after(conn, sink.table, sink.options.marker(), sink.config.name, fill_name(sink),
                    epoch)

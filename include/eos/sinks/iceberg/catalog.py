@@ -3,7 +3,7 @@ credentials of its object store, and errors that carry no secret.
 
 Properties are pyiceberg's configuration of the catalog (``~/.pyiceberg.yaml``,
 ``PYICEBERG_CATALOG__<NAME>__*``, read afresh on each connection), with the sink's
-``catalog_properties`` over them (their ``${VAR}`` expanded: ``eos.sinks.iceberg_options``).
+``catalog_properties`` over them (their ``${VAR}`` expanded: ``eos.sinks.iceberg.options``).
 
 Relative places are under the pipeline's tables root, as a Delta sink's table name is: a SQLite
 ``uri`` written ``sqlite:///NAME`` (three slashes and no fourth: SQLAlchemy would take it from
@@ -32,7 +32,7 @@ from typing import Any
 from eos.core.errors import ConfigError, EosError, SinkRejected, SinkUnavailable
 from eos.core.extras import require
 from eos.core.storage import is_remote, join
-from eos.sinks.iceberg_options import SQLITE_RELATIVE, IcebergOptions, expand, is_secret_property
+from eos.sinks.iceberg.options import SQLITE_RELATIVE, IcebergOptions, expand, is_secret_property
 
 __all__ = ["CatalogSettings", "guarded", "open_catalog", "settings_for"]
 

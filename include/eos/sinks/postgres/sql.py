@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from eos.core.outcomes import NO_EPOCH
-from eos.sinks.postgres_types import Column
+from eos.sinks.postgres.types import Column
 
 Name = tuple[str, str]  # (schema, table)
 STAGE = "eos_upsert_stage"

@@ -11,7 +11,7 @@ summary of ours and is stepped over.
 A rewind to before the first epoch empties the table in a snapshot of ours whose epoch is
 ``-1`` (``eos.rewind`` names the rewind): the line's epochs start after the newest such one.
 
-A fill (``eos fill``, ``eos.sinks.iceberg_fill``) marks its snapshots with the app id and
+A fill (``eos fill``, ``eos.sinks.iceberg.fill``) marks its snapshots with the app id and
 ``#fill`` (``Mark.fill``): not the pipeline's epochs, but not another writer's either, so a
 rewind rolls back over them (taking them back) and the audit reads their rows.
 
@@ -123,7 +123,7 @@ class Mark:
 
     @property
     def fill(self) -> Mark:
-        """The mark of this sink's fill (``eos fill``, ``eos.sinks.iceberg_fill``): the app id
+        """The mark of this sink's fill (``eos fill``, ``eos.sinks.iceberg.fill``): the app id
         with ``FILL_SUFFIX``, so a filled epoch's snapshot never reads as the pipeline's."""
         from eos.core.delta import FILL_SUFFIX
 

@@ -1,5 +1,5 @@
 """What the ``files`` sink writes for one epoch: its files' names and bytes (Parquet or JSON
-lines, Hive-style partitions) and its manifest, the commit marker (``eos.sinks.files``).
+lines, Hive-style partitions) and its manifest, the commit marker (``eos.sinks.files.sink``).
 
 Names are derived from the epoch and its content alone: ``<col>=<value>/.../epoch-<N:012d>-
 <plan>-part-00000.<ext>``, where ``<plan>`` is the epoch's plan hash, which fixes its rows.
@@ -133,7 +133,7 @@ def shortest_segment(column: str) -> int:
 
 def longest_file_name(form: str, remote: bool) -> int:
     """Bytes of the longest name the sink gives a file in a partition directory: a data file,
-    or locally its temporary file (``eos.sinks.files_store.Place._durable_temp``)."""
+    or locally its temporary file (``eos.sinks.files.store.Place._durable_temp``)."""
     name = f"epoch-{0:012d}-{'p' * 16}-part-00000.{EXTENSIONS[form]}"
     return len(name) + (0 if remote else len(".") + len(".0123456789ab.tmp"))
 

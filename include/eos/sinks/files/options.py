@@ -1,4 +1,4 @@
-"""The ``files`` sink's options and the load-time checks of its path (``eos.sinks.files``):
+"""The ``files`` sink's options and the load-time checks of its path (``eos.sinks.files.sink``):
 apart from the sink so that its module keeps to the commit, the rewind and the fill."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def column_types(config: Any, output: str) -> dict[str, str]:
     """The types (the config's names) of the output's columns the config tells, for the
     load-time check of ``partition_by``: a rows output's selected columns and coordinates, a
     windows output's group fields and bounds, a quarantine row's raw bytes."""
-    from eos.sinks.delta import partition_types
+    from eos.sinks.delta.sink import partition_types
 
     if output == "quarantine":
         return {"raw_key": "binary", "raw_value": "binary"}

@@ -1,5 +1,5 @@
 """Where the ``files`` sink writes: a local (POSIX) directory or an object-store prefix, behind
-the few operations its commit needs (``eos.sinks.files``).
+the few operations its commit needs (``eos.sinks.files.sink``).
 
 The one operation the two places do differently is the commit marker's create-if-absent:
 
@@ -10,7 +10,7 @@ The one operation the two places do differently is the commit marker's create-if
 - **Object store**: the manifest is a PUT with ``If-None-Match: *`` (S3's conditional write,
   which AWS S3, SeaweedFS and recent MinIO enforce): of two attempts exactly one gets ``200``,
   the other ``412 Precondition Failed``. pyarrow's filesystem has no conditional write, so this
-  one request goes through obstore (``eos.sinks.files_s3``) with the same ``AWS_*`` variables
+  one request goes through obstore (``eos.sinks.files.s3``) with the same ``AWS_*`` variables
   pyarrow and delta-rs read; everything else goes through pyarrow.
 """
 
@@ -84,7 +84,7 @@ class Place:
         """Create ``relative`` holding ``data`` unless it exists; True: this call created it.
         Exactly one of any number of concurrent calls returns True."""
         if self.remote:
-            from eos.sinks.files_s3 import put_if_absent
+            from eos.sinks.files.s3 import put_if_absent
 
             return put_if_absent(join(self.root, relative), data)
         final = os.path.join(self.root, relative)
@@ -138,7 +138,7 @@ def _sync_dir(directory: str) -> None:
 
 def supported(root: str) -> str | None:
     """Why the sink cannot write under ``root`` (None: it can): only local paths and s3://,
-    the store whose conditional write ``eos.sinks.files_s3`` makes."""
+    the store whose conditional write ``eos.sinks.files.s3`` makes."""
     found = scheme(root)
     if found is None or found == "s3":
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from eos.core.errors import SinkUnavailable
-from eos.sinks.postgres_connection import redact
+from eos.sinks.postgres.connection import redact
 
 Name = tuple[str, str]
 

@@ -1,0 +1,3 @@
+"""The fenced Delta sink (``sink``): one append per epoch carrying its Delta transaction marker;
+and its fill.
+"""
