@@ -6,7 +6,7 @@ a millisecond time) go to two topics of P partitions: once as JSON, once as Avro
 Registry wire format (Confluent's ``AvroSerializer``). One epoch's plan over each topic is read
 by Spark through ``eos_kafka`` and counted, raw and read+parse (as precommit reads), the four
 ways interleaved R times after an uncounted warm-up round; the medians are printed. The Avro
-reader's Python workers fetch the writer schema from ``eos.tools.schema_registry`` (the
+reader's Python workers fetch the writer schema from ``eos.tools.servers.schema_registry`` (the
 Schema-Registry-compatible stand-in, on 127.0.0.1 with basic auth; its credentials reach the
 workers in ``EOS_BENCH_SR_AUTH``), once per worker: what is measured is decoding, not the
 registry.
@@ -116,7 +116,7 @@ def render(plans: dict[str, Plan], sizes: dict[str, float],
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eos.tools.schema_registry import SchemaRegistryServer
+    from eos.tools.servers.schema_registry import SchemaRegistryServer
 
     p = argparse.ArgumentParser(prog="python -m bench.avro_read",
                                 description=__doc__.split("\n")[0])

@@ -219,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
-    from eos.tools import spark_server
-
+    from eos.tools.servers import spark_server
     try:
         sc.check_retained(args.epoch_records, args.partitions)
     except ValueError as error:

@@ -393,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    from eos.tools import spark_server
-
+    from eos.tools.servers import spark_server
     try:
         sc.check_retained(2 * args.epoch_records, args.partitions)
     except ValueError as error:

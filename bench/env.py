@@ -1,7 +1,7 @@
 """The benchmark's world: a temp ``EOS_DATA_DIR``, the embedded broker, one shared Spark session.
 
 Everything runs on the embedded default, as ``./dev demo`` does: the broker is started with
-``eos.tools.broker.start`` under a temporary data directory and stopped at the end, unless
+``eos.tools.servers.broker.start`` under a temporary data directory and stopped at the end, unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names another broker (then that one is used and left alone). The
 Spark session is ``eos.compute.session.local_session`` (``local[2]``), created once and shared
 by every epoch, as the test suite does; the cost of starting Spark for each epoch the way
@@ -111,8 +111,7 @@ def environment(
     ``broker_kind``: the broker this starts, the embedded mock or ``apache-kafka``
     (``eos broker start --apache-kafka``); a note names it, so every figure says its broker.
     """
-    from eos.tools import broker
-
+    from eos.tools.servers import broker
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     owned_dir = workdir is None
     root = Path(tempfile.mkdtemp(prefix="eos-bench-")) if owned_dir else Path(workdir)

@@ -24,7 +24,7 @@ from bench.env import Env
 from eos.compute.epochs import EpochResult, run_epoch, run_until_caught_up
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
-from eos.tools.mock_cluster import DEFAULT_PARTITIONS
+from eos.tools.servers.mock_cluster import DEFAULT_PARTITIONS
 
 # The demo's shape of traffic: 1% deliberately late, 0.5% malformed, a little disorder.
 TRAFFIC = {"interval_ms": 10, "disorder_ms": 2000, "late_fraction": 0.01,
@@ -43,7 +43,7 @@ def now() -> float:
 # about 58,000 of these ~90-byte records per partition, 230,000 over the default 4 partitions.
 # So the input is streamed: the benchmark produces one epoch's worth, runs that epoch, produces
 # the next; and a bigger epoch needs a topic created with more partitions (``--partitions``,
-# ``eos.tools.broker.TopicSpec``).
+# ``eos.tools.servers.broker.TopicSpec``).
 RETAINED_PER_PARTITION = 50_000
 
 

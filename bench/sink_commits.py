@@ -296,9 +296,10 @@ def places(workdir: Path, kinds: Sequence[str]) -> Iterator[Places]:
 
 @contextlib.contextmanager
 def postgres() -> Iterator[str]:
-    """A PostgreSQL server (``eos.tools.postgres_server``, as the demo's), durable; its DSN in
+    """A PostgreSQL server (``eos.tools.servers.postgres_server``, as the demo's), durable; its DSN
+    in
     this process's environment while it runs. Yields its major version."""
-    from eos.tools.postgres_server import missing_reason, postgres_server, server_bin
+    from eos.tools.servers.postgres_server import missing_reason, postgres_server, server_bin
 
     reason, bindir = missing_reason(), server_bin()
     if reason is not None or bindir is None:

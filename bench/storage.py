@@ -1,7 +1,7 @@
 """``python -m bench.storage``: tables on S3 vs on local disk, side by side in one run.
 
 Two pipelines read the same topic, one with every table on local disk, one with every table on
-an S3 store (the embedded SeaweedFS gateway, ``eos.tools.object_store``, unless ``AWS_*``
+an S3 store (the embedded SeaweedFS gateway, ``eos.tools.servers.object_store``, unless ``AWS_*``
 already name one), through the same epoch loop and Spark session. Per phase it reports the
 median wall time of epochs of ``--records`` records and of empty epochs (the protocol's fixed
 cost), and on S3 the HTTP requests each phase makes (``begin``, ``precommit`` including the
@@ -245,8 +245,7 @@ def store() -> Iterator[str]:
     if os.environ.get("AWS_ENDPOINT_URL"):
         yield os.environ.get("EOS_BENCH_BUCKET", "eos")
         return
-    from eos.tools import object_store
-
+    from eos.tools.servers import object_store
     started = object_store.status() is None
     state = object_store.start()
     try:

@@ -1,7 +1,8 @@
 """Shared fixtures: a real Kafka-protocol broker over TCP, a real Spark Connect server and a
 session on it, temp tables.
 
-The broker is the embedded one (``eos.tools.broker``, the same code as ``eos broker start``) unless
+The broker is the embedded one (``eos.tools.servers.broker``, the same code as ``eos broker
+start``) unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names another broker, in which case every test runs against that.
 Spark is the default compute (``compute.mode: connect``): one server for the whole run (the same
 code as ``eos spark start``), found by ``eos`` processes through the data directory and by
@@ -20,9 +21,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from eos.tools import broker as embedded
 from eos.tools.pipelines import write_pipeline
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers import broker as embedded
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.harness import free_port
 from support.pipelines import SHIPPED_PIPELINES
@@ -44,7 +45,7 @@ os.environ.setdefault("EOS_PIPELINES_DIR", str(SHIPPED_PIPELINES))
 os.environ.setdefault("EOS_DATA_DIR", str(REPO / "data"))
 os.environ.setdefault("AIRFLOW_HOME", str(REPO / "airflow_home"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-# The test Schema Registry's credentials (eos.tools.schema_registry), made per run and set
+# The test Schema Registry's credentials (eos.tools.servers.schema_registry), made per run and set
 # before the Spark Connect server starts, so its Python workers read them as a deployment's would.
 os.environ.setdefault("EOS_TEST_SR_AUTH", f"eos:{secrets.token_urlsafe(12)}")
 # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
@@ -90,7 +91,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="module")
 def registry() -> Iterator[SchemaRegistryServer]:
-    """A Schema-Registry-compatible stand-in (``eos.tools.schema_registry``, not Confluent's
+    """A Schema-Registry-compatible stand-in (``eos.tools.servers.schema_registry``, not Confluent's
     server) with this run's credentials, per test module (the format unit tests have their own,
     per test)."""
     user, password = os.environ["EOS_TEST_SR_AUTH"].split(":", 1)
@@ -128,8 +129,7 @@ def kafka(data_dir: Path) -> Iterator[str]:
 def spark_server(data_dir: Path, kafka: str) -> Iterator[dict]:
     """The Spark Connect server every test shares; stopped (no process left) at the end."""
     from eos.compute import connect
-    from eos.tools import spark_server
-
+    from eos.tools.servers import spark_server
     # A session idle while other tests run must not expire under the test session's fixture.
     state = spark_server.start(base=data_dir, port=free_port(), session_timeout="4h")
     with pytest.MonkeyPatch.context() as mp:

@@ -1,4 +1,5 @@
-"""Fixtures of Apache Kafka itself (``eos.tools.apache_kafka``): one single-node KRaft broker per
+"""Fixtures of Apache Kafka itself (``eos.tools.servers.apache_kafka``): one single-node KRaft
+broker per
 test process, started only when a test asks for it, for every test that relies on what a broker
 guarantees (transactions, fencing, ``read_committed``, DescribeConfigs, retention, ACLs, SASL).
 
@@ -63,8 +64,7 @@ class ApacheKafka:
 @pytest.fixture(scope="session")
 def apache_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
     """The broker, for the whole session of this test process."""
-    from eos.tools import apache_kafka as ak
-
+    from eos.tools.servers import apache_kafka as ak
     if ak.missing():
         ak.fetch()
     user = ak.Credentials(os.environ[USER_ENV], os.environ[PASSWORD_ENV])

@@ -1,4 +1,5 @@
-"""Fixtures of the test Spark cluster (``eos.tools.spark_cluster``): a standalone master, two
+"""Fixtures of the test Spark cluster (``eos.tools.servers.spark_cluster``): a standalone master,
+two
 workers (one core each, JVMs of their own) and a Spark Connect server on it, started after the
 object store so that the workers, their executors and the executors' Python workers inherit the
 store's ``AWS_*`` credentials (nothing reaches them through Spark conf or plans)."""
@@ -26,9 +27,8 @@ class SparkCluster:
 @pytest.fixture(scope="session")
 def spark_cluster(data_dir: Path, object_store: Any) -> Iterator[SparkCluster]:
     from eos.compute import connect
-    from eos.tools import spark_cluster as cluster
-    from eos.tools import spark_server
-
+    from eos.tools.servers import spark_cluster as cluster
+    from eos.tools.servers import spark_server
     base = data_dir / "cluster"
     base.mkdir(exist_ok=True)
     state = cluster.start(base, workers=2, worker_memory="1g")

@@ -21,7 +21,7 @@ from eos.core.errors import SchemaRegistryUnavailable
 from eos.core.kafka import client_settings
 from eos.tools.audit import audit
 from eos.tools.pipelines import write_pipeline
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.harness import delta_path
 

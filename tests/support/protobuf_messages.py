@@ -26,7 +26,7 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message_factory import GetMessageClass
 
 from eos.compute.formats.protobuf import builtin_files
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours

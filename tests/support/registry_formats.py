@@ -8,7 +8,7 @@ import warnings
 from typing import Any
 
 from eos.core.config import parse_config
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours

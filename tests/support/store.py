@@ -1,4 +1,5 @@
-"""Fixtures of the embedded object store (SeaweedFS's S3 gateway, ``eos.tools.object_store``):
+"""Fixtures of the embedded object store (SeaweedFS's S3 gateway,
+``eos.tools.servers.object_store``):
 a real S3 server on 127.0.0.1 for the whole session, started only when a test asks for it."""
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ class ObjectStore:
 def object_store(data_dir: Path) -> Iterator[ObjectStore]:
     """The store, with its ``AWS_*`` variables in this process's environment for the session
     (processes started afterwards, the Spark servers and ``eos`` commands, inherit them)."""
-    from eos.tools import object_store as store
-
+    from eos.tools.servers import object_store as store
     state = store.start(data_dir)
     variables = store.env(data_dir)
     try:

@@ -1,6 +1,6 @@
 """Spark Connect (``compute.mode: connect``) as a client sees it: where the long-lived server
 is, and the session one precommit opens on it (the server this machine supervises:
-``eos.tools.spark_server``).
+``eos.tools.servers.spark_server``).
 
 Why: starting Spark costs 12-17 s, which ``spark-submit`` pays every epoch. A Connect server pays
 it once; each precommit is then a short Python process (an Airflow task) that opens a session,

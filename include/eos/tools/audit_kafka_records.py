@@ -52,7 +52,6 @@ def compare_kafka_records(report: AuditReport, config: PipelineConfig, sink: Any
     from eos.core.kafka import client_settings
     from eos.core.outputs import output_schema
     from eos.tools import independent_kafka
-
     decode = independent_kafka.decode_json
     if options.format == "avro":
         from eos.tools.audit_avro import sink_decoder

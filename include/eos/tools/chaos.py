@@ -33,13 +33,13 @@ from eos.core.layout import tables_for
 from eos.core.plan import plan_of
 from eos.core.protocol import abort, begin, check_sinks, checkpointed_epoch, commit, precommit
 from eos.core.sink import sinks_for
-from eos.tools import postgres_server
 from eos.tools.audit import audit
 from eos.tools.audit_checks import check_offsets
 from eos.tools.audit_report import Problem, ProblemKind
 from eos.tools.chaos_changes import ConfigChanges
 from eos.tools.generator import GeneratedRecord, GeneratorSpec, generate, generator_options
 from eos.tools.produce import send
+from eos.tools.servers import postgres_server
 
 CONCURRENT_COMMITS = "commit.two_attempts_at_once"
 BETWEEN_SINKS = "commit.between_sinks"

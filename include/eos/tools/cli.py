@@ -31,15 +31,13 @@ def _config(args: argparse.Namespace):
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from eos.tools import broker
-
+    from eos.tools.servers import broker
     if args.action == "fetch":
         return _fetch_apache_kafka()
     if args.action == "start":
         topics = list(args.topic or [])
         if args.apache_kafka:
-            from eos.tools import apache_kafka
-
+            from eos.tools.servers import apache_kafka
             if apache_kafka.missing():
                 _fetch_apache_kafka()
             state = broker.start(topics=topics, kind=apache_kafka.KIND)
@@ -68,8 +66,7 @@ def _fetch_apache_kafka() -> int:
     """Fetch Apache Kafka's pinned jars once, with a progress bar; quiet when all are there."""
     from tqdm import tqdm
 
-    from eos.tools import apache_kafka
-
+    from eos.tools.servers import apache_kafka
     absent = apache_kafka.missing()
     if not absent:
         print(f"Apache Kafka {apache_kafka.VERSION}: every jar is in {apache_kafka.cache_dir()}")
@@ -83,14 +80,12 @@ def _fetch_apache_kafka() -> int:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
-    from eos.tools import spark_server
-
+    from eos.tools.servers import spark_server
     if args.action == "start":
         conf = dict(item.split("=", 1) for item in args.conf or [])
         master, properties = args.master, None
         if args.workers:
-            from eos.tools import spark_cluster
-
+            from eos.tools.servers import spark_cluster
             cluster = spark_cluster.start(workers=args.workers)
             master, properties = cluster["master"], spark_cluster.connect_properties()
             conf = {**spark_cluster.connect_conf(cluster), **conf}
@@ -106,8 +101,7 @@ def cmd_spark(args: argparse.Namespace) -> int:
               "stop it with `eos spark stop`")
         return 0
     if args.action == "stop":
-        from eos.tools import spark_cluster
-
+        from eos.tools.servers import spark_cluster
         print("Spark Connect server stopped" if spark_server.stop()
               else "no Spark Connect server was running")
         if spark_cluster.stop():
@@ -122,8 +116,7 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    from eos.tools import object_store
-
+    from eos.tools.servers import object_store
     if args.action == "start":
         state = object_store.start(bucket=args.bucket)
         print(f"embedded object store (SeaweedFS S3) running at {state['endpoint']} "

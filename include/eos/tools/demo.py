@@ -22,12 +22,12 @@ from eos.core.config import DATA_DIR_ENV, PipelineConfig
 from eos.core.errors import DataLoss
 from eos.core.kafka import client_settings, local_broker
 from eos.core.storage import filesystem, is_remote
-from eos.tools import broker
 from eos.tools.generator import GeneratorSpec, generator_options
 from eos.tools.produce import produce
+from eos.tools.servers import broker
 
 if TYPE_CHECKING:
-    from eos.tools.schema_registry import SchemaRegistryServer
+    from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 
 def reset(config: PipelineConfig) -> None:
@@ -49,8 +49,7 @@ def on_embedded_store(config: PipelineConfig) -> PipelineConfig:
     import yaml
 
     from eos.core.config import PIPELINES_DIR_ENV, data_dir, load_config
-    from eos.tools import object_store
-
+    from eos.tools.servers import object_store
     state = object_store.start()
     variables = object_store.env()
     os.environ.update(variables)
@@ -76,8 +75,7 @@ def _restart_spark_without(variables: dict[str, str],
     records, would go without them. The demo then starts one that has them (and stops it at the
     end). The values are compared, never printed."""
     from eos.compute import connect
-    from eos.tools import spark_server
-
+    from eos.tools.servers import spark_server
     state = connect.read_state()
     if state is None:
         return
@@ -258,7 +256,7 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
     """The whole demo; the Spark Connect server is stopped at the end if the demo started it,
     the broker keeps running (with the demo's topic) so ``eos status``/``verify`` work after."""
     from eos.compute import connect
-    from eos.tools import spark_server
+    from eos.tools.servers import spark_server
     from eos.tools.ui import needs_spark_server
 
     registry = start_registry(config)
@@ -284,11 +282,10 @@ def demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int =
 @contextlib.contextmanager
 def _postgres(config: PipelineConfig) -> Iterator[None]:
     """For a pipeline with ``postgres`` sinks, a local PostgreSQL server of the demo's own
-    (``eos.tools.postgres_server``: Debian's postgresql, 127.0.0.1, a generated password in
+    (``eos.tools.servers.postgres_server``: Debian's postgresql, 127.0.0.1, a generated password in
     the sinks' ``dsn_env`` and Airflow connection variables, never printed). It stops with
     the demo, its tables with it: the other sinks' tables stay."""
-    from eos.tools import postgres_server
-
+    from eos.tools.servers import postgres_server
     with postgres_server.serving(config) as server:
         if server is not None:
             names = sorted({o.dsn_env for _, s in config.sinks.by_output()
@@ -306,7 +303,7 @@ def _postgres(config: PipelineConfig) -> Iterator[None]:
 
 def start_registry(config: PipelineConfig) -> SchemaRegistryServer | None:
     """For an Avro pipeline, the Schema-Registry-compatible stand-in
-    (``eos.tools.schema_registry``: not Confluent's server, which does not install here) at
+    (``eos.tools.servers.schema_registry``: not Confluent's server, which does not install here) at
     ``schema_registry.url``, which must be on 127.0.0.1 or localhost. Its credentials are made
     here and put in this process's environment under ``schema_registry.auth_env``, so the
     producer, the Spark Connect server the demo starts, the epochs and the audit all read them
@@ -314,7 +311,7 @@ def start_registry(config: PipelineConfig) -> SchemaRegistryServer | None:
     from urllib.parse import urlsplit
 
     from eos.core.errors import ConfigError
-    from eos.tools.schema_registry import SchemaRegistryServer
+    from eos.tools.servers.schema_registry import SchemaRegistryServer
 
     registry = config.event.schema_registry
     if registry is None:
@@ -331,8 +328,8 @@ def start_registry(config: PipelineConfig) -> SchemaRegistryServer | None:
     os.environ[registry.auth_env] = server.user_info
     _restart_spark_without({registry.auth_env: server.user_info}, (registry.auth_env,))
     server.start()
-    print(f"      Schema Registry stand-in (eos.tools.schema_registry) at {server.url}; its "
-          f"credentials are in ${registry.auth_env} for what the demo starts", flush=True)
+    print(f"      Schema Registry stand-in (eos.tools.servers.schema_registry) at {server.url}; "
+          f"its credentials are in ${registry.auth_env} for what the demo starts", flush=True)
     return server
 
 
@@ -346,8 +343,7 @@ def here(command: str) -> str:
 
 def _store_epilogue(config: PipelineConfig) -> None:
     """How to read the demo's tables on the embedded store afterwards (it keeps running)."""
-    from eos.tools import object_store
-
+    from eos.tools.servers import object_store
     state = object_store.status()
     if state is None:
         return
@@ -365,8 +361,7 @@ def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int)
     print(f"[1/4] starting the embedded broker and clearing {config.root}", flush=True)
     reset(config)
     if needs_spark_server([config]):
-        from eos.tools import spark_server
-
+        from eos.tools.servers import spark_server
         state = spark_server.start(port=0)  # its own, stopped at the end: any free port
         print(f"      Spark Connect server at sc://{state['host']}:{state['port']} "
               f"(pid {state['pid']}; log {state['log']})", flush=True)

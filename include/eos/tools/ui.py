@@ -30,8 +30,7 @@ def start_ui(pipeline_names: list[str] | None = None, home: Path | None = None,
     """
     require("airflow", "eos ui")
     from eos.compute import connect
-    from eos.tools import broker, spark_server
-
+    from eos.tools.servers import broker, spark_server
     configs = ([load_pipeline(name) for name in pipeline_names] if pipeline_names
                else [load_config(path) for path in list_pipelines()])
     home = home or airflow_home()

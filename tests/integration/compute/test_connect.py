@@ -31,10 +31,10 @@ from eos.core.layout import tables_for
 from eos.core.processes import group_members
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
-from eos.tools import spark_server as supervisor
 from eos.tools.audit import audit
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import write_pipeline
+from eos.tools.servers import spark_server as supervisor
 
 from support.harness import eos_cli, finish_and_audit, free_port, table_versions
 from support.pipelines import make_pipeline

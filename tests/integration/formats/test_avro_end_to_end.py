@@ -2,7 +2,7 @@
 real Delta, and the audit, which decodes the records with its own reader (``eos.tools.audit_avro``:
 urllib and fastavro, not the pipeline's decoder).
 
-The registry is ``eos.tools.schema_registry``, a Schema-Registry-compatible test stand-in
+The registry is ``eos.tools.servers.schema_registry``, a Schema-Registry-compatible test stand-in
 (not Confluent's server, which does not install here), on 127.0.0.1 with basic auth; the Spark
 workers read its credentials from ``EOS_TEST_SR_AUTH`` (set by conftest before the Spark server
 starts), as the pipeline's ``schema_registry.auth_env`` names."""
@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from eos.tools.pipelines import unique_topic
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.orders_end_to_end import (
     BASE_MS,

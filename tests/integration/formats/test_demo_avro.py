@@ -1,6 +1,7 @@
 """``./dev demo --pipeline orders_avro`` end to end, as a person runs it: its own data directory,
 embedded broker, Spark Connect server and Schema-Registry-compatible stand-in
-(``eos.tools.schema_registry``, started by the demo on 127.0.0.1 with credentials it makes and
+(``eos.tools.servers.schema_registry``, started by the demo on 127.0.0.1 with credentials it makes
+and
 hands over in the environment), Avro produced through the registry with a writer-schema change
 halfway, epochs on real Spark into real Delta, then the independent audit (``eos verify``'s).
 
@@ -46,7 +47,7 @@ def test_the_orders_avro_demo_runs_end_to_end_and_the_audit_agrees(tmp_path: Pat
     try:
         out = done.stdout + done.stderr
         assert done.returncode == 0, out[-4000:]
-        assert "Schema Registry stand-in (eos.tools.schema_registry) at " in out
+        assert "Schema Registry stand-in (eos.tools.servers.schema_registry) at " in out
         assert "writer schema version 2 from event 2000" in out
         assert "verdict: OK" in out, out[-3000:]
         assert "4000 records re-read from Kafka" in out

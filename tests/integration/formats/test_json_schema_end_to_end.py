@@ -1,7 +1,8 @@
 """``event.format: json_schema`` end to end: real broker, real Spark, real Delta, and the audit
 (``eos.tools.audit_json_schema``). The shape and helpers are the Avro test's
 (``support.orders_end_to_end``); records are written by Confluent's ``JSONSerializer`` through
-``eos.tools.schema_registry`` (the test stand-in for a Schema Registry), and a few by hand where the
+``eos.tools.servers.schema_registry`` (the test stand-in for a Schema Registry), and a few by hand
+where the
 serializer would refuse them (a record that does not validate)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from eos.tools.pipelines import unique_topic
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.orders_end_to_end import (
     BASE_MS,

@@ -4,7 +4,8 @@ decode), real Delta, and the audit, which decodes the records with its own reade
 
 The shape and the helpers are the Avro test's (``support.orders_end_to_end``): the same orders,
 windows and registry outage, written by Confluent's ``ProtobufSerializer`` (message classes
-built at run time, ``support.protobuf_messages``) through ``eos.tools.schema_registry``, the test
+built at run time, ``support.protobuf_messages``) through ``eos.tools.servers.schema_registry``,
+the test
 stand-in for a Schema Registry (not Confluent's server, which does not install here)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from eos.tools.pipelines import unique_topic
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.orders_end_to_end import (
     BASE_MS,

@@ -20,7 +20,7 @@ from eos.core.errors import ConfigError, ExpressionFailed, SinkCannotTake
 from eos.core.protocol import begin, checkpointed_epoch
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.harness import delta_path, finish_and_audit
 from support.pageviews import PAGEVIEW_EVENT, produce

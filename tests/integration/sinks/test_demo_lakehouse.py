@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eos.tools.postgres_server import missing_reason
+from eos.tools.servers.postgres_server import missing_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
               pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))]

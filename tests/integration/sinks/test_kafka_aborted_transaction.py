@@ -22,8 +22,8 @@ from eos.core.kafka import client_settings, forget_clients, read_partition, topi
 from eos.core.outcomes import Outcome
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
-from eos.tools.mock_cluster import MockCluster
 from eos.tools.pipelines import unique_topic, write_pipeline
+from eos.tools.servers.mock_cluster import MockCluster
 
 pytestmark = [pytest.mark.integration]
 

@@ -3,7 +3,8 @@ output's columns, registered under ``<topic>-value`` before the transaction, val
 Schema Registry wire format that confluent-kafka's ``AvroDeserializer`` reads.
 
 Real broker (embedded, over TCP), real Spark and Delta for the end-to-end test; the registry is
-``eos.tools.schema_registry``, a Schema-Registry-compatible stand-in (not Confluent's server,
+``eos.tools.servers.schema_registry``, a Schema-Registry-compatible stand-in (not Confluent's
+server,
 which does not install here) on 127.0.0.1 with basic auth."""
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from eos.tools.generator import GeneratorSpec
 from eos.tools.independent import canonical_row
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import produce
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.harness import delta_path, sink
 from support.registry_formats import AUTH_ENV

@@ -188,8 +188,7 @@ def test_two_workers_run_the_tasks_with_the_store_credentials(spark_cluster: Any
 
 
 def test_the_cluster_keeps_its_secret_and_binds_loopback(spark_cluster: Any) -> None:
-    from eos.tools import spark_cluster as cluster
-
+    from eos.tools.servers import spark_cluster as cluster
     state = cluster.status(spark_cluster.base)
     assert state is not None and len(state["pids"]) == 3  # a master and two workers
     home = cluster.home(spark_cluster.base)

@@ -26,7 +26,7 @@ import pytest
 
 from eos.core.errors import StoreUnavailable
 from eos.core.processes import alive, group_members
-from eos.tools import object_store as store
+from eos.tools.servers import object_store as store
 
 from support.pipelines import SHIPPED_PIPELINES
 
@@ -212,8 +212,8 @@ def test_the_demo_puts_every_table_on_the_store(object_store: Any, data_dir: Pat
     server without them stopped (its workers write staging: the demo starts one with them)."""
     from eos.compute import connect
     from eos.core.config import PIPELINES_DIR_ENV, load_pipeline
-    from eos.tools import demo, spark_server
-
+    from eos.tools import demo
+    from eos.tools.servers import spark_server
     # The shipped pipelines (the demo points the variable at its derived copy; restored after).
     monkeypatch.setenv(PIPELINES_DIR_ENV, str(SHIPPED_PIPELINES))
     for name in object_store.env:

@@ -1,4 +1,5 @@
-"""Tables on a real object store: the embedded SeaweedFS S3 gateway (``eos.tools.object_store``),
+"""Tables on a real object store: the embedded SeaweedFS S3 gateway
+(``eos.tools.servers.object_store``),
 talked to over HTTP by delta-rs and pyarrow exactly as AWS S3 would be.
 
 - every decision of the protocol (the fast tier, fences included) holds with its tables there;

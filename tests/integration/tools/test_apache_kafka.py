@@ -17,8 +17,8 @@ import pytest
 from eos.core.errors import BrokerUnavailable, KafkaUnavailable
 from eos.core.kafka import broker_state_path, local_broker, topic_watermarks
 from eos.core.processes import alive
-from eos.tools import apache_kafka
 from eos.tools.pipelines import unique_topic
+from eos.tools.servers import apache_kafka
 from integration.tools.test_broker import aborted_then_committed
 
 from support.apache_kafka import ApacheKafka

@@ -3,7 +3,8 @@ confluent-kafka's ``AvroSerializer`` through the pipeline's registry, two writer
 change halfway), the bad kinds quarantined by the pipeline's own decoder with their reasons.
 
 Real broker (the embedded one, over TCP) and the Schema-Registry-compatible stand-in
-(``eos.tools.schema_registry``, not Confluent's server) on 127.0.0.1 with basic auth; no Spark."""
+(``eos.tools.servers.schema_registry``, not Confluent's server) on 127.0.0.1 with basic auth; no
+Spark."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from eos.tools.cli import main
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce_avro import UNKNOWN_ID, generate_avro
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 pytestmark = [pytest.mark.integration]
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from eos.core.processes import group_members
-from eos.tools import spark_server
+from eos.tools.servers import spark_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

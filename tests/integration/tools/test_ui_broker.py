@@ -15,8 +15,8 @@ from eos.core.errors import SourceChanged
 from eos.core.layout import tables_for
 from eos.core.plan import plan_and_move
 from eos.core.protocol import begin
-from eos.tools import broker
 from eos.tools.generator import GeneratorSpec
+from eos.tools.servers import broker
 from eos.tools.ui import follow_new_embedded_broker
 
 from support.pipelines import make_pipeline

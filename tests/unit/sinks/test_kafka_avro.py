@@ -12,7 +12,7 @@ from eos.core.config import parse_config
 from eos.core.errors import ConfigError
 from eos.core.outputs import windows_schema
 from eos.sinks.kafka.avro import value_schema
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 with warnings.catch_warnings():  # authlib (imported by the client) warns on import
     import authlib.deprecate  # noqa: F401  its import adds an "always" filter: then ours

@@ -9,7 +9,7 @@ import pytest
 
 from eos.core.errors import ConfigError, KafkaUnavailable
 from eos.core.kafka import client_settings
-from eos.tools import broker as embedded
+from eos.tools.servers import broker as embedded
 
 
 def test_no_broker_configured_says_how_to_start_one(tmp_path: Path,

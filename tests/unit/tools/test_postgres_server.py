@@ -1,5 +1,5 @@
 """What the demo and ``eos chaos`` do for a pipeline's ``postgres`` sinks before starting a
-server (``eos.tools.postgres_server``): a clear error naming Debian's package when none can
+server (``eos.tools.servers.postgres_server``): a clear error naming Debian's package when none can
 run, nothing for a pipeline without such sinks, and the credentials handed over the way the
 sink reads them (its ``dsn_env``, its Airflow connection's variable)."""
 
@@ -12,8 +12,8 @@ import yaml
 
 from eos.core.config import PipelineConfig, load_config
 from eos.core.errors import ConfigError
-from eos.tools import postgres_server
-from eos.tools.postgres_server import PostgresServer
+from eos.tools.servers import postgres_server
+from eos.tools.servers.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = ROOT / "include" / "pipelines"

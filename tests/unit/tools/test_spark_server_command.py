@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eos.tools.spark_server import on_this_machine, server_command
+from eos.tools.servers.spark_server import on_this_machine, server_command
 
 
 def settings(master: str, **conf: str) -> dict[str, str]:

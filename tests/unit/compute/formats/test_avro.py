@@ -2,7 +2,7 @@
 Confluent's own ``AvroSerializer`` (the wire format's reference) through a registry, decoded by
 the reader's parser.
 
-The registry is ``eos.tools.schema_registry``: a Schema-Registry-compatible HTTP server
+The registry is ``eos.tools.servers.schema_registry``: a Schema-Registry-compatible HTTP server
 written for the tests, a stand-in for Confluent's (none installs here), speaking the REST
 endpoints the confluent client uses, with basic auth. ``mock://`` is used only where a test
 needs no HTTP at all."""
@@ -31,7 +31,7 @@ from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import parse_config
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 from eos.core.schema import RAW_VALUE, REASON
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.registry_formats import AUTH_ENV, KTS, TOPIC, UNKNOWN_1, config_of, event
 

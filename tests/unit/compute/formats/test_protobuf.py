@@ -4,7 +4,7 @@ format's reference) through a registry, decoded by the reader's parser, and by t
 decoders (``eos.tools.audit_protobuf``, ``audit_json_schema``), which must agree record by
 record.
 
-The registry is ``eos.tools.schema_registry``: a Schema-Registry-compatible HTTP server
+The registry is ``eos.tools.servers.schema_registry``: a Schema-Registry-compatible HTTP server
 written for the tests, a stand-in for Confluent's (none installs here)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 from eos.core.schema import REASON
 from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
 from eos.tools.audit_protobuf import AuditProtobufDecoder
-from eos.tools.schema_registry import SchemaRegistryServer
+from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.protobuf_messages import F, build, field, new_file, order, order_class, serializer
 from support.registry_formats import AUTH_ENV, KTS, TOPIC, UNKNOWN_1, config_of

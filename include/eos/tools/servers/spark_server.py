@@ -11,7 +11,7 @@ client went away are interrupted after ``detached_timeout``.
 
 The driver's own listeners (its RPC endpoint, ``spark.driver.port``, and its block manager,
 which binds where the driver does) are on 127.0.0.1 too when the executors run on this machine
-(``local[N]``, or a standalone master on loopback: ``eos.tools.spark_cluster``): left to
+(``local[N]``, or a standalone master on loopback: ``eos.tools.servers.spark_cluster``): left to
 Spark, they bind the address of the machine's host name (a non-loopback interface when the
 name resolves to loopback), reachable by every host that reaches the machine. With a master
 elsewhere the executors must reach the driver, so Spark's defaults stay (``--conf`` sets
@@ -149,7 +149,7 @@ def start(base: Path | None = None, port: int = DEFAULT_PORT, master: str | None
     """Start the server in the background unless one runs for this data dir; wait until it
     answers an authenticated query; return its state (no token in it). ``port=0``: a free one.
     ``env`` adds to its environment; ``properties`` is a Spark properties file (a cluster's RPC
-    secret: ``eos.tools.spark_cluster.connect_properties``)."""
+    secret: ``eos.tools.servers.spark_cluster.connect_properties``)."""
     base = base or data_dir()
     base.mkdir(parents=True, exist_ok=True)
     existing = read_state(base)

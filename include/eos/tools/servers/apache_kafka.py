@@ -1,6 +1,7 @@
 """Apache Kafka itself, a single node in KRaft mode, run by eos on this machine.
 
-The embedded default broker is librdkafka's mock cluster (``eos.tools.mock_cluster``): quick to
+The embedded default broker is librdkafka's mock cluster (``eos.tools.servers.mock_cluster``):
+quick to
 start, but a test double that neither filters ``read_committed`` nor fences transactional ids.
 Everything that depends on what a broker guarantees (transactions, fencing, isolation,
 DescribeConfigs, retention, ACLs, SASL) is exercised here, on the broker users run, through the
@@ -81,7 +82,7 @@ class Jar:
 
 def jars() -> list[Jar]:
     """The pinned classpath, as shipped with the package (``apache_kafka_jars.txt``)."""
-    text = resources.files("eos.tools").joinpath("apache_kafka_jars.txt").read_text()
+    text = resources.files("eos.tools.servers").joinpath("apache_kafka_jars.txt").read_text()
     listed = []
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):

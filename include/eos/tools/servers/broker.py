@@ -1,5 +1,5 @@
 """The broker eos runs on this machine: librdkafka's mock cluster (the embedded default) or
-Apache Kafka itself (``kind="apache-kafka"``, ``eos.tools.apache_kafka``).
+Apache Kafka itself (``kind="apache-kafka"``, ``eos.tools.servers.apache_kafka``).
 
 Both publish the same state file under the data directory (``broker.json``: ``bootstrap``,
 ``pid``, ``topics``, and for Apache Kafka ``kind`` and the client user's ``client`` settings),
@@ -14,7 +14,8 @@ data directory; every other client (planner, Spark reader, producer, tests) conn
 
 Topics named at start are created with the partitions asked for (``NAME:PARTITIONS``; the
 mock's default is 4). The mock keeps at most 5 MiB per partition, so a topic that must hold more
-needs more partitions (``eos.tools.mock_cluster``); any other topic is auto-created on first use.
+needs more partitions (``eos.tools.servers.mock_cluster``); any other topic is auto-created on
+first use.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from eos.core.config import data_dir
 from eos.core.errors import BrokerUnavailable, ConfigError
 from eos.core.kafka import broker_state_path, local_broker, reachable, redact
 from eos.core.processes import alive
-from eos.tools import apache_kafka
-from eos.tools.mock_cluster import DEFAULT_PARTITIONS, MockCluster
+from eos.tools.servers import apache_kafka
+from eos.tools.servers.mock_cluster import DEFAULT_PARTITIONS, MockCluster
 
 START_TIMEOUT_S = 30.0
 
@@ -127,7 +128,7 @@ def start(topics: Iterable[str | TopicSpec] = (), base: Path | None = None,
     if kind != MOCK:
         raise ConfigError(f"unknown broker kind {kind!r}; one of {', '.join(KINDS)}")
     log = open(base / "broker.log", "ab")  # noqa: SIM115 - handed to the child process
-    cmd = [sys.executable, "-m", "eos.tools.broker", "--state", str(path)]
+    cmd = [sys.executable, "-m", "eos.tools.servers.broker", "--state", str(path)]
     for topic in specs:
         cmd += ["--topic", str(topic)]
     child = subprocess.Popen(
@@ -225,7 +226,7 @@ def status(base: Path | None = None) -> dict[str, Any] | None:
 def _main(argv: list[str]) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m eos.tools.broker")
+    parser = argparse.ArgumentParser(prog="python -m eos.tools.servers.broker")
     parser.add_argument("--state", required=True, type=Path)
     parser.add_argument("--topic", action="append", default=[], type=TopicSpec.parse)
     args = parser.parse_args(argv)

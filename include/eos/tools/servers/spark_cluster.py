@@ -1,6 +1,7 @@
 """A Spark standalone cluster on this machine, from the pyspark wheel: a master and N workers,
 separate JVMs (``spark-class ...deploy.master.Master`` / ``...deploy.worker.Worker``), and the
-Spark Connect server (``eos.tools.spark_server``) running on it as the cluster's application.
+Spark Connect server (``eos.tools.servers.spark_server``) running on it as the cluster's
+application.
 
 It is what a deployment that outgrew one process looks like, small enough for a test: the
 pipeline's reads, aggregation and staging writes run in executors the workers launch, in JVMs
