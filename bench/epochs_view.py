@@ -53,7 +53,7 @@ def measure(env: Env, epochs: int, epoch_records: int, repeat: int) -> tuple[lis
     from eos.airflow.epochs_app import create_app
     from eos.core.config import PIPELINES_DIR_ENV
     from eos.core.pipeline_status import pipeline_status
-    from eos.tools.audit import verify
+    from eos.tools.audit.verify import verify
 
     config = env.config("view", "bench-view", max_records=epoch_records)
     sc.produce_topic(env, "bench-view", epochs * epoch_records)

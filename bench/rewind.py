@@ -22,7 +22,7 @@ from bench.env import Env, environment
 
 def measure(env: Env, epochs: int, records: int, log: Any = print) -> dict[str, Any]:
     from eos.core.rewind import rewind
-    from eos.tools.audit import audit
+    from eos.tools.audit.verify import audit
     from eos.tools.generator import GeneratorSpec
     from eos.tools.produce import produce
 

@@ -29,7 +29,7 @@ def finish_and_audit(config: PipelineConfig, spark: Any, tag: str, records: int)
     """Recovery by rerunning: run the remaining epochs (a commit that fails transiently run
     again), then audit everything from scratch: every sink equals the ground truth of all
     ``records`` produced."""
-    from eos.tools.audit import audit
+    from eos.tools.audit.verify import audit
 
     # Retried commits, as the DAG retries its commit task: the embedded broker now and then
     # drops a transactional producer's id mapping (INVALID_PRODUCER_ID_MAPPING), transiently.

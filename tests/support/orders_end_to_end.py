@@ -19,7 +19,7 @@ from eos.compute.epochs import run_epoch, run_until_caught_up
 from eos.core.delta import read_table
 from eos.core.errors import SchemaRegistryUnavailable
 from eos.core.kafka import client_settings
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.pipelines import write_pipeline
 from eos.tools.servers.schema_registry import SchemaRegistryServer
 

@@ -13,7 +13,7 @@ The contract (``WindowType``), for the Spark side of ``precommit``:
   which of the open rows the epoch needs at wm(N), and from those and its partial windows,
   the windows it emits (merged, end <= wm(N)) and the change rows it stages (end > wm(N)).
 
-The audit (``eos.tools.audit``) implements the same rules separately in plain Python.
+The audit (``eos.tools.audit.verify``) implements the same rules separately in plain Python.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ state is staged with epoch N and merged into N+1) and makes any split of the sam
 epochs give the same result. ``final`` turns a state into the output value when the window is
 emitted. Each function states its state and output types, derived from the field's type.
 
-Spark evaluates ``partial`` over events and ``merge`` over states; the audit (``eos.tools.audit``)
+Spark evaluates ``partial`` over events and ``merge`` over states; the audit
+(``eos.tools.audit.verify``)
 recomputes every function on its own in plain Python and shares none of this. A function whose
 state of one event is a row-level expression also implements ``Lifts`` (a capability apart, as
 Flink's sink capabilities are): its events need no aggregation of their own before they merge.

@@ -249,7 +249,7 @@ def _iso(ms: int) -> str:
 def overflow_reason(output: str, function: str, field: str | None, result_type: str,
                     start_ms: int, end_ms: int) -> str:
     """The quarantine reason of a window whose exact aggregate ``output`` did not fit its type:
-    the same text here and in the audit's reference (``eos.tools.audit_reference``)."""
+    the same text here and in the audit's reference (``eos.tools.audit.reference``)."""
     return (f"{OVERFLOW}: {output} = {function}({field or '*'}) does not fit {result_type} in "
             f"window [{_iso(start_ms)}, {_iso(end_ms)}): the window's {output} is null")
 

@@ -33,9 +33,9 @@ from eos.core.layout import tables_for
 from eos.core.plan import plan_of
 from eos.core.protocol import abort, begin, check_sinks, checkpointed_epoch, commit, precommit
 from eos.core.sink import sinks_for
-from eos.tools.audit import audit
-from eos.tools.audit_checks import check_offsets
-from eos.tools.audit_report import Problem, ProblemKind
+from eos.tools.audit.checks import check_offsets
+from eos.tools.audit.report import Problem, ProblemKind
+from eos.tools.audit.verify import audit
 from eos.tools.chaos_changes import ConfigChanges
 from eos.tools.generator import GeneratedRecord, GeneratorSpec, generate, generator_options
 from eos.tools.produce import send

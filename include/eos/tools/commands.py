@@ -64,7 +64,7 @@ def cmd_phase(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from eos.tools.audit import verify
+    from eos.tools.audit.verify import verify
 
     report = verify(_config(args), since=args.since, last=args.last)
     print(report.render())

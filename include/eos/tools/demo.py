@@ -355,7 +355,7 @@ def _store_epilogue(config: PipelineConfig) -> None:
 
 
 def _demo(config: PipelineConfig, events: int | None, via: str, max_epochs: int) -> int:
-    from eos.tools.audit import audit
+    from eos.tools.audit.verify import audit
     from eos.tools.ui import needs_spark_server
 
     print(f"[1/4] starting the embedded broker and clearing {config.root}", flush=True)

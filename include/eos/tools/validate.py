@@ -96,7 +96,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    from eos.tools.reference import write
+    from eos.tools.docs_reference import write
 
     for path in write(args.build_parser(), Path(args.root)):
         print(f"wrote {path}")

@@ -40,7 +40,7 @@ from eos.core import epochlog
 from eos.core.config import PipelineConfig
 from eos.core.layout import tables_for
 from eos.core.protocol import checkpointed_epoch
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec
 
 from support.airflow_standalone import (

@@ -35,7 +35,7 @@ from eos.core.config import PipelineConfig, load_config, pipeline_path
 from eos.core.delta import read_table
 from eos.core.layout import tables_for
 from eos.core.pipeline_status import epoch_rows
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec
 
 from support.harness import delta_path, sink, table_versions

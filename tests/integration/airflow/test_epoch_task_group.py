@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eos.core.protocol import checkpointed_epoch
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec
 
 from support.pipelines import make_pipeline

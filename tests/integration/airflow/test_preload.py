@@ -14,7 +14,7 @@ import pytest
 
 from eos.airflow.preload import TASK_MODULES, forks_tasks, is_celery_worker, is_scheduler
 from eos.core.kafka import client_settings
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import send

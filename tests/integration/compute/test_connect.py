@@ -31,7 +31,7 @@ from eos.core.layout import tables_for
 from eos.core.processes import group_members
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import write_pipeline
 from eos.tools.servers import spark_server as supervisor

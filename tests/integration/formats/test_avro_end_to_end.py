@@ -1,5 +1,5 @@
 """``event.format: avro`` end to end: real broker, real Spark (the reader's Python workers decode),
-real Delta, and the audit, which decodes the records with its own reader (``eos.tools.audit_avro``:
+real Delta, and the audit, which decodes the records with its own reader (``eos.tools.audit.avro``:
 urllib and fastavro, not the pipeline's decoder).
 
 The registry is ``eos.tools.servers.schema_registry``, a Schema-Registry-compatible test stand-in

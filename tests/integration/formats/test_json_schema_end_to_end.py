@@ -1,5 +1,5 @@
 """``event.format: json_schema`` end to end: real broker, real Spark, real Delta, and the audit
-(``eos.tools.audit_json_schema``). The shape and helpers are the Avro test's
+(``eos.tools.audit.json_schema``). The shape and helpers are the Avro test's
 (``support.orders_end_to_end``); records are written by Confluent's ``JSONSerializer`` through
 ``eos.tools.servers.schema_registry`` (the test stand-in for a Schema Registry), and a few by hand
 where the

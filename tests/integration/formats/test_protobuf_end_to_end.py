@@ -1,6 +1,6 @@
 """``event.format: protobuf`` end to end: real broker, real Spark (the reader's Python workers
 decode), real Delta, and the audit, which decodes the records with its own reader
-(``eos.tools.audit_protobuf``: urllib, its own header and index reading, its own walk).
+(``eos.tools.audit.protobuf``: urllib, its own header and index reading, its own walk).
 
 The shape and the helpers are the Avro test's (``support.orders_end_to_end``): the same orders,
 windows and registry outage, written by Confluent's ``ProtobufSerializer`` (message classes

@@ -2,7 +2,7 @@
 
 Ground truth is computed independently: the records the generator produced (checked to be
 exactly what Kafka holds) are replayed through the plain-Python reference model of
-``eos.tools.audit_reference`` using the epoch boundaries in the log, and compared with every
+``eos.tools.audit.reference`` using the epoch boundaries in the log, and compared with every
 committed table.
 """
 
@@ -35,7 +35,7 @@ from eos.core.protocol import abort, begin, checkpointed_epoch, commit, precommi
 from eos.core.staging import PRECOMMIT, files_holding, staged_epoch
 from eos.core.tables import ensure_tables
 from eos.core.window_state import open_rows
-from eos.tools.audit import audit, read_range
+from eos.tools.audit.verify import audit, read_range
 from eos.tools.generator import BAD_KINDS, GeneratorSpec, generate
 from eos.tools.pipelines import write_pipeline
 from eos.tools.produce import send

@@ -37,7 +37,7 @@ from eos.core.pipeline_status import EpochState, pipeline_status
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
 from eos.core.tables import ensure_tables
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.chaos import CONCURRENT_COMMITS, CONFIG_CHANGE, POISON, chaos
 from eos.tools.pipelines import unique_topic, write_pipeline
 

@@ -27,8 +27,8 @@ from eos.core.pipeline_status import epoch_rows
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.staging import CHANGE, STATE, WATERMARK
-from eos.tools.audit import audit, verify
-from eos.tools.audit_checks import row_identity, value_differences
+from eos.tools.audit.checks import row_identity, value_differences
+from eos.tools.audit.verify import audit, verify
 from eos.tools.generator import GeneratorSpec
 
 from support.harness import delta_path, eos_cli, finish_and_audit

@@ -31,7 +31,7 @@ from eos.core.outputs import windows_schema
 from eos.core.protocol import checkpointed_epoch
 from eos.core.sink import sinks_for
 from eos.sinks.records import decode_value
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.pipelines import unique_topic
 
 from support.harness import delta_path

@@ -16,7 +16,7 @@ from eos.compute.reader import read_split
 from eos.compute.splits import KafkaSplit, Piece
 from eos.core.errors import EXIT_PERMANENT, DataLoss, exit_code
 from eos.core.kafka import client_settings, read_partition, topic_watermarks
-from eos.tools.audit import read_range
+from eos.tools.audit.verify import read_range
 from eos.tools.generator import GeneratorSpec
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import produce

@@ -27,7 +27,7 @@ from eos.core.plan import Plan, plan_of
 from eos.core.protocol import begin, checkpointed_epoch
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
-from eos.tools.audit import audit, verify
+from eos.tools.audit.verify import audit, verify
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
 

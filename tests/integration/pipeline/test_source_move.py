@@ -22,7 +22,7 @@ from eos.core.layout import tables_for
 from eos.core.pipeline_status import pipeline_status
 from eos.core.plan import plan_of
 from eos.core.protocol import begin, checkpointed_epoch
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import BASE_TIME_MS, GeneratorSpec, generate
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import send

@@ -21,7 +21,7 @@ from eos.core.kafka import client_settings
 from eos.core.plan import plan_of
 from eos.core.protocol import begin
 from eos.core.tables import ensure_tables
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import send

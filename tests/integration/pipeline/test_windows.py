@@ -1,7 +1,7 @@
 """Declared schemas, group-by, every aggregation and every window type, end to end.
 
 Real broker, real Spark, real Delta. Ground truth is the audit's plain-Python recomputation
-(``eos.tools.audit_reference.Replay``: its own windowing and aggregation code, DuckDB for the
+(``eos.tools.audit.reference.Replay``: its own windowing and aggregation code, DuckDB for the
 filter, exact distinct counts for the HLL sketches), fed by a plain Kafka consumer; each test also
 checks that the data really exercised what it names (late pairs, quarantined records,
 multi-epoch windows), so a pipeline that dropped everything could not pass.
@@ -23,8 +23,8 @@ from eos.core.delta import read_table
 from eos.core.errors import ConfigError
 from eos.core.kafka import client_settings
 from eos.core.protocol import begin
-from eos.tools.audit import audit
-from eos.tools.audit_checks import row_identity, value_differences
+from eos.tools.audit.checks import row_identity, value_differences
+from eos.tools.audit.verify import audit
 from eos.tools.pipelines import unique_topic, write_pipeline
 
 from support.harness import delta_path

@@ -21,8 +21,8 @@ from eos.core.errors import SinkUnavailable
 from eos.core.protocol import checkpointed_epoch
 from eos.core.sink import register, sinks_for
 from eos.sinks.iceberg.sink import IcebergSink
-from eos.tools.audit_report import AuditReport
-from eos.tools.audit_second_reading import read_back_with_version, reread_sink
+from eos.tools.audit.report import AuditReport
+from eos.tools.audit.second_reading import read_back_with_version, reread_sink
 
 from support.memory import STORES, MemorySource, run_epoch, store
 from support.pipelines import IN_MEMORY, make_pipeline

@@ -30,7 +30,7 @@ from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.protocol.sealing import sealed_already
 from eos.core.sink import sinks_for
 from eos.core.tables import ensure_tables
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.pipelines import unique_topic
 from integration.sinks.test_kafka_sink import SPEC, read_committed
 

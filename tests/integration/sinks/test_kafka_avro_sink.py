@@ -28,9 +28,9 @@ from eos.core.kafka import client_settings, consumer, topic_watermarks
 from eos.core.outcomes import Outcome
 from eos.core.outputs import rows_schema, windows_schema
 from eos.sinks.kafka.avro import AvroValues
-from eos.tools.audit import audit
+from eos.tools.audit.independent.compare import canonical_row
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec
-from eos.tools.independent import canonical_row
 from eos.tools.pipelines import unique_topic, write_pipeline
 from eos.tools.produce import produce
 from eos.tools.servers.schema_registry import SchemaRegistryServer

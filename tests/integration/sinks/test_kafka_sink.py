@@ -34,7 +34,7 @@ from eos.core.outcomes import Outcome
 from eos.core.outputs import epoch_outputs
 from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.staging import staged_epoch
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
 

@@ -400,8 +400,8 @@ def test_an_airflow_postgres_connection_supplies_the_credentials(
     run_epoch(config, source)
     assert windows(server, schema) == memory_windows(config)
     # The audit's second reader attaches with the same connection.
-    from eos.tools.audit_report import AuditReport
-    from eos.tools.audit_second_reading import read_back_with_version, reread_sink
+    from eos.tools.audit.report import AuditReport
+    from eos.tools.audit.second_reading import read_back_with_version, reread_sink
 
     sink = sinks_for(config)[0]
     held, version = read_back_with_version(sink)
@@ -417,8 +417,8 @@ def test_duckdb_reads_every_type_as_psycopg2_does(tmp_path: Path, server: Postgr
     """Both of the audit's readings, column for column: decimals (a declared numeric(P,S) and
     an unconstrained numeric), doubles with NaN and both infinities, a real, times with their
     zone, dates, bytes, text, integers up to uint64, empty values; and the markers."""
-    from eos.tools.independent import disagreements
-    from eos.tools.independent_postgres import read_postgres
+    from eos.tools.audit.independent.compare import disagreements
+    from eos.tools.audit.independent.postgres import read_postgres
 
     query(server, f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.windows (loose numeric)")
     when = datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=UTC)
@@ -452,8 +452,8 @@ def test_a_value_one_reader_misreads_fails_the_second_reading(
         tmp_path: Path, server: PostgresServer, schema: str, source: MemorySource) -> None:
     """psycopg2's reading with one value wrong (a decimal's scale, a time's zone) is what the
     second reading is for: it names the sink and the row; the same for a marker it misses."""
-    from eos.tools.audit_report import AuditReport, ProblemKind
-    from eos.tools.audit_second_reading import read_back_with_version, reread_sink
+    from eos.tools.audit.report import AuditReport, ProblemKind
+    from eos.tools.audit.second_reading import read_back_with_version, reread_sink
 
     config = pipeline(tmp_path, schema)
     for _ in range(2):
@@ -481,9 +481,9 @@ def test_the_password_never_shows_in_the_second_readers_errors(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """DuckDB prints the connection string it failed with, password included: the audit's
     problem and the error carry neither it nor a password that almost matched."""
-    from eos.tools.audit_report import AuditReport, ProblemKind
-    from eos.tools.audit_second_reading import reread_sink
-    from eos.tools.independent_postgres import read_postgres
+    from eos.tools.audit.independent.postgres import read_postgres
+    from eos.tools.audit.report import AuditReport, ProblemKind
+    from eos.tools.audit.second_reading import reread_sink
 
     caplog.set_level(logging.DEBUG)
     config = pipeline(tmp_path, schema)

@@ -108,7 +108,7 @@ def test_end_to_end_on_the_cluster_and_the_store(tmp_path: Path, kafka: str, spa
     the pipeline but its YAML exists on a local disk."""
     from eos.core.staging import files_holding
     from eos.core.tables import handle
-    from eos.tools.audit import audit
+    from eos.tools.audit.verify import audit
 
     config = make_pipeline(tmp_path, base=kafka_sinks(),
                            epoch={"max_records": 700, "staging_retention": 2},

@@ -153,7 +153,7 @@ def test_a_second_producer_of_one_transactional_id_fences_the_first(
     second.produce(topic, value=b"winner", partition=0)
     second.commit_transaction(30)
     high = topic_watermarks(settings, topic)[0][1]
-    from eos.tools.audit import read_range
+    from eos.tools.audit.verify import read_range
 
     assert [r.value for r in read_range(settings, topic, 0, 0, high)] == [b"winner"]
 

@@ -1,5 +1,6 @@
 """``eos verify`` reads everything twice: Kafka with confluent-kafka and aiokafka,
-Delta with delta-rs and DuckDB's delta extension (``eos.tools.independent``), and fails with
+Delta with delta-rs and DuckDB's delta extension (``eos.tools.audit.independent.compare``), and
+fails with
 ``READERS_DISAGREE`` when the two readings differ.
 
 Real broker (the embedded one: aiokafka reads it with ``read_committed``; it filters nothing
@@ -28,11 +29,13 @@ from eos.core.kafka import client_settings
 from eos.core.outputs import output_schema
 from eos.core.sink import sinks_for
 from eos.sinks.delta.sink import DeltaSink
-from eos.tools import audit as audit_module
-from eos.tools import independent, independent_delta, independent_kafka
-from eos.tools.audit import audit
-from eos.tools.audit_report import AuditReport, ProblemKind
-from eos.tools.audit_second_reading import reread_sink
+from eos.tools.audit import verify as audit_module
+from eos.tools.audit.independent import compare as independent
+from eos.tools.audit.independent import delta as independent_delta
+from eos.tools.audit.independent import kafka as independent_kafka
+from eos.tools.audit.report import AuditReport, ProblemKind
+from eos.tools.audit.second_reading import reread_sink
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
 

@@ -17,7 +17,7 @@ import pytest
 from eos.core.errors import ConfigError, KafkaUnavailable, TopicMissing
 from eos.core.kafka import broker_state_path, client_settings, local_broker, topic_watermarks
 from eos.core.processes import alive
-from eos.tools.audit import read_range
+from eos.tools.audit.verify import read_range
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.pipelines import unique_topic
 from eos.tools.produce import produce

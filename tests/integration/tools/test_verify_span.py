@@ -16,7 +16,7 @@ import pytest
 
 from eos.compute.epochs import run_epoch
 from eos.core.kafka import client_settings, topic_watermarks
-from eos.tools.audit import audit
+from eos.tools.audit.verify import audit
 from eos.tools.generator import GeneratorSpec
 
 from support.apache_kafka import ApacheKafka, kafka_section

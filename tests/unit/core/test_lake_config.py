@@ -19,7 +19,7 @@ from eos.core.filters import DUCKDB_TIME_ZONE, expression_for_duckdb
 from eos.core.outputs import output_schema
 from eos.sinks.kafka.avro import value_schema
 from eos.sinks.records import decode_value, encode_values
-from eos.tools.independent_kafka import decode_json
+from eos.tools.audit.independent.kafka import decode_json
 
 BASE: dict[str, Any] = {
     "name": "ingest",

@@ -27,7 +27,7 @@ from eos.core.storage import join
 from eos.sinks.files.sink import FilesSink
 from eos.sinks.iceberg.sink import IcebergSink
 from eos.sinks.postgres.sink import PostgresSink
-from eos.tools.independent import canonical_row
+from eos.tools.audit.independent.compare import canonical_row
 
 from support.memory import MemorySource, run_epoch
 from support.pipelines import IN_MEMORY, make_pipeline
@@ -348,10 +348,10 @@ def test_the_audit_reads_a_filled_sink_from_its_first_filled_epoch(tmp_path: Pat
                                                                    kind: Kind) -> None:
     """``eos verify`` compares the filled epochs too: with the reference of every epoch the
     sink agrees; told the filled epochs were never committed, it finds their rows extra."""
-    from eos.tools.audit import _audit_sink
-    from eos.tools.audit_reference import Expected
-    from eos.tools.audit_report import AuditReport, ProblemKind
-    from eos.tools.audit_span import Span
+    from eos.tools.audit.reference import Expected
+    from eos.tools.audit.report import AuditReport, ProblemKind
+    from eos.tools.audit.span import Span
+    from eos.tools.audit.verify import _audit_sink
 
     source = MemorySource()
     after = added(tmp_path, kind, source, 3, 2)

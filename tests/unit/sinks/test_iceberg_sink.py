@@ -35,10 +35,10 @@ from eos.core.protocol import begin, checkpointed_epoch, commit, precommit
 from eos.core.rewind import rewind
 from eos.core.sink import register, sinks_for
 from eos.sinks.iceberg.sink import IcebergSink
-from eos.tools.audit_report import AuditReport, ProblemKind
-from eos.tools.audit_second_reading import read_back_with_version, reread_sink
-from eos.tools.independent import canonical_row
-from eos.tools.independent_iceberg import read_iceberg
+from eos.tools.audit.independent.compare import canonical_row
+from eos.tools.audit.independent.iceberg import read_iceberg
+from eos.tools.audit.report import AuditReport, ProblemKind
+from eos.tools.audit.second_reading import read_back_with_version, reread_sink
 
 from support.memory import STORES, MemorySource, MemoryStager, at_once, run_epoch, store
 from support.memory_rows import STATELESS_IN_MEMORY, RowStager

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from eos.sinks.kafka.options import KafkaSinkOptions
-from eos.tools.audit_kafka_records import _check_order, _expected
+from eos.tools.audit.kafka_records import _check_order, _expected
 
 ROW = {"user": "ann", "raw": b"\x00", "kafka_headers": [
     {"key": "t", "value": b"1"}, {"key": "eos-epoch", "value": b"9"}, {"key": "t", "value": None}]}

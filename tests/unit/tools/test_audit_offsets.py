@@ -1,12 +1,12 @@
-"""The audit's offset check (``eos.tools.audit.check_offsets``) across a moved source: ranges
+"""The audit's offset check (``eos.tools.audit.verify.check_offsets``) across a moved source: ranges
 continue per partition on one source, and a new source starts afresh only at a logged move."""
 
 from __future__ import annotations
 
 from eos.core.identity import SourceIdentity
 from eos.core.plan import PartitionRange, Plan
-from eos.tools.audit_checks import check_offsets
-from eos.tools.audit_report import ProblemKind
+from eos.tools.audit.checks import check_offsets
+from eos.tools.audit.report import ProblemKind
 
 
 def test_the_audit_starts_a_moved_source_afresh_and_only_at_a_logged_move() -> None:

@@ -1,4 +1,4 @@
-"""The audit's reference (``eos.tools.audit_reference.aggregate``) follows the pipeline's rules for
+"""The audit's reference (``eos.tools.audit.reference.aggregate``) follows the pipeline's rules for
 values
 at the edges: an exact sum that overflows its type is null and named, a double sum may be
 infinite, and the exact sum decides, not the order of additions."""
@@ -12,9 +12,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from eos.core.config import PipelineConfig
-from eos.tools.audit_checks import compare_rows, latest_rows, row_identity, value_differences
-from eos.tools.audit_reference import aggregate
-from eos.tools.audit_report import AuditReport, ProblemKind
+from eos.tools.audit.checks import compare_rows, latest_rows, row_identity, value_differences
+from eos.tools.audit.reference import aggregate
+from eos.tools.audit.report import AuditReport, ProblemKind
 from eos.tools.pipelines import write_pipeline
 
 

@@ -4,7 +4,7 @@ verdict says so and lists every range."""
 from __future__ import annotations
 
 from eos.core.loss import LostRange, acknowledged_losses
-from eos.tools.audit_report import AuditReport
+from eos.tools.audit.report import AuditReport
 
 
 def test_acknowledged_loss_is_in_the_verdict_and_a_plain_move_is_not_a_loss() -> None:

@@ -12,10 +12,10 @@ import pytest
 
 from eos.core.config import parse_config
 from eos.core.plan import PartitionRange, Plan
-from eos.tools.audit_checks import RECORD_TIMESTAMP, compare_rows, row_identity
-from eos.tools.audit_reference import Record
-from eos.tools.audit_report import AuditReport, ProblemKind
-from eos.tools.audit_rows import compare_row_values, row_reference
+from eos.tools.audit.checks import RECORD_TIMESTAMP, compare_rows, row_identity
+from eos.tools.audit.reference import Record
+from eos.tools.audit.report import AuditReport, ProblemKind
+from eos.tools.audit.rows import compare_row_values, row_reference
 
 CONFIG = parse_config({
     "name": "ingest", "kafka": {"topic": "views"},

@@ -1,4 +1,4 @@
-"""What an audit of part of the history compares and leaves out (``eos.tools.audit_span``),
+"""What an audit of part of the history compares and leaves out (``eos.tools.audit.span``),
 and the windowed replay that keeps only the span's rows (``audit_reference.Replay``)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 from eos.core.config import PipelineConfig
 from eos.core.plan import PartitionRange, Plan
-from eos.tools.audit import first_epoch
-from eos.tools.audit_reference import Record, Replay
-from eos.tools.audit_span import batches, deleted_ranges, span_for
+from eos.tools.audit.reference import Record, Replay
+from eos.tools.audit.span import batches, deleted_ranges, span_for
+from eos.tools.audit.verify import first_epoch
 from eos.tools.pipelines import write_pipeline
 
 TOPIC = "clicks"

@@ -1,4 +1,5 @@
-"""The audit's second readers (``eos.tools.independent``) compare what two libraries read:
+"""The audit's second readers (``eos.tools.audit.independent.compare``) compare what two libraries
+read:
 their habits (a time zone, a decimal's exponent, bytes or a view) are no disagreement, a changed
 or a doubled row is; and the independent decoder reads what the Kafka sink's codec writes."""
 
@@ -13,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 from eos.sinks.records import encode_values
-from eos.tools import independent, independent_kafka
+from eos.tools.audit.independent import compare as independent
+from eos.tools.audit.independent import kafka as independent_kafka
 
 
 def key(row: dict[str, Any]) -> tuple:

@@ -12,7 +12,7 @@ import pytest
 
 from eos.core.upserts import RECORD_TIMESTAMP as PIPELINE_TIMESTAMP
 from eos.core.upserts import last_per_key
-from eos.tools.audit_checks import RECORD_TIMESTAMP, latest_rows
+from eos.tools.audit.checks import RECORD_TIMESTAMP, latest_rows
 
 
 def _rows(rng: random.Random, epoch: int) -> list[dict]:

@@ -13,10 +13,10 @@ from eos.core.config import parse_config
 from eos.core.outputs import QUARANTINE_SCHEMA, late_schema, quarantine_rows
 from eos.core.plan import PartitionRange, Plan
 from eos.core.tables import STAGING_PROTOCOL
-from eos.tools.audit_checks import compare_rows, row_identity, with_topics
-from eos.tools.audit_reference import Record
-from eos.tools.audit_report import AuditReport, ProblemKind
-from eos.tools.audit_rows import row_reference
+from eos.tools.audit.checks import compare_rows, row_identity, with_topics
+from eos.tools.audit.reference import Record
+from eos.tools.audit.report import AuditReport, ProblemKind
+from eos.tools.audit.rows import row_reference
 
 CONFIG = parse_config({"name": "ingest", "kafka": {"topics": ["a", "b"]},
                        "event": {"fields": {"page": "string"}}})

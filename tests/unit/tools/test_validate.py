@@ -15,7 +15,7 @@ import yaml
 from eos.core import sink as sink_module
 from eos.core.sink import Sink
 from eos.tools.cli import build_parser, main
-from eos.tools.reference import pages
+from eos.tools.docs_reference import pages
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = sorted((ROOT / "include" / "pipelines").glob("*.yaml"))

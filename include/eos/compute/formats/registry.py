@@ -161,7 +161,7 @@ class WriterSchemas:
         """The registry's ``Schema`` for the id if it is a ``kind`` schema (``AVRO``, ``JSON``,
         ``PROTOBUF``) without references, or the ``Rejected`` every record of it gets (``what``
         names the format in the reason). One rule for every format: the audit's decoders
-        refuse the same schemas with the same words (``eos.tools.audit_avro``)."""
+        refuse the same schemas with the same words (``eos.tools.audit.avro``)."""
         schema = self.get(schema_id)
         if schema is UNKNOWN:
             return Unknown(f"schema id {schema_id} is not known to the Schema Registry")

@@ -46,7 +46,7 @@ value whose data file's path or key would be too long, and a partition column th
 lacks (``eos.sinks.iceberg.schema.refuse_partition_values``).
 
 ``eos verify`` reads the table through pyiceberg (``read_back``) and a second time through
-DuckDB's iceberg extension (``eos.tools.independent_iceberg``), both at one metadata file.
+DuckDB's iceberg extension (``eos.tools.audit.independent.iceberg``), both at one metadata file.
 
 The catalog: ``eos.sinks.iceberg.catalog`` (pyiceberg's configuration plus the sink's
 ``catalog_properties``, secrets from the environment and kept out of every message).

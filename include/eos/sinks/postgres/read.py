@@ -39,7 +39,7 @@ def _value(value: Any) -> Any:
 def read_table(dsn: str, table: Name, sink: str, since: int = 0) -> list[dict[str, Any]]:
     """Every row of the table (timestamps as UTC-aware datetimes, numerics as Decimals); of
     epoch ``since`` or later when ``since`` is set (the table then has an ``epoch`` column:
-    ``eos.tools.audit`` asks only then)."""
+    ``eos.tools.audit.verify`` asks only then)."""
     from psycopg2 import sql
 
     statement = sql.SQL("SELECT * FROM {}").format(sql.Identifier(*table))

@@ -44,7 +44,7 @@ an upserted table, where an earlier epoch's row would replace a later one's.
 The audit reads the table back with psycopg2, a different driver than the writer (its own C
 type casters over libpq, where psycopg 3 has its own Python/Cython adaptation layer), which the
 Airflow Postgres provider already needs; asyncpg would need an event loop per read. The audit
-reads it a second time with DuckDB's postgres extension (``eos.tools.independent_postgres``).
+reads it a second time with DuckDB's postgres extension (``eos.tools.audit.independent.postgres``).
 
 Credentials: the Airflow ``postgres`` connection named ``connection`` (handed over by the
 airflow layer), else the DSN in the environment variable ``dsn_env`` (``postgres_connection``).

@@ -1,7 +1,7 @@
 """``event.format: protobuf`` and ``json_schema`` (``eos.compute.formats``), without Spark:
 records written by Confluent's own ``ProtobufSerializer`` / ``JSONSerializer`` (the wire
 format's reference) through a registry, decoded by the reader's parser, and by the audit's
-decoders (``eos.tools.audit_protobuf``, ``audit_json_schema``), which must agree record by
+decoders (``eos.tools.audit.protobuf``, ``audit_json_schema``), which must agree record by
 record.
 
 The registry is ``eos.tools.servers.schema_registry``: a Schema-Registry-compatible HTTP server
@@ -29,8 +29,8 @@ from eos.compute.reader import RAW_SCHEMA
 from eos.core.config import parse_config
 from eos.core.errors import ConfigError, SchemaRegistryUnavailable
 from eos.core.schema import REASON
-from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
-from eos.tools.audit_protobuf import AuditProtobufDecoder
+from eos.tools.audit.json_schema import AuditJsonSchemaDecoder
+from eos.tools.audit.protobuf import AuditProtobufDecoder
 from eos.tools.servers.schema_registry import SchemaRegistryServer
 
 from support.protobuf_messages import F, build, field, new_file, order, order_class, serializer

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eos.tools.independent import canonical_row
-from eos.tools.independent_duckdb import duckdb_for, extension, quoted
+from eos.tools.audit.independent.compare import canonical_row
+from eos.tools.audit.independent.duckdb_extensions import duckdb_for, extension, quoted
 
 __all__ = ["ICEBERG_READER", "read_iceberg"]
 

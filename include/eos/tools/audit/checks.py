@@ -16,7 +16,7 @@ from eos.core.config import PipelineConfig
 from eos.core.layout import Tables
 from eos.core.plan import Plan
 from eos.core.topics import TopicPartition
-from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+from eos.tools.audit.report import AuditReport, Problem, ProblemKind
 
 # approx_count_distinct: HLL with lgConfigK 12 has a relative standard error of 1.04/sqrt(4096)
 # (1.6%); the audit accepts three of them around the exact distinct count (and 1 for tiny counts).

@@ -1,4 +1,5 @@
-"""The audit's second reader of Delta (``eos.tools.independent``): DuckDB's delta extension
+"""The audit's second reader of Delta (``eos.tools.audit.independent.compare``): DuckDB's delta
+extension
 (delta-kernel-rs underneath, its own log replay and Parquet reader), at the table version
 delta-rs read. PyPI ships the extension as ``duckdb-extension-delta`` (one per DuckDB release,
 pinned to ours in requirements.in); it is loaded from that wheel's file (``independent_duckdb``):
@@ -9,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eos.tools.independent import canonical_row
-from eos.tools.independent_duckdb import duckdb_for, quoted
+from eos.tools.audit.independent.compare import canonical_row
+from eos.tools.audit.independent.duckdb_extensions import duckdb_for, quoted
 
 DELTA_READER = "DuckDB delta"
 

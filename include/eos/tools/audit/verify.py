@@ -5,15 +5,16 @@ watermarks, late and quarantined records in plain Python (no Spark, no staging),
 result with what each sink holds (Delta tables read back, Kafka topics read back with
 ``read_committed``), with each sink's commits (exactly one per epoch), and with the checkpoint
 table. Everything it reads from Kafka, Delta and PostgreSQL is read a second time by readers
-that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's delta
-extension; ``eos.tools.independent_postgres``: DuckDB's postgres extension), and any
+that share no library with the pipeline (``eos.tools.audit.independent.compare``: aiokafka,
+DuckDB's delta
+extension; ``eos.tools.audit.independent.postgres``: DuckDB's postgres extension), and any
 difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug in
 confluent-kafka, delta-rs or psycopg cannot show the audit the same wrong picture it showed the
 pipeline. It shares only the parse rules (``eos.compute.formats.json.Parser``: they are the
 specification of a valid event) with the pipeline; the filter runs on DuckDB (not Spark),
-windows and aggregations are written out again (``eos.tools.audit_reference``), and the
+windows and aggregations are written out again (``eos.tools.audit.reference``), and the
 HyperLogLog estimates are checked against exact distinct counts within the sketch's error bound
-(``eos.tools.audit_checks``).
+(``eos.tools.audit.checks``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from eos.core.outcomes import NO_EPOCH
 from eos.core.plan import Plan, plan_and_move
 from eos.core.protocol import join_sinks
 from eos.core.sink import Sink, SupportsFill, SupportsReadBack, sinks_for
-from eos.tools.audit_checks import (
+from eos.tools.audit.checks import (
     check_checkpoints,
     check_offsets,
     compare_rows,
@@ -43,12 +44,12 @@ from eos.tools.audit_checks import (
     row_identity,
     with_topics,
 )
-from eos.tools.audit_kafka_records import compare_kafka_records
-from eos.tools.audit_reference import Expected, Record, Replay
-from eos.tools.audit_report import AuditReport, Problem, ProblemKind
-from eos.tools.audit_rows import compare_row_values, row_reference
-from eos.tools.audit_second_reading import read_back_with_version, reread_sink, reread_source
-from eos.tools.audit_span import Span, batches, deleted_ranges, log_starts, span_for
+from eos.tools.audit.kafka_records import compare_kafka_records
+from eos.tools.audit.reference import Expected, Record, Replay
+from eos.tools.audit.report import AuditReport, Problem, ProblemKind
+from eos.tools.audit.rows import compare_row_values, row_reference
+from eos.tools.audit.second_reading import read_back_with_version, reread_sink, reread_source
+from eos.tools.audit.span import Span, batches, deleted_ranges, log_starts, span_for
 
 READ_TIMEOUT_S = 30.0
 # confluent-kafka's timestamp type codes, as Kafka names the types (the audit's own table).
@@ -91,7 +92,7 @@ def first_epoch(committed: int, since: int | None, last: int | None) -> int:
 def audit(config: PipelineConfig, since: int | None = None,
           last: int | None = None) -> AuditReport:
     """Recompute the committed epochs ``since``.. (or the ``last`` N; all by default) from
-    Kafka and compare every sink and the checkpoints (``eos.tools.audit_span``: what is read,
+    Kafka and compare every sink and the checkpoints (``eos.tools.audit.span``: what is read,
     held and left out)."""
     from eos.core.extras import require
 

@@ -22,8 +22,8 @@ from eos.core.config import PipelineConfig
 from eos.core.path_rules import path_problem_of, rules_of_view
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
-from eos.tools.audit_checks import RECORD_TIMESTAMP, row_identity
-from eos.tools.audit_reference import (
+from eos.tools.audit.checks import RECORD_TIMESTAMP, row_identity
+from eos.tools.audit.reference import (
     METADATA_SCHEMA,
     Expected,
     Record,
@@ -35,7 +35,7 @@ from eos.tools.audit_reference import (
     record_metadata,
     record_parts,
 )
-from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+from eos.tools.audit.report import AuditReport, Problem, ProblemKind
 
 DOUBLE_TOLERANCE = 1e-12  # a function of doubles may differ in its last bits between engines
 

@@ -1,6 +1,7 @@
 """The audit's second readings: everything it reads from Kafka, Delta and PostgreSQL read again
-by readers that share no library with the pipeline (``eos.tools.independent``: aiokafka, DuckDB's
-delta extension; ``eos.tools.independent_postgres``: DuckDB's postgres extension). Any
+by readers that share no library with the pipeline (``eos.tools.audit.independent.compare``:
+aiokafka, DuckDB's
+delta extension; ``eos.tools.audit.independent.postgres``: DuckDB's postgres extension). Any
 difference between the two readings is a problem of its own (``READERS_DISAGREE``): a bug in
 confluent-kafka, delta-rs or psycopg cannot show the audit the same wrong picture it showed the
 pipeline."""
@@ -13,9 +14,11 @@ from eos.core.config import PipelineConfig
 from eos.core.kafka import client_settings
 from eos.core.plan import Plan
 from eos.core.sink import Sink, SupportsReadBack
-from eos.tools import independent, independent_delta, independent_kafka
-from eos.tools.audit_reference import Record
-from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+from eos.tools.audit.independent import compare as independent
+from eos.tools.audit.independent import delta as independent_delta
+from eos.tools.audit.independent import kafka as independent_kafka
+from eos.tools.audit.reference import Record
+from eos.tools.audit.report import AuditReport, Problem, ProblemKind
 
 LIBRARY_KAFKA = "confluent-kafka"
 LIBRARY_DELTA = "delta-rs"
@@ -46,7 +49,7 @@ def reread_source(report: AuditReport, settings: dict[str, Any],
                                                       r.value, r.key)
                   for r in independent_kafka.read_ranges(settings, topic, ranges)}
         where = f"source {topic}"
-        # Read in batches of epochs (``eos.tools.audit``): the counts add up.
+        # Read in batches of epochs (``eos.tools.audit.verify``): the counts add up.
         _, before = report.second_readings.get(where, (independent_kafka.KAFKA_READER, 0))
         report.second_readings[where] = (independent_kafka.KAFKA_READER, before + len(theirs))
         problems += _disagreements(where, (LIBRARY_KAFKA, ours.values()),
@@ -108,7 +111,7 @@ def reread_sink(report: AuditReport, config: PipelineConfig, sink: Sink,
     if isinstance(sink, PostgresSink):
         return _reread_postgres(report, sink, held, version, since)
     if isinstance(sink, IcebergSink):
-        from eos.tools.independent_iceberg import ICEBERG_READER
+        from eos.tools.audit.independent.iceberg import ICEBERG_READER
 
         library, reader, rows = LIBRARY_ICEBERG, ICEBERG_READER, _reread_iceberg(
             sink, version, since)
@@ -165,7 +168,7 @@ def _reread_iceberg(sink: Any, snapshot: int | None, since: int
 
     from eos.core.errors import EosError
     from eos.sinks.iceberg.sink import NO_SNAPSHOT
-    from eos.tools.independent_iceberg import ICEBERG_READER, read_iceberg
+    from eos.tools.audit.independent.iceberg import ICEBERG_READER, read_iceberg
 
     if snapshot is None or snapshot == NO_SNAPSHOT:
         return []
@@ -187,7 +190,7 @@ def _reread_postgres(report: AuditReport, sink: Any, held: list[dict[str, Any]],
     again on a pipeline at rest."""
     from eos.core.errors import EosError
     from eos.sinks.postgres.connection import dsn_for
-    from eos.tools.independent_postgres import POSTGRES_READER, read_postgres
+    from eos.tools.audit.independent.postgres import POSTGRES_READER, read_postgres
 
     reader = POSTGRES_READER
     if version is None:
@@ -221,7 +224,7 @@ def _reread_kafka(config: PipelineConfig, sink: Any, since: int) -> list[dict[st
         settings, sink.options.topic, independent_kafka.from_epoch(since) if since else None)
     decode = None
     if sink.options.format == "avro":  # urllib and fastavro, not the sink's codec
-        from eos.tools.audit_avro import sink_decoder
+        from eos.tools.audit.avro import sink_decoder
 
         decode = sink_decoder(sink.options.schema_registry or config.event.schema_registry)
     return independent_kafka.sink_rows(records, config.name,

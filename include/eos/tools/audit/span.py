@@ -34,7 +34,7 @@ from typing import Any
 from eos.core.config import PipelineConfig
 from eos.core.kafka import topic_watermarks
 from eos.core.plan import Plan
-from eos.tools.audit_checks import as_ms
+from eos.tools.audit.checks import as_ms
 
 #: Records read from Kafka before the reference consumes them: the audit's memory bound.
 BATCH_RECORDS = 100_000

@@ -1,6 +1,6 @@
 """The audit's own reading of JSON Schema records in the Schema Registry wire format.
 
-The header is unpacked and the writer schema fetched with urllib (``eos.tools.audit_registry``),
+The header is unpacked and the writer schema fetched with urllib (``eos.tools.audit.registry``),
 not by the pipeline's registry client and caches; the text is parsed with the standard library
 and validated with ``jsonschema`` directly. What a failed validation is called
 (the validator's best match, where it failed) is the pipeline's rule, written here a second
@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
-from eos.tools.audit_registry import HEADER, AuditRegistryDecoder
+from eos.tools.audit.registry import HEADER, AuditRegistryDecoder
 
 
 def _refuse(name: str) -> Any:

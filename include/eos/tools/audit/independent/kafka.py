@@ -1,4 +1,5 @@
-"""The audit's second reader of Kafka (``eos.tools.independent``): aiokafka, a pure-Python
+"""The audit's second reader of Kafka (``eos.tools.audit.independent.compare``): aiokafka, a
+pure-Python
 client (no librdkafka), ``isolation_level="read_committed"``, over source ranges and Kafka sinks'
 output topics. A sink's records are picked by their headers (``eos-pipeline``, ``eos-epoch``,
 ``eos-lineage``) and decoded from JSON here, not by ``eos.sinks.records``. Which (epoch,
@@ -21,7 +22,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from eos.core.errors import KafkaUnavailable
-from eos.tools.independent import canonical_row
+from eos.tools.audit.independent.compare import canonical_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -227,7 +228,7 @@ def sink_rows(records: Iterable[KafkaRecord], pipeline: str, schema: pa.Schema,
     """The committed rows of one pipeline in a Kafka sink's topic: records headed
     ``eos-pipeline: <pipeline>`` with an ``eos-epoch`` whose (epoch, ``eos-lineage``) is on
     the sink's current line, each value decoded from JSON by ``decode_json`` (or by ``decode``:
-    an Avro sink's values, ``eos.tools.audit_avro.sink_decoder``)."""
+    an Avro sink's values, ``eos.tools.audit.avro.sink_decoder``)."""
     decode = decode or decode_json
     rows = []
     for record in records:

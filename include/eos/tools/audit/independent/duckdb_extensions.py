@@ -1,4 +1,4 @@
-"""The audit's DuckDB (``eos.tools.independent``): a connection that never fetches or
+"""The audit's DuckDB (``eos.tools.audit.independent.compare``): a connection that never fetches or
 auto-loads an extension, extensions loaded from their PyPI wheels' files (``LOAD '<path>'``: a
 signed DuckDB build, no unsigned extensions allowed, nothing downloaded, nothing installed under
 ``~/.duckdb``), and the store's S3 credentials when a table lives there. Its readers:

@@ -25,7 +25,7 @@ from eos.core.outputs import overflow_reason, overflow_type
 from eos.core.path_rules import path_problem_of, rules_of_view
 from eos.core.plan import Plan
 from eos.core.schema import field_schema
-from eos.tools.audit_checks import RECORD_TIMESTAMP
+from eos.tools.audit.checks import RECORD_TIMESTAMP
 
 
 class Record(NamedTuple):
@@ -275,9 +275,9 @@ def _audit_decoder(event_format: str) -> Any:
     from eos.core.extras import require_format
 
     require_format(event_format)
-    from eos.tools.audit_avro import AuditAvroDecoder
-    from eos.tools.audit_json_schema import AuditJsonSchemaDecoder
-    from eos.tools.audit_protobuf import AuditProtobufDecoder
+    from eos.tools.audit.avro import AuditAvroDecoder
+    from eos.tools.audit.json_schema import AuditJsonSchemaDecoder
+    from eos.tools.audit.protobuf import AuditProtobufDecoder
 
     decoders = {"avro": AuditAvroDecoder, "protobuf": AuditProtobufDecoder,
                 "json_schema": AuditJsonSchemaDecoder}
@@ -303,7 +303,7 @@ class Replay:
     Fed one epoch at a time (``epoch``), it holds only the windows still open and the rows of
     epochs from ``keep_from`` on: an audit of the last epochs replays the earlier ones for
     their open windows without keeping their rows. ``watermark``: where a replay that does not
-    begin at the first epoch starts (``eos.tools.audit_span``)."""
+    begin at the first epoch starts (``eos.tools.audit.span``)."""
 
     def __init__(self, config: PipelineConfig,
                  views: dict[int, dict[str, Any]] | None = None, *, keep_from: int = 0,

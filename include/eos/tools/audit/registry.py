@@ -1,5 +1,5 @@
 """The audit's own reading of the Schema Registry wire format, shared by its decoders
-(``eos.tools.audit_avro``, ``audit_protobuf``, ``audit_json_schema``).
+(``eos.tools.audit.avro``, ``audit_protobuf``, ``audit_json_schema``).
 
 The audit must not trust the decoders it checks (``eos.compute.formats``: confluent's registry
 client, its caches, its error classification). Here the header is unpacked with ``struct`` and

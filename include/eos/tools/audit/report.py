@@ -16,7 +16,8 @@ class ProblemKind(StrEnum):
     CHECKPOINT = "checkpoint"  # the checkpoint table disagrees with the recomputation
     OFFSETS = "offsets"  # committed ranges are not contiguous
     NOTHING = "nothing committed"
-    # The independent reader (eos.tools.independent) read something else than the pipeline's
+    # The independent reader (eos.tools.audit.independent.compare) read something else than the
+    # pipeline's
     # own library did: one of them is wrong, so nothing the audit concluded can be trusted.
     READERS_DISAGREE = "readers disagree"
     SECOND_READER = "independent reader failed"  # it could not read what the audit read

@@ -37,8 +37,8 @@ from typing import Any, NamedTuple
 
 from eos.core.errors import SinkUnavailable
 from eos.sinks.postgres.connection import redact
-from eos.tools.independent import canonical_row
-from eos.tools.independent_duckdb import duckdb_for, extension, quoted
+from eos.tools.audit.independent.compare import canonical_row
+from eos.tools.audit.independent.duckdb_extensions import duckdb_for, extension, quoted
 
 __all__ = ["POSTGRES_READER", "PostgresReading", "read_postgres"]
 

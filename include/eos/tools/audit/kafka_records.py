@@ -3,7 +3,8 @@
 A sink with ``key`` or ``headers`` writes, for every row, a key (the key column's value, or
 its expression's, recomputed with DuckDB like a select column) and headers (the source
 record's, carried, then the ones ``set`` names). The topic is read here
-by the independent reader (aiokafka, ``eos.tools.independent``), each record placed by the
+by the independent reader (aiokafka, ``eos.tools.audit.independent.compare``), each record placed
+by the
 coordinates in its value, and compared with what the reference row and the re-read source
 record say it must hold: a key or a header lost, changed or added is reported as wrong values.
 Records of one key must also keep their source order within the partition they land in.
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from eos.core.config import PipelineConfig
-from eos.tools.audit_report import AuditReport, Problem, ProblemKind
+from eos.tools.audit.report import AuditReport, Problem, ProblemKind
 
 EOS_HEADERS = "eos-"
 _SHOWN = 5  # problems reported one by one; the rest are counted
@@ -51,10 +52,10 @@ def compare_kafka_records(report: AuditReport, config: PipelineConfig, sink: Any
         return
     from eos.core.kafka import client_settings
     from eos.core.outputs import output_schema
-    from eos.tools import independent_kafka
+    from eos.tools.audit.independent import kafka as independent_kafka
     decode = independent_kafka.decode_json
     if options.format == "avro":
-        from eos.tools.audit_avro import sink_decoder
+        from eos.tools.audit.avro import sink_decoder
 
         decode = sink_decoder(options.schema_registry or config.event.schema_registry)
     schema = output_schema(config, "rows")

@@ -8,11 +8,12 @@ read a second time here, by code that shares neither the libraries nor the decod
 
 - **Kafka** (source ranges, Kafka sinks' output topics) with aiokafka, a pure-Python client
   (no librdkafka), ``isolation_level="read_committed"``, sink records decoded from JSON there
-  and not by ``eos.sinks.records``: ``eos.tools.independent_kafka``.
+  and not by ``eos.sinks.records``: ``eos.tools.audit.independent.kafka``.
 - **Delta** with DuckDB's delta extension (delta-kernel-rs underneath), at the table version
-  delta-rs read: ``eos.tools.independent_delta``. DuckDB's extensions are loaded from their
-  wheels' files, never fetched: ``eos.tools.independent_duckdb``.
-- **PostgreSQL** with DuckDB's postgres extension, the same way: ``eos.tools.independent_postgres``.
+  delta-rs read: ``eos.tools.audit.independent.delta``. DuckDB's extensions are loaded from their
+  wheels' files, never fetched: ``eos.tools.audit.independent.duckdb_extensions``.
+- **PostgreSQL** with DuckDB's postgres extension, the same way:
+``eos.tools.audit.independent.postgres``.
 
 Rows are compared in a canonical form (``canonical_row``): times as integer microseconds since
 the epoch (each reader has its own time zone habits), decimals by value, binary as bytes.

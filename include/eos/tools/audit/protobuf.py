@@ -2,7 +2,7 @@
 
 Independent of the pipeline's decoder (``eos.compute.formats.protobuf``) where a decoder can be
 wrong: the header and the message indexes are read here from a stream, the writer schema is
-fetched with urllib (``?format=serialized``, by ``eos.tools.audit_registry``), its message is
+fetched with urllib (``?format=serialized``, by ``eos.tools.audit.registry``), its message is
 found by walking the descriptor pool's types (not the FileDescriptorProto's lists), and a
 message becomes a dict through ``ListFields`` (the fields that are set) over defaults, not
 field-by-field ``HasField``. The bytes are parsed by the protobuf runtime, as fastavro parses
@@ -20,7 +20,7 @@ from typing import Any
 
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.protobuf import DECIMAL_TEXT, MAX_INDEXES, builtin_files
-from eos.tools.audit_registry import HEADER, AuditRegistryDecoder
+from eos.tools.audit.registry import HEADER, AuditRegistryDecoder
 
 
 class _Bad(Exception):

@@ -2,7 +2,7 @@
 
 The audit must not trust the decoder it checks (``eos.compute.formats.avro``: confluent's
 registry client, its caches, its error classification). Here the header is unpacked and writer
-schemas are fetched by the audit's own requests (``eos.tools.audit_registry``), and the datum is
+schemas are fetched by the audit's own requests (``eos.tools.audit.registry``), and the datum is
 read with fastavro directly. What a decoded record means (the declared fields,
 their rules and reasons) is shared, as it is for JSON (``eos.compute.formats.records``): those
 rules are the pipeline's semantics, not its decoder. A reason is written here a second time, so
@@ -18,7 +18,7 @@ from typing import Any
 from eos.compute.formats import REASON_CHARS, Decoded, Rejected
 from eos.compute.formats.avro import unsafe_schema
 from eos.core.config import SchemaRegistryConfig
-from eos.tools.audit_registry import HEADER, AuditRegistryDecoder
+from eos.tools.audit.registry import HEADER, AuditRegistryDecoder
 
 _TRUNCATED = (EOFError, IndexError, ValueError, OverflowError, MemoryError, StopIteration,
               KeyError, TypeError)
@@ -69,7 +69,7 @@ def sink_decoder(registry: SchemaRegistryConfig | None) -> Any:
     """How the audit reads an Avro Kafka sink's values a second time: this module's decoder
     (``struct``, ``urllib``, fastavro), not the sink's (``eos.sinks.kafka.avro``); a value it
     cannot decode becomes a row of its own, which no other reading holds (a disagreement)."""
-    from eos.tools.independent import canonical_row
+    from eos.tools.audit.independent.compare import canonical_row
 
     assert registry is not None  # a format: avro sink has one (checked when the config loads)
     decoder = AuditAvroDecoder(registry)
