@@ -22,7 +22,7 @@ from support.pipelines import make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-RECORDS = GeneratorSpec(events=120, keys=4, users=10, interval_ms=20_000, disorder_ms=0,
+RECORDS = GeneratorSpec(events=60, keys=4, users=10, interval_ms=20_000, disorder_ms=0,
                         seed=11, shape="pageviews")
 # Every fifth record's page repeated past a directory's name, every fifth but one empty.
 PART = ("CAST(CASE WHEN kafka_offset % 5 = 1 THEN repeat(page, 60) "
@@ -45,7 +45,7 @@ def test_rows_a_partition_value_no_directory_holds_is_quarantined_and_audited(
                            event=PAGEVIEW_EVENT, select={"page": "page", "part": PART},
                            group_by=None, window=None, aggregations=None,
                            sinks={"rows": [PARTITIONED], "quarantine": QUARANTINE},
-                           spark={"collect_rows": collect_rows}, max_records=40)
+                           spark={"collect_rows": collect_rows}, max_records=30)
     finish_and_audit(config, spark, "paths", RECORDS.events)  # the audit decides alike
 
     (rule,) = rules_for(config, ("rows",))
@@ -63,7 +63,7 @@ def test_windows_a_group_value_no_directory_holds_is_quarantined_and_audited(
         window={"type": "tumbling", "size": "5m", "allowed_lateness": "0s"},
         aggregations={"views": "count(*)"},
         sinks={"windows": [PARTITIONED], "late": [{"delta": "late"}],
-               "quarantine": QUARANTINE}, max_records=40)
+               "quarantine": QUARANTINE}, max_records=30)
     finish_and_audit(config, spark, "paths", RECORDS.events)
 
     (rule,) = rules_for(config, ("windows",))

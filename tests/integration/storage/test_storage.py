@@ -46,8 +46,11 @@ def test_the_fast_tier_holds_with_every_table_on_the_store(object_store: Any,
     code, a different store, the same decisions."""
     base = f"s3://{object_store.bucket}/fast-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, TABLES_BASE_ENV: base}
+    # The Iceberg and PostgreSQL sinks' own cases keep their tables elsewhere (a catalog, a
+    # database): the protocol tables they share with the others are covered by the rest.
     done = subprocess.run([sys.executable, "-m", "pytest", "tests/unit/protocol", "-q", "-x",
-                           "-m", "fast", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
+                           "-m", "fast", "-k", "not iceberg and not postgres",
+                           "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
                            "--basetemp", str(tmp_path / "fast")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
