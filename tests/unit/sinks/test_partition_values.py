@@ -198,3 +198,48 @@ def test_iceberg_a_partition_column_the_output_lacks_is_refused_before_the_seal(
     with pytest.raises(SinkCannotTake, match=r"partitioned by identity\(region\), a column the "
                                              "output lacks"):
         sink.check(0, windows("a"))
+
+
+# -- Path rules: decided at precommit (eos.core.path_rules) --------------------------------------
+
+def test_delta_path_rules_quarantine_exactly_what_check_would_refuse(tmp_path: Path) -> None:
+    sink = sinks_for(delta(tmp_path))[0]
+    (rule,) = sink.path_rules()
+    at, over = "x" * rule.max_bytes, "x" * (rule.max_bytes + 1)
+    sink.prepare(windows().schema)
+    sink.check(0, windows(at, "/" * (rule.max_bytes // 3), None))
+    assert rule.problem(over) == rule.too_long and rule.problem("") == rule.empty
+    with pytest.raises(SinkCannotTake):
+        sink.check(0, windows(over))
+
+
+def test_iceberg_path_rules_bound_an_identity_partition_by_what_pyiceberg_writes(
+        tmp_path: Path) -> None:
+    """The spec's identity partition of a string: a value at the rule's bound is one pyiceberg
+    writes, one byte more it cannot; an empty string is a value of its own (no rule); a
+    truncate transform bounds the value itself, so it needs no rule."""
+    from eos.sinks.iceberg.schema import partition_value_problems
+
+    sink = sinks_for(iceberg(tmp_path))[0]
+    (rule,) = sink.path_rules()
+    assert (rule.column, rule.max_bytes, rule.empty_is_null) == ("key", NAME_MAX - 4, False)
+    table = load_catalog("test", **catalog_properties(tmp_path)).load_table(TABLE)
+    at, over = "x" * rule.max_bytes, "x" * (rule.max_bytes + 1)
+    assert partition_value_problems(table, windows(at, "+" * (rule.max_bytes // 3), "")) == []
+    assert rule.problem(over) == rule.too_long and partition_value_problems(table, windows(over))
+    assert rule.problem("a b") is None  # a space is a '+': one byte
+
+    from pyiceberg.transforms import TruncateTransform
+
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    assert sinks_for(iceberg(truncated, TruncateTransform(10), name="key_prefix"))[0] \
+        .path_rules() == []
+
+
+def test_an_iceberg_catalog_out_of_reach_gives_no_rules_and_check_stays_the_guard(
+        tmp_path: Path) -> None:
+    config = with_sink(tmp_path, {"iceberg": {"catalog": "test", "table": TABLE,
+                                              "catalog_properties": {
+                                                  "type": "rest", "uri": "http://127.0.0.1:9"}}})
+    assert sinks_for(config)[0].path_rules() == []

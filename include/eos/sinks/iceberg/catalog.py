@@ -160,3 +160,20 @@ def guarded(settings: CatalogSettings, sink: str, doing: str) -> Iterator[None]:
         if isinstance(error, ValueError | TypeError):
             raise SinkRejected(message) from None
         raise SinkUnavailable(message) from None
+
+
+def without_retries(table: Any) -> Any:
+    """``table`` with pyiceberg's own commit retries off, in this process only.
+
+    After a conflict pyiceberg re-plans the snapshot on the new metadata and commits it again
+    (``commit.retry.num-retries``, 4 by default): it would append an epoch a second time after
+    another attempt committed it, or empty a table a commit just wrote to. The sink retries
+    itself, reading the marker first. The setting is read from the table's metadata as this
+    process loaded it; the catalog applies the commit's updates to its own copy, so the table
+    itself keeps its properties."""
+    from pyiceberg.table import TableProperties
+
+    metadata = table.metadata
+    properties = {**metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
+    table.metadata = metadata.model_copy(update={"properties": properties})
+    return table

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import SinkCommit
+from eos.sinks.iceberg.catalog import without_retries
 from eos.sinks.iceberg.history import Kept, Mark, line
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def _write(sink: IcebergSink, table: Any, epoch: int, rows: pa.Table, first: int
     from eos.sinks.iceberg.schema import added_columns
 
     fill_mark = sink.mark.fill
-    transaction = _without_retries(table).transaction()
+    transaction = without_retries(table).transaction()
     if added_columns(table.schema(), rows.schema):
         with transaction.update_schema() as update:
             update.union_by_name(rows.schema)
@@ -134,16 +135,3 @@ def _write(sink: IcebergSink, table: Any, epoch: int, rows: pa.Table, first: int
     kept = json.loads(Kept.of(staged, epoch).text())
     transaction.set_properties({fill_mark.property_name: json.dumps({**kept, "first": first})})
     transaction.commit_transaction()
-
-
-def _without_retries(table: Any) -> Any:
-    """``table`` with pyiceberg's own commit retries off in this process, as the sink's
-    commit has it (``eos.sinks.iceberg.sink._without_retries``: a re-planned retry would fill an
-    epoch a second time after another fill did). Not imported from there: the sink's module
-    imports this one."""
-    from pyiceberg.table import TableProperties
-
-    metadata = table.metadata
-    properties = {**metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
-    table.metadata = metadata.model_copy(update={"properties": properties})
-    return table

@@ -31,13 +31,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from eos.core.errors import SinkCannotTake
+from eos.core.path_rules import PathRule
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["added_columns", "conflicts", "iceberg_schema", "partition_value_problems",
-           "refuse_conflicts", "refuse_partition_values", "refuse_partitioning",
-           "unapplicable_transforms"]
+__all__ = [
+    "added_columns",
+    "conflicts",
+    "iceberg_schema",
+    "partition_value_problems",
+    "path_rules",
+    "refuse_conflicts",
+    "refuse_partition_values",
+    "refuse_partitioning",
+    "sink_path_rules",
+    "unapplicable_transforms",
+]
 
 #: A data file's name as pyiceberg gives it (``00000-<task>-<write uuid>.parquet``), with a
 #: task number longer than any append of one epoch reaches.
@@ -194,3 +204,71 @@ def refuse_partition_values(table: Any | None, rows: pa.Table, where: str) -> No
             "otherwise (a bucket transform, or truncate with a small width, bounds a long "
             "text), keep such values out of the output (a filter), or give the sink another "
             "table, then run again")
+
+
+#: The characters ``quote_plus`` writes as they are (a space becomes a '+'); every other UTF-8
+#: byte as ``%XX``.
+QUOTE_PLUS_KEPT = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~ ")
+#: Bytes a partition directory's value of any transform other than identity-of-a-string may
+#: take: a bucket's number, a truncated number, a year, month, day or hour, or "null".
+_OTHER_VALUE_BYTES = 24
+
+
+def path_rules(table: Any | None, sink: str, types: dict[str, str]) -> list[PathRule]:
+    """The path rules of an existing table's current spec (``eos.core.path_rules``): each
+    identity partition of an output string column (``types``) bounded so that its directory's
+    name fits, and the data file's path or key fits when every string partition takes its
+    share and every other partition its widest value. None (no table yet: the sink creates
+    it unpartitioned) has none."""
+    from urllib.parse import quote_plus
+
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+    from pyiceberg.table.locations import load_location_provider
+
+    from eos.core.layout import path_bytes, path_limits
+
+    if table is None or table.spec().is_unpartitioned():
+        return []
+    spec, schema = table.spec(), table.schema()
+    strings = []
+    for field in spec.fields:
+        source = schema.find_field(field.source_id).name
+        if str(field.transform) == "identity" and types.get(source) == "string":
+            strings.append((field, source))
+    if not strings:
+        return []
+    provider = load_location_provider(table.metadata.location, table.metadata.properties)
+    limits = path_limits(provider.data_path)
+    # The path the provider gives with every string value empty and every other one null,
+    # each other value then counted at its widest: what the string values share.
+    blank = PartitionKey(field_values=[
+        PartitionFieldValue(f, "" if any(f is g for g, _ in strings) else None)
+        for f in spec.fields], partition_spec=spec, schema=schema)
+    fixed = path_bytes(provider.new_data_location(DATA_FILE_NAME, blank), limits) + (
+        _OTHER_VALUE_BYTES - len("null")) * (len(spec.fields) - len(strings))
+    rules = []
+    for field, source in strings:
+        head = len(quote_plus(field.name, safe="")) + 1  # "<field>="
+        most = (limits.whole - fixed) // len(strings)
+        if limits.name is not None:
+            most = min(most, limits.name - head)
+        rules.append(PathRule(sink, source, most, QUOTE_PLUS_KEPT, empty_is_null=False))
+    return rules
+
+
+def sink_path_rules(sink: str, types: dict[str, str], load: Any) -> list[PathRule]:
+    """``path_rules`` of the table ``load()`` finds now (``types``: the output's columns). A
+    catalog out of reach gives none, with a warning: ``check`` stays the guard before the
+    seal."""
+    import logging
+
+    from eos.core.errors import EosError
+
+    try:
+        table = load()
+    except EosError as error:
+        logging.getLogger(__name__).warning(
+            "sink %s: no path rules (%s); its check decides before the seal", sink, error)
+        return []
+    return path_rules(table, sink, types)

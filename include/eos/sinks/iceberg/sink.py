@@ -64,17 +64,26 @@ from eos.core.ownership import Place, Record, Writer, admit
 from eos.core.sink import (
     SinkCommit,
     SupportsFill,
+    SupportsPathRules,
     SupportsReadBack,
     SupportsRewind,
     validated_options,
 )
 from eos.core.storage import is_remote
-from eos.sinks.iceberg.catalog import CatalogSettings, guarded, open_catalog, settings_for
+from eos.sinks.iceberg.catalog import (
+    CatalogSettings,
+    guarded,
+    open_catalog,
+    settings_for,
+    without_retries,
+)
 from eos.sinks.iceberg.history import PIPELINE, Mark, described
 from eos.sinks.iceberg.options import SQLITE_RELATIVE, IcebergOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from eos.core.path_rules import PathRule
 
 __all__ = ["NO_SNAPSHOT", "IcebergOptions", "IcebergSink"]
 
@@ -89,24 +98,7 @@ def _pipelines(metadata: Any) -> set[str]:
             if s.summary is not None and s.summary[PIPELINE]}
 
 
-def _without_retries(table: Any) -> Any:
-    """``table`` with pyiceberg's own commit retries off, in this process only.
-
-    After a conflict pyiceberg re-plans the snapshot on the new metadata and commits it again
-    (``commit.retry.num-retries``, 4 by default): it would append an epoch a second time after
-    another attempt committed it, or empty a table a commit just wrote to. The sink retries
-    itself, reading the marker first. The setting is read from the table's metadata as this
-    process loaded it; the catalog applies the commit's updates to its own copy, so the table
-    itself keeps its properties."""
-    from pyiceberg.table import TableProperties
-
-    metadata = table.metadata
-    properties = {**metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
-    table.metadata = metadata.model_copy(update={"properties": properties})
-    return table
-
-
-class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
+class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsPathRules):
     """One output of a pipeline as an Iceberg table, one snapshot per epoch."""
 
     kind = "iceberg"
@@ -210,7 +202,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
             if after == before:
                 return
             try:
-                transaction = _without_retries(table).transaction()
+                transaction = without_retries(table).transaction()
                 transaction.set_properties(after.properties())
                 transaction.commit_transaction()
                 return
@@ -240,6 +232,18 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
         with self._guarded("reading its history"):
             table = self._load()
             return NO_EPOCH if table is None else self.mark.held(table.metadata)
+
+    def path_rules(self) -> list[PathRule]:
+        """The current spec's identity partitions of string columns, bounded so that their
+        paths fit (``eos.sinks.iceberg.schema.sink_path_rules``)."""
+        from eos.sinks.delta.sink import partition_types
+        from eos.sinks.iceberg.schema import sink_path_rules
+
+        def load() -> Any | None:
+            with self._guarded("reading its partition spec"):
+                return self._load()
+
+        return sink_path_rules(self.name, partition_types(self.config, self.output), load)
 
     def check(self, epoch: int, rows: pa.Table) -> None:
         """This pipeline may write the table (``TableOwned``), the table can take the rows'
@@ -297,7 +301,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
         summary is the epoch's marker, and the table property that keeps the epoch."""
         from eos.sinks.iceberg.schema import added_columns
 
-        transaction = _without_retries(table).transaction()
+        transaction = without_retries(table).transaction()
         if added_columns(table.schema(), rows.schema):
             with transaction.update_schema() as update:
                 update.union_by_name(rows.schema)
@@ -367,7 +371,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
         it did when checked) and the property to ``epoch``, which ``point`` committed."""
         from pyiceberg.table.update.snapshot import ManageSnapshots
 
-        transaction = _without_retries(table).transaction()
+        transaction = without_retries(table).transaction()
         ManageSnapshots(transaction).set_current_snapshot(snapshot_id=point)
         self._keep(transaction, epoch)
         transaction.commit_transaction()
@@ -379,7 +383,7 @@ class IcebergSink(SupportsRewind, SupportsReadBack, SupportsFill):
 
         summary = self.mark.summary(NO_EPOCH, rewind=rewind_id)
         current = table.metadata.current_snapshot()
-        transaction = _without_retries(table).transaction()
+        transaction = without_retries(table).transaction()
         if current.summary is not None and current.summary["total-records"] not in (None, "0"):
             transaction.delete(AlwaysTrue(), snapshot_properties=summary)
         else:
