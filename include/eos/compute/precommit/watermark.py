@@ -6,13 +6,22 @@ The rule lives here once: precommit computes it, the audit recomputes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from eos.core.config import PipelineConfig
 from eos.core.plan import Plan
 
-if TYPE_CHECKING:
-    from eos.compute.precommit.resume import ResumePoint
+
+class Resumed(Protocol):
+    """What an epoch resumes from, as far as its watermark goes (``resume.ResumePoint``; a
+    protocol here so that this module needs nothing of the state's)."""
+
+    @property
+    def watermark_ms(self) -> int: ...
+
+    @property
+    def max_event_ms(self) -> int | None: ...
+
 
 NEG_INF = -(2**63)  # the watermark before the first event
 # wm(N-1), a column of every input row from the second epoch on (``frames.epoch_frames``), not a
@@ -36,7 +45,7 @@ def idle_watermark(previous_ms: int, clock_ms: int | None, idle_timeout_ms: int 
     return max(previous_ms, clock_ms - idle_timeout_ms)
 
 
-def epoch_watermark(config: PipelineConfig, plan: Plan, state: ResumePoint,
+def epoch_watermark(config: PipelineConfig, plan: Plan, state: Resumed,
                     max_event_ms: int | None) -> tuple[int, int | None]:
     """wm(N) and the max event time over epochs <= N: the watermark rule lives here, once."""
     candidates = [m for m in (state.max_event_ms, max_event_ms) if m is not None]
@@ -47,7 +56,7 @@ def epoch_watermark(config: PipelineConfig, plan: Plan, state: ResumePoint,
     return watermark, max_event
 
 
-def previous_watermark(state: ResumePoint) -> dict[str, int]:
+def previous_watermark(state: Resumed) -> dict[str, int]:
     """wm(N-1) as the input's constant column (``PREVIOUS_WATERMARK``); none before any
     watermark: then nothing is late, and the input is as an at-least-once job reads it."""
     return {} if state.watermark_ms == NEG_INF else {PREVIOUS_WATERMARK: state.watermark_ms}
