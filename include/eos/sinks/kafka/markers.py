@@ -28,6 +28,10 @@ Migration from the markers of version 2 (key = the pipeline name, in the shared
 sink, its last marker is read from that legacy location, so an upgrade neither republishes nor
 refuses; the next commit writes into the new location. ``history()`` lists the legacy markers
 first. A legacy marker in an explicit ``marker_topic`` is not a foreign record.
+
+``eos fill`` (``eos.sinks.kafka.fill``) writes markers of its own into the same partition, keyed
+``<pipeline>/<sink name>#fill`` (``fill_key``): not foreign records, and never this sink's
+markers (``last``, ``history`` read the pipeline's alone); ``last_fill`` reads the last one.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
     import confluent_kafka as ck
 
 MARKER_SUFFIX = ".eos-markers"
+FILL_SUFFIX = "#fill"  # a fill's marker key and transactional id: the sink's, with this suffix
 STABLE_ATTEMPTS = 3  # LSO checks before an open foreign transaction is reported (0.5 s apart)
 
 
@@ -68,19 +73,26 @@ class MarkerLog:
         """What identifies this sink's markers: one sink of one pipeline."""
         return f"{self.pipeline}/{self.sink}".encode()
 
+    @property
+    def fill_key(self) -> bytes:
+        """What identifies the markers of ``eos fill`` into this sink (beside its own)."""
+        return f"{self.pipeline}/{self.sink}{FILL_SUFFIX}".encode()
+
     def identity(self) -> dict[str, str]:
         """What every marker of this sink says it belongs to (its key says it too)."""
         return {"pipeline": self.pipeline, "sink": self.sink}
 
     def write(self, producer: ck.Producer, fields: dict[str, Any],
-              headers: list[tuple[str, bytes]] | None = None) -> None:
+              headers: list[tuple[str, bytes]] | None = None, fill: str | None = None) -> None:
         """A marker of ``fields`` (and the sink's identity, and ``writer``: the transactional id
         that writes it) into partition 0 of this sink's own marker topic, inside the open
-        transaction."""
+        transaction. ``fill``: a fill's marker (``fill_key``), written by that transactional
+        id."""
         marker = {**self.identity(), **fields}
-        if self.writer is not None:
-            marker["transactional_id"] = self.writer
-        producer.produce(self.topic, key=self.key,
+        writer = fill or self.writer
+        if writer is not None:
+            marker["transactional_id"] = writer
+        producer.produce(self.topic, key=self.key if fill is None else self.fill_key,
                          value=json.dumps(marker, sort_keys=True).encode(), partition=0,
                          headers=headers)
 
@@ -103,6 +115,11 @@ class MarkerLog:
             last = self._last_in(self.legacy, {self.pipeline.encode()}, fenced, exclusive=False)
         return last
 
+    def last_fill(self, fenced: bool = True) -> dict[str, Any] | None:
+        """The last marker of ``eos fill`` into this sink (None: none), read as ``last`` reads
+        the sink's own (``fenced``: exact, or an error)."""
+        return self._last_in(self.topic, {self.fill_key}, fenced, exclusive=True)
+
     def history(self) -> list[dict[str, Any]]:
         """Every marker of this sink still in Kafka, oldest first: the legacy location's, then
         its own partition's (one list when both are the same topic)."""
@@ -113,7 +130,7 @@ class MarkerLog:
                       if r.key() == mine]
         keys = self._own_keys()
         records = self._read_all(self.topic)
-        self._refuse_foreign(self.topic, records, keys)
+        self._refuse_foreign(self.topic, records, keys | {self.fill_key})
         return found + [json.loads(r.value()) for r in records if r.key() in keys]
 
     def _own_keys(self) -> set[bytes]:
@@ -140,7 +157,7 @@ class MarkerLog:
             start = max(low, end - step)
             records = list(partition_records(self.settings, topic, 0, start, self.pipeline))
             if exclusive:
-                self._refuse_foreign(topic, records, keys)
+                self._refuse_foreign(topic, records, self._own_keys() | {self.fill_key})
             markers = [json.loads(r.value()) for r in records if r.key() in keys]
             if markers:
                 return markers[-1]

@@ -62,6 +62,7 @@ from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import (
     SinkCommit,
     SupportsAssets,
+    SupportsFill,
     SupportsReadBack,
     SupportsRewind,
     validated_options,
@@ -112,7 +113,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
+class KafkaSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
     kind = "kafka"
     withdraws = False  # a published record stays published: rewinds republish
     options: KafkaSinkOptions
@@ -382,6 +383,17 @@ class KafkaSink(SupportsRewind, SupportsReadBack, SupportsAssets):
         """This sink's marker epochs in order (version 2's legacy markers first); a rewind
         marker of N drops the ones after N."""
         return kafka_lineage.committed_epochs(self.markers().history())
+
+    def filled(self) -> tuple[int, int] | None:
+        from eos.sinks.kafka.fill import filled
+
+        return filled(self)
+
+    def fill(self, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
+        """One transaction of its own per filled epoch (``eos.sinks.kafka.fill``)."""
+        from eos.sinks.kafka.fill import fill
+
+        return fill(self, epoch, rows, first)
 
     def asset_unnamed(self) -> str:
         return "no Kafka broker is configured in this process to name it"
