@@ -63,6 +63,11 @@ class SinkContract:
         anything it writes under ``directory`` (the test's own temporary directory)."""
         raise NotImplementedError("a SinkContract subclass implements sink_spec(directory)")
 
+    def pipeline_sections(self, directory: Path) -> dict[str, Any]:
+        """Top-level sections of the test pipeline to replace (``{"kafka": {...}}``: where a
+        Kafka-writing sink's broker is, by its client settings). Default: none."""
+        return {}
+
     def make_sink(self, config: PipelineConfig) -> Sink:
         """A new instance of the sink under test for ``config``: each call is another client
         (another process's attempt). Default: the sink the pipeline configures."""
@@ -82,7 +87,8 @@ class SinkContract:
         if self.sink_type is not None:
             monkeypatch.setattr(core_sink, "_registered", dict(core_sink._registered))
             register(self.sink_type.kind, self.sink_type)
-        return contract_pipeline(tmp_path, self.sink_spec(tmp_path), self.output)
+        return contract_pipeline(tmp_path, self.sink_spec(tmp_path), self.output,
+                                 **self.pipeline_sections(tmp_path))
 
     # -- helpers --------------------------------------------------------------------------------
 
