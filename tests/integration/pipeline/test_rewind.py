@@ -27,6 +27,7 @@ from eos.core.plan import Plan, plan_of
 from eos.core.protocol import begin, checkpointed_epoch
 from eos.core.rewind import rewind
 from eos.core.sink import sinks_for
+from eos.sinks.kafka.read_back import topic_records
 from eos.tools.audit.verify import audit, verify
 from eos.tools.generator import GeneratorSpec, generate
 from eos.tools.produce import send
@@ -261,7 +262,8 @@ def test_a_kafka_sink_is_rewound_only_by_republishing(tmp_path: Path, kafka: str
     send(generate(SPEC), SPEC.events, config.kafka.topic, client_settings(), progress=False)
     run_epochs(config, spark, "first", 3)
     topic_sink = next(s for s in sinks_for(config) if s.kind == "kafka")
-    published = len(list(topic_sink._read_topic(topic_sink.options.topic)))
+    published = len(list(topic_records(client_settings(), topic_sink.options.topic,
+                                           config.name)))
 
     with pytest.raises(RewindRefused, match=r"kafka:.*cannot withdraw.*--republish"):
         rewind(config, 0)
@@ -276,7 +278,7 @@ def test_a_kafka_sink_is_rewound_only_by_republishing(tmp_path: Path, kafka: str
     assert topic_sink.commits() == [0, 1, 2]
     # What a consumer of the topic sees: the original epochs 1..2, then their replay, told
     # apart by the eos-lineage header.
-    records = list(topic_sink._read_topic(topic_sink.options.topic))
+    records = list(topic_records(client_settings(), topic_sink.options.topic, config.name))
     replayed = [r for r in records if dict(r.headers() or []).get("eos-lineage")]
     first_line = [r for r in records if not dict(r.headers() or []).get("eos-lineage")]
     assert len(first_line) == published

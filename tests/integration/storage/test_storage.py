@@ -47,9 +47,11 @@ def test_the_fast_tier_holds_with_every_table_on_the_store(object_store: Any,
     base = f"s3://{object_store.bucket}/fast-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, TABLES_BASE_ENV: base}
     # The Iceberg and PostgreSQL sinks' own cases keep their tables elsewhere (a catalog, a
-    # database): the protocol tables they share with the others are covered by the rest.
+    # database), and a fill of the files sink repeats the Delta fill's protocol steps: the
+    # protocol tables they share with the others are covered by the rest.
+    only = "not iceberg and not postgres and not (test_fill and files)"
     done = subprocess.run([sys.executable, "-m", "pytest", "tests/unit/protocol", "-q", "-x",
-                           "-m", "fast", "-k", "not iceberg and not postgres",
+                           "-m", "fast", "-k", only,
                            "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
                            "--basetemp", str(tmp_path / "fast")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
