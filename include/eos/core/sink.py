@@ -291,6 +291,17 @@ class SupportsFill(Sink):
         records."""
 
 
+def check_fill_order(sink: str, last: int, epoch: int, first: int) -> None:
+    """A fill writes its epochs in order: ``epoch`` must follow ``last``, the last epoch the
+    fill's marker holds, or be the fill's ``first`` when it holds none (``ProtocolViolation``
+    otherwise: a fill that skipped an epoch could never be told complete)."""
+    if last != epoch - 1 and not (last == NO_EPOCH and epoch == first):
+        from eos.core.errors import ProtocolViolation
+
+        raise ProtocolViolation(f"sink {sink} is filled up to epoch {last}; it cannot be "
+                                f"filled with epoch {epoch}")
+
+
 class SupportsAssets(Sink):
     """A sink Airflow publishes as an asset when an epoch commits to it."""
 

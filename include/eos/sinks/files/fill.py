@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from eos.core.errors import ProtocolViolation, SinkUnavailable
+from eos.core.errors import SinkUnavailable
 from eos.core.layout import NAME_MAX
 from eos.core.outcomes import NO_EPOCH, Outcome
-from eos.core.sink import SinkCommit
+from eos.core.sink import SinkCommit, check_fill_order
 from eos.sinks.files.layout import (
     MANIFEST,
     Manifest,
@@ -84,9 +84,7 @@ def fill(sink: FilesSink, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
     if epoch in held:
         return SinkCommit(sink.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
     last = held[-1] if held else NO_EPOCH
-    if last != epoch - 1 and not (not held and epoch == first):
-        raise ProtocolViolation(f"sink {sink.name} is filled up to epoch {last}; it cannot be "
-                                f"filled with epoch {epoch}")
+    check_fill_order(sink.name, last, epoch, first)
     try:
         return _publish(sink, epoch, rows, first)
     except OSError as error:  # a full disk, a lost mount, a store error: retry

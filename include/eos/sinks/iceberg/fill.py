@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from eos.core.errors import CommitConflict, ProtocolViolation
 from eos.core.outcomes import NO_EPOCH, Outcome
-from eos.core.sink import SinkCommit
+from eos.core.sink import SinkCommit, check_fill_order
 from eos.sinks.iceberg.catalog import without_retries
 from eos.sinks.iceberg.history import Kept, Mark, line
 
@@ -102,9 +102,7 @@ def _append(sink: IcebergSink, table: Any, epoch: int, rows: pa.Table,
         if last >= epoch:
             return SinkCommit(sink.name, Outcome.ALREADY_COMMITTED, rows.num_rows,
                               raced=attempt > 0)
-        if last != epoch - 1 and not (held is None and epoch == first):
-            raise ProtocolViolation(f"sink {sink.name} is filled up to epoch {last}; it "
-                                    f"cannot be filled with epoch {epoch}")
+        check_fill_order(sink.name, last, epoch, first)
         sink._admitted(table)  # through the metadata the append is planned on
         try:
             _write(sink, table, epoch, rows, first)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from eos.core.delta import FILL_SUFFIX
-from eos.core.errors import FillRefused, ProtocolViolation
+from eos.core.errors import FillRefused
 from eos.core.outcomes import NO_EPOCH, Outcome
-from eos.core.sink import SinkCommit
+from eos.core.sink import SinkCommit, check_fill_order
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -70,9 +70,7 @@ def _write(sink: PostgresSink, conn: Any, epoch: int, rows: pa.Table,
     if epoch in held:
         return SinkCommit(sink.name, Outcome.ALREADY_COMMITTED, rows.num_rows)
     last = held[-1] if held else NO_EPOCH
-    if last != epoch - 1 and not (not held and epoch == first):
-        raise ProtocolViolation(f"sink {sink.name} is filled up to epoch {last}; it cannot be "
-                                f"filled with epoch {epoch}")
+    check_fill_order(sink.name, last, epoch, first)
     try:
         q.insert_marker(conn, marker, sink.config.name, fill_name(sink), epoch,
                         f"fill from epoch {first}")
