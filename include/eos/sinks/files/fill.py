@@ -21,16 +21,11 @@ import json
 from typing import TYPE_CHECKING
 
 from eos.core.errors import SinkUnavailable
-from eos.core.layout import NAME_MAX
 from eos.core.outcomes import NO_EPOCH, Outcome
 from eos.core.sink import SinkCommit, check_fill_order
 from eos.sinks.files.layout import (
     MANIFEST,
     Manifest,
-    encode,
-    file_names,
-    partitions,
-    schema_text,
 )
 
 if TYPE_CHECKING:
@@ -96,13 +91,7 @@ def fill(sink: FilesSink, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
 def _publish(sink: FilesSink, epoch: int, rows: pa.Table, first: int) -> SinkCommit:
     """Data files first, each whole; then the fill's manifest, created only if absent."""
     form = sink.options.format
-    columns = list(sink.options.partition_by)
-    files = file_names(epoch, PLAN, form,
-                       partitions(rows, columns, sink._cap() if columns else NAME_MAX))
-    for relative, part in files.items():
-        sink.place.write(relative, encode(part, form))
-    manifest = Manifest(epoch, PLAN, {p: t.num_rows for p, t in files.items()},
-                        schema_text(rows.schema))
+    manifest = sink.write_data(epoch, PLAN, rows)
     doc = json.loads(manifest.to_json(sink.config.name, sink.output, form))
     text = json.dumps({**doc, "fill_first": first}, indent=1).encode()
     if not sink.place.create(fill_manifest_name(epoch), text):

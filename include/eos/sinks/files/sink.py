@@ -299,17 +299,22 @@ class FilesSink(SupportsRewind, SupportsReadBack, SupportsFill, SupportsAssets):
                                   raced=True)
             raise SinkUnavailable(f"sink {self.name}: {error}") from None
 
-    def _publish(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
-        """Data files first, each whole; then the manifest, created only if absent."""
+    def write_data(self, epoch: int, plan_hash: str, rows: pa.Table) -> Manifest:
+        """``rows``' data files, each whole, named for ``epoch`` and ``plan_hash``; the
+        manifest that would publish them (the commit's or a fill's), not yet written."""
         form = self.options.format
         columns = list(self.options.partition_by)
         files = file_names(epoch, plan_hash, form,
                            partitions(rows, columns, self._cap() if columns else NAME_MAX))
         for relative, part in files.items():
             self.place.write(relative, encode(part, form))
-        manifest = Manifest(epoch, plan_hash, {p: t.num_rows for p, t in files.items()},
-                            schema_text(rows.schema))
-        text = manifest.to_json(self.config.name, self.output, form)
+        return Manifest(epoch, plan_hash, {p: t.num_rows for p, t in files.items()},
+                        schema_text(rows.schema))
+
+    def _publish(self, epoch: int, rows: pa.Table, plan_hash: str) -> SinkCommit:
+        """Data files first, each whole; then the manifest, created only if absent."""
+        manifest = self.write_data(epoch, plan_hash, rows)
+        text = manifest.to_json(self.config.name, self.output, self.options.format)
         if not self.place.create(manifest_name(epoch), text):
             return SinkCommit(self.name, Outcome.ALREADY_COMMITTED, rows.num_rows, raced=True)
         self._clean(epoch, manifest)
