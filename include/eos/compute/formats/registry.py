@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from eos.compute.formats import Decoded, Rejected
@@ -202,7 +203,7 @@ class WriterSchemas:
                 "answers") from None
 
 
-class RegistryDecoder:
+class RegistryDecoder(ABC):
     """``RecordDecoder`` skeleton of a Schema Registry format: the header (magic byte, schema
     id) checked and read, the writer schema fetched (``WriterSchemas``), refused when it is not
     of the format or uses references (``WriterSchemas.readable``), and built once per id into
@@ -242,12 +243,12 @@ class RegistryDecoder:
                 self._writers[schema_id] = writer
         return writer
 
+    @abstractmethod
     def build(self, schema_id: int, text: str) -> Any:
         """The writer schema ``text`` of ``schema_id`` -> what reads its records, or the
         ``Rejected`` every record of it gets."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
         """One record value of ``schema_id`` (``raw`` whole, its header checked) -> the
         decoded record, or why it cannot be."""
-        raise NotImplementedError

@@ -15,6 +15,7 @@ import json
 import struct
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from eos.compute.formats import Decoded, Rejected
@@ -24,7 +25,7 @@ from eos.core.errors import SchemaRegistryUnavailable
 HEADER = 5  # magic byte + 4-byte schema id
 
 
-class AuditRegistryDecoder:
+class AuditRegistryDecoder(ABC):
     """A ``RecordDecoder`` skeleton for the audit: the header unpacked, the writer schema
     fetched and refused when it is not of the format or uses references, and built once per
     id (an audit is one moment: its registry answers hold for its run).
@@ -49,6 +50,7 @@ class AuditRegistryDecoder:
 
     def new_batch(self) -> None:
         """Nothing to forget: an audit is one moment, its registry answers hold for its run."""
+        return
 
     def decode(self, raw: bytes) -> Decoded | Rejected:
         schema_id = self._schema_id(raw)
@@ -56,15 +58,15 @@ class AuditRegistryDecoder:
             return schema_id
         return self.read(schema_id, raw)
 
+    @abstractmethod
     def build(self, schema_id: int, text: str) -> Any:
         """The writer schema ``text`` of ``schema_id`` -> what reads its records, or the
         ``Rejected`` every record of it gets."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read(self, schema_id: int, raw: bytes) -> Decoded | Rejected:
         """One record value of ``schema_id`` (``raw`` whole) -> the decoded record, or why
         it cannot be."""
-        raise NotImplementedError
 
     def _writer(self, schema_id: int) -> Any:
         answer = self._answer(schema_id, self.kind, self.what)
